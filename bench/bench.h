@@ -1,0 +1,46 @@
+/*
+ * bench/bench.h - helpers shared by erma's benchmark programs: percentiles,
+ * CSV, process pinning, and the raw-transport baseline that every benchmark
+ * measures beside itself in the same run.
+ */
+#ifndef ERMA_BENCH_H
+#define ERMA_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct bench_lat {
+    uint64_t samples;
+    double median_us, p99_us, p999_us;
+};
+
+/* Sorts v[0..n) and fills out with its median, p99 and p99.9 in us. */
+void bench_lat_from_ns(uint64_t *v, size_t n, struct bench_lat *out);
+
+/* Pins the calling thread to cpu (ignored when cpu < 0 or not possible). */
+void bench_pin(int cpu);
+
+/* Raw baseline: an echo server and clients over any transport URI. Packets
+ * carry a 16-byte erma header and `size` bytes of data, the same bytes a
+ * `size`-byte RPC request puts on the wire. */
+struct bench_raw_rate {
+    uint64_t echoes, lost;
+    double seconds, mpps;
+};
+
+/* Echoes every packet to its sender until a stop packet or max_ns passes. */
+int bench_raw_server(const char *uri, uint64_t max_ns);
+/* Starts bench_raw_server(uri) in a child process pinned to cpu. */
+pid_t bench_raw_server_fork(const char *uri, int cpu, uint64_t max_ns);
+/* Tells the server at peer to exit and reaps child (if > 0). */
+void bench_raw_server_stop(const char *uri, const char *peer, pid_t child);
+
+int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint64_t iters,
+                       struct bench_lat *out);
+/* Keeps `window` packets in flight, sent in batches of `batch`, for seconds. */
+int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
+                   uint32_t batch, double seconds, struct bench_raw_rate *out);
+
+#endif

@@ -1,0 +1,222 @@
+/* The raw-transport baseline: bare erma-headed packets echoed by a server. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "erma/clock.h"
+#include "erma/errors.h"
+#include "erma/log.h"
+#include "erma/transport.h"
+#include "erma/wire.h"
+
+#define STOP_TYPE 0xff
+#define MAX_DATA 9000
+
+static void make_pkt(uint8_t *buf, uint64_t seq, uint8_t type, uint32_t size)
+{
+    const struct erma_hdr h = {.req_type = type, .msg_size = size, .req_num = seq,
+                               .proto = ERMA_PROTO_RPC};
+    erma_hdr_encode(&h, buf);
+    memset(buf + ERMA_HDR_SIZE, 0xab, size);
+}
+
+int bench_raw_server(const char *uri, uint64_t max_ns)
+{
+    struct erma_transport *tr;
+    int rc = erma_transport_open(uri, NULL, &tr);
+    if (rc != ERMA_OK) {
+        ERMA_ERROR("raw server: cannot open %s: %s", uri, erma_strerror(rc));
+        return rc;
+    }
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    struct erma_tx_pkt tx[ERMA_MAX_BURST];
+    const uint64_t end = erma_now_ns() + max_ns;
+    bool stop = false;
+    for (uint64_t iter = 0; !stop; iter++) {
+        const int n = erma_rx_burst(tr, rx, ERMA_MAX_BURST);
+        unsigned m = 0;
+        for (int i = 0; i < n; i++) {
+            struct erma_hdr h;
+            if (erma_hdr_check(rx[i].data, rx[i].len, &h) != ERMA_OK)
+                continue;
+            if (h.req_type == STOP_TYPE) {
+                stop = true;
+                continue;
+            }
+            tx[m++] = (struct erma_tx_pkt){.dst = &rx[i].src, .hdr = rx[i].data,
+                                           .hdr_len = rx[i].len};
+        }
+        if (m)
+            erma_tx_burst(tr, tx, m);
+        if ((iter & 1023) == 0 && erma_now_ns() > end)
+            break;
+    }
+    erma_transport_close(tr);
+    return ERMA_OK;
+}
+
+pid_t bench_raw_server_fork(const char *uri, int cpu, uint64_t max_ns)
+{
+    const pid_t pid = fork();
+    if (pid == 0) {
+        bench_pin(cpu);
+        _exit(bench_raw_server(uri, max_ns) == ERMA_OK ? 0 : 1);
+    }
+    return pid;
+}
+
+void bench_raw_server_stop(const char *uri, const char *peer, pid_t child)
+{
+    struct erma_transport *tr;
+    struct erma_addr dst;
+    uint8_t buf[ERMA_HDR_SIZE];
+    if (erma_transport_open(uri, NULL, &tr) == ERMA_OK) {
+        if (erma_transport_resolve(tr, peer, &dst) == ERMA_OK) {
+            make_pkt(buf, 0, STOP_TYPE, 0);
+            const struct erma_tx_pkt p = {.dst = &dst, .hdr = buf, .hdr_len = sizeof buf};
+            for (int i = 0; i < 3; i++)
+                erma_tx_burst(tr, &p, 1);
+        }
+        erma_transport_close(tr);
+    }
+    if (child <= 0)
+        return;
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(child, NULL, WNOHANG) == child)
+            return;
+        usleep(10000);
+    }
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+}
+
+struct client {
+    struct erma_transport *tr;
+    struct erma_addr dst;
+    uint8_t buf[ERMA_HDR_SIZE + MAX_DATA];
+    uint32_t size;
+};
+
+static int client_open(struct client *c, const char *uri, const char *peer, uint32_t size)
+{
+    if (size > MAX_DATA)
+        return ERMA_E2BIG;
+    c->size = size;
+    int rc = erma_transport_open(uri, NULL, &c->tr);
+    if (rc != ERMA_OK)
+        return rc;
+    if ((rc = erma_transport_resolve(c->tr, peer, &c->dst)) != ERMA_OK ||
+        ERMA_HDR_SIZE + size > c->tr->max_pkt) {
+        erma_transport_close(c->tr);
+        return rc != ERMA_OK ? rc : ERMA_E2BIG;
+    }
+    return ERMA_OK;
+}
+
+static int send_seq(struct client *c, uint64_t seq)
+{
+    make_pkt(c->buf, seq, 1, c->size);
+    const struct erma_tx_pkt p = {.dst = &c->dst, .hdr = c->buf,
+                                  .hdr_len = ERMA_HDR_SIZE + c->size};
+    return erma_tx_burst(c->tr, &p, 1);
+}
+
+/* Waits up to timeout_ns for the echo of seq; returns its RTT or 0. */
+static uint64_t await_echo(struct client *c, uint64_t seq, uint64_t t0, uint64_t timeout_ns)
+{
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    for (;;) {
+        const int n = erma_rx_burst(c->tr, rx, ERMA_MAX_BURST);
+        const uint64_t now = erma_now_ns();
+        for (int i = 0; i < n; i++) {
+            struct erma_hdr h;
+            if (erma_hdr_check(rx[i].data, rx[i].len, &h) == ERMA_OK && h.req_num == seq)
+                return now - t0 ? now - t0 : 1;
+        }
+        if (now - t0 > timeout_ns)
+            return 0;
+    }
+}
+
+int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint64_t iters,
+                       struct bench_lat *out)
+{
+    struct client c;
+    int rc = client_open(&c, uri, peer, size);
+    if (rc != ERMA_OK)
+        return rc;
+    uint64_t *rtt = malloc(iters * sizeof *rtt), n = 0, seq = 0, lost = 0;
+    const uint64_t warmup = iters / 10 + 1;
+    rc = rtt ? ERMA_OK : ERMA_ENOMEM;
+    /* Until the first echo the server may still be starting: retry for 2 s. */
+    for (int i = 0; rc == ERMA_OK && i < 2000; i++) {
+        send_seq(&c, ++seq);
+        if (await_echo(&c, seq, erma_now_ns(), 1000000))
+            break;
+        if (i == 1999)
+            rc = ERMA_ETIMEDOUT;
+    }
+    for (uint64_t i = 0; rc == ERMA_OK && i < iters + warmup && lost < 100; i++) {
+        const uint64_t t0 = erma_now_ns();
+        send_seq(&c, ++seq);
+        const uint64_t d = await_echo(&c, seq, t0, 100000000);
+        if (d == 0)
+            lost++;
+        else if (i >= warmup)
+            rtt[n++] = d;
+    }
+    if (rc == ERMA_OK && lost >= 100)
+        rc = ERMA_ETIMEDOUT;
+    if (rc == ERMA_OK)
+        bench_lat_from_ns(rtt, n, out);
+    free(rtt);
+    erma_transport_close(c.tr);
+    return rc;
+}
+
+int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
+                   uint32_t batch, double seconds, struct bench_raw_rate *out)
+{
+    struct client c;
+    if (window == 0 || batch == 0 || batch > ERMA_MAX_BURST)
+        return ERMA_EINVAL;
+    int rc = client_open(&c, uri, peer, size);
+    if (rc != ERMA_OK)
+        return rc;
+    make_pkt(c.buf, 1, 1, size);
+    struct erma_tx_pkt tx[ERMA_MAX_BURST];
+    for (unsigned i = 0; i < batch; i++)
+        tx[i] = (struct erma_tx_pkt){.dst = &c.dst, .hdr = c.buf,
+                                     .hdr_len = ERMA_HDR_SIZE + size};
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    *out = (struct bench_raw_rate){0};
+    uint64_t inflight = 0, last_rx = erma_now_ns();
+    const uint64_t start = last_rx, end = start + (uint64_t)(seconds * 1e9);
+    uint64_t now = start;
+    while (now < end) {
+        while (inflight + batch <= window) {
+            const int s = erma_tx_burst(c.tr, tx, batch);
+            if (s <= 0)
+                break;
+            inflight += (uint64_t)s;
+        }
+        const int n = erma_rx_burst(c.tr, rx, ERMA_MAX_BURST);
+        now = erma_now_ns();
+        if (n > 0) {
+            out->echoes += (uint64_t)n;
+            inflight -= (uint64_t)n > inflight ? inflight : (uint64_t)n;
+            last_rx = now;
+        } else if (now - last_rx > 10000000) {
+            out->lost += inflight; /* nothing for 10 ms: count the window as lost */
+            inflight = 0;
+            last_rx = now;
+        }
+    }
+    out->seconds = (double)(now - start) / 1e9;
+    out->mpps = (double)out->echoes / out->seconds / 1e6;
+    erma_transport_close(c.tr);
+    return out->echoes ? ERMA_OK : ERMA_ETIMEDOUT;
+}

@@ -1,0 +1,39 @@
+/*
+ * erma/clock.h - the monotonic clock every layer reads, in nanoseconds.
+ *
+ * erma_now_ns() reads the calibrated TSC where the CPU reports an invariant
+ * TSC and CLOCK_MONOTONIC otherwise. The source sits behind a function
+ * pointer so that the sim transport can substitute its virtual time:
+ * erma_clock_set_source(fn, ctx) makes every later erma_now_ns() return
+ * fn(ctx) in this process; erma_clock_set_source(NULL, NULL) restores the
+ * real clock. The source is process-wide; change it only while no other
+ * thread reads the clock.
+ */
+#ifndef ERMA_CLOCK_H
+#define ERMA_CLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef uint64_t (*erma_clock_fn)(void *ctx);
+
+struct erma_clock_source {
+    erma_clock_fn fn;
+    void *ctx;
+};
+extern struct erma_clock_source erma_clock_source;
+
+static inline uint64_t erma_now_ns(void)
+{
+    return erma_clock_source.fn(erma_clock_source.ctx);
+}
+
+void erma_clock_set_source(erma_clock_fn fn, void *ctx);
+
+/* True when the real clock is the TSC (invariant TSC found and calibrated). */
+bool erma_clock_uses_tsc(void);
+
+/* CLOCK_MONOTONIC in ns, whatever the source. */
+uint64_t erma_mono_ns(void);
+
+#endif

@@ -1,0 +1,36 @@
+/*
+ * erma/log.h - a small leveled log to stderr.
+ *
+ * The level comes from the ERMA_LOG environment variable (error, warn,
+ * notice, info, debug; default notice) at the first message, or from
+ * erma_log_set_level(). Messages below the level cost one comparison.
+ */
+#ifndef ERMA_LOG_H
+#define ERMA_LOG_H
+
+enum erma_log_level {
+    ERMA_LOG_ERROR,
+    ERMA_LOG_WARN,
+    ERMA_LOG_NOTICE,
+    ERMA_LOG_INFO,
+    ERMA_LOG_DEBUG
+};
+
+extern int erma_log_level;
+
+void erma_log_set_level(enum erma_log_level level);
+void erma_log_write(enum erma_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define ERMA_LOG(lvl, ...)                                                     \
+    do {                                                                       \
+        if ((int)(lvl) <= erma_log_level)                                      \
+            erma_log_write(lvl, __VA_ARGS__);                                  \
+    } while (0)
+#define ERMA_ERROR(...) ERMA_LOG(ERMA_LOG_ERROR, __VA_ARGS__)
+#define ERMA_WARN(...) ERMA_LOG(ERMA_LOG_WARN, __VA_ARGS__)
+#define ERMA_NOTICE(...) ERMA_LOG(ERMA_LOG_NOTICE, __VA_ARGS__)
+#define ERMA_INFO(...) ERMA_LOG(ERMA_LOG_INFO, __VA_ARGS__)
+#define ERMA_DEBUG(...) ERMA_LOG(ERMA_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * erma/rand.h - a fast seeded PRNG (xoshiro256**, seeded by splitmix64).
+ *
+ * Not for cryptography (crypto uses libsodium). The same seed gives the same
+ * sequence on every machine, which the sim transport relies on.
+ */
+#ifndef ERMA_RAND_H
+#define ERMA_RAND_H
+
+#include <stdint.h>
+
+struct erma_rand {
+    uint64_t s[4];
+};
+
+static inline uint64_t erma_splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline void erma_rand_seed(struct erma_rand *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        r->s[i] = erma_splitmix64(&seed);
+}
+
+static inline uint64_t erma_rotl64(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static inline uint64_t erma_rand_u64(struct erma_rand *r)
+{
+    uint64_t *s = r->s;
+    const uint64_t result = erma_rotl64(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = erma_rotl64(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1). */
+static inline double erma_rand_double(struct erma_rand *r)
+{
+    return (double)(erma_rand_u64(r) >> 11) * 0x1.0p-53;
+}
+
+/* Uniform in [0, n) for n > 0 (Lemire's multiply-shift; bias < n / 2^64). */
+static inline uint64_t erma_rand_below(struct erma_rand *r, uint64_t n)
+{
+    return (uint64_t)(((unsigned __int128)erma_rand_u64(r) * n) >> 64);
+}
+
+#endif

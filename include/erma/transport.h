@@ -1,0 +1,132 @@
+/*
+ * erma/transport.h - packet I/O behind one small vtable.
+ *
+ * A transport is one TX/RX queue owned by one thread (an endpoint). It is
+ * chosen at run time from a URI scheme:
+ *   udp://HOST:PORT          kernel UDP (IPv4 or [IPv6]); PORT 0 picks a free one
+ *   sim://FABRIC/HOST:PORT   the in-process simulated fabric (see sim.h)
+ *   dpdk://..., verbs://...  kernel-bypass transports, where built
+ *
+ * Every packet starts with the 16-byte erma header (wire.h); what a
+ * transport adds around it is its own business. A packet is at most
+ * tr->max_pkt bytes (the Ethernet MTU less IP and UDP headers: 1472 for the
+ * default MTU of 1500, on every transport, so figures stay comparable).
+ *
+ * TX: erma_tx_burst() sends up to n packets, each given as up to two
+ * segments (a header and a data part, so message buffers are sent without
+ * copying). It returns how many were accepted, from the front; the rest may
+ * be retried. A packet over max_pkt fails the whole call with ERMA_E2BIG
+ * before anything is sent: nothing is ever truncated.
+ *
+ * RX: erma_rx_burst() returns up to max received packets. Their data stays
+ * valid until the next erma_rx_burst() on the same transport, so callers may
+ * process packets in place. Packets the transport itself finds bad
+ * (truncated, oversize) are counted in stats.rx_dropped, never returned.
+ */
+#ifndef ERMA_TRANSPORT_H
+#define ERMA_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ERMA_ADDR_MAX 32
+#define ERMA_MAX_BURST 32
+#define ERMA_DEFAULT_MTU 1500
+#define ERMA_IP_UDP_OVERHEAD 28 /* IPv4 20 + UDP 8 */
+
+/* A peer's transport address; opaque outside its transport. */
+struct erma_addr {
+    uint8_t len;
+    uint8_t raw[ERMA_ADDR_MAX];
+};
+
+static inline bool erma_addr_eq(const struct erma_addr *a, const struct erma_addr *b)
+{
+    return a->len == b->len && memcmp(a->raw, b->raw, a->len) == 0;
+}
+
+struct erma_tx_pkt {
+    const struct erma_addr *dst;
+    const void *hdr;    /* first segment */
+    uint32_t hdr_len;
+    const void *data;   /* optional second segment (NULL when data_len is 0) */
+    uint32_t data_len;
+};
+
+struct erma_rx_pkt {
+    uint8_t *data;
+    uint32_t len;
+    struct erma_addr src;
+};
+
+struct erma_transport_cfg {
+    uint32_t mtu;     /* Ethernet MTU, 576..9000; 0 means 1500 */
+    uint32_t rx_ring; /* packets the receive queue must hold; 0 means 4096 */
+};
+
+struct erma_transport_stats {
+    uint64_t tx_pkts, tx_bytes, tx_errors;
+    uint64_t rx_pkts, rx_bytes, rx_dropped;
+};
+
+struct erma_transport;
+
+struct erma_transport_ops {
+    const char *scheme;
+    /* rest is the URI after "scheme://". */
+    int (*open)(const char *rest, const struct erma_transport_cfg *cfg,
+                struct erma_transport **out);
+    void (*close)(struct erma_transport *tr);
+    int (*tx_burst)(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n);
+    int (*rx_burst)(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max);
+    int (*resolve)(struct erma_transport *tr, const char *rest, struct erma_addr *out);
+    int (*addr_str)(const struct erma_addr *addr, char *buf, size_t len);
+    /* Registers memory for zero-copy I/O; may be NULL (nothing to do). */
+    int (*reg_mem)(struct erma_transport *tr, void *addr, size_t len);
+};
+
+struct erma_transport {
+    const struct erma_transport_ops *ops;
+    struct erma_addr local;
+    uint32_t max_pkt; /* largest erma packet, header included */
+    uint32_t rx_ring;
+    struct erma_transport_stats stats;
+};
+
+/* Opens the transport named by uri's scheme, bound to the address in uri. */
+int erma_transport_open(const char *uri, const struct erma_transport_cfg *cfg,
+                        struct erma_transport **out);
+void erma_transport_close(struct erma_transport *tr);
+
+/* Resolves a peer URI of the same scheme to an address. */
+int erma_transport_resolve(struct erma_transport *tr, const char *uri, struct erma_addr *out);
+/* Formats addr as "scheme://..." into buf; returns ERMA_OK or ERMA_EINVAL. */
+int erma_transport_addr_str(const struct erma_transport *tr, const struct erma_addr *addr,
+                            char *buf, size_t len);
+int erma_transport_reg_mem(struct erma_transport *tr, void *addr, size_t len);
+
+/* True when this build has a transport for scheme ("udp", "dpdk", ...). */
+bool erma_transport_available(const char *scheme);
+
+static inline int erma_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts,
+                                unsigned n)
+{
+    return tr->ops->tx_burst(tr, pkts, n);
+}
+
+static inline int erma_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts,
+                                unsigned max)
+{
+    return tr->ops->rx_burst(tr, pkts, max);
+}
+
+/* Internal to transports: shared configuration checks. */
+int erma_transport_cfg_resolve(const struct erma_transport_cfg *cfg,
+                               struct erma_transport_cfg *out);
+
+extern const struct erma_transport_ops erma_udp_ops;
+extern const struct erma_transport_ops erma_sim_ops;
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * erma/wire.h - the 16-byte erma packet header that starts every packet.
+ *
+ * Layout (two little-endian 64-bit words; docs/PROTOCOL.md has the picture):
+ *   word 0: req_type 8 | msg_size 24 | dest_session 16 | pkt_type 2 | pkt_num 14
+ *   word 1: req_num 44 | magic 4 | proto 4 | reserved 12 (zero)
+ * The first 112 bits are eRPC's header; erma adds proto, which tells RPC
+ * packets from one-sided (RMA) ones, and keeps 12 bits reserved.
+ *
+ * erma_hdr_check() accepts a received packet only when it is at least a
+ * header long, has the magic, a known proto and pkt_type, zero reserved bits
+ * and a msg_size within ERMA_MAX_MSG_SIZE; it reads nothing past len.
+ */
+#ifndef ERMA_WIRE_H
+#define ERMA_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ERMA_HDR_SIZE 16
+#define ERMA_HDR_MAGIC 0xEu
+#define ERMA_MAX_MSG_SIZE ((uint32_t)8 << 20) /* 8 MiB */
+#define ERMA_MAX_REQ_NUM ((UINT64_C(1) << 44) - 1)
+#define ERMA_MAX_PKT_NUM ((1u << 14) - 1)
+
+enum erma_proto {
+    ERMA_PROTO_RPC = 1, /* request, credit return, RFR, response */
+    ERMA_PROTO_RMA = 2, /* one-sided ops */
+};
+
+/* RPC packet types (the 2-bit pkt_type). */
+enum erma_pkt_type {
+    ERMA_PKT_REQ = 0,
+    ERMA_PKT_CR = 1,  /* credit return */
+    ERMA_PKT_RFR = 2, /* request for response */
+    ERMA_PKT_RESP = 3,
+};
+
+struct erma_hdr {
+    uint8_t req_type;
+    uint32_t msg_size;     /* 24 bits */
+    uint16_t dest_session;
+    uint8_t pkt_type;      /* 2 bits */
+    uint16_t pkt_num;      /* 14 bits */
+    uint64_t req_num;      /* 44 bits */
+    uint8_t proto;         /* 4 bits */
+};
+
+_Static_assert(ERMA_MAX_MSG_SIZE < (1u << 24), "msg_size must fit 24 bits");
+
+/* Writes h to buf[0..16). Fields wider than their wire width are masked. */
+void erma_hdr_encode(const struct erma_hdr *h, void *buf);
+/* Reads buf[0..16) into h without validation. */
+void erma_hdr_decode(const void *buf, struct erma_hdr *h);
+/* Decodes and validates a received packet of len bytes: ERMA_OK or ERMA_EBADPKT. */
+int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h);
+
+#endif

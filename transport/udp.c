@@ -1,0 +1,251 @@
+/* Kernel UDP transport: non-blocking socket, sendmmsg/recvmmsg batches. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "erma/errors.h"
+#include "erma/log.h"
+#include "erma/transport.h"
+
+/* Kernel memory a queued datagram costs beyond its payload (skb truesize). */
+#define SKB_OVERHEAD 768
+
+struct udp {
+    struct erma_transport base;
+    int fd;
+    uint8_t *rx_mem; /* ERMA_MAX_BURST buffers of max_pkt bytes */
+    struct mmsghdr rx_msg[ERMA_MAX_BURST];
+    struct iovec rx_iov[ERMA_MAX_BURST];
+    struct mmsghdr tx_msg[ERMA_MAX_BURST];
+    struct iovec tx_iov[2 * ERMA_MAX_BURST];
+};
+
+/* Parses "host:port" or "[v6host]:port" into a socket address. */
+static int parse(const char *rest, int family, struct erma_addr *out)
+{
+    char host[256];
+    const char *colon;
+    if (rest[0] == '[') {
+        const char *end = strchr(rest, ']');
+        if (!end || end[1] != ':' || (size_t)(end - rest - 1) >= sizeof host)
+            return ERMA_EADDR;
+        memcpy(host, rest + 1, (size_t)(end - rest - 1));
+        host[end - rest - 1] = 0;
+        colon = end + 1;
+    } else {
+        colon = strrchr(rest, ':');
+        if (!colon || (size_t)(colon - rest) >= sizeof host)
+            return ERMA_EADDR;
+        memcpy(host, rest, (size_t)(colon - rest));
+        host[colon - rest] = 0;
+    }
+    char *end;
+    const long port = strtol(colon + 1, &end, 10);
+    if (colon[1] == 0 || *end || port < 0 || port > 65535)
+        return ERMA_EADDR;
+    struct addrinfo hints = {.ai_family = family, .ai_socktype = SOCK_DGRAM}, *res;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0)
+        return ERMA_EADDR;
+    int rc = ERMA_EADDR;
+    if (res->ai_addrlen <= ERMA_ADDR_MAX) {
+        memset(out, 0, sizeof *out);
+        memcpy(out->raw, res->ai_addr, res->ai_addrlen);
+        out->len = (uint8_t)res->ai_addrlen;
+        struct sockaddr *sa = (struct sockaddr *)out->raw;
+        if (sa->sa_family == AF_INET)
+            ((struct sockaddr_in *)sa)->sin_port = htons((uint16_t)port);
+        else
+            ((struct sockaddr_in6 *)sa)->sin6_port = htons((uint16_t)port);
+        rc = ERMA_OK;
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+static int udp_addr_str(const struct erma_addr *a, char *buf, size_t len)
+{
+    const struct sockaddr *sa = (const struct sockaddr *)a->raw;
+    char host[INET6_ADDRSTRLEN];
+    int n;
+    if (a->len == sizeof(struct sockaddr_in) && sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)a->raw;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        n = snprintf(buf, len, "%s:%u", host, ntohs(in->sin_port));
+    } else if (a->len == sizeof(struct sockaddr_in6) && sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)a->raw;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        n = snprintf(buf, len, "[%s]:%u", host, ntohs(in6->sin6_port));
+    } else {
+        return ERMA_EINVAL;
+    }
+    return n < 0 || (size_t)n >= len ? ERMA_EINVAL : ERMA_OK;
+}
+
+static int udp_resolve(struct erma_transport *tr, const char *rest, struct erma_addr *out)
+{
+    const int family = ((const struct sockaddr *)tr->local.raw)->sa_family;
+    return parse(rest, family, out);
+}
+
+/* Asks for a socket buffer of bytes; as root past rmem_max/wmem_max too. */
+static void size_buffer(int fd, int force_opt, int opt, size_t bytes)
+{
+    int v = bytes > (size_t)(1 << 30) ? 1 << 30 : (int)bytes;
+    if (setsockopt(fd, SOL_SOCKET, force_opt, &v, sizeof v) != 0)
+        setsockopt(fd, SOL_SOCKET, opt, &v, sizeof v);
+}
+
+static void udp_close(struct erma_transport *tr)
+{
+    struct udp *u = (struct udp *)tr;
+    if (u->fd >= 0)
+        close(u->fd);
+    free(u->rx_mem);
+    free(u);
+}
+
+static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
+                    struct erma_transport **out)
+{
+    struct udp *u = calloc(1, sizeof *u);
+    if (!u)
+        return ERMA_ENOMEM;
+    u->fd = -1;
+    u->base.ops = &erma_udp_ops;
+    u->base.rx_ring = cfg->rx_ring;
+    int rc = parse(rest, AF_UNSPEC, &u->base.local);
+    if (rc != ERMA_OK)
+        goto fail;
+    const struct sockaddr *sa = (const struct sockaddr *)u->base.local.raw;
+    const uint32_t ip_hdr = sa->sa_family == AF_INET6 ? 40 : 20;
+    u->base.max_pkt = cfg->mtu - ip_hdr - 8;
+    rc = ERMA_ESYS;
+    u->fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (u->fd < 0)
+        goto fail;
+    const size_t ring_bytes = (size_t)cfg->rx_ring * (u->base.max_pkt + SKB_OVERHEAD);
+    size_buffer(u->fd, SO_RCVBUFFORCE, SO_RCVBUF, ring_bytes);
+    size_buffer(u->fd, SO_SNDBUFFORCE, SO_SNDBUF, ring_bytes);
+    if (bind(u->fd, sa, u->base.local.len) != 0) {
+        ERMA_WARN("udp: cannot bind %s: %s", rest, strerror(errno));
+        goto fail;
+    }
+    socklen_t len = sizeof u->base.local.raw;
+    if (getsockname(u->fd, (struct sockaddr *)u->base.local.raw, &len) != 0)
+        goto fail;
+    rc = ERMA_ENOMEM;
+    u->rx_mem = malloc((size_t)ERMA_MAX_BURST * u->base.max_pkt);
+    if (!u->rx_mem)
+        goto fail;
+    for (unsigned i = 0; i < ERMA_MAX_BURST; i++) {
+        u->rx_iov[i] = (struct iovec){u->rx_mem + (size_t)i * u->base.max_pkt, u->base.max_pkt};
+        u->rx_msg[i].msg_hdr.msg_iov = &u->rx_iov[i];
+        u->rx_msg[i].msg_hdr.msg_iovlen = 1;
+    }
+    *out = &u->base;
+    return ERMA_OK;
+fail:
+    udp_close(&u->base);
+    return rc;
+}
+
+/* Sends pkts[0..n), n <= ERMA_MAX_BURST; returns how many the kernel took. */
+static unsigned send_batch(struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        struct msghdr *m = &u->tx_msg[i].msg_hdr;
+        struct iovec *iov = &u->tx_iov[2 * i];
+        iov[0] = (struct iovec){(void *)pkts[i].hdr, pkts[i].hdr_len};
+        iov[1] = (struct iovec){(void *)pkts[i].data, pkts[i].data_len};
+        *m = (struct msghdr){.msg_name = (void *)pkts[i].dst->raw,
+                             .msg_namelen = pkts[i].dst->len,
+                             .msg_iov = iov,
+                             .msg_iovlen = pkts[i].data_len ? 2 : 1};
+    }
+    unsigned done = 0;
+    while (done < n) {
+        const int r = sendmmsg(u->fd, u->tx_msg + done, n - done, 0);
+        if (r > 0) {
+            done += (unsigned)r;
+        } else if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR) {
+            break;
+        } else {
+            /* This packet cannot go (e.g. unreachable address): drop it alone. */
+            u->base.stats.tx_errors++;
+            done++;
+        }
+    }
+    return done;
+}
+
+static int udp_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
+{
+    struct udp *u = (struct udp *)tr;
+    for (unsigned i = 0; i < n; i++) {
+        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt)
+            return ERMA_E2BIG;
+        if (!pkts[i].dst || pkts[i].dst->len != tr->local.len)
+            return ERMA_EADDR;
+    }
+    unsigned sent = 0;
+    while (sent < n) {
+        const unsigned want = n - sent < ERMA_MAX_BURST ? n - sent : ERMA_MAX_BURST;
+        const unsigned got = send_batch(u, pkts + sent, want);
+        for (unsigned i = sent; i < sent + got; i++)
+            tr->stats.tx_bytes += pkts[i].hdr_len + pkts[i].data_len;
+        sent += got;
+        if (got < want)
+            break;
+    }
+    tr->stats.tx_pkts += sent;
+    return (int)sent;
+}
+
+static int udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max)
+{
+    struct udp *u = (struct udp *)tr;
+    if (max > ERMA_MAX_BURST)
+        max = ERMA_MAX_BURST;
+    for (unsigned i = 0; i < max; i++) {
+        u->rx_msg[i].msg_hdr.msg_name = pkts[i].src.raw;
+        u->rx_msg[i].msg_hdr.msg_namelen = ERMA_ADDR_MAX;
+        u->rx_msg[i].msg_hdr.msg_flags = 0;
+    }
+    const int r = recvmmsg(u->fd, u->rx_msg, max, MSG_DONTWAIT, NULL);
+    if (r <= 0)
+        return 0;
+    unsigned n = 0;
+    for (int i = 0; i < r; i++) {
+        const struct msghdr *m = &u->rx_msg[i].msg_hdr;
+        if (m->msg_flags & MSG_TRUNC) {
+            tr->stats.rx_dropped++;
+            continue;
+        }
+        /* Compact: packet i's buffer and address move to slot n. */
+        if ((unsigned)i != n)
+            memcpy(pkts[n].src.raw, pkts[i].src.raw, m->msg_namelen);
+        pkts[n].src.len = (uint8_t)m->msg_namelen;
+        pkts[n].data = m->msg_iov[0].iov_base;
+        pkts[n].len = u->rx_msg[i].msg_len;
+        tr->stats.rx_bytes += pkts[n].len;
+        n++;
+    }
+    tr->stats.rx_pkts += n;
+    return (int)n;
+}
+
+const struct erma_transport_ops erma_udp_ops = {
+    .scheme = "udp",
+    .open = udp_open,
+    .close = udp_close,
+    .tx_burst = udp_tx_burst,
+    .rx_burst = udp_rx_burst,
+    .resolve = udp_resolve,
+    .addr_str = udp_addr_str,
+};

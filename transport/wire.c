@@ -1,0 +1,60 @@
+#include "erma/wire.h"
+
+#include <string.h>
+
+#include "erma/errors.h"
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+void erma_hdr_encode(const struct erma_hdr *h, void *buf)
+{
+    const uint64_t w0 = (uint64_t)h->req_type |
+                        (uint64_t)(h->msg_size & 0xffffffu) << 8 |
+                        (uint64_t)h->dest_session << 32 |
+                        (uint64_t)(h->pkt_type & 3u) << 48 |
+                        (uint64_t)(h->pkt_num & ERMA_MAX_PKT_NUM) << 50;
+    const uint64_t w1 = (h->req_num & ERMA_MAX_REQ_NUM) |
+                        (uint64_t)ERMA_HDR_MAGIC << 44 |
+                        (uint64_t)(h->proto & 0xfu) << 48;
+    put_le64(buf, w0);
+    put_le64((uint8_t *)buf + 8, w1);
+}
+
+void erma_hdr_decode(const void *buf, struct erma_hdr *h)
+{
+    const uint64_t w0 = get_le64(buf), w1 = get_le64((const uint8_t *)buf + 8);
+    h->req_type = (uint8_t)w0;
+    h->msg_size = (uint32_t)(w0 >> 8) & 0xffffffu;
+    h->dest_session = (uint16_t)(w0 >> 32);
+    h->pkt_type = (uint8_t)(w0 >> 48) & 3u;
+    h->pkt_num = (uint16_t)(w0 >> 50);
+    h->req_num = w1 & ERMA_MAX_REQ_NUM;
+    h->proto = (uint8_t)(w1 >> 48) & 0xfu;
+}
+
+int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h)
+{
+    if (!pkt || len < ERMA_HDR_SIZE)
+        return ERMA_EBADPKT;
+    const uint64_t w1 = get_le64((const uint8_t *)pkt + 8);
+    if (((w1 >> 44) & 0xfu) != ERMA_HDR_MAGIC || (w1 >> 52) != 0)
+        return ERMA_EBADPKT;
+    erma_hdr_decode(pkt, h);
+    if (h->proto != ERMA_PROTO_RPC && h->proto != ERMA_PROTO_RMA)
+        return ERMA_EBADPKT;
+    if (h->msg_size > ERMA_MAX_MSG_SIZE)
+        return ERMA_EBADPKT;
+    return ERMA_OK;
+}
