@@ -1,21 +1,15 @@
 #include "erma/wire.h"
 
-#include <string.h>
-
 #include "erma/errors.h"
 
 static void put_le64(uint8_t *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    erma_put_le(p, v, 8);
 }
 
 static uint64_t get_le64(const uint8_t *p)
 {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    return erma_get_le(p, 8);
 }
 
 void erma_hdr_encode(const struct erma_hdr *h, void *buf)
@@ -52,7 +46,7 @@ int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h)
     if (((w1 >> 44) & 0xfu) != ERMA_HDR_MAGIC || (w1 >> 52) != 0)
         return ERMA_EBADPKT;
     erma_hdr_decode(pkt, h);
-    if (h->proto != ERMA_PROTO_RPC && h->proto != ERMA_PROTO_RMA)
+    if (h->proto < ERMA_PROTO_RPC || h->proto > ERMA_PROTO_SM)
         return ERMA_EBADPKT;
     if (h->msg_size > ERMA_MAX_MSG_SIZE)
         return ERMA_EBADPKT;

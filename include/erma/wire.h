@@ -4,8 +4,9 @@
  * Layout (two little-endian 64-bit words; docs/PROTOCOL.md has the picture):
  *   word 0: req_type 8 | msg_size 24 | dest_session 16 | pkt_type 2 | pkt_num 14
  *   word 1: req_num 44 | magic 4 | proto 4 | reserved 12 (zero)
- * The first 112 bits are eRPC's header; erma adds proto, which tells RPC
- * packets from one-sided (RMA) ones, and keeps 12 bits reserved.
+ * The first 112 bits are eRPC's header; erma adds proto, which tells RPC,
+ * one-sided (RMA) and session-management packets apart, and keeps 12 bits
+ * reserved.
  *
  * erma_hdr_check() accepts a received packet only when it is at least a
  * header long, has the magic, a known proto and pkt_type, zero reserved bits
@@ -26,6 +27,7 @@
 enum erma_proto {
     ERMA_PROTO_RPC = 1, /* request, credit return, RFR, response */
     ERMA_PROTO_RMA = 2, /* one-sided ops */
+    ERMA_PROTO_SM = 3,  /* session management: connect, disconnect, keepalive */
 };
 
 /* RPC packet types (the 2-bit pkt_type). */
@@ -47,6 +49,20 @@ struct erma_hdr {
 };
 
 _Static_assert(ERMA_MAX_MSG_SIZE < (1u << 24), "msg_size must fit 24 bits");
+
+static inline void erma_put_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t erma_get_le(const uint8_t *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
 
 /* Writes h to buf[0..16). Fields wider than their wire width are masked. */
 void erma_hdr_encode(const struct erma_hdr *h, void *buf);

@@ -1,0 +1,205 @@
+/*
+ * erma/rpc.h - eRPC-style remote procedure calls.
+ *
+ * Objects
+ *   erma_nexus   one per process (or per simulated host): the URI its
+ *                endpoints listen on, the request-handler registry and the
+ *                worker threads that run worker-mode handlers.
+ *   erma_rpc     an endpoint: one per user thread, with its own transport
+ *                queue, sessions, buffer pool and event loop. Not thread-safe:
+ *                only its owner thread calls it (worker handlers excepted,
+ *                see erma_enqueue_response). Endpoint t of a nexus at
+ *                udp://H:P listens on udp://H:(P+t); likewise sim://F/H:(P+t).
+ *   session      a client/server pair of endpoints, named by a small integer
+ *                on each side. ERMA_SESSION_SLOTS requests are in flight per
+ *                session; more queue transparently and start as slots free.
+ *                Requests complete in any order.
+ *   erma_msgbuf  a message buffer from erma_alloc_msgbuf(), up to
+ *                ERMA_MAX_MSG_SIZE (8 MiB). Its data is contiguous; erma keeps
+ *                the packet headers around it, so messages go out without
+ *                copying.
+ *
+ * Calls
+ *   Client: erma_enqueue_request(rpc, session, type, req, resp, cont, tag)
+ *   queues a request; cont(rpc, tag, status, resp) runs later in the event
+ *   loop, exactly once, with status ERMA_OK and the response in resp, or a
+ *   negative code and resp->size == 0:
+ *     ERMA_EPEERFAILED  the server stopped answering (failure timeout) or
+ *                       restarted
+ *     ERMA_ESESSRESET   the session was disconnected or reset locally
+ *     ERMA_ECANCELLED   erma_destroy_session() while the request was pending
+ *     ERMA_ETIMEDOUT    cfg.req_timeout_ns passed without a response
+ *     ERMA_E2BIG        the response did not fit in ERMA_MAX_MSG_SIZE
+ *     ERMA_ENOMEM       no buffer memory for the response
+ *   resp is grown (reallocated) when the response is larger than its
+ *   capacity. req and resp belong to erma until cont runs: do not free,
+ *   resize or reuse them for another request meanwhile.
+ *
+ *   Server: a handler registered for a request type gets an erma_req. Its
+ *   request data (erma_req_data/erma_req_size) stays valid until the
+ *   response is enqueued. It answers with erma_enqueue_response(req, resp),
+ *   now or later (e.g. from the continuation of a nested RPC), where resp is
+ *   erma_req_resp_buf(req) (preallocated, one packet of data) or a msgbuf of
+ *   its own, which erma frees once the response has been delivered.
+ *   Dispatch-mode handlers run in the event loop and must not block;
+ *   worker-mode handlers run on the nexus's worker threads. A request is
+ *   executed at most once, whatever the network does.
+ *
+ * Wire protocol (docs/PROTOCOL.md): client-driven, with at most `credits`
+ * unacknowledged packets per session; the server answers each non-last
+ * request packet with a credit return and the last with the first response
+ * packet; the client pulls further response packets with
+ * request-for-response packets; losses are repaired by go-back-N after
+ * cfg.rto_ns; reordered packets are dropped. Session management (connect
+ * with a credit grant, disconnect, keepalive, failure detection) travels
+ * in-band over the same transport.
+ *
+ * All functions return ERMA_OK or a negative erma_err code unless noted.
+ */
+#ifndef ERMA_RPC_H
+#define ERMA_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "erma/errors.h"
+
+#define ERMA_SESSION_SLOTS 8
+#define ERMA_MAX_THREADS 64
+
+struct erma_nexus;
+struct erma_rpc;
+struct erma_req;
+
+struct erma_msgbuf {
+    uint8_t *data;     /* the message bytes */
+    uint32_t size;     /* bytes of the message */
+    uint32_t max_size; /* capacity; erma_resize_msgbuf() moves size within it */
+    /* erma's own: */
+    uint8_t *mem;
+    uint32_t max_pkts, pkt_data;
+};
+
+enum erma_handler_mode {
+    ERMA_DISPATCH, /* runs in the event loop */
+    ERMA_WORKER,   /* runs on a worker thread */
+};
+
+typedef void (*erma_handler_fn)(struct erma_req *req, void *ctx);
+typedef void (*erma_cont_fn)(struct erma_rpc *rpc, void *tag, int status,
+                             struct erma_msgbuf *resp);
+
+enum erma_sm_event {
+    ERMA_SM_CONNECTED,      /* client session ready */
+    ERMA_SM_CONNECT_FAILED, /* err: ERMA_EREFUSED, ERMA_ETIMEDOUT, ERMA_ENOENT */
+    ERMA_SM_DISCONNECTED,   /* erma_destroy_session() completed */
+    ERMA_SM_PEER_FAILED,    /* the peer stopped answering or restarted */
+};
+
+typedef void (*erma_sm_fn)(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err,
+                           void *ctx);
+
+struct erma_nexus_cfg {
+    unsigned workers; /* worker threads for ERMA_WORKER handlers; default 0 */
+};
+
+struct erma_rpc_cfg {
+    uint32_t credits;          /* per session, default 32 */
+    uint32_t rx_ring;          /* RX ring packets; sessions x credits must fit; default 4096 */
+    uint32_t mtu;              /* Ethernet MTU, default 1500 */
+    uint64_t rto_ns;           /* go-back-N timeout, default 5 ms */
+    uint64_t failure_ns;       /* peer declared dead after this silence, default 500 ms */
+    uint64_t keepalive_ns;     /* ping an idle peer this often, default failure_ns / 5 */
+    uint64_t connect_retry_ns; /* resend a connect request this often, default 20 ms */
+    uint64_t req_timeout_ns;   /* fail a request after this long, 0 (default) = never */
+    uint64_t seed;             /* session tokens; 0 = from the clock */
+    erma_sm_fn sm_handler;     /* optional session-management callback */
+    void *sm_ctx;
+};
+
+struct erma_rpc_stats {
+    uint64_t tx_pkts, rx_pkts, tx_dropped;
+    uint64_t rx_bad;        /* malformed or truncated, dropped */
+    uint64_t rx_no_session; /* for no session of ours, dropped */
+    uint64_t rx_stale;      /* for an old request, dropped */
+    uint64_t rx_dup;        /* duplicates (answered again where idempotent) */
+    uint64_t rx_reordered;  /* ahead of the expected packet, dropped */
+    uint64_t retransmits;   /* go-back-N rollbacks */
+    uint64_t handler_calls, rpcs_done, rpcs_failed;
+    uint64_t sessions_refused;
+};
+
+/* ---- nexus ---- */
+
+/* uri: "udp://HOST:PORT" or "sim://FABRIC/HOST:PORT", the base of endpoint ports. */
+int erma_nexus_create(const char *uri, const struct erma_nexus_cfg *cfg,
+                      struct erma_nexus **out);
+/* Stops worker threads. Destroy every endpoint of the nexus first. */
+void erma_nexus_destroy(struct erma_nexus *nx);
+/* Registers fn for req_type before endpoints are created. ERMA_EINVAL if the
+ * type is taken or workers are needed and cfg.workers is 0. */
+int erma_register_handler(struct erma_nexus *nx, uint8_t req_type, erma_handler_fn fn,
+                          enum erma_handler_mode mode, void *ctx);
+
+/* ---- endpoint ---- */
+
+/* cfg may be NULL for defaults. thread_id < ERMA_MAX_THREADS. */
+int erma_rpc_create(struct erma_nexus *nx, uint8_t thread_id, const struct erma_rpc_cfg *cfg,
+                    struct erma_rpc **out);
+/* Fails every pending request with ERMA_ESESSRESET, then frees everything. */
+void erma_rpc_destroy(struct erma_rpc *rpc);
+/* One pass of the event loop: RX, timers, TX. Returns packets handled. */
+int erma_rpc_run_once(struct erma_rpc *rpc);
+/* Runs the event loop for ns nanoseconds of erma_now_ns(). */
+void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns);
+/* The erma_now_ns() time at which this endpoint next has timer work. */
+uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc);
+void erma_rpc_get_stats(const struct erma_rpc *rpc, struct erma_rpc_stats *out);
+/* The sessions x credits budget still free in the RX ring, in sessions. */
+uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc);
+
+/* ---- sessions ---- */
+
+/* Starts connecting to endpoint remote_tid of the nexus at remote_uri.
+ * Returns the session number (>= 0) at once; ERMA_SM_CONNECTED or
+ * ERMA_SM_CONNECT_FAILED follows. Requests may be enqueued immediately: they
+ * wait for the connection (and fail with it). ERMA_ENOSLOTS when this
+ * endpoint's RX ring cannot take another session's credits. */
+int erma_create_session(struct erma_rpc *rpc, const char *remote_uri, uint8_t remote_tid);
+/* Disconnects; pending requests complete with ERMA_ECANCELLED. */
+int erma_destroy_session(struct erma_rpc *rpc, int session);
+bool erma_session_connected(const struct erma_rpc *rpc, int session);
+
+/* ---- messages ---- */
+
+int erma_alloc_msgbuf(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf *out);
+void erma_free_msgbuf(struct erma_rpc *rpc, struct erma_msgbuf *mb);
+/* Sets mb->size; ERMA_E2BIG past max_size. */
+int erma_resize_msgbuf(struct erma_msgbuf *mb, size_t size);
+
+int erma_enqueue_request(struct erma_rpc *rpc, int session, uint8_t req_type,
+                         struct erma_msgbuf *req, struct erma_msgbuf *resp, erma_cont_fn cont,
+                         void *tag);
+
+const uint8_t *erma_req_data(const struct erma_req *req);
+size_t erma_req_size(const struct erma_req *req);
+uint8_t erma_req_type(const struct erma_req *req);
+struct erma_rpc *erma_req_rpc(const struct erma_req *req);
+/* The preallocated response buffer: max_size is one packet of data. */
+struct erma_msgbuf *erma_req_resp_buf(struct erma_req *req);
+/* Sends resp as the response to req; from the event loop's thread, or from
+ * the worker thread that runs a worker-mode handler. */
+int erma_enqueue_response(struct erma_req *req, struct erma_msgbuf *resp);
+
+/* ---- simulation ---- */
+
+struct erma_sim;
+/* Steps the endpoints round-robin on sim's virtual clock (which it installs)
+ * until done(ctx) is true or duration_ns of virtual time pass, advancing
+ * time to the next packet or timer event when every endpoint is idle.
+ * Returns ERMA_OK when done, ERMA_ETIMEDOUT when time ran out. */
+int erma_sim_run_rpcs(struct erma_sim *sim, struct erma_rpc **rpcs, unsigned n,
+                      uint64_t duration_ns, bool (*done)(void *ctx), void *ctx);
+
+#endif

@@ -1,0 +1,275 @@
+/* The endpoint: creation, the event loop, TX batching, deferred continuations. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "erma/clock.h"
+#include "erma/log.h"
+#include "erma/sim.h"
+#include "internal.h"
+
+#define WORKER_DONE_QUEUE 65536
+
+static void cfg_defaults(struct erma_rpc_cfg *c)
+{
+    if (!c->credits)
+        c->credits = 32;
+    if (!c->rx_ring)
+        c->rx_ring = 4096;
+    if (!c->mtu)
+        c->mtu = 1500;
+    if (!c->rto_ns)
+        c->rto_ns = 5000000;
+    if (!c->failure_ns)
+        c->failure_ns = 500000000;
+    if (!c->keepalive_ns)
+        c->keepalive_ns = c->failure_ns / 5;
+    if (!c->connect_retry_ns)
+        c->connect_retry_ns = 20000000;
+}
+
+static int reg_chunk(void *ctx, void *addr, size_t len)
+{
+    return erma_transport_reg_mem(ctx, addr, len);
+}
+
+int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cfg *cfg,
+                    struct erma_rpc **out)
+{
+    if (!nx || !out || tid >= ERMA_MAX_THREADS)
+        return ERMA_EINVAL;
+    struct erma_rpc *rpc = calloc(1, sizeof *rpc);
+    if (!rpc)
+        return ERMA_ENOMEM;
+    rpc->nx = nx;
+    rpc->tid = tid;
+    if (cfg)
+        rpc->cfg = *cfg;
+    cfg_defaults(&rpc->cfg);
+    char uri[200], base[200];
+    snprintf(base, sizeof base, "%s:%u", nx->scheme_host, nx->base_port);
+    int rc = nexus_endpoint_uri(nx, base, tid, uri, sizeof uri);
+    if (rc == ERMA_OK && rpc->cfg.credits > rpc->cfg.rx_ring)
+        rc = ERMA_EINVAL;
+    const struct erma_transport_cfg tcfg = {.mtu = rpc->cfg.mtu, .rx_ring = rpc->cfg.rx_ring};
+    if (rc == ERMA_OK)
+        rc = erma_transport_open(uri, &tcfg, &rpc->tr);
+    if (rc == ERMA_OK) {
+        const struct erma_pool_cfg pcfg = {.reg = reg_chunk, .reg_ctx = rpc->tr};
+        rc = erma_pool_create(&pcfg, &rpc->pool);
+    }
+    if (rc == ERMA_OK)
+        rc = erma_mpsc_init(&rpc->worker_done, WORKER_DONE_QUEUE);
+    if (rc != ERMA_OK) {
+        erma_transport_close(rpc->tr);
+        free(rpc);
+        return rc;
+    }
+    rpc->pkt_data = rpc->tr->max_pkt - ERMA_HDR_SIZE;
+    rpc->pool_locked = nx->nworkers > 0;
+    pthread_mutex_init(&rpc->pool_lock, NULL);
+    const uint64_t seed = rpc->cfg.seed ? rpc->cfg.seed
+                                        : erma_mono_ns() ^ (uint64_t)getpid() << 32;
+    erma_rand_seed(&rpc->rng, seed ^ (uint64_t)tid << 56);
+    rpc->scan_ns = rpc->cfg.rto_ns / 4 < 1000000 ? rpc->cfg.rto_ns / 4 : 1000000;
+    if (rpc->scan_ns == 0)
+        rpc->scan_ns = 1;
+    rpc->next_scan_ns = erma_now_ns() + rpc->scan_ns;
+    *out = rpc;
+    return ERMA_OK;
+}
+
+void erma_rpc_destroy(struct erma_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    for (uint32_t i = 0; i < rpc->nsessions; i++)
+        if (rpc->sessions[i] && rpc->sessions[i]->state != FREE)
+            session_fail(rpc, rpc->sessions[i], ERMA_ESESSRESET);
+    run_completions(rpc);
+    /* Requests still on worker threads refer to their sessions: wait for them. */
+    for (uint32_t i = 0; i < rpc->nsessions; i++) {
+        struct session *s = rpc->sessions[i];
+        for (unsigned spins = 0; s && s->in_worker && spins < 5000000; spins++) {
+            struct erma_req *rq = erma_mpsc_pop(&rpc->worker_done);
+            if (rq)
+                worker_response(rpc, rq);
+            else
+                sched_yield();
+        }
+        if (s && s->in_worker)
+            ERMA_ERROR("rpc: worker handler did not return; leaking its session");
+        else
+            free(s);
+    }
+    tx_flush(rpc);
+    for (struct backlog *b = rpc->free_backlog, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(rpc->sessions);
+    free(rpc->done);
+    erma_mpsc_destroy(&rpc->worker_done);
+    erma_pool_destroy(rpc->pool);
+    pthread_mutex_destroy(&rpc->pool_lock);
+    erma_transport_close(rpc->tr);
+    free(rpc);
+}
+
+/* ---- TX batch ---- */
+
+void tx_flush(struct erma_rpc *rpc)
+{
+    if (rpc->ntx == 0)
+        return;
+    const int n = erma_tx_burst(rpc->tr, rpc->tx, rpc->ntx);
+    if (n < 0)
+        ERMA_WARN("rpc: tx_burst failed: %s", erma_strerror(n));
+    const unsigned sent = n < 0 ? 0 : (unsigned)n;
+    rpc->stats.tx_pkts += sent;
+    rpc->stats.tx_dropped += rpc->ntx - sent;
+    rpc->ntx = 0;
+}
+
+static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc)
+{
+    if (rpc->ntx == ERMA_MAX_BURST)
+        tx_flush(rpc);
+    return &rpc->tx[rpc->ntx++];
+}
+
+uint8_t *tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len)
+{
+    struct erma_tx_pkt *p = tx_next(rpc);
+    uint8_t *buf = rpc->ctrl[p - rpc->tx];
+    *p = (struct erma_tx_pkt){.dst = dst, .hdr = buf, .hdr_len = len};
+    return buf;
+}
+
+void tx_data(struct erma_rpc *rpc, const struct erma_addr *dst, const uint8_t *hdr,
+             const uint8_t *data, uint32_t data_len)
+{
+    struct erma_tx_pkt *p = tx_next(rpc);
+    if (data == hdr + ERMA_HDR_SIZE) /* header sits before the data: one segment */
+        *p = (struct erma_tx_pkt){.dst = dst, .hdr = hdr, .hdr_len = ERMA_HDR_SIZE + data_len};
+    else
+        *p = (struct erma_tx_pkt){.dst = dst, .hdr = hdr, .hdr_len = ERMA_HDR_SIZE,
+                                  .data = data, .data_len = data_len};
+}
+
+/* ---- continuations ---- */
+
+int complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
+             struct erma_msgbuf *resp)
+{
+    if (status == ERMA_OK)
+        rpc->stats.rpcs_done++;
+    else
+        rpc->stats.rpcs_failed++;
+    if (status != ERMA_OK && resp)
+        resp->size = 0;
+    if (rpc->ndone == rpc->done_cap) {
+        const unsigned cap = rpc->done_cap ? 2 * rpc->done_cap : 64;
+        struct completion *d = realloc(rpc->done, cap * sizeof *d);
+        if (!d) { /* no memory to defer: flush so no packet refers to the buffers */
+            tx_flush(rpc);
+            cont(rpc, tag, status, resp);
+            return ERMA_OK;
+        }
+        rpc->done = d;
+        rpc->done_cap = cap;
+    }
+    rpc->done[rpc->ndone++] = (struct completion){cont, tag, status, resp};
+    return ERMA_OK;
+}
+
+void run_completions(struct erma_rpc *rpc)
+{
+    if (rpc->ndone == 0)
+        return;
+    tx_flush(rpc); /* a retransmitted request may still sit in the batch */
+    for (unsigned i = 0; i < rpc->ndone; i++) {
+        const struct completion c = rpc->done[i];
+        c.cont(rpc, c.tag, c.status, c.resp);
+    }
+    rpc->ndone = 0;
+}
+
+/* ---- event loop ---- */
+
+int erma_rpc_run_once(struct erma_rpc *rpc)
+{
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    const int n = erma_rx_burst(rpc->tr, rx, ERMA_MAX_BURST);
+    rpc->stats.rx_pkts += (uint64_t)(n > 0 ? n : 0);
+    for (int i = 0; i < n; i++) {
+        struct erma_hdr h;
+        if (erma_hdr_check(rx[i].data, rx[i].len, &h) != ERMA_OK) {
+            rpc->stats.rx_bad++;
+        } else if (h.proto == ERMA_PROTO_RPC) {
+            rpc_rx(rpc, &h, &rx[i]);
+        } else if (h.proto == ERMA_PROTO_SM) {
+            sm_rx(rpc, &h, &rx[i]);
+        } else {
+            rpc->stats.rx_bad++;
+        }
+    }
+    for (struct erma_req *rq; (rq = erma_mpsc_pop(&rpc->worker_done));)
+        worker_response(rpc, rq);
+    const uint64_t now = erma_now_ns();
+    if (now >= rpc->next_scan_ns) {
+        sessions_scan(rpc, now);
+        rpc->next_scan_ns = now + rpc->scan_ns;
+    }
+    run_completions(rpc);
+    tx_flush(rpc);
+    return n;
+}
+
+void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
+{
+    const uint64_t end = erma_now_ns() + ns;
+    do
+        erma_rpc_run_once(rpc);
+    while (erma_now_ns() < end);
+}
+
+uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc)
+{
+    return rpc->next_scan_ns;
+}
+
+void erma_rpc_get_stats(const struct erma_rpc *rpc, struct erma_rpc_stats *out)
+{
+    *out = rpc->stats;
+}
+
+int erma_sim_run_rpcs(struct erma_sim *sim, struct erma_rpc **rpcs, unsigned n,
+                      uint64_t duration_ns, bool (*done)(void *ctx), void *ctx)
+{
+    erma_sim_use_clock(sim);
+    const uint64_t end = erma_sim_now(sim) + duration_ns;
+    for (;;) {
+        if (done && done(ctx))
+            return ERMA_OK;
+        int work = 0;
+        for (unsigned i = 0; i < n; i++)
+            work += erma_rpc_run_once(rpcs[i]);
+        if (work)
+            continue;
+        uint64_t t = erma_sim_next_event(sim);
+        for (unsigned i = 0; i < n; i++) {
+            const uint64_t timer = erma_rpc_next_timer(rpcs[i]);
+            t = timer < t ? timer : t;
+        }
+        if (t <= erma_sim_now(sim))
+            t = erma_sim_now(sim) + 1;
+        if (t > end) {
+            erma_sim_advance_to(sim, end);
+            return done && done(ctx) ? ERMA_OK : ERMA_ETIMEDOUT;
+        }
+        erma_sim_advance_to(sim, t);
+    }
+}

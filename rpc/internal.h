@@ -1,0 +1,184 @@
+/* Internal state of the RPC layer, shared by the files of rpc/. */
+#ifndef ERMA_RPC_INTERNAL_H
+#define ERMA_RPC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "erma/pool.h"
+#include "erma/rand.h"
+#include "erma/ring.h"
+#include "erma/rpc.h"
+#include "erma/transport.h"
+#include "erma/wire.h"
+
+#define NO_SESSION 0xffffu
+#define MAX_SESSIONS 65535u
+
+struct handler {
+    erma_handler_fn fn;
+    void *ctx;
+    enum erma_handler_mode mode;
+};
+
+struct worker {
+    pthread_t thread;
+    struct erma_mpsc queue; /* of struct erma_req * */
+    struct erma_nexus *nx;
+};
+
+struct erma_nexus {
+    char scheme_host[160]; /* "udp://127.0.0.1" */
+    unsigned base_port;
+    struct handler handlers[256];
+    struct worker *workers;
+    unsigned nworkers;
+    _Atomic unsigned next_worker;
+    _Atomic bool stop;
+};
+
+/* The server's view of one request: also the handle handlers get. */
+struct erma_req {
+    struct erma_rpc *rpc;
+    struct session *sess;
+    const uint8_t *data;    /* request bytes (RX buffer or own msgbuf) */
+    uint32_t size;
+    uint8_t type;
+    bool owns_req;          /* req_buf holds the request */
+    bool in_worker;
+    bool responded;
+    struct erma_msgbuf req_buf;
+    struct erma_msgbuf pre_resp; /* preallocated, one packet of data */
+    struct erma_msgbuf *resp;    /* &pre_resp or &own_resp, set by erma_enqueue_response */
+    struct erma_msgbuf own_resp; /* the handler's own response buffer */
+    uint32_t resp_pkts;
+    int err;                     /* the request failed before any handler ran */
+};
+
+struct slot {
+    uint64_t req_num;
+    bool busy;
+    /* client */
+    uint8_t req_type;
+    struct erma_msgbuf *req, *resp;
+    erma_cont_fn cont;
+    void *tag;
+    uint32_t req_pkts, resp_pkts; /* resp_pkts 0 until the first response packet */
+    uint32_t num_tx, num_rx;      /* packets sent / replies accepted, in the slot's index space */
+    uint64_t progress_ns, start_ns;
+    /* server */
+    uint32_t srv_rx;              /* request packets received in order */
+    struct erma_req rq;
+};
+
+struct backlog {
+    struct backlog *next;
+    uint8_t req_type;
+    struct erma_msgbuf *req, *resp;
+    erma_cont_fn cont;
+    void *tag;
+};
+
+enum sess_role { CLIENT, SERVER };
+enum sess_state { FREE, CONNECTING, CONNECTED, DISCONNECTING, ZOMBIE };
+
+struct session {
+    uint16_t num, remote_num;
+    uint8_t role, state, remote_tid;
+    uint32_t credits, credits_max;
+    uint32_t in_worker;       /* requests a worker holds */
+    uint64_t token;           /* chosen by the client, names the session on both ends */
+    struct erma_addr peer;
+    uint64_t last_rx_ns, last_tx_sm_ns, start_ns;
+    struct backlog *backlog, *backlog_tail;
+    struct slot slots[ERMA_SESSION_SLOTS];
+};
+
+struct completion {
+    erma_cont_fn cont;
+    void *tag;
+    int status;
+    struct erma_msgbuf *resp;
+};
+
+struct erma_rpc {
+    struct erma_nexus *nx;
+    uint8_t tid;
+    struct erma_rpc_cfg cfg;
+    struct erma_transport *tr;
+    struct erma_pool *pool;
+    uint32_t pkt_data;        /* data bytes per packet */
+    struct erma_rand rng;
+    struct session **sessions;
+    uint32_t nsessions, sessions_cap, active_sessions;
+    uint64_t next_scan_ns, scan_ns;
+    /* TX batch; control packets keep their header in ctrl[] */
+    struct erma_tx_pkt tx[ERMA_MAX_BURST];
+    uint8_t ctrl[ERMA_MAX_BURST][ERMA_HDR_SIZE + 64];
+    unsigned ntx;
+    /* continuations run after the TX batch is flushed */
+    struct completion *done;
+    unsigned ndone, done_cap;
+    struct backlog *free_backlog;
+    struct erma_mpsc worker_done; /* struct erma_req * back from workers */
+    struct erma_rpc_stats stats;
+    bool pool_locked; /* worker threads allocate too */
+    pthread_mutex_t pool_lock;
+};
+
+/* endpoint.c */
+void tx_flush(struct erma_rpc *rpc);
+uint8_t *tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len);
+void tx_data(struct erma_rpc *rpc, const struct erma_addr *dst, const uint8_t *hdr,
+             const uint8_t *data, uint32_t data_len);
+int complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
+             struct erma_msgbuf *resp);
+void run_completions(struct erma_rpc *rpc);
+
+/* msgbuf.c */
+uint32_t msg_pkts(uint32_t size, uint32_t pkt_data);
+uint8_t *msg_hdr(const struct erma_msgbuf *mb, uint32_t k);
+void msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
+                  uint32_t *len);
+
+/* session.c */
+enum sm_type {
+    CONNECT_REQ = 1, CONNECT_RESP, DISCONNECT_REQ, DISCONNECT_RESP, PING, PONG, RESET,
+    REQ_ERROR, /* server to client: the request in req_num failed with err */
+};
+
+/* A session-management message: the payload after the header (docs/PROTOCOL.md). */
+struct sm_msg {
+    uint64_t token;
+    uint16_t client_session, server_session;
+    uint32_t credits;
+    int32_t err;
+    uint8_t server_tid;
+    uint64_t req_num;
+};
+
+void sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,
+             uint16_t dest_session, const struct sm_msg *m);
+struct sm_msg sess_msg(const struct session *s);
+struct session *session_get(struct erma_rpc *rpc, uint16_t num);
+void sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
+void sessions_scan(struct erma_rpc *rpc, uint64_t now);
+void session_fail(struct erma_rpc *rpc, struct session *s, int status);
+void session_release(struct erma_rpc *rpc, struct session *s);
+
+/* proto.c */
+void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
+void client_kick(struct erma_rpc *rpc, struct session *s);
+void client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now);
+void server_slot_reset(struct erma_rpc *rpc, struct slot *sl);
+void worker_response(struct erma_rpc *rpc, struct erma_req *rq);
+void fail_client_slots(struct erma_rpc *rpc, struct session *s, int status);
+void client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num, int err);
+void server_slot_free(struct erma_rpc *rpc, struct slot *sl);
+
+/* nexus.c */
+int nexus_endpoint_uri(const struct erma_nexus *nx, const char *base, uint8_t tid, char *out,
+                       size_t len);
+void nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq);
+
+#endif

@@ -1,0 +1,71 @@
+/* Message buffers: [hdr 0][data ... max_size][hdr 1][hdr 2]...[hdr n-1]. */
+#include <string.h>
+
+#include "internal.h"
+
+uint32_t msg_pkts(uint32_t size, uint32_t pkt_data)
+{
+    return size <= pkt_data ? 1 : (size + pkt_data - 1) / pkt_data;
+}
+
+static size_t mem_size(uint32_t max_size, uint32_t max_pkts)
+{
+    return (size_t)ERMA_HDR_SIZE * max_pkts + max_size;
+}
+
+uint8_t *msg_hdr(const struct erma_msgbuf *mb, uint32_t k)
+{
+    return k == 0 ? mb->mem : mb->data + mb->max_size + (size_t)(k - 1) * ERMA_HDR_SIZE;
+}
+
+void msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
+                  uint32_t *len)
+{
+    const uint32_t off = k * mb->pkt_data;
+    *data = mb->data + off;
+    *len = mb->size - off < mb->pkt_data ? mb->size - off : mb->pkt_data;
+}
+
+int erma_alloc_msgbuf(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf *out)
+{
+    if (!rpc || !out)
+        return ERMA_EINVAL;
+    memset(out, 0, sizeof *out);
+    if (max_size > ERMA_MAX_MSG_SIZE)
+        return ERMA_E2BIG;
+    const uint32_t pkts = msg_pkts((uint32_t)max_size, rpc->pkt_data);
+    if (rpc->pool_locked)
+        pthread_mutex_lock(&rpc->pool_lock);
+    out->mem = erma_pool_alloc(rpc->pool, mem_size((uint32_t)max_size, pkts));
+    if (rpc->pool_locked)
+        pthread_mutex_unlock(&rpc->pool_lock);
+    if (!out->mem)
+        return ERMA_ENOMEM;
+    out->data = out->mem + ERMA_HDR_SIZE;
+    out->size = out->max_size = (uint32_t)max_size;
+    out->max_pkts = pkts;
+    out->pkt_data = rpc->pkt_data;
+    return ERMA_OK;
+}
+
+void erma_free_msgbuf(struct erma_rpc *rpc, struct erma_msgbuf *mb)
+{
+    if (!rpc || !mb || !mb->mem)
+        return;
+    if (rpc->pool_locked)
+        pthread_mutex_lock(&rpc->pool_lock);
+    erma_pool_free(rpc->pool, mb->mem, mem_size(mb->max_size, mb->max_pkts));
+    if (rpc->pool_locked)
+        pthread_mutex_unlock(&rpc->pool_lock);
+    memset(mb, 0, sizeof *mb);
+}
+
+int erma_resize_msgbuf(struct erma_msgbuf *mb, size_t size)
+{
+    if (!mb || !mb->mem)
+        return ERMA_EINVAL;
+    if (size > mb->max_size)
+        return ERMA_E2BIG;
+    mb->size = (uint32_t)size;
+    return ERMA_OK;
+}

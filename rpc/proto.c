@@ -1,0 +1,509 @@
+/*
+ * The RPC wire protocol. A client slot numbers its packets in one index
+ * space: 0..req_pkts-1 are request packets, req_pkts.. are RFRs for response
+ * packets 1... The server's reply to client packet i carries pkt_num i: a
+ * credit return for i < req_pkts-1, else response packet i - (req_pkts-1).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "erma/clock.h"
+#include "erma/log.h"
+#include "internal.h"
+
+static void hdr_put(uint8_t *buf, uint8_t type, uint32_t msg_size, uint16_t dest,
+                    enum erma_pkt_type pkt_type, uint32_t pkt_num, uint64_t req_num)
+{
+    const struct erma_hdr h = {.req_type = type, .msg_size = msg_size, .dest_session = dest,
+                               .pkt_type = (uint8_t)pkt_type, .pkt_num = (uint16_t)pkt_num,
+                               .req_num = req_num, .proto = ERMA_PROTO_RPC};
+    erma_hdr_encode(&h, buf);
+}
+
+static struct slot *slot_of(struct erma_req *rq)
+{
+    return (struct slot *)((char *)rq - offsetof(struct slot, rq));
+}
+
+/* ---- client ---- */
+
+static uint32_t client_total_tx(const struct slot *sl)
+{
+    return sl->resp_pkts ? sl->req_pkts + sl->resp_pkts - 1 : sl->req_pkts;
+}
+
+static void client_send(struct erma_rpc *rpc, struct session *s, struct slot *sl)
+{
+    const uint32_t total = client_total_tx(sl);
+    while (s->credits > 0 && sl->num_tx < total) {
+        const uint32_t i = sl->num_tx++;
+        s->credits--;
+        if (i < sl->req_pkts) {
+            const uint8_t *data;
+            uint32_t len;
+            msg_pkt_span(sl->req, i, &data, &len);
+            tx_data(rpc, &s->peer, msg_hdr(sl->req, i), data, len);
+        } else {
+            uint8_t *h = tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
+            hdr_put(h, sl->req_type, 0, s->remote_num, ERMA_PKT_RFR, i, sl->req_num);
+        }
+    }
+}
+
+static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
+                       const struct backlog *b)
+{
+    sl->busy = true;
+    sl->req_num += ERMA_SESSION_SLOTS;
+    sl->req_type = b->req_type;
+    sl->req = b->req;
+    sl->resp = b->resp;
+    sl->cont = b->cont;
+    sl->tag = b->tag;
+    sl->req_pkts = msg_pkts(sl->req->size, rpc->pkt_data);
+    sl->resp_pkts = sl->num_tx = sl->num_rx = 0;
+    sl->progress_ns = sl->start_ns = erma_now_ns();
+    for (uint32_t k = 0; k < sl->req_pkts; k++)
+        hdr_put(msg_hdr(sl->req, k), sl->req_type, sl->req->size, s->remote_num, ERMA_PKT_REQ,
+                k, sl->req_num);
+}
+
+static void slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl, int status)
+{
+    s->credits += sl->num_tx - sl->num_rx;
+    sl->busy = false;
+    complete(rpc, sl->cont, sl->tag, status, sl->resp);
+}
+
+void client_kick(struct erma_rpc *rpc, struct session *s)
+{
+    if (s->state != CONNECTED)
+        return;
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
+        struct slot *sl = &s->slots[k];
+        if (!sl->busy && s->backlog) {
+            struct backlog *b = s->backlog;
+            s->backlog = b->next;
+            slot_start(rpc, s, sl, b);
+            b->next = rpc->free_backlog;
+            rpc->free_backlog = b;
+        }
+        if (sl->busy)
+            client_send(rpc, s, sl);
+    }
+}
+
+int erma_enqueue_request(struct erma_rpc *rpc, int num, uint8_t req_type,
+                         struct erma_msgbuf *req, struct erma_msgbuf *resp, erma_cont_fn cont,
+                         void *tag)
+{
+    if (!rpc || !req || !resp || !cont || !req->mem || !resp->mem || req == resp ||
+        req->size > req->max_size || req->pkt_data != rpc->pkt_data)
+        return ERMA_EINVAL;
+    struct session *s = num >= 0 && num < (int)MAX_SESSIONS ? session_get(rpc, (uint16_t)num)
+                                                            : NULL;
+    if (!s || s->role != CLIENT || (s->state != CONNECTED && s->state != CONNECTING))
+        return ERMA_ENOENT;
+    struct backlog *b = rpc->free_backlog;
+    if (b)
+        rpc->free_backlog = b->next;
+    else if (!(b = malloc(sizeof *b)))
+        return ERMA_ENOMEM;
+    *b = (struct backlog){NULL, req_type, req, resp, cont, tag};
+    if (s->backlog_tail && s->backlog)
+        s->backlog_tail->next = b;
+    else
+        s->backlog = b;
+    s->backlog_tail = b;
+    client_kick(rpc, s);
+    return ERMA_OK;
+}
+
+void fail_client_slots(struct erma_rpc *rpc, struct session *s, int status)
+{
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
+        if (s->slots[k].busy)
+            slot_finish(rpc, s, &s->slots[k], status);
+    while (s->backlog) {
+        struct backlog *b = s->backlog;
+        s->backlog = b->next;
+        complete(rpc, b->cont, b->tag, status, b->resp);
+        b->next = rpc->free_backlog;
+        rpc->free_backlog = b;
+    }
+}
+
+void client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num, int err)
+{
+    struct slot *sl = &s->slots[req_num % ERMA_SESSION_SLOTS];
+    if (!sl->busy || sl->req_num != req_num || err >= 0 || err <= ERMA_ERR_LAST)
+        return;
+    slot_finish(rpc, s, sl, err);
+    client_kick(rpc, s);
+}
+
+void client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
+{
+    bool kick = false;
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
+        struct slot *sl = &s->slots[k];
+        if (!sl->busy)
+            continue;
+        if (rpc->cfg.req_timeout_ns && now - sl->start_ns > rpc->cfg.req_timeout_ns) {
+            slot_finish(rpc, s, sl, ERMA_ETIMEDOUT);
+            kick = true;
+        } else if (sl->num_tx > sl->num_rx && now - sl->progress_ns > rpc->cfg.rto_ns) {
+            /* go-back-N: resend everything after the last reply */
+            s->credits += sl->num_tx - sl->num_rx;
+            sl->num_tx = sl->num_rx;
+            sl->progress_ns = now;
+            rpc->stats.retransmits++;
+            kick = true;
+        }
+    }
+    if (kick)
+        client_kick(rpc, s);
+}
+
+/* Accepts response packet j (data in pkt) into the slot's response buffer. */
+static int client_take_resp(struct erma_rpc *rpc, struct slot *sl, const struct erma_hdr *h,
+                            const uint8_t *data, uint32_t len, uint32_t j)
+{
+    struct erma_msgbuf *resp = sl->resp;
+    if (j == 0) {
+        if (h->msg_size > resp->max_size || resp->pkt_data != rpc->pkt_data) {
+            erma_free_msgbuf(rpc, resp);
+            if (erma_alloc_msgbuf(rpc, h->msg_size, resp) != ERMA_OK)
+                return ERMA_ENOMEM;
+        }
+        resp->size = h->msg_size;
+        sl->resp_pkts = msg_pkts(h->msg_size, rpc->pkt_data);
+    } else if (h->msg_size != resp->size || j >= sl->resp_pkts) {
+        return ERMA_EBADPKT;
+    }
+    const uint8_t *dst;
+    uint32_t want;
+    msg_pkt_span(resp, j, &dst, &want);
+    if (len != want)
+        return ERMA_EBADPKT;
+    memcpy((uint8_t *)dst, data, len);
+    return ERMA_OK;
+}
+
+static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_hdr *h,
+                      const struct erma_rx_pkt *pkt)
+{
+    struct slot *sl = &s->slots[h->req_num % ERMA_SESSION_SLOTS];
+    const uint32_t i = h->pkt_num;
+    if (!sl->busy || sl->req_num != h->req_num || i >= sl->num_tx) {
+        rpc->stats.rx_stale++;
+        return;
+    }
+    if (i != sl->num_rx) {
+        if (i < sl->num_rx)
+            rpc->stats.rx_dup++;
+        else
+            rpc->stats.rx_reordered++;
+        return;
+    }
+    const uint32_t len = pkt->len - ERMA_HDR_SIZE;
+    const bool is_cr = i + 1 < sl->req_pkts;
+    if (is_cr != (h->pkt_type == ERMA_PKT_CR) || (is_cr && len != 0)) {
+        rpc->stats.rx_bad++;
+        return;
+    }
+    if (!is_cr) {
+        const int rc = client_take_resp(rpc, sl, h, pkt->data + ERMA_HDR_SIZE, len,
+                                        i + 1 - sl->req_pkts);
+        if (rc == ERMA_ENOMEM) {
+            slot_finish(rpc, s, sl, rc);
+            return;
+        }
+        if (rc != ERMA_OK) {
+            rpc->stats.rx_bad++;
+            return;
+        }
+    }
+    sl->num_rx++;
+    s->credits++;
+    sl->progress_ns = erma_now_ns();
+    if (!is_cr && sl->num_rx == client_total_tx(sl))
+        slot_finish(rpc, s, sl, ERMA_OK);
+    client_kick(rpc, s);
+}
+
+/* ---- server ---- */
+
+static void server_send_resp_pkt(struct erma_rpc *rpc, struct session *s, struct erma_req *rq,
+                                 uint32_t j)
+{
+    const uint8_t *data;
+    uint32_t len;
+    msg_pkt_span(rq->resp, j, &data, &len);
+    tx_data(rpc, &s->peer, msg_hdr(rq->resp, j), data, len);
+}
+
+static void server_send_cr(struct erma_rpc *rpc, struct session *s, const struct slot *sl,
+                           uint32_t i)
+{
+    uint8_t *h = tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
+    hdr_put(h, sl->rq.type, 0, s->remote_num, ERMA_PKT_CR, i, sl->req_num);
+}
+
+static void server_send_error(struct erma_rpc *rpc, struct session *s, const struct slot *sl)
+{
+    struct sm_msg m = sess_msg(s);
+    m.err = sl->rq.err;
+    m.req_num = sl->req_num;
+    sm_send(rpc, &s->peer, REQ_ERROR, s->remote_num, &m);
+}
+
+static void free_req_buf(struct erma_rpc *rpc, struct erma_req *rq)
+{
+    if (rq->owns_req)
+        erma_free_msgbuf(rpc, &rq->req_buf);
+    rq->owns_req = false;
+    rq->data = NULL;
+}
+
+/* Forgets the slot's last request and response (keeps pre_resp for reuse). */
+void server_slot_reset(struct erma_rpc *rpc, struct slot *sl)
+{
+    struct erma_req *rq = &sl->rq;
+    if (rq->in_worker)
+        return;
+    if (rq->resp == &rq->own_resp) {
+        tx_flush(rpc); /* the batch may still point into it */
+        erma_free_msgbuf(rpc, &rq->own_resp);
+    }
+    free_req_buf(rpc, rq);
+    rq->resp = NULL;
+    rq->responded = false;
+    rq->err = ERMA_OK;
+    sl->srv_rx = 0;
+}
+
+void server_slot_free(struct erma_rpc *rpc, struct slot *sl)
+{
+    server_slot_reset(rpc, sl);
+    if (!sl->rq.in_worker)
+        erma_free_msgbuf(rpc, &sl->rq.pre_resp);
+}
+
+static void server_respond(struct erma_rpc *rpc, struct erma_req *rq)
+{
+    struct session *s = rq->sess;
+    struct slot *sl = slot_of(rq);
+    const uint32_t req_pkts = msg_pkts(rq->size, rpc->pkt_data);
+    free_req_buf(rpc, rq);
+    rq->resp_pkts = msg_pkts(rq->resp->size, rpc->pkt_data);
+    for (uint32_t j = 0; j < rq->resp_pkts; j++)
+        hdr_put(msg_hdr(rq->resp, j), rq->type, rq->resp->size, s->remote_num, ERMA_PKT_RESP,
+                req_pkts - 1 + j, sl->req_num);
+    server_send_resp_pkt(rpc, s, rq, 0);
+}
+
+int erma_enqueue_response(struct erma_req *rq, struct erma_msgbuf *resp)
+{
+    if (!rq || !resp || !resp->mem || resp->size > resp->max_size || rq->responded ||
+        resp->pkt_data != rq->rpc->pkt_data)
+        return ERMA_EINVAL;
+    if (resp != &rq->pre_resp) {
+        rq->own_resp = *resp;
+        memset(resp, 0, sizeof *resp); /* erma owns the buffer now */
+        resp = &rq->own_resp;
+    }
+    rq->resp = resp;
+    rq->responded = true;
+    if (!rq->in_worker)
+        server_respond(rq->rpc, rq);
+    return ERMA_OK;
+}
+
+void worker_response(struct erma_rpc *rpc, struct erma_req *rq)
+{
+    struct session *s = rq->sess;
+    rq->in_worker = false;
+    s->in_worker--;
+    if (s->state == ZOMBIE || s->state == FREE) {
+        server_slot_free(rpc, slot_of(rq));
+        if (s->state == ZOMBIE && s->in_worker == 0)
+            s->state = FREE;
+        return;
+    }
+    server_respond(rpc, rq);
+}
+
+/* Keeps the request bytes past the RX buffer's lifetime. */
+static int own_request(struct erma_rpc *rpc, struct erma_req *rq)
+{
+    if (rq->owns_req)
+        return ERMA_OK;
+    const int rc = erma_alloc_msgbuf(rpc, rq->size, &rq->req_buf);
+    if (rc != ERMA_OK)
+        return rc;
+    memcpy(rq->req_buf.data, rq->data, rq->size);
+    rq->data = rq->req_buf.data;
+    rq->owns_req = true;
+    return ERMA_OK;
+}
+
+static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl)
+{
+    struct erma_req *rq = &sl->rq;
+    const struct handler *h = &rpc->nx->handlers[rq->type];
+    if (!rq->pre_resp.mem && erma_alloc_msgbuf(rpc, rpc->pkt_data, &rq->pre_resp) != ERMA_OK)
+        rq->err = ERMA_ENOMEM;
+    else if (!h->fn)
+        rq->err = ERMA_ENOENT;
+    else if (h->mode == ERMA_WORKER && own_request(rpc, rq) != ERMA_OK)
+        rq->err = ERMA_ENOMEM;
+    if (rq->err != ERMA_OK) {
+        server_send_error(rpc, s, sl);
+        return;
+    }
+    rq->pre_resp.size = rq->pre_resp.max_size;
+    rpc->stats.handler_calls++;
+    if (h->mode == ERMA_WORKER) {
+        rq->in_worker = true;
+        s->in_worker++;
+        nexus_to_worker(rpc->nx, rq);
+        return;
+    }
+    h->fn(rq, h->ctx);
+    if (!rq->responded && own_request(rpc, rq) != ERMA_OK)
+        ERMA_WARN("rpc: no memory to keep a deferred request");
+}
+
+/* A request packet i for the slot's current request. */
+static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl,
+                           const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
+{
+    struct erma_req *rq = &sl->rq;
+    const uint32_t i = h->pkt_num, req_pkts = msg_pkts(rq->size, rpc->pkt_data);
+    if (i > sl->srv_rx) {
+        rpc->stats.rx_reordered++;
+        return;
+    }
+    if (i < sl->srv_rx) { /* a retransmission: answer again what is idempotent */
+        rpc->stats.rx_dup++;
+        if (i + 1 < req_pkts)
+            server_send_cr(rpc, s, sl, i);
+        else if (rq->err != ERMA_OK)
+            server_send_error(rpc, s, sl);
+        else if (rq->responded && !rq->in_worker)
+            server_send_resp_pkt(rpc, s, rq, 0);
+        return;
+    }
+    const uint8_t *data = pkt->data + ERMA_HDR_SIZE;
+    const uint32_t len = pkt->len - ERMA_HDR_SIZE;
+    if (req_pkts == 1) {
+        rq->data = data; /* processed in the RX buffer */
+    } else {
+        if (i == 0 && erma_alloc_msgbuf(rpc, rq->size, &rq->req_buf) != ERMA_OK)
+            return; /* dropped; the client will retransmit */
+        rq->owns_req = true;
+        rq->data = rq->req_buf.data;
+        memcpy(rq->req_buf.data + (size_t)i * rpc->pkt_data, data, len);
+    }
+    sl->srv_rx++;
+    if (i + 1 < req_pkts)
+        server_send_cr(rpc, s, sl, i);
+    else
+        server_call(rpc, s, sl);
+}
+
+static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma_hdr *h,
+                      const struct erma_rx_pkt *pkt)
+{
+    struct slot *sl = &s->slots[h->req_num % ERMA_SESSION_SLOTS];
+    struct erma_req *rq = &sl->rq;
+    if (rq->in_worker || h->req_num < sl->req_num) {
+        rpc->stats.rx_stale++;
+        return;
+    }
+    if (h->req_num > sl->req_num) { /* a new request: the last one was delivered */
+        if (h->pkt_type != ERMA_PKT_REQ || h->pkt_num != 0) {
+            rpc->stats.rx_reordered++;
+            return;
+        }
+        server_slot_reset(rpc, sl);
+        sl->req_num = h->req_num;
+        rq->type = h->req_type;
+        rq->size = h->msg_size;
+    }
+    if (h->pkt_type == ERMA_PKT_REQ) {
+        server_req_pkt(rpc, s, sl, h, pkt);
+        return;
+    }
+    /* RFR for response packet j */
+    const uint32_t req_pkts = msg_pkts(rq->size, rpc->pkt_data);
+    const uint32_t j = h->pkt_num + 1 - req_pkts;
+    if (!rq->responded || h->pkt_num < req_pkts || j >= rq->resp_pkts) {
+        rpc->stats.rx_stale++;
+        return;
+    }
+    server_send_resp_pkt(rpc, s, rq, j);
+}
+
+/* Checks a packet's length against what its header says it carries. */
+static bool length_ok(const struct erma_hdr *h, uint32_t len, uint32_t pkt_data)
+{
+    const uint32_t data = len - ERMA_HDR_SIZE;
+    if (h->pkt_type == ERMA_PKT_CR || h->pkt_type == ERMA_PKT_RFR)
+        return data == 0;
+    if (h->pkt_type == ERMA_PKT_REQ && h->pkt_num >= msg_pkts(h->msg_size, pkt_data))
+        return false;
+    /* data packets: full except the last of their message */
+    const uint32_t k = h->pkt_type == ERMA_PKT_REQ ? h->pkt_num : 0;
+    const uint32_t off = k * pkt_data;
+    const uint32_t want = h->msg_size - off < pkt_data ? h->msg_size - off : pkt_data;
+    return h->pkt_type == ERMA_PKT_RESP || data == want;
+}
+
+void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
+{
+    if (!length_ok(h, pkt->len, rpc->pkt_data)) {
+        rpc->stats.rx_bad++;
+        return;
+    }
+    struct session *s = session_get(rpc, h->dest_session);
+    const bool to_server = h->pkt_type == ERMA_PKT_REQ || h->pkt_type == ERMA_PKT_RFR;
+    if (!s || s->state != CONNECTED || s->role != (to_server ? SERVER : CLIENT) ||
+        !erma_addr_eq(&s->peer, &pkt->src)) {
+        rpc->stats.rx_no_session++;
+        return;
+    }
+    s->last_rx_ns = erma_now_ns();
+    if (to_server)
+        server_rx(rpc, s, h, pkt);
+    else
+        client_rx(rpc, s, h, pkt);
+}
+
+/* ---- request handle accessors ---- */
+
+const uint8_t *erma_req_data(const struct erma_req *rq)
+{
+    return rq->data;
+}
+
+size_t erma_req_size(const struct erma_req *rq)
+{
+    return rq->size;
+}
+
+uint8_t erma_req_type(const struct erma_req *rq)
+{
+    return rq->type;
+}
+
+struct erma_rpc *erma_req_rpc(const struct erma_req *rq)
+{
+    return rq->rpc;
+}
+
+struct erma_msgbuf *erma_req_resp_buf(struct erma_req *rq)
+{
+    return &rq->pre_resp;
+}

@@ -1,0 +1,351 @@
+/* Sessions and the in-band session-management protocol. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "erma/clock.h"
+#include "erma/log.h"
+#include "internal.h"
+
+
+#define SM_PAYLOAD 29
+#define SM_LEN (ERMA_HDR_SIZE + SM_PAYLOAD)
+
+void sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,
+             uint16_t dest_session, const struct sm_msg *m)
+{
+    uint8_t *p = tx_ctrl(rpc, dst, SM_LEN);
+    const struct erma_hdr h = {.req_type = (uint8_t)type, .dest_session = dest_session,
+                               .proto = ERMA_PROTO_SM};
+    erma_hdr_encode(&h, p);
+    p += ERMA_HDR_SIZE;
+    erma_put_le(p, m->token, 8);
+    erma_put_le(p + 8, m->client_session, 2);
+    erma_put_le(p + 10, m->server_session, 2);
+    erma_put_le(p + 12, m->credits, 4);
+    erma_put_le(p + 16, (uint32_t)m->err, 4);
+    p[20] = m->server_tid;
+    erma_put_le(p + 21, m->req_num, 8);
+}
+
+static void sm_decode(const uint8_t *p, struct sm_msg *m)
+{
+    p += ERMA_HDR_SIZE;
+    m->token = erma_get_le(p, 8);
+    m->client_session = (uint16_t)erma_get_le(p + 8, 2);
+    m->server_session = (uint16_t)erma_get_le(p + 10, 2);
+    m->credits = (uint32_t)erma_get_le(p + 12, 4);
+    m->err = (int32_t)(uint32_t)erma_get_le(p + 16, 4);
+    m->server_tid = p[20];
+    m->req_num = erma_get_le(p + 21, 8);
+}
+
+struct sm_msg sess_msg(const struct session *s)
+{
+    const bool client = s->role == CLIENT;
+    return (struct sm_msg){.token = s->token,
+                           .client_session = client ? s->num : s->remote_num,
+                           .server_session = client ? s->remote_num : s->num,
+                           .credits = s->credits_max,
+                           .server_tid = s->remote_tid};
+}
+
+static void sm_notify(struct erma_rpc *rpc, struct session *s, enum erma_sm_event ev, int err)
+{
+    if (rpc->cfg.sm_handler)
+        rpc->cfg.sm_handler(rpc, s->num, ev, err, rpc->cfg.sm_ctx);
+}
+
+struct session *session_get(struct erma_rpc *rpc, uint16_t num)
+{
+    if (num >= rpc->nsessions)
+        return NULL;
+    struct session *s = rpc->sessions[num];
+    return s && s->state != FREE && s->state != ZOMBIE ? s : NULL;
+}
+
+uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc)
+{
+    const uint32_t cap = rpc->cfg.rx_ring / rpc->cfg.credits;
+    return cap > rpc->active_sessions ? cap - rpc->active_sessions : 0;
+}
+
+static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
+{
+    uint32_t i = 0;
+    while (i < rpc->nsessions && rpc->sessions[i] && rpc->sessions[i]->state != FREE)
+        i++;
+    if (i == rpc->nsessions) {
+        if (i >= MAX_SESSIONS)
+            return NULL;
+        if (i == rpc->sessions_cap) {
+            const uint32_t cap = rpc->sessions_cap ? 2 * rpc->sessions_cap : 64;
+            struct session **a = realloc(rpc->sessions, cap * sizeof *a);
+            if (!a)
+                return NULL;
+            rpc->sessions = a;
+            rpc->sessions_cap = cap;
+        }
+        rpc->sessions[rpc->nsessions++] = NULL;
+    }
+    struct session *s = rpc->sessions[i];
+    if (!s && !(s = rpc->sessions[i] = malloc(sizeof *s)))
+        return NULL;
+    memset(s, 0, sizeof *s);
+    s->num = (uint16_t)i;
+    s->role = (uint8_t)role;
+    s->start_ns = s->last_rx_ns = s->last_tx_sm_ns = erma_now_ns();
+    /* A random start makes packets of an earlier session with this number stale. */
+    const uint64_t base = (erma_rand_u64(&rpc->rng) & (ERMA_MAX_REQ_NUM >> 8)) * ERMA_SESSION_SLOTS;
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
+        s->slots[k].req_num = role == CLIENT ? base + k : 0; /* server: 0 is none yet */
+        s->slots[k].rq.rpc = rpc;
+        s->slots[k].rq.sess = s;
+    }
+    rpc->active_sessions++;
+    return s;
+}
+
+void session_fail(struct erma_rpc *rpc, struct session *s, int status)
+{
+    if (s->role == CLIENT)
+        fail_client_slots(rpc, s, status);
+}
+
+void session_release(struct erma_rpc *rpc, struct session *s)
+{
+    tx_flush(rpc); /* nothing in the batch may point at this session */
+    if (s->role == SERVER)
+        for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
+            server_slot_free(rpc, &s->slots[k]);
+    s->state = s->in_worker ? ZOMBIE : FREE;
+    rpc->active_sessions--;
+}
+
+int erma_create_session(struct erma_rpc *rpc, const char *remote_uri, uint8_t remote_tid)
+{
+    if (!rpc || !remote_uri || remote_tid >= ERMA_MAX_THREADS)
+        return ERMA_EINVAL;
+    char uri[200];
+    struct erma_addr peer;
+    int rc = nexus_endpoint_uri(rpc->nx, remote_uri, remote_tid, uri, sizeof uri);
+    if (rc == ERMA_OK)
+        rc = erma_transport_resolve(rpc->tr, uri, &peer);
+    if (rc != ERMA_OK)
+        return rc;
+    if (erma_rpc_free_sessions(rpc) == 0)
+        return ERMA_ENOSLOTS;
+    struct session *s = session_alloc(rpc, CLIENT);
+    if (!s)
+        return ERMA_ENOMEM;
+    s->state = CONNECTING;
+    s->peer = peer;
+    s->remote_tid = remote_tid;
+    s->remote_num = NO_SESSION;
+    s->credits_max = rpc->cfg.credits;
+    s->token = erma_rand_u64(&rpc->rng) | 1;
+    const struct sm_msg m = sess_msg(s);
+    sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
+    tx_flush(rpc);
+    return s->num;
+}
+
+int erma_destroy_session(struct erma_rpc *rpc, int num)
+{
+    struct session *s = rpc && num >= 0 && num < (int)MAX_SESSIONS
+                            ? session_get(rpc, (uint16_t)num) : NULL;
+    if (!s || s->role != CLIENT || s->state == DISCONNECTING)
+        return ERMA_ENOENT;
+    fail_client_slots(rpc, s, ERMA_ECANCELLED);
+    if (s->state == CONNECTING) {
+        session_release(rpc, s);
+        sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_OK);
+        return ERMA_OK;
+    }
+    s->state = DISCONNECTING;
+    s->last_tx_sm_ns = erma_now_ns();
+    const struct sm_msg m = sess_msg(s);
+    sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
+    return ERMA_OK;
+}
+
+bool erma_session_connected(const struct erma_rpc *rpc, int num)
+{
+    const struct session *s = rpc && num >= 0 && (uint32_t)num < rpc->nsessions
+                                  ? rpc->sessions[num] : NULL;
+    return s && s->state == CONNECTED;
+}
+
+/* ---- the server side of session management ---- */
+
+static struct session *find_server_session(struct erma_rpc *rpc, const struct erma_addr *peer,
+                                           uint64_t token)
+{
+    for (uint32_t i = 0; i < rpc->nsessions; i++) {
+        struct session *s = rpc->sessions[i];
+        if (s && s->state == CONNECTED && s->role == SERVER && s->token == token &&
+            erma_addr_eq(&s->peer, peer))
+            return s;
+    }
+    return NULL;
+}
+
+static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
+                           struct sm_msg *m)
+{
+    struct session *s = find_server_session(rpc, &pkt->src, m->token);
+    if (!s) {
+        const uint32_t grant = m->credits < rpc->cfg.credits ? m->credits : rpc->cfg.credits;
+        if (m->server_tid != rpc->tid || grant == 0) {
+            m->err = ERMA_ENOENT;
+        } else if ((uint64_t)(rpc->active_sessions + 1) * grant > rpc->cfg.rx_ring ||
+                   !(s = session_alloc(rpc, SERVER))) {
+            m->err = ERMA_EREFUSED;
+            rpc->stats.sessions_refused++;
+        } else {
+            s->state = CONNECTED;
+            s->peer = pkt->src;
+            s->token = m->token;
+            s->remote_num = m->client_session;
+            s->credits_max = s->credits = grant;
+        }
+    }
+    if (s) {
+        m->server_session = s->num;
+        m->credits = s->credits_max;
+        m->err = ERMA_OK;
+    }
+    sm_send(rpc, &pkt->src, CONNECT_RESP, m->client_session, m);
+}
+
+static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct erma_hdr *h,
+                          const struct erma_rx_pkt *pkt, const struct sm_msg *m)
+{
+    struct session *s = session_get(rpc, h->dest_session);
+    const bool ours = s && s->role == SERVER && s->token == m->token &&
+                      erma_addr_eq(&s->peer, &pkt->src);
+    if (ours)
+        s->last_rx_ns = erma_now_ns();
+    if (type == DISCONNECT_REQ) {
+        if (ours)
+            session_release(rpc, s);
+        sm_send(rpc, &pkt->src, DISCONNECT_RESP, m->client_session, m);
+    } else { /* PING */
+        sm_send(rpc, &pkt->src, ours ? PONG : RESET, m->client_session, m);
+    }
+}
+
+/* ---- the client side ---- */
+
+static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct erma_hdr *h,
+                          const struct erma_rx_pkt *pkt, const struct sm_msg *m)
+{
+    struct session *s = session_get(rpc, h->dest_session);
+    if (!s || s->role != CLIENT || s->token != m->token || !erma_addr_eq(&s->peer, &pkt->src)) {
+        rpc->stats.rx_no_session++;
+        return;
+    }
+    s->last_rx_ns = erma_now_ns();
+    if (type == CONNECT_RESP && s->state == CONNECTING) {
+        if (m->err != ERMA_OK) {
+            fail_client_slots(rpc, s, m->err);
+            session_release(rpc, s);
+            sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, m->err);
+            return;
+        }
+        s->remote_num = m->server_session;
+        s->credits = s->credits_max = m->credits;
+        s->state = CONNECTED;
+        sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);
+        client_kick(rpc, s);
+    } else if (type == DISCONNECT_RESP && s->state == DISCONNECTING) {
+        session_release(rpc, s);
+        sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_OK);
+    } else if (type == REQ_ERROR && s->state == CONNECTED) {
+        client_req_error(rpc, s, m->req_num, m->err);
+    } else if (type == RESET && s->state == CONNECTED) {
+        ERMA_INFO("rpc: session %u reset by its server (restarted?)", s->num);
+        session_fail(rpc, s, ERMA_EPEERFAILED);
+        session_release(rpc, s);
+        sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);
+    }
+}
+
+void sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
+{
+    if (pkt->len != SM_LEN) {
+        rpc->stats.rx_bad++;
+        return;
+    }
+    struct sm_msg m;
+    sm_decode(pkt->data, &m);
+    switch (h->req_type) {
+    case CONNECT_REQ:
+        on_connect_req(rpc, pkt, &m);
+        break;
+    case DISCONNECT_REQ:
+    case PING:
+        on_server_msg(rpc, (enum sm_type)h->req_type, h, pkt, &m);
+        break;
+    case CONNECT_RESP:
+    case DISCONNECT_RESP:
+    case PONG:
+    case RESET:
+    case REQ_ERROR:
+        on_client_msg(rpc, (enum sm_type)h->req_type, h, pkt, &m);
+        break;
+    default:
+        rpc->stats.rx_bad++;
+    }
+}
+
+/* ---- timers ---- */
+
+static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
+{
+    const struct erma_rpc_cfg *c = &rpc->cfg;
+    const struct sm_msg m = sess_msg(s);
+    if (s->state == CONNECTING) {
+        if (now - s->start_ns > c->failure_ns) {
+            fail_client_slots(rpc, s, ERMA_ETIMEDOUT);
+            session_release(rpc, s);
+            sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, ERMA_ETIMEDOUT);
+        } else if (now - s->last_tx_sm_ns >= c->connect_retry_ns) {
+            s->last_tx_sm_ns = now;
+            sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
+        }
+    } else if (s->state == DISCONNECTING) {
+        if (now - s->last_tx_sm_ns > c->failure_ns) {
+            session_release(rpc, s);
+            sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_ETIMEDOUT);
+        } else if (now - s->last_rx_ns >= c->connect_retry_ns &&
+                   now - s->last_tx_sm_ns >= c->connect_retry_ns) {
+            sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
+        }
+    } else if (now - s->last_rx_ns > c->failure_ns) {
+        ERMA_INFO("rpc: session %u: peer silent for %llu ms, declared failed", s->num,
+                  (unsigned long long)((now - s->last_rx_ns) / 1000000));
+        session_fail(rpc, s, ERMA_EPEERFAILED);
+        session_release(rpc, s);
+        sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);
+    } else {
+        if (now - s->last_rx_ns >= c->keepalive_ns && now - s->last_tx_sm_ns >= c->keepalive_ns) {
+            s->last_tx_sm_ns = now;
+            sm_send(rpc, &s->peer, PING, s->remote_num, &m);
+        }
+        client_scan(rpc, s, now);
+    }
+}
+
+void sessions_scan(struct erma_rpc *rpc, uint64_t now)
+{
+    for (uint32_t i = 0; i < rpc->nsessions; i++) {
+        struct session *s = rpc->sessions[i];
+        if (!s || s->state == FREE || s->state == ZOMBIE)
+            continue;
+        if (s->role == CLIENT)
+            scan_client(rpc, s, now);
+        else if (now - s->last_rx_ns > rpc->cfg.failure_ns)
+            session_release(rpc, s); /* the client is gone */
+    }
+}

@@ -1,0 +1,85 @@
+/*
+ * Shared by the RPC tests: a request format whose bytes can be checked at
+ * both ends. A request is [u32 resp_size][u32 id][pattern...]; request byte k
+ * is req_byte(id, k), response byte k is resp_byte(id, k).
+ */
+#ifndef ERMA_TEST_RPC_UTIL_H
+#define ERMA_TEST_RPC_UTIL_H
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "erma/rpc.h"
+
+#define REQ_HDR 8
+
+static inline uint8_t req_byte(uint32_t id, size_t k)
+{
+    return (uint8_t)(id * 7 + k * 13 + 1);
+}
+
+static inline uint8_t resp_byte(uint32_t id, size_t k)
+{
+    return (uint8_t)(id * 31 + k * 5 + 3);
+}
+
+static inline void fill_req(struct erma_msgbuf *mb, uint32_t id, uint32_t resp_size)
+{
+    memcpy(mb->data, &resp_size, 4);
+    memcpy(mb->data + 4, &id, 4);
+    for (size_t k = REQ_HDR; k < mb->size; k++)
+        mb->data[k] = req_byte(id, k);
+}
+
+static inline int check_resp(const struct erma_msgbuf *mb, uint32_t id, uint32_t size)
+{
+    if (mb->size != size)
+        return -1;
+    for (size_t k = 0; k < size; k++)
+        if (mb->data[k] != resp_byte(id, k))
+            return (int)k + 1;
+    return 0;
+}
+
+struct echo_stats {
+    _Atomic uint64_t calls, bad;
+    _Atomic uint32_t *per_id; /* executions per request id, may be NULL */
+    uint32_t max_id;
+};
+
+/* Checks the request, builds the response it asks for. */
+static inline void echo_handler(struct erma_req *req, void *ctx)
+{
+    struct echo_stats *st = ctx;
+    const uint8_t *d = erma_req_data(req);
+    const size_t n = erma_req_size(req);
+    uint32_t resp_size = 0, id = 0;
+    atomic_fetch_add(&st->calls, 1);
+    if (n < REQ_HDR) {
+        atomic_fetch_add(&st->bad, 1);
+    } else {
+        memcpy(&resp_size, d, 4);
+        memcpy(&id, d + 4, 4);
+        for (size_t k = REQ_HDR; k < n; k++)
+            if (d[k] != req_byte(id, k)) {
+                atomic_fetch_add(&st->bad, 1);
+                break;
+            }
+        if (st->per_id && id < st->max_id)
+            atomic_fetch_add(&st->per_id[id], 1);
+    }
+    struct erma_msgbuf *resp = erma_req_resp_buf(req), own;
+    if (resp_size > resp->max_size) {
+        if (erma_alloc_msgbuf(erma_req_rpc(req), resp_size, &own) != ERMA_OK) {
+            atomic_fetch_add(&st->bad, 1);
+            return;
+        }
+        resp = &own;
+    }
+    erma_resize_msgbuf(resp, resp_size);
+    for (size_t k = 0; k < resp_size; k++)
+        resp->data[k] = resp_byte(id, k);
+    erma_enqueue_response(req, resp);
+}
+
+#endif

@@ -1,0 +1,562 @@
+/* The RPC layer over the sim fabric, in virtual time. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "erma/clock.h"
+#include "erma/rand.h"
+#include "erma/sim.h"
+#include "erma/transport.h"
+#include "erma/wire.h"
+#include "rpc_util.h"
+
+#define ECHO 1
+#define PROXY 2
+#define MAX_HOSTS 3
+
+struct world {
+    struct erma_sim *sim;
+    struct erma_nexus *nx[MAX_HOSTS];
+    struct erma_rpc *rpc[MAX_HOSTS];
+    struct echo_stats echo[MAX_HOSTS];
+    unsigned hosts;
+    char uri[MAX_HOSTS][64];
+    int sm_events[4], sm_last_err;
+};
+
+static struct erma_rpc_cfg sim_cfg(struct world *w)
+{
+    (void)w;
+    return (struct erma_rpc_cfg){.rto_ns = 200000, .failure_ns = 50000000,
+                                 .keepalive_ns = 5000000, .connect_retry_ns = 1000000,
+                                 .seed = 42};
+}
+
+static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err, void *ctx)
+{
+    (void)rpc;
+    (void)session;
+    struct world *w = ctx;
+    w->sm_events[ev]++;
+    w->sm_last_err = err;
+}
+
+static void world_rpc(struct world *w, unsigned h, const struct erma_rpc_cfg *cfg)
+{
+    struct erma_rpc_cfg c = cfg ? *cfg : sim_cfg(w);
+    c.sm_handler = on_sm;
+    c.sm_ctx = w;
+    assert_int_equal(erma_rpc_create(w->nx[h], 0, &c, &w->rpc[h]), ERMA_OK);
+}
+
+static void world_up(struct world *w, const char *name, unsigned hosts, double loss,
+                     double reorder)
+{
+    memset(w, 0, sizeof *w);
+    struct erma_sim_cfg sc;
+    erma_sim_cfg_default(&sc);
+    sc.hosts = hosts;
+    sc.loss = loss;
+    sc.reorder = reorder;
+    sc.reorder_delay_ns = 3000;
+    assert_int_equal(erma_sim_create(name, &sc, &w->sim), ERMA_OK);
+    erma_sim_use_clock(w->sim);
+    w->hosts = hosts;
+    for (unsigned h = 0; h < hosts; h++) {
+        snprintf(w->uri[h], sizeof w->uri[h], "sim://%s/%u:31850", name, h);
+        assert_int_equal(erma_nexus_create(w->uri[h], NULL, &w->nx[h]), ERMA_OK);
+        assert_int_equal(erma_register_handler(w->nx[h], ECHO, echo_handler, ERMA_DISPATCH,
+                                               &w->echo[h]),
+                         ERMA_OK);
+    }
+}
+
+static void world_start(struct world *w)
+{
+    for (unsigned h = 0; h < w->hosts; h++)
+        world_rpc(w, h, NULL);
+}
+
+static void world_down(struct world *w)
+{
+    for (unsigned h = 0; h < w->hosts; h++) {
+        erma_rpc_destroy(w->rpc[h]);
+        erma_nexus_destroy(w->nx[h]);
+        free(w->echo[h].per_id);
+    }
+    erma_sim_destroy(w->sim);
+}
+
+static bool flag_set(void *ctx)
+{
+    return *(int *)ctx != 0;
+}
+
+static int run_until(struct world *w, int *flag, uint64_t ns)
+{
+    struct erma_rpc *live[MAX_HOSTS];
+    unsigned n = 0;
+    for (unsigned h = 0; h < w->hosts; h++)
+        if (w->rpc[h])
+            live[n++] = w->rpc[h];
+    return erma_sim_run_rpcs(w->sim, live, n, ns, flag_set, flag);
+}
+
+static int connect(struct world *w, unsigned from, unsigned to)
+{
+    const int s = erma_create_session(w->rpc[from], w->uri[to], 0);
+    assert_true(s >= 0);
+    for (int i = 0; i < 1000 && !erma_session_connected(w->rpc[from], s); i++) {
+        int never = 0;
+        run_until(w, &never, 100000);
+    }
+    assert_true(erma_session_connected(w->rpc[from], s));
+    return s;
+}
+
+/* ---- one call at a time ---- */
+
+struct call {
+    int done, status;
+    struct erma_msgbuf req, resp;
+};
+
+static void on_call(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)rpc;
+    struct call *c = tag;
+    assert_ptr_equal(resp, &c->resp);
+    c->status = status;
+    c->done++;
+}
+
+static void call_once(struct world *w, unsigned from, int sess, uint8_t type, uint32_t req_size,
+                      uint32_t resp_size, uint32_t id, int expect)
+{
+    struct erma_rpc *rpc = w->rpc[from];
+    struct call c = {0};
+    assert_int_equal(erma_alloc_msgbuf(rpc, req_size < REQ_HDR ? REQ_HDR : req_size, &c.req),
+                     ERMA_OK);
+    assert_int_equal(erma_alloc_msgbuf(rpc, 16, &c.resp), ERMA_OK);
+    fill_req(&c.req, id, resp_size);
+    assert_int_equal(erma_enqueue_request(rpc, sess, type, &c.req, &c.resp, on_call, &c),
+                     ERMA_OK);
+    assert_int_equal(run_until(w, &c.done, 10000000000ull), ERMA_OK);
+    assert_int_equal(c.done, 1);
+    assert_int_equal(c.status, expect);
+    if (expect == ERMA_OK)
+        assert_int_equal(check_resp(&c.resp, id, resp_size), 0);
+    erma_free_msgbuf(rpc, &c.req);
+    erma_free_msgbuf(rpc, &c.resp);
+}
+
+static void test_sizes(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "sizes", 2, 0, 0);
+    world_start(&w);
+    const int s = connect(&w, 0, 1);
+    const uint32_t sizes[] = {REQ_HDR, 100, 1455, 1456, 1457, 2912, 2913, 5000, 65536,
+                              1 << 20, ERMA_MAX_MSG_SIZE};
+    uint32_t id = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        call_once(&w, 0, s, ECHO, sizes[i], sizes[i], id++, ERMA_OK);
+        call_once(&w, 0, s, ECHO, sizes[i], 1, id++, ERMA_OK);
+        call_once(&w, 0, s, ECHO, REQ_HDR, sizes[i], id++, ERMA_OK);
+    }
+    call_once(&w, 0, s, ECHO, REQ_HDR, 0, id++, ERMA_OK);
+    assert_int_equal(atomic_load(&w.echo[1].bad), 0);
+    assert_int_equal(atomic_load(&w.echo[1].calls), id);
+    /* an unregistered request type fails with a precise code, not a hang */
+    call_once(&w, 0, s, 77, REQ_HDR, 8, id++, ERMA_ENOENT);
+    /* a message over 8 MiB cannot even be allocated */
+    struct erma_msgbuf big;
+    assert_int_equal(erma_alloc_msgbuf(w.rpc[0], ERMA_MAX_MSG_SIZE + 1, &big), ERMA_E2BIG);
+    world_down(&w);
+}
+
+/* ---- many calls with loss: at-most-once, exactly-once completion ---- */
+
+#define MANY 100000
+#define WINDOW 32
+
+struct many {
+    struct world *w;
+    int sess;
+    uint32_t next_id, done_count, errors, wrong;
+    uint8_t *completed; /* per id */
+    uint32_t *resp_size;
+    struct call calls[WINDOW];
+    struct erma_rand rng;
+    int finished;
+};
+
+static void issue(struct many *m, struct call *c);
+
+static struct many *g_many;
+
+static void on_many_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)rpc;
+    struct many *m = g_many;
+    struct call *c = tag;
+    uint32_t id;
+    memcpy(&id, c->req.data + 4, 4);
+    m->completed[id]++;
+    m->done_count++;
+    if (status != ERMA_OK)
+        m->errors++;
+    else if (check_resp(resp, id, m->resp_size[id]) != 0)
+        m->wrong++;
+    if (m->next_id < MANY)
+        issue(m, c);
+    else if (m->done_count == MANY)
+        m->finished = 1;
+}
+
+static void issue(struct many *m, struct call *c)
+{
+    struct erma_rpc *rpc = m->w->rpc[0];
+    const uint32_t id = m->next_id++;
+    /* mostly small, sometimes multi-packet, in both directions */
+    const uint32_t pick = (uint32_t)erma_rand_below(&m->rng, 100);
+    const uint32_t req = pick < 90 ? REQ_HDR + (uint32_t)erma_rand_below(&m->rng, 200)
+                                   : REQ_HDR + (uint32_t)erma_rand_below(&m->rng, 20000);
+    const uint32_t resp = pick % 10 == 3 ? (uint32_t)erma_rand_below(&m->rng, 20000)
+                                         : (uint32_t)erma_rand_below(&m->rng, 300);
+    m->resp_size[id] = resp;
+    erma_free_msgbuf(rpc, &c->req);
+    assert_int_equal(erma_alloc_msgbuf(rpc, req, &c->req), ERMA_OK);
+    fill_req(&c->req, id, resp);
+    assert_int_equal(erma_enqueue_request(rpc, m->sess, ECHO, &c->req, &c->resp, on_many_done, c),
+                     ERMA_OK);
+}
+
+static void test_many_with_loss(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "many", 2, 0.01, 0.01);
+    world_start(&w);
+    w.echo[1].per_id = calloc(MANY, sizeof *w.echo[1].per_id);
+    w.echo[1].max_id = MANY;
+    struct many *m = calloc(1, sizeof *m);
+    g_many = m;
+    m->w = &w;
+    m->completed = calloc(MANY, 1);
+    m->resp_size = calloc(MANY, sizeof *m->resp_size);
+    erma_rand_seed(&m->rng, 7);
+    m->sess = connect(&w, 0, 1);
+    for (int i = 0; i < WINDOW; i++) {
+        assert_int_equal(erma_alloc_msgbuf(w.rpc[0], 64, &m->calls[i].resp), ERMA_OK);
+        issue(m, &m->calls[i]);
+    }
+    assert_int_equal(run_until(&w, &m->finished, 600000000000ull), ERMA_OK);
+    assert_int_equal(m->done_count, MANY);
+    assert_int_equal(m->errors, 0);
+    assert_int_equal(m->wrong, 0);
+    for (uint32_t id = 0; id < MANY; id++) {
+        assert_int_equal(m->completed[id], 1);
+        assert_int_equal(atomic_load(&w.echo[1].per_id[id]), 1); /* at most once, and once */
+    }
+    struct erma_rpc_stats cs, ss;
+    struct erma_sim_stats fs;
+    erma_rpc_get_stats(w.rpc[0], &cs);
+    erma_rpc_get_stats(w.rpc[1], &ss);
+    erma_sim_get_stats(w.sim, &fs);
+    assert_true(fs.drop_loss > 0);
+    assert_true(cs.retransmits > 0);
+    assert_true(ss.rx_dup + cs.rx_dup + cs.rx_stale + ss.rx_stale > 0);
+    assert_int_equal(atomic_load(&w.echo[1].bad), 0);
+    print_message("  %u RPCs, %llu lost packets, %llu retransmissions, %llu dup, %llu "
+                  "reordered, %llu stale\n", MANY, (unsigned long long)fs.drop_loss,
+                  (unsigned long long)cs.retransmits,
+                  (unsigned long long)(cs.rx_dup + ss.rx_dup),
+                  (unsigned long long)(cs.rx_reordered + ss.rx_reordered),
+                  (unsigned long long)(cs.rx_stale + ss.rx_stale));
+    for (int i = 0; i < WINDOW; i++) {
+        erma_free_msgbuf(w.rpc[0], &m->calls[i].req);
+        erma_free_msgbuf(w.rpc[0], &m->calls[i].resp);
+    }
+    free(m->completed);
+    free(m->resp_size);
+    free(m);
+    world_down(&w);
+}
+
+/* ---- nested: host 0 -> proxy on host 1 -> echo on host 2 ---- */
+
+struct proxy {
+    struct world *w;
+    int sess; /* host 1 -> host 2 */
+};
+static struct proxy g_proxy;
+
+struct pending {
+    struct erma_req *req;
+    struct erma_msgbuf fwd, back;
+};
+
+static void on_forwarded(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    struct pending *p = tag;
+    assert_int_equal(status, ERMA_OK);
+    struct erma_msgbuf out;
+    assert_int_equal(erma_alloc_msgbuf(rpc, resp->size, &out), ERMA_OK);
+    memcpy(out.data, resp->data, resp->size);
+    assert_int_equal(erma_enqueue_response(p->req, &out), ERMA_OK);
+    erma_free_msgbuf(rpc, &p->fwd);
+    erma_free_msgbuf(rpc, &p->back);
+    free(p);
+}
+
+static void proxy_handler(struct erma_req *req, void *ctx)
+{
+    struct proxy *px = ctx;
+    struct erma_rpc *rpc = erma_req_rpc(req);
+    struct pending *p = calloc(1, sizeof *p);
+    p->req = req;
+    assert_int_equal(erma_alloc_msgbuf(rpc, erma_req_size(req), &p->fwd), ERMA_OK);
+    memcpy(p->fwd.data, erma_req_data(req), erma_req_size(req));
+    assert_int_equal(erma_alloc_msgbuf(rpc, 64, &p->back), ERMA_OK);
+    assert_int_equal(erma_enqueue_request(rpc, px->sess, ECHO, &p->fwd, &p->back, on_forwarded, p),
+                     ERMA_OK);
+}
+
+static void test_nested(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "nested", 3, 0.001, 0);
+    g_proxy.w = &w;
+    assert_int_equal(erma_register_handler(w.nx[1], PROXY, proxy_handler, ERMA_DISPATCH, &g_proxy),
+                     ERMA_OK);
+    world_start(&w);
+    g_proxy.sess = connect(&w, 1, 2);
+    const int s = connect(&w, 0, 1);
+    for (uint32_t id = 0; id < 200; id++)
+        call_once(&w, 0, s, PROXY, REQ_HDR + id * 97, id * 131, id, ERMA_OK);
+    assert_int_equal(atomic_load(&w.echo[2].calls), 200);
+    assert_int_equal(atomic_load(&w.echo[2].bad), 0);
+    world_down(&w);
+}
+
+/* ---- many sessions, and refusal past the RX ring ---- */
+
+static void test_many_sessions(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "sessions", 2, 0, 0);
+    struct erma_rpc_cfg c = sim_cfg(&w);
+    c.credits = 4;
+    c.rx_ring = 4096; /* room for 1024 sessions of 4 credits */
+    world_rpc(&w, 0, &c);
+    world_rpc(&w, 1, &c);
+    enum { N = 1000 };
+    static int sess[N];
+    for (int i = 0; i < N; i++) {
+        sess[i] = erma_create_session(w.rpc[0], w.uri[1], 0);
+        assert_true(sess[i] >= 0);
+    }
+    int never = 0;
+    run_until(&w, &never, 20000000);
+    assert_int_equal(w.sm_events[ERMA_SM_CONNECTED], N);
+    for (int i = 0; i < N; i += 37)
+        call_once(&w, 0, sess[i], ECHO, 100, 100, (uint32_t)i, ERMA_OK);
+    /* the client's own ring is the limit now: 1024 - 1000 left */
+    assert_int_equal(erma_rpc_free_sessions(w.rpc[0]), 24);
+    world_down(&w);
+}
+
+static void test_refusal(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "refusal", 2, 0, 0);
+    struct erma_rpc_cfg small = sim_cfg(&w), big = sim_cfg(&w);
+    small.rx_ring = 64; /* 2 sessions of 32 credits */
+    world_rpc(&w, 0, &big);
+    world_rpc(&w, 1, &small);
+    const int a = connect(&w, 0, 1), b = connect(&w, 0, 1);
+    assert_true(a >= 0 && b >= 0);
+    const int c = erma_create_session(w.rpc[0], w.uri[1], 0);
+    assert_true(c >= 0);
+    int never = 0;
+    run_until(&w, &never, 10000000);
+    assert_false(erma_session_connected(w.rpc[0], c));
+    assert_int_equal(w.sm_events[ERMA_SM_CONNECT_FAILED], 1);
+    assert_int_equal(w.sm_last_err, ERMA_EREFUSED);
+    struct erma_rpc_stats st;
+    erma_rpc_get_stats(w.rpc[1], &st);
+    assert_int_equal(st.sessions_refused, 1);
+    /* locally: the small endpoint cannot open a third session itself */
+    erma_rpc_destroy(w.rpc[0]);
+    w.rpc[0] = NULL;
+    run_until(&w, &never, 100000000); /* server sessions expire */
+    world_rpc(&w, 0, &small);
+    assert_true(erma_create_session(w.rpc[0], w.uri[1], 0) >= 0);
+    assert_true(erma_create_session(w.rpc[0], w.uri[1], 0) >= 0);
+    assert_int_equal(erma_create_session(w.rpc[0], w.uri[1], 0), ERMA_ENOSLOTS);
+    /* bad arguments */
+    assert_int_equal(erma_create_session(w.rpc[0], "sim://nofabric/0:1", 0), ERMA_EADDR);
+    assert_int_equal(erma_create_session(w.rpc[0], "garbage", 0), ERMA_EADDR);
+    struct erma_msgbuf m1, m2;
+    assert_int_equal(erma_alloc_msgbuf(w.rpc[0], 8, &m1), ERMA_OK);
+    assert_int_equal(erma_alloc_msgbuf(w.rpc[0], 8, &m2), ERMA_OK);
+    assert_int_equal(erma_enqueue_request(w.rpc[0], 999, ECHO, &m1, &m2, on_call, NULL),
+                     ERMA_ENOENT);
+    assert_int_equal(erma_enqueue_request(w.rpc[0], -1, ECHO, &m1, &m2, on_call, NULL),
+                     ERMA_ENOENT);
+    assert_int_equal(erma_enqueue_request(w.rpc[0], 0, ECHO, &m1, &m1, on_call, NULL),
+                     ERMA_EINVAL);
+    m1.size = 9;
+    assert_int_equal(erma_enqueue_request(w.rpc[0], 0, ECHO, &m1, &m2, on_call, NULL),
+                     ERMA_EINVAL);
+    m1.size = 8;
+    assert_int_equal(erma_resize_msgbuf(&m1, 9), ERMA_E2BIG);
+    erma_free_msgbuf(w.rpc[0], &m1);
+    erma_free_msgbuf(w.rpc[0], &m2);
+    world_down(&w);
+}
+
+/* ---- garbage on the wire ---- */
+
+static void test_malformed(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "garbage", 2, 0, 0);
+    world_start(&w);
+    const int s = connect(&w, 0, 1);
+    struct erma_transport *evil;
+    assert_int_equal(erma_transport_open("sim://garbage/0:0", NULL, &evil), ERMA_OK);
+    struct erma_addr dst;
+    assert_int_equal(erma_transport_resolve(evil, "sim://garbage/1:31850", &dst), ERMA_OK);
+    struct erma_rand r;
+    erma_rand_seed(&r, 3);
+    uint8_t buf[1472];
+    for (int i = 0; i < 20000; i++) {
+        const uint32_t len = (uint32_t)erma_rand_below(&r, sizeof buf + 1);
+        for (uint32_t k = 0; k < len; k++)
+            buf[k] = (uint8_t)erma_rand_u64(&r);
+        if (len >= ERMA_HDR_SIZE && i % 2) { /* valid header, random fields */
+            struct erma_hdr h = {.req_type = ECHO, .msg_size = (uint32_t)erma_rand_below(&r, 1 << 23),
+                                 .dest_session = (uint16_t)erma_rand_below(&r, 4),
+                                 .pkt_type = (uint8_t)erma_rand_below(&r, 4),
+                                 .pkt_num = (uint16_t)erma_rand_below(&r, 8),
+                                 .req_num = erma_rand_below(&r, 64),
+                                 .proto = (uint8_t)(1 + erma_rand_below(&r, 3))};
+            erma_hdr_encode(&h, buf);
+        }
+        const struct erma_tx_pkt p = {.dst = &dst, .hdr = buf, .hdr_len = len};
+        assert_int_equal(erma_tx_burst(evil, &p, 1), 1);
+        if (i % 64 == 0) {
+            int never = 0;
+            run_until(&w, &never, 50000);
+        }
+    }
+    int never = 0;
+    run_until(&w, &never, 1000000);
+    struct erma_rpc_stats st;
+    erma_rpc_get_stats(w.rpc[1], &st);
+    print_message("  20000 garbage packets: %llu malformed, %llu for no session, %llu stale\n",
+                  (unsigned long long)st.rx_bad, (unsigned long long)st.rx_no_session,
+                  (unsigned long long)st.rx_stale);
+    assert_true(st.rx_bad > 10000);
+    assert_true(st.rx_bad + st.rx_no_session + st.rx_stale > 19000);
+    assert_int_equal(atomic_load(&w.echo[1].calls), 0);
+    /* the real session is unharmed */
+    call_once(&w, 0, s, ECHO, 3000, 3000, 1, ERMA_OK);
+    erma_transport_close(evil);
+    world_down(&w);
+}
+
+/* ---- a server that dies, and one that comes back ---- */
+
+struct fail_track {
+    int done, peer_failed, other;
+    uint64_t last_ns;
+    struct erma_msgbuf req[8], resp[8];
+};
+
+static void on_fail_cont(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)rpc;
+    (void)resp;
+    struct fail_track *t = tag;
+    t->done++;
+    if (status == ERMA_EPEERFAILED)
+        t->peer_failed++;
+    else
+        t->other++;
+    t->last_ns = erma_now_ns();
+}
+
+static bool all_failed(void *ctx)
+{
+    return ((struct fail_track *)ctx)->done == 8;
+}
+
+static void test_peer_failure(void **state)
+{
+    (void)state;
+    for (int restart_fast = 0; restart_fast < 2; restart_fast++) {
+        struct world w;
+        world_up(&w, restart_fast ? "restart" : "death", 2, 0, 0);
+        world_start(&w);
+        const int s = connect(&w, 0, 1);
+        struct fail_track t = {0};
+        for (int i = 0; i < 8; i++) {
+            assert_int_equal(erma_alloc_msgbuf(w.rpc[0], 1 << 20, &t.req[i]), ERMA_OK);
+            assert_int_equal(erma_alloc_msgbuf(w.rpc[0], 64, &t.resp[i]), ERMA_OK);
+            fill_req(&t.req[i], (uint32_t)i, 1 << 20);
+            assert_int_equal(erma_enqueue_request(w.rpc[0], s, ECHO, &t.req[i], &t.resp[i],
+                                                  on_fail_cont, &t),
+                             ERMA_OK);
+        }
+        int never = 0;
+        run_until(&w, &never, 100000); /* mid-stream */
+        assert_int_equal(t.done, 0);
+        erma_rpc_destroy(w.rpc[1]);
+        w.rpc[1] = NULL;
+        const uint64_t killed = erma_now_ns();
+        if (restart_fast)
+            world_rpc(&w, 1, NULL);
+        struct erma_rpc *live[2] = {w.rpc[0], w.rpc[1]};
+        assert_int_equal(erma_sim_run_rpcs(w.sim, live, restart_fast ? 2 : 1, 1000000000ull,
+                                           all_failed, &t),
+                         ERMA_OK);
+        assert_int_equal(t.peer_failed, 8);
+        assert_int_equal(t.other, 0);
+        const struct erma_rpc_cfg c = sim_cfg(&w);
+        assert_true(t.last_ns - killed <= c.failure_ns + 2 * c.rto_ns);
+        print_message("  %s: all 8 pending calls failed %.1f ms after the kill\n",
+                      restart_fast ? "restarted" : "dead", (t.last_ns - killed) / 1e6);
+        assert_int_equal(w.sm_events[ERMA_SM_PEER_FAILED], 1);
+        if (!restart_fast)
+            world_rpc(&w, 1, NULL);
+        const int s2 = connect(&w, 0, 1);
+        call_once(&w, 0, s2, ECHO, 5000, 70000, 9, ERMA_OK);
+        for (int i = 0; i < 8; i++) {
+            erma_free_msgbuf(w.rpc[0], &t.req[i]);
+            erma_free_msgbuf(w.rpc[0], &t.resp[i]);
+        }
+        world_down(&w);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sizes),        cmocka_unit_test(test_many_with_loss),
+        cmocka_unit_test(test_nested),       cmocka_unit_test(test_many_sessions),
+        cmocka_unit_test(test_refusal),      cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_peer_failure),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
