@@ -53,7 +53,9 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
     int rc = nexus_endpoint_uri(nx, base, tid, uri, sizeof uri);
     if (rc == ERMA_OK && rpc->cfg.credits > rpc->cfg.rx_ring)
         rc = ERMA_EINVAL;
-    const struct erma_transport_cfg tcfg = {.mtu = rpc->cfg.mtu, .rx_ring = rpc->cfg.rx_ring};
+    const struct erma_transport_cfg tcfg = {.mtu = rpc->cfg.mtu, .rx_ring = rpc->cfg.rx_ring,
+                                            .rx_drop = rpc->cfg.fault_drop,
+                                            .drop_seed = rpc->cfg.seed + tid};
     if (rc == ERMA_OK)
         rc = erma_transport_open(uri, &tcfg, &rpc->tr);
     if (rc == ERMA_OK) {

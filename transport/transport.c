@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "erma/errors.h"
+#include "erma/rand.h"
 
 #ifdef ERMA_HAVE_DPDK
 extern const struct erma_transport_ops erma_dpdk_ops;
@@ -55,9 +56,23 @@ int erma_transport_cfg_resolve(const struct erma_transport_cfg *cfg,
         out->mtu = ERMA_DEFAULT_MTU;
     if (out->rx_ring == 0)
         out->rx_ring = 4096;
-    if (out->mtu < 576 || out->mtu > 9000 || out->rx_ring > (1u << 24))
+    if (out->mtu < 576 || out->mtu > 9000 || out->rx_ring > (1u << 24) ||
+        !(out->rx_drop >= 0 && out->rx_drop <= 1))
         return ERMA_EINVAL;
     return ERMA_OK;
+}
+
+unsigned erma_transport_inject_loss(struct erma_transport *tr, struct erma_rx_pkt *pkts,
+                                    unsigned n)
+{
+    unsigned kept = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (erma_splitmix64(&tr->drop_state) < tr->drop_threshold)
+            tr->stats.rx_injected_drops++;
+        else
+            pkts[kept++] = pkts[i];
+    }
+    return kept;
 }
 
 int erma_transport_open(const char *uri, const struct erma_transport_cfg *cfg,
@@ -73,7 +88,12 @@ int erma_transport_open(const char *uri, const struct erma_transport_cfg *cfg,
     const int rc = erma_transport_cfg_resolve(cfg, &c);
     if (rc != ERMA_OK)
         return rc;
-    return ops->open(rest, &c, out);
+    const int rc2 = ops->open(rest, &c, out);
+    if (rc2 == ERMA_OK && c.rx_drop > 0) {
+        (*out)->drop_threshold = c.rx_drop >= 1 ? UINT64_MAX : (uint64_t)(c.rx_drop * 0x1p64);
+        (*out)->drop_state = c.drop_seed;
+    }
+    return rc2;
 }
 
 void erma_transport_close(struct erma_transport *tr)

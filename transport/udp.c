@@ -237,7 +237,7 @@ static int udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, uns
         n++;
     }
     tr->stats.rx_pkts += n;
-    return (int)n;
+    return (int)(tr->drop_threshold ? erma_transport_inject_loss(tr, pkts, n) : n);
 }
 
 const struct erma_transport_ops erma_udp_ops = {

@@ -114,6 +114,7 @@ struct erma_rpc_cfg {
     uint64_t connect_retry_ns; /* resend a connect request this often, default 20 ms */
     uint64_t req_timeout_ns;   /* fail a request after this long, 0 (default) = never */
     uint64_t seed;             /* session tokens; 0 = from the clock */
+    double fault_drop;         /* test only: drop this fraction of received packets */
     erma_sm_fn sm_handler;     /* optional session-management callback */
     void *sm_ctx;
 };

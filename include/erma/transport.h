@@ -22,6 +22,8 @@
  * valid until the next erma_rx_burst() on the same transport, so callers may
  * process packets in place. Packets the transport itself finds bad
  * (truncated, oversize) are counted in stats.rx_dropped, never returned.
+ * For loss tests on real transports, cfg.rx_drop drops a random fraction of
+ * received packets (counted in stats.rx_injected_drops).
  */
 #ifndef ERMA_TRANSPORT_H
 #define ERMA_TRANSPORT_H
@@ -62,13 +64,15 @@ struct erma_rx_pkt {
 };
 
 struct erma_transport_cfg {
-    uint32_t mtu;     /* Ethernet MTU, 576..9000; 0 means 1500 */
-    uint32_t rx_ring; /* packets the receive queue must hold; 0 means 4096 */
+    uint32_t mtu;       /* Ethernet MTU, 576..9000; 0 means 1500 */
+    uint32_t rx_ring;   /* packets the receive queue must hold; 0 means 4096 */
+    double rx_drop;     /* fault injection: drop this fraction of received packets */
+    uint64_t drop_seed; /* seed of the drop decisions */
 };
 
 struct erma_transport_stats {
     uint64_t tx_pkts, tx_bytes, tx_errors;
-    uint64_t rx_pkts, rx_bytes, rx_dropped;
+    uint64_t rx_pkts, rx_bytes, rx_dropped, rx_injected_drops;
 };
 
 struct erma_transport;
@@ -93,6 +97,8 @@ struct erma_transport {
     uint32_t max_pkt; /* largest erma packet, header included */
     uint32_t rx_ring;
     struct erma_transport_stats stats;
+    uint64_t drop_threshold; /* rx_drop scaled to 2^64; 0 = no injected loss */
+    uint64_t drop_state;
 };
 
 /* Opens the transport named by uri's scheme, bound to the address in uri. */
@@ -125,6 +131,10 @@ static inline int erma_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *p
 /* Internal to transports: shared configuration checks. */
 int erma_transport_cfg_resolve(const struct erma_transport_cfg *cfg,
                                struct erma_transport_cfg *out);
+/* Internal to transports: drops the injected fraction of pkts[0..n) in
+ * place and returns how many remain. */
+unsigned erma_transport_inject_loss(struct erma_transport *tr, struct erma_rx_pkt *pkts,
+                                    unsigned n);
 
 extern const struct erma_transport_ops erma_udp_ops;
 extern const struct erma_transport_ops erma_sim_ops;
