@@ -43,4 +43,34 @@ int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint64_
 int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
                    uint32_t batch, double seconds, struct bench_raw_rate *out);
 
+/* Streams full packets (each acknowledged by a bare header, like a credit
+ * return) with `window` in flight; *gbps counts data bytes only. */
+int bench_raw_stream(const char *uri, const char *peer, uint32_t window, double seconds,
+                     double *gbps);
+
+/* RPC measurements, client side; the server runs bench_rpc_server(). */
+struct erma_rpc_cfg;
+struct bench_rpc_opts {
+    const char *uri;    /* client nexus URI */
+    const char *server; /* server nexus URI */
+    uint32_t size, resp_size;
+    uint32_t window, batch, sessions;
+    uint64_t iters;
+    double seconds;
+    const struct erma_rpc_cfg *cfg; /* client endpoint configuration, may be NULL */
+};
+
+/* Serves echo requests (response size in the request's first 4 bytes). */
+int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns);
+pid_t bench_rpc_server_fork(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
+                            uint64_t max_ns);
+void bench_rpc_server_stop(pid_t child);
+
+/* One outstanding request at a time; RTT percentiles. */
+int bench_rpc_lat(const struct bench_rpc_opts *o, struct bench_lat *out);
+/* window requests in flight over o->sessions sessions, issued in batches. */
+int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out);
+/* One outstanding o->size request, o->resp_size response: request Gb/s. */
+int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps);
+
 #endif

@@ -13,6 +13,7 @@
 #include "erma/wire.h"
 
 #define STOP_TYPE 0xff
+#define ACK_TYPE 2 /* answered with the header alone, like a credit return */
 #define MAX_DATA 9000
 
 static void make_pkt(uint8_t *buf, uint64_t seq, uint8_t type, uint32_t size)
@@ -46,8 +47,9 @@ int bench_raw_server(const char *uri, uint64_t max_ns)
                 stop = true;
                 continue;
             }
-            tx[m++] = (struct erma_tx_pkt){.dst = &rx[i].src, .hdr = rx[i].data,
-                                           .hdr_len = rx[i].len};
+            tx[m++] = (struct erma_tx_pkt){
+                .dst = &rx[i].src, .hdr = rx[i].data,
+                .hdr_len = h.req_type == ACK_TYPE ? ERMA_HDR_SIZE : rx[i].len};
         }
         if (m)
             erma_tx_burst(tr, tx, m);
@@ -177,8 +179,9 @@ int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint64_
     return rc;
 }
 
-int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
-                   uint32_t batch, double seconds, struct bench_raw_rate *out)
+static int raw_window(const char *uri, const char *peer, uint8_t type, uint32_t size,
+                      uint32_t window, uint32_t batch, double seconds,
+                      struct bench_raw_rate *out)
 {
     struct client c;
     if (window == 0 || batch == 0 || batch > ERMA_MAX_BURST)
@@ -186,7 +189,7 @@ int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t wi
     int rc = client_open(&c, uri, peer, size);
     if (rc != ERMA_OK)
         return rc;
-    make_pkt(c.buf, 1, 1, size);
+    make_pkt(c.buf, 1, type, size);
     struct erma_tx_pkt tx[ERMA_MAX_BURST];
     for (unsigned i = 0; i < batch; i++)
         tx[i] = (struct erma_tx_pkt){.dst = &c.dst, .hdr = c.buf,
@@ -219,4 +222,25 @@ int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t wi
     out->mpps = (double)out->echoes / out->seconds / 1e6;
     erma_transport_close(c.tr);
     return out->echoes ? ERMA_OK : ERMA_ETIMEDOUT;
+}
+
+int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
+                   uint32_t batch, double seconds, struct bench_raw_rate *out)
+{
+    return raw_window(uri, peer, 1, size, window, batch, seconds, out);
+}
+
+int bench_raw_stream(const char *uri, const char *peer, uint32_t window, double seconds,
+                     double *gbps)
+{
+    struct erma_transport *tr;
+    int rc = erma_transport_open(uri, NULL, &tr);
+    if (rc != ERMA_OK)
+        return rc;
+    const uint32_t size = tr->max_pkt - ERMA_HDR_SIZE;
+    erma_transport_close(tr);
+    struct bench_raw_rate r;
+    rc = raw_window(uri, peer, ACK_TYPE, size, window, window < 16 ? window : 16, seconds, &r);
+    *gbps = rc == ERMA_OK ? r.mpps * 1e6 * size * 8 / 1e9 : 0;
+    return rc;
 }

@@ -1,0 +1,291 @@
+/* RPC measurements shared by rpc_perf and the benchmarks built on it. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "erma/clock.h"
+#include "erma/log.h"
+#include "erma/rand.h"
+#include "erma/rpc.h"
+
+#define BENCH_ECHO 1
+
+static void echo(struct erma_req *req, void *ctx)
+{
+    (void)ctx;
+    uint32_t resp_size = 32;
+    if (erma_req_size(req) >= 4)
+        memcpy(&resp_size, erma_req_data(req), 4);
+    struct erma_msgbuf *resp = erma_req_resp_buf(req), own;
+    if (resp_size > resp->max_size) {
+        if (erma_alloc_msgbuf(erma_req_rpc(req), resp_size, &own) != ERMA_OK)
+            resp_size = resp->max_size;
+        else
+            resp = &own;
+    }
+    erma_resize_msgbuf(resp, resp_size);
+    erma_enqueue_response(req, resp);
+}
+
+int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns)
+{
+    struct erma_nexus *nx;
+    struct erma_rpc *rpc;
+    int rc = erma_nexus_create(uri, NULL, &nx);
+    if (rc == ERMA_OK)
+        rc = erma_register_handler(nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(nx, 0, cfg, &rpc);
+    if (rc != ERMA_OK) {
+        ERMA_ERROR("rpc server on %s: %s", uri, erma_strerror(rc));
+        return rc;
+    }
+    const uint64_t end = erma_now_ns() + max_ns;
+    while (erma_now_ns() < end && getppid() != 1)
+        erma_rpc_run(rpc, 10000000);
+    erma_rpc_destroy(rpc);
+    erma_nexus_destroy(nx);
+    return ERMA_OK;
+}
+
+pid_t bench_rpc_server_fork(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
+                            uint64_t max_ns)
+{
+    const pid_t pid = fork();
+    if (pid == 0) {
+        bench_pin(cpu);
+        _exit(bench_rpc_server(uri, cfg, max_ns) == ERMA_OK ? 0 : 1);
+    }
+    return pid;
+}
+
+void bench_rpc_server_stop(pid_t child)
+{
+    if (child <= 0)
+        return;
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+}
+
+struct client {
+    struct erma_nexus *nx;
+    struct erma_rpc *rpc;
+    int *sess;
+    uint32_t nsess;
+};
+
+static void client_close(struct client *c)
+{
+    erma_rpc_destroy(c->rpc);
+    erma_nexus_destroy(c->nx);
+    free(c->sess);
+}
+
+/* Opens the client endpoint and connects o->sessions sessions (at least 1). */
+static int client_open(struct client *c, const struct bench_rpc_opts *o)
+{
+    memset(c, 0, sizeof *c);
+    int rc = erma_nexus_create(o->uri, NULL, &c->nx);
+    if (rc != ERMA_OK)
+        return rc;
+    if ((rc = erma_rpc_create(c->nx, 0, o->cfg, &c->rpc)) != ERMA_OK) {
+        erma_nexus_destroy(c->nx);
+        return rc;
+    }
+    c->nsess = o->sessions ? o->sessions : 1;
+    c->sess = calloc(c->nsess, sizeof *c->sess);
+    rc = c->sess ? ERMA_OK : ERMA_ENOMEM;
+    for (uint32_t i = 0; rc == ERMA_OK && i < c->nsess; i++) {
+        const int s = erma_create_session(c->rpc, o->server, 0);
+        if (s < 0)
+            rc = s;
+        c->sess[i] = s;
+    }
+    /* The server may still be starting: wait up to 10 s for every session. */
+    const uint64_t end = erma_now_ns() + 10000000000ull;
+    for (uint32_t i = 0; rc == ERMA_OK && i < c->nsess; i++) {
+        while (!erma_session_connected(c->rpc, c->sess[i]) && erma_now_ns() < end)
+            erma_rpc_run_once(c->rpc);
+        if (!erma_session_connected(c->rpc, c->sess[i]))
+            rc = ERMA_ETIMEDOUT;
+    }
+    if (rc != ERMA_OK)
+        client_close(c);
+    return rc;
+}
+
+struct call {
+    struct erma_msgbuf req, resp;
+    uint64_t t0;
+    int done, status;
+};
+
+static int call_alloc(struct client *c, struct call *k, const struct bench_rpc_opts *o)
+{
+    const uint32_t size = o->size < 4 ? 4 : o->size;
+    int rc = erma_alloc_msgbuf(c->rpc, size, &k->req);
+    if (rc == ERMA_OK)
+        rc = erma_alloc_msgbuf(c->rpc, o->resp_size, &k->resp);
+    if (rc == ERMA_OK) {
+        memset(k->req.data, 0x5a, size);
+        memcpy(k->req.data, &o->resp_size, 4);
+    }
+    return rc;
+}
+
+static void call_free(struct client *c, struct call *k)
+{
+    erma_free_msgbuf(c->rpc, &k->req);
+    erma_free_msgbuf(c->rpc, &k->resp);
+}
+
+static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)rpc;
+    (void)resp;
+    struct call *k = tag;
+    k->status = status;
+    k->done = 1;
+}
+
+/* Runs one request to completion; returns its status. */
+static int call_sync(struct client *c, struct call *k, int sess)
+{
+    k->done = 0;
+    int rc = erma_enqueue_request(c->rpc, sess, BENCH_ECHO, &k->req, &k->resp, on_done, k);
+    if (rc != ERMA_OK)
+        return rc;
+    const uint64_t end = erma_now_ns() + 10000000000ull;
+    while (!k->done && erma_now_ns() < end)
+        erma_rpc_run_once(c->rpc);
+    return k->done ? k->status : ERMA_ETIMEDOUT;
+}
+
+int bench_rpc_lat(const struct bench_rpc_opts *o, struct bench_lat *out)
+{
+    struct client c;
+    struct call k = {0};
+    int rc = client_open(&c, o);
+    if (rc != ERMA_OK)
+        return rc;
+    const uint64_t warmup = o->iters / 10 + 1;
+    uint64_t *rtt = malloc(o->iters * sizeof *rtt), n = 0;
+    rc = rtt ? call_alloc(&c, &k, o) : ERMA_ENOMEM;
+    for (uint64_t i = 0; rc == ERMA_OK && i < o->iters + warmup; i++) {
+        const uint64_t t0 = erma_now_ns();
+        rc = call_sync(&c, &k, c.sess[0]);
+        if (i >= warmup)
+            rtt[n++] = erma_now_ns() - t0;
+    }
+    if (rc == ERMA_OK)
+        bench_lat_from_ns(rtt, n, out);
+    free(rtt);
+    call_free(&c, &k);
+    client_close(&c);
+    return rc;
+}
+
+struct rate_state {
+    struct client *c;
+    const struct bench_rpc_opts *o;
+    struct erma_rand rng;
+    uint64_t completed, failed;
+    uint32_t inflight;
+    struct call *free_list[4096];
+    uint32_t nfree;
+};
+
+static struct rate_state *g_rate;
+
+static void on_rate(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)rpc;
+    (void)resp;
+    struct rate_state *r = g_rate;
+    if (status == ERMA_OK)
+        r->completed++;
+    else
+        r->failed++;
+    r->inflight--;
+    r->free_list[r->nfree++] = tag;
+}
+
+/* Issues batches of o->batch requests to random sessions while under the window. */
+static void rate_issue(struct rate_state *r)
+{
+    while (r->inflight + r->o->batch <= r->o->window && r->nfree >= r->o->batch) {
+        for (uint32_t b = 0; b < r->o->batch; b++) {
+            struct call *k = r->free_list[--r->nfree];
+            const int s = r->c->sess[erma_rand_below(&r->rng, r->c->nsess)];
+            if (erma_enqueue_request(r->c->rpc, s, BENCH_ECHO, &k->req, &k->resp, on_rate, k) !=
+                ERMA_OK) {
+                r->free_list[r->nfree++] = k;
+                return;
+            }
+            r->inflight++;
+        }
+    }
+}
+
+int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out)
+{
+    if (o->window == 0 || o->batch == 0 || o->window > 4096)
+        return ERMA_EINVAL;
+    struct client c;
+    int rc = client_open(&c, o);
+    if (rc != ERMA_OK)
+        return rc;
+    struct rate_state *r = calloc(1, sizeof *r);
+    struct call *calls = calloc(o->window, sizeof *calls);
+    rc = r && calls ? ERMA_OK : ERMA_ENOMEM;
+    for (uint32_t i = 0; rc == ERMA_OK && i < o->window; i++) {
+        rc = call_alloc(&c, &calls[i], o);
+        r->free_list[r->nfree++] = &calls[i];
+    }
+    if (rc == ERMA_OK) {
+        g_rate = r;
+        r->c = &c;
+        r->o = o;
+        erma_rand_seed(&r->rng, 1);
+        const uint64_t start = erma_now_ns(), end = start + (uint64_t)(o->seconds * 1e9);
+        uint64_t now = start;
+        while (now < end) {
+            rate_issue(r);
+            erma_rpc_run_once(c.rpc);
+            now = erma_now_ns();
+        }
+        *out = (struct bench_raw_rate){.echoes = r->completed, .lost = r->failed,
+                                       .seconds = (double)(now - start) / 1e9};
+        out->mpps = (double)r->completed / out->seconds / 1e6;
+        rc = r->completed ? ERMA_OK : ERMA_ETIMEDOUT;
+    }
+    client_close(&c); /* fails what is in flight; the pool takes the buffers with it */
+    free(calls);
+    free(r);
+    return rc;
+}
+
+int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps)
+{
+    struct client c;
+    struct call k = {0};
+    int rc = client_open(&c, o);
+    if (rc != ERMA_OK)
+        return rc;
+    rc = call_alloc(&c, &k, o);
+    uint64_t bytes = 0;
+    const uint64_t start = erma_now_ns(), end = start + (uint64_t)(o->seconds * 1e9);
+    uint64_t now = start;
+    while (rc == ERMA_OK && now < end) {
+        rc = call_sync(&c, &k, c.sess[0]);
+        bytes += o->size;
+        now = erma_now_ns();
+    }
+    *gbps = rc == ERMA_OK ? (double)bytes * 8 / (double)(now - start) : 0;
+    call_free(&c, &k);
+    client_close(&c);
+    return rc;
+}

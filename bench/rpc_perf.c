@@ -1,0 +1,148 @@
+/*
+ * rpc_perf - erma RPC performance beside the raw transport, in one run.
+ *
+ *   rpc_perf --mode lat|rate|bw|sessions [--uri CLIENT] [--server SERVER]
+ *            [--raw-server RAW_SERVER] [--size B] [--resp-size B] [--iters N]
+ *            [--window W] [--batch B] [--sessions N] [--credits C]
+ *            [--seconds S] [--rounds R]
+ *
+ * Each round measures the raw baseline and then erma over the same transport,
+ * each against a server process it forks (pinned to CPU 1, client on CPU 0);
+ * rounds alternate so that both see the same machine. CSV: one line per round
+ * and a median line with the ratio erma / raw (for latency, lower is better;
+ * for rate and bandwidth, higher is better).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "erma/errors.h"
+#include "erma/rpc.h"
+
+struct opts {
+    const char *mode, *raw_server;
+    struct bench_rpc_opts rpc;
+    struct erma_rpc_cfg cfg;
+    unsigned rounds;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, unsigned n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Measures erma (rpc = true) or raw once; returns the metric or < 0. */
+static double measure(const struct opts *o, bool rpc, struct bench_lat *lat)
+{
+    const struct bench_rpc_opts *r = &o->rpc;
+    const uint64_t max_ns = (uint64_t)(r->seconds * 1e9) * 4 + 60000000000ull;
+    const pid_t child = rpc ? bench_rpc_server_fork(r->server, &o->cfg, 1, max_ns)
+                            : bench_raw_server_fork(o->raw_server, 1, max_ns);
+    struct bench_raw_rate rate = {0};
+    double v = -1;
+    int rc;
+    if (strcmp(o->mode, "lat") == 0) {
+        rc = rpc ? bench_rpc_lat(r, lat)
+                 : bench_raw_pingpong(r->uri, o->raw_server, r->size, r->iters, lat);
+        v = lat->median_us;
+    } else if (strcmp(o->mode, "bw") == 0) {
+        rc = rpc ? bench_rpc_bw(r, &v) : bench_raw_stream(r->uri, o->raw_server, 32, r->seconds, &v);
+    } else {
+        rc = rpc ? bench_rpc_rate(r, &rate)
+                 : bench_raw_rate(r->uri, o->raw_server, r->size, r->window, r->batch, r->seconds,
+                                  &rate);
+        v = rate.mpps;
+    }
+    if (rpc)
+        bench_rpc_server_stop(child);
+    else
+        bench_raw_server_stop(r->uri, o->raw_server, child);
+    if (rc != ERMA_OK) {
+        fprintf(stderr, "rpc_perf: %s %s: %s\n", o->mode, rpc ? "erma" : "raw", erma_strerror(rc));
+        return -1;
+    }
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.mode = "lat", .raw_server = "udp://127.0.0.1:31860", .rounds = 3};
+    o.rpc = (struct bench_rpc_opts){.uri = "udp://127.0.0.1:31870",
+                                    .server = "udp://127.0.0.1:31850", .size = 32,
+                                    .resp_size = 32, .window = 60, .batch = 3, .sessions = 8,
+                                    .iters = 50000, .seconds = 2, .cfg = &o.cfg};
+    bool size_set = false, resp_set = false;
+    static const struct option lo[] = {
+        {"mode", 1, 0, 'm'},     {"uri", 1, 0, 'u'},     {"server", 1, 0, 's'},
+        {"raw-server", 1, 0, 'R'}, {"size", 1, 0, 'z'},  {"resp-size", 1, 0, 'Z'},
+        {"iters", 1, 0, 'i'},    {"window", 1, 0, 'w'},  {"batch", 1, 0, 'b'},
+        {"sessions", 1, 0, 'n'}, {"credits", 1, 0, 'c'}, {"seconds", 1, 0, 't'},
+        {"rounds", 1, 0, 'r'},   {0, 0, 0, 0}};
+    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+        switch (c) {
+        case 'm': o.mode = optarg; break;
+        case 'u': o.rpc.uri = optarg; break;
+        case 's': o.rpc.server = optarg; break;
+        case 'R': o.raw_server = optarg; break;
+        case 'z': o.rpc.size = (uint32_t)atoi(optarg); size_set = true; break;
+        case 'Z': o.rpc.resp_size = (uint32_t)atoi(optarg); resp_set = true; break;
+        case 'i': o.rpc.iters = strtoull(optarg, NULL, 10); break;
+        case 'w': o.rpc.window = (uint32_t)atoi(optarg); break;
+        case 'b': o.rpc.batch = (uint32_t)atoi(optarg); break;
+        case 'n': o.rpc.sessions = (uint32_t)atoi(optarg); break;
+        case 'c': o.cfg.credits = (uint32_t)atoi(optarg); break;
+        case 't': o.rpc.seconds = atof(optarg); break;
+        case 'r': o.rounds = (unsigned)atoi(optarg); break;
+        default: fprintf(stderr, "usage: see the comment at the top of bench/rpc_perf.c\n"); return 2;
+        }
+    }
+    const bool lat = strcmp(o.mode, "lat") == 0, bw = strcmp(o.mode, "bw") == 0;
+    if (!lat && !bw && strcmp(o.mode, "rate") && strcmp(o.mode, "sessions")) {
+        fprintf(stderr, "rpc_perf: unknown mode %s\n", o.mode);
+        return 2;
+    }
+    if (lat)
+        o.rpc.sessions = 1;
+    if (bw) {
+        o.rpc.sessions = 1;
+        if (!size_set)
+            o.rpc.size = 8u << 20;
+        if (!resp_set)
+            o.rpc.resp_size = 32;
+    }
+    if (strcmp(o.mode, "sessions") == 0) { /* one request in flight per session */
+        o.rpc.window = o.rpc.sessions;
+        o.rpc.batch = 1;
+        o.cfg.rx_ring = o.rpc.sessions * (o.cfg.credits ? o.cfg.credits : 32) + 64;
+    }
+    if (o.rounds == 0 || o.rounds > 50)
+        return 2;
+    const char *metric = lat ? "median_us" : bw ? "gbps" : "mrps";
+    const int tlen = (int)(strstr(o.rpc.server, "://") ? strstr(o.rpc.server, "://") - o.rpc.server : 0);
+    double erma[50], raw[50];
+    printf("bench,mode,transport,size,resp_size,sessions,round,metric,erma,raw,ratio,erma_p99_us,raw_p99_us\n");
+    for (unsigned i = 0; i < o.rounds; i++) {
+        struct bench_lat le = {0}, lr = {0};
+        raw[i] = measure(&o, false, &lr);
+        erma[i] = measure(&o, true, &le);
+        if (raw[i] < 0 || erma[i] < 0)
+            return 1;
+        printf("rpc_perf,%s,%.*s,%u,%u,%u,%u,%s,%.3f,%.3f,%.3f,%.2f,%.2f\n", o.mode, tlen,
+               o.rpc.server, o.rpc.size, o.rpc.resp_size, o.rpc.sessions, i, metric, erma[i],
+               raw[i], erma[i] / raw[i], le.p99_us, lr.p99_us);
+        fflush(stdout);
+    }
+    const double me = median(erma, o.rounds), mr = median(raw, o.rounds);
+    printf("rpc_perf,%s,%.*s,%u,%u,%u,median,%s,%.3f,%.3f,%.3f,,\n", o.mode, tlen, o.rpc.server,
+           o.rpc.size, o.rpc.resp_size, o.rpc.sessions, metric, me, mr, me / mr);
+    return 0;
+}
