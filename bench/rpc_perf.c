@@ -6,6 +6,11 @@
  *            [--window W] [--batch B] [--sessions N] [--credits C]
  *            [--seconds S] [--rounds R]
  *
+ * lat: one 32 B request at a time. rate: `window` requests in flight in
+ * batches of `batch` to random sessions of `sessions`. bw: one --size
+ * request at a time with a small response. sessions: rate's load spread over
+ * --sessions sessions (use a small --credits so they fit the RX ring).
+ *
  * Each round measures the raw baseline and then erma over the same transport,
  * each against a server process it forks (pinned to CPU 1, client on CPU 0);
  * rounds alternate so that both see the same machine. CSV: one line per round
@@ -119,11 +124,8 @@ int main(int argc, char **argv)
         if (!resp_set)
             o.rpc.resp_size = 32;
     }
-    if (strcmp(o.mode, "sessions") == 0) { /* one request in flight per session */
-        o.rpc.window = o.rpc.sessions;
-        o.rpc.batch = 1;
+    if (strcmp(o.mode, "sessions") == 0) /* the rate load spread over many sessions */
         o.cfg.rx_ring = o.rpc.sessions * (o.cfg.credits ? o.cfg.credits : 32) + 64;
-    }
     if (o.rounds == 0 || o.rounds > 50)
         return 2;
     const char *metric = lat ? "median_us" : bw ? "gbps" : "mrps";

@@ -78,7 +78,12 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
     rpc->scan_ns = rpc->cfg.rto_ns / 4 < 1000000 ? rpc->cfg.rto_ns / 4 : 1000000;
     if (rpc->scan_ns == 0)
         rpc->scan_ns = 1;
+    const struct erma_rpc_cfg *c = &rpc->cfg;
+    uint64_t sm = c->keepalive_ns < c->connect_retry_ns ? c->keepalive_ns : c->connect_retry_ns;
+    sm = sm < c->failure_ns / 4 ? sm : c->failure_ns / 4;
+    rpc->sm_scan_ns = sm / 2 ? sm / 2 : 1;
     rpc->next_scan_ns = erma_now_ns() + rpc->scan_ns;
+    rpc->next_sm_scan_ns = erma_now_ns() + rpc->sm_scan_ns;
     *out = rpc;
     return ERMA_OK;
 }
@@ -112,6 +117,9 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
         free(b);
     }
     free(rpc->sessions);
+    free(rpc->free_nums);
+    free(rpc->busy);
+    free(rpc->by_token);
     free(rpc->done);
     erma_mpsc_destroy(&rpc->worker_done);
     erma_pool_destroy(rpc->pool);
@@ -222,8 +230,12 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
         worker_response(rpc, rq);
     const uint64_t now = erma_now_ns();
     if (now >= rpc->next_scan_ns) {
-        sessions_scan(rpc, now);
+        busy_scan(rpc, now);
         rpc->next_scan_ns = now + rpc->scan_ns;
+    }
+    if (now >= rpc->next_sm_scan_ns) {
+        sessions_scan(rpc, now);
+        rpc->next_sm_scan_ns = now + rpc->sm_scan_ns;
     }
     run_completions(rpc);
     tx_flush(rpc);
@@ -240,7 +252,7 @@ void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
 
 uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc)
 {
-    return rpc->next_scan_ns;
+    return rpc->next_scan_ns < rpc->next_sm_scan_ns ? rpc->next_scan_ns : rpc->next_sm_scan_ns;
 }
 
 void erma_rpc_get_stats(const struct erma_rpc *rpc, struct erma_rpc_stats *out)

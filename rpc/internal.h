@@ -87,6 +87,9 @@ struct session {
     uint8_t role, state, remote_tid;
     uint32_t credits, credits_max;
     uint32_t in_worker;       /* requests a worker holds */
+    uint32_t busy_slots;      /* client: slots with a request; listed in rpc->busy if > 0 */
+    uint32_t busy_idx;
+    uint32_t sm_retries;      /* connect/disconnect requests resent, for backoff */
     uint64_t token;           /* chosen by the client, names the session on both ends */
     struct erma_addr peer;
     uint64_t last_rx_ns, last_tx_sm_ns, start_ns;
@@ -111,7 +114,14 @@ struct erma_rpc {
     struct erma_rand rng;
     struct session **sessions;
     uint32_t nsessions, sessions_cap, active_sessions;
-    uint64_t next_scan_ns, scan_ns;
+    uint16_t *free_nums;        /* stack of FREE session numbers */
+    struct session **busy;      /* client sessions with requests in flight */
+    uint32_t nbusy;
+    uint32_t nfree_nums;
+    struct session **by_token;  /* server sessions by token, open addressing */
+    uint32_t token_cap, token_len;
+    uint64_t next_scan_ns, scan_ns;       /* retransmission scan of rpc->busy */
+    uint64_t next_sm_scan_ns, sm_scan_ns; /* session-management scan of all sessions */
     /* TX batch; control packets keep their header in ctrl[] */
     struct erma_tx_pkt tx[ERMA_MAX_BURST];
     uint8_t ctrl[ERMA_MAX_BURST][ERMA_HDR_SIZE + 64];
@@ -163,8 +173,10 @@ struct sm_msg sess_msg(const struct session *s);
 struct session *session_get(struct erma_rpc *rpc, uint16_t num);
 void sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
 void sessions_scan(struct erma_rpc *rpc, uint64_t now);
+void busy_scan(struct erma_rpc *rpc, uint64_t now);
 void session_fail(struct erma_rpc *rpc, struct session *s, int status);
 void session_release(struct erma_rpc *rpc, struct session *s);
+void session_free_num(struct erma_rpc *rpc, struct session *s);
 
 /* proto.c */
 void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);

@@ -50,10 +50,28 @@ static void client_send(struct erma_rpc *rpc, struct session *s, struct slot *sl
     }
 }
 
+static void busy_add(struct erma_rpc *rpc, struct session *s)
+{
+    if (s->busy_slots++ == 0) {
+        s->busy_idx = rpc->nbusy;
+        rpc->busy[rpc->nbusy++] = s;
+    }
+}
+
+static void busy_remove(struct erma_rpc *rpc, struct session *s)
+{
+    if (--s->busy_slots == 0) {
+        struct session *last = rpc->busy[--rpc->nbusy];
+        rpc->busy[s->busy_idx] = last;
+        last->busy_idx = s->busy_idx;
+    }
+}
+
 static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
                        const struct backlog *b)
 {
     sl->busy = true;
+    busy_add(rpc, s);
     sl->req_num += ERMA_SESSION_SLOTS;
     sl->req_type = b->req_type;
     sl->req = b->req;
@@ -72,6 +90,7 @@ static void slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl
 {
     s->credits += sl->num_tx - sl->num_rx;
     sl->busy = false;
+    busy_remove(rpc, s);
     complete(rpc, sl->cont, sl->tag, status, sl->resp);
 }
 
@@ -328,7 +347,7 @@ void worker_response(struct erma_rpc *rpc, struct erma_req *rq)
     if (s->state == ZOMBIE || s->state == FREE) {
         server_slot_free(rpc, slot_of(rq));
         if (s->state == ZOMBIE && s->in_worker == 0)
-            s->state = FREE;
+            session_free_num(rpc, s);
         return;
     }
     server_respond(rpc, rq);

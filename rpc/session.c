@@ -70,27 +70,90 @@ uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc)
     return cap > rpc->active_sessions ? cap - rpc->active_sessions : 0;
 }
 
+/* ---- server sessions by token ---- */
+
+static uint32_t token_slot(const struct erma_rpc *rpc, uint64_t token)
+{
+    uint64_t x = token;
+    uint32_t i = (uint32_t)erma_splitmix64(&x) & (rpc->token_cap - 1);
+    while (rpc->by_token[i] && rpc->by_token[i]->token != token)
+        i = (i + 1) & (rpc->token_cap - 1);
+    return i;
+}
+
+static int token_insert(struct erma_rpc *rpc, struct session *s)
+{
+    if (2 * (rpc->token_len + 1) > rpc->token_cap) {
+        const uint32_t old_cap = rpc->token_cap, cap = old_cap ? 2 * old_cap : 64;
+        struct session **old = rpc->by_token, **t = calloc(cap, sizeof *t);
+        if (!t)
+            return ERMA_ENOMEM;
+        rpc->by_token = t;
+        rpc->token_cap = cap;
+        for (uint32_t i = 0; i < old_cap; i++)
+            if (old[i])
+                t[token_slot(rpc, old[i]->token)] = old[i];
+        free(old);
+    }
+    rpc->by_token[token_slot(rpc, s->token)] = s;
+    rpc->token_len++;
+    return ERMA_OK;
+}
+
+static void token_remove(struct erma_rpc *rpc, struct session *s)
+{
+    if (!rpc->token_cap)
+        return;
+    uint32_t i = token_slot(rpc, s->token);
+    if (rpc->by_token[i] != s)
+        return;
+    rpc->by_token[i] = NULL;
+    rpc->token_len--;
+    for (i = (i + 1) & (rpc->token_cap - 1); rpc->by_token[i];
+         i = (i + 1) & (rpc->token_cap - 1)) {
+        struct session *q = rpc->by_token[i];
+        rpc->by_token[i] = NULL;
+        rpc->by_token[token_slot(rpc, q->token)] = q;
+    }
+}
+
+/* A FREE session number: a reused one, else a new one. */
+static int session_num(struct erma_rpc *rpc)
+{
+    if (rpc->nfree_nums)
+        return rpc->free_nums[--rpc->nfree_nums];
+    if (rpc->nsessions >= MAX_SESSIONS)
+        return -1;
+    if (rpc->nsessions == rpc->sessions_cap) {
+        const uint32_t cap = rpc->sessions_cap ? 2 * rpc->sessions_cap : 64;
+        struct session **a = realloc(rpc->sessions, cap * sizeof *a);
+        if (!a)
+            return -1;
+        rpc->sessions = a;
+        uint16_t *f = realloc(rpc->free_nums, cap * sizeof *f);
+        if (!f)
+            return -1;
+        rpc->free_nums = f;
+        struct session **b = realloc(rpc->busy, cap * sizeof *b);
+        if (!b)
+            return -1;
+        rpc->busy = b;
+        rpc->sessions_cap = cap;
+    }
+    rpc->sessions[rpc->nsessions] = NULL;
+    return (int)rpc->nsessions++;
+}
+
 static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
 {
-    uint32_t i = 0;
-    while (i < rpc->nsessions && rpc->sessions[i] && rpc->sessions[i]->state != FREE)
-        i++;
-    if (i == rpc->nsessions) {
-        if (i >= MAX_SESSIONS)
-            return NULL;
-        if (i == rpc->sessions_cap) {
-            const uint32_t cap = rpc->sessions_cap ? 2 * rpc->sessions_cap : 64;
-            struct session **a = realloc(rpc->sessions, cap * sizeof *a);
-            if (!a)
-                return NULL;
-            rpc->sessions = a;
-            rpc->sessions_cap = cap;
-        }
-        rpc->sessions[rpc->nsessions++] = NULL;
-    }
-    struct session *s = rpc->sessions[i];
-    if (!s && !(s = rpc->sessions[i] = malloc(sizeof *s)))
+    const int i = session_num(rpc);
+    if (i < 0)
         return NULL;
+    struct session *s = rpc->sessions[i];
+    if (!s && !(s = rpc->sessions[i] = malloc(sizeof *s))) {
+        rpc->free_nums[rpc->nfree_nums++] = (uint16_t)i;
+        return NULL;
+    }
     memset(s, 0, sizeof *s);
     s->num = (uint16_t)i;
     s->role = (uint8_t)role;
@@ -118,8 +181,19 @@ void session_release(struct erma_rpc *rpc, struct session *s)
     if (s->role == SERVER)
         for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
             server_slot_free(rpc, &s->slots[k]);
-    s->state = s->in_worker ? ZOMBIE : FREE;
+    if (s->role == SERVER)
+        token_remove(rpc, s);
     rpc->active_sessions--;
+    if (s->in_worker)
+        s->state = ZOMBIE; /* freed by the last worker response */
+    else
+        session_free_num(rpc, s);
+}
+
+void session_free_num(struct erma_rpc *rpc, struct session *s)
+{
+    s->state = FREE;
+    rpc->free_nums[rpc->nfree_nums++] = s->num;
 }
 
 int erma_create_session(struct erma_rpc *rpc, const char *remote_uri, uint8_t remote_tid)
@@ -163,7 +237,8 @@ int erma_destroy_session(struct erma_rpc *rpc, int num)
         return ERMA_OK;
     }
     s->state = DISCONNECTING;
-    s->last_tx_sm_ns = erma_now_ns();
+    s->start_ns = s->last_tx_sm_ns = erma_now_ns();
+    s->sm_retries = 0;
     const struct sm_msg m = sess_msg(s);
     sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
     return ERMA_OK;
@@ -181,13 +256,8 @@ bool erma_session_connected(const struct erma_rpc *rpc, int num)
 static struct session *find_server_session(struct erma_rpc *rpc, const struct erma_addr *peer,
                                            uint64_t token)
 {
-    for (uint32_t i = 0; i < rpc->nsessions; i++) {
-        struct session *s = rpc->sessions[i];
-        if (s && s->state == CONNECTED && s->role == SERVER && s->token == token &&
-            erma_addr_eq(&s->peer, peer))
-            return s;
-    }
-    return NULL;
+    struct session *s = rpc->token_cap ? rpc->by_token[token_slot(rpc, token)] : NULL;
+    return s && erma_addr_eq(&s->peer, peer) ? s : NULL;
 }
 
 static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
@@ -199,8 +269,9 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
         if (m->server_tid != rpc->tid || grant == 0) {
             m->err = ERMA_ENOENT;
         } else if ((uint64_t)(rpc->active_sessions + 1) * grant > rpc->cfg.rx_ring ||
+                   (rpc->token_cap && rpc->by_token[token_slot(rpc, m->token)]) ||
                    !(s = session_alloc(rpc, SERVER))) {
-            m->err = ERMA_EREFUSED;
+            m->err = ERMA_EREFUSED; /* no room, or a token clash with another client */
             rpc->stats.sessions_refused++;
         } else {
             s->state = CONNECTED;
@@ -208,6 +279,11 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
             s->token = m->token;
             s->remote_num = m->client_session;
             s->credits_max = s->credits = grant;
+            if (token_insert(rpc, s) != ERMA_OK) {
+                session_release(rpc, s);
+                s = NULL;
+                m->err = ERMA_EREFUSED;
+            }
         }
     }
     if (s) {
@@ -301,25 +377,36 @@ void sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_
 
 /* ---- timers ---- */
 
+/* Resend interval of connect and disconnect requests: exponential backoff,
+ * so thousands of sessions opened at once do not flood their server. */
+static uint64_t retry_ns(const struct erma_rpc *rpc, const struct session *s)
+{
+    return rpc->cfg.connect_retry_ns << (s->sm_retries < 5 ? s->sm_retries : 5);
+}
+
 static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
 {
     const struct erma_rpc_cfg *c = &rpc->cfg;
-    const struct sm_msg m = sess_msg(s);
+    struct sm_msg m;
     if (s->state == CONNECTING) {
         if (now - s->start_ns > c->failure_ns) {
             fail_client_slots(rpc, s, ERMA_ETIMEDOUT);
             session_release(rpc, s);
             sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, ERMA_ETIMEDOUT);
-        } else if (now - s->last_tx_sm_ns >= c->connect_retry_ns) {
+        } else if (now - s->last_tx_sm_ns >= retry_ns(rpc, s)) {
             s->last_tx_sm_ns = now;
+            s->sm_retries++;
+            m = sess_msg(s);
             sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
         }
     } else if (s->state == DISCONNECTING) {
-        if (now - s->last_tx_sm_ns > c->failure_ns) {
+        if (now - s->start_ns > c->failure_ns) {
             session_release(rpc, s);
             sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_ETIMEDOUT);
-        } else if (now - s->last_rx_ns >= c->connect_retry_ns &&
-                   now - s->last_tx_sm_ns >= c->connect_retry_ns) {
+        } else if (now - s->last_tx_sm_ns >= retry_ns(rpc, s)) {
+            s->last_tx_sm_ns = now;
+            s->sm_retries++;
+            m = sess_msg(s);
             sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
         }
     } else if (now - s->last_rx_ns > c->failure_ns) {
@@ -328,13 +415,20 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
         session_fail(rpc, s, ERMA_EPEERFAILED);
         session_release(rpc, s);
         sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);
-    } else {
-        if (now - s->last_rx_ns >= c->keepalive_ns && now - s->last_tx_sm_ns >= c->keepalive_ns) {
-            s->last_tx_sm_ns = now;
-            sm_send(rpc, &s->peer, PING, s->remote_num, &m);
-        }
-        client_scan(rpc, s, now);
+    } else if (now - s->last_rx_ns >= c->keepalive_ns &&
+               now - s->last_tx_sm_ns >= c->keepalive_ns) {
+        s->last_tx_sm_ns = now;
+        m = sess_msg(s);
+        sm_send(rpc, &s->peer, PING, s->remote_num, &m);
     }
+}
+
+void busy_scan(struct erma_rpc *rpc, uint64_t now)
+{
+    /* Backwards: a session leaving the list is replaced by one already seen. */
+    for (uint32_t i = rpc->nbusy; i-- > 0;)
+        if (i < rpc->nbusy)
+            client_scan(rpc, rpc->busy[i], now);
 }
 
 void sessions_scan(struct erma_rpc *rpc, uint64_t now)
