@@ -479,7 +479,7 @@ static void test_malformed(void **state)
 /* ---- a server that dies, and one that comes back ---- */
 
 struct fail_track {
-    int done, peer_failed, other;
+    int done, peer_failed, cancelled, other;
     uint64_t last_ns;
     struct erma_msgbuf req[8], resp[8];
 };
@@ -492,6 +492,8 @@ static void on_fail_cont(struct erma_rpc *rpc, void *tag, int status, struct erm
     t->done++;
     if (status == ERMA_EPEERFAILED)
         t->peer_failed++;
+    else if (status == ERMA_ECANCELLED)
+        t->cancelled++;
     else
         t->other++;
     t->last_ns = erma_now_ns();
@@ -550,13 +552,58 @@ static void test_peer_failure(void **state)
     }
 }
 
+static void test_disconnect(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "disconnect", 2, 0, 0);
+    world_start(&w);
+    const uint32_t server_free = erma_rpc_free_sessions(w.rpc[1]);
+    const int s = connect(&w, 0, 1);
+    assert_int_equal(erma_rpc_free_sessions(w.rpc[1]), server_free - 1);
+    struct fail_track t = {0};
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(erma_alloc_msgbuf(w.rpc[0], 100000, &t.req[i]), ERMA_OK);
+        assert_int_equal(erma_alloc_msgbuf(w.rpc[0], 64, &t.resp[i]), ERMA_OK);
+        fill_req(&t.req[i], (uint32_t)i, 10);
+        assert_int_equal(erma_enqueue_request(w.rpc[0], s, ECHO, &t.req[i], &t.resp[i],
+                                              on_fail_cont, &t),
+                         ERMA_OK);
+    }
+    assert_int_equal(erma_destroy_session(w.rpc[0], s), ERMA_OK);
+    assert_int_equal(erma_destroy_session(w.rpc[0], s), ERMA_ENOENT); /* already going */
+    int never = 0;
+    run_until(&w, &never, 5000000);
+    assert_int_equal(t.done, 8);
+    assert_int_equal(t.cancelled, 8);
+    assert_int_equal(w.sm_events[ERMA_SM_DISCONNECTED], 1);
+    assert_int_equal(w.sm_last_err, ERMA_OK);
+    assert_int_equal(erma_rpc_free_sessions(w.rpc[1]), server_free);
+    assert_false(erma_session_connected(w.rpc[0], s));
+    struct erma_msgbuf m1, m2;
+    assert_int_equal(erma_alloc_msgbuf(w.rpc[0], 8, &m1), ERMA_OK);
+    assert_int_equal(erma_alloc_msgbuf(w.rpc[0], 8, &m2), ERMA_OK);
+    assert_int_equal(erma_enqueue_request(w.rpc[0], s, ECHO, &m1, &m2, on_call, NULL),
+                     ERMA_ENOENT);
+    erma_free_msgbuf(w.rpc[0], &m1);
+    erma_free_msgbuf(w.rpc[0], &m2);
+    for (int i = 0; i < 8; i++) {
+        erma_free_msgbuf(w.rpc[0], &t.req[i]);
+        erma_free_msgbuf(w.rpc[0], &t.resp[i]);
+    }
+    /* a new session reuses the number and works */
+    const int s2 = connect(&w, 0, 1);
+    call_once(&w, 0, s2, ECHO, 50, 50, 3, ERMA_OK);
+    world_down(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),        cmocka_unit_test(test_many_with_loss),
         cmocka_unit_test(test_nested),       cmocka_unit_test(test_many_sessions),
         cmocka_unit_test(test_refusal),      cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_peer_failure),
+        cmocka_unit_test(test_peer_failure), cmocka_unit_test(test_disconnect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
