@@ -212,6 +212,7 @@ void run_completions(struct erma_rpc *rpc)
 int erma_rpc_run_once(struct erma_rpc *rpc)
 {
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    tx_flush(rpc); /* what the application queued since the last pass goes first */
     const int n = erma_rx_burst(rpc->tr, rx, ERMA_MAX_BURST);
     rpc->stats.rx_pkts += (uint64_t)(n > 0 ? n : 0);
     for (int i = 0; i < n; i++) {
