@@ -153,6 +153,25 @@ static void call_once(struct world *w, unsigned from, int sess, uint8_t type, ui
     erma_free_msgbuf(rpc, &c.resp);
 }
 
+/* Requests of 1..7 bytes: the response is the request xor 0x5a. */
+static void call_tiny(struct world *w, int sess, uint32_t size)
+{
+    struct erma_rpc *rpc = w->rpc[0];
+    struct call c = {0};
+    assert_int_equal(erma_alloc_msgbuf(rpc, size, &c.req), ERMA_OK);
+    assert_int_equal(erma_alloc_msgbuf(rpc, 16, &c.resp), ERMA_OK);
+    for (size_t k = 0; k < size; k++)
+        c.req.data[k] = tiny_byte(k);
+    assert_int_equal(erma_enqueue_request(rpc, sess, ECHO, &c.req, &c.resp, on_call, &c), ERMA_OK);
+    assert_int_equal(run_until(w, &c.done, 1000000000ull), ERMA_OK);
+    assert_int_equal(c.status, ERMA_OK);
+    assert_int_equal(c.resp.size, size);
+    for (size_t k = 0; k < size; k++)
+        assert_int_equal(c.resp.data[k], tiny_byte(k) ^ 0x5a);
+    erma_free_msgbuf(rpc, &c.req);
+    erma_free_msgbuf(rpc, &c.resp);
+}
+
 static void test_sizes(void **state)
 {
     (void)state;
@@ -169,6 +188,8 @@ static void test_sizes(void **state)
         call_once(&w, 0, s, ECHO, REQ_HDR, sizes[i], id++, ERMA_OK);
     }
     call_once(&w, 0, s, ECHO, REQ_HDR, 0, id++, ERMA_OK);
+    for (uint32_t n = 1; n < REQ_HDR; n++, id++)
+        call_tiny(&w, s, n);
     assert_int_equal(atomic_load(&w.echo[1].bad), 0);
     assert_int_equal(atomic_load(&w.echo[1].calls), id);
     /* an unregistered request type fails with a precise code, not a hang */
