@@ -223,6 +223,8 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
             rpc_rx(rpc, &h, &rx[i]);
         } else if (h.proto == ERMA_PROTO_SM) {
             sm_rx(rpc, &h, &rx[i]);
+        } else if (rpc->rma_hook.rx) {
+            rpc->rma_hook.rx(rpc->rma_hook.ctx, &h, &rx[i]);
         } else {
             rpc->stats.rx_bad++;
         }
@@ -230,6 +232,9 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
     for (struct erma_req *rq; (rq = erma_mpsc_pop(&rpc->worker_done));)
         worker_response(rpc, rq);
     const uint64_t now = erma_now_ns();
+    int work = n;
+    if (rpc->rma_hook.poll)
+        work += rpc->rma_hook.poll(rpc->rma_hook.ctx, now);
     if (now >= rpc->next_scan_ns) {
         busy_scan(rpc, now);
         rpc->next_scan_ns = now + rpc->scan_ns;
@@ -240,7 +245,7 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
     }
     run_completions(rpc);
     tx_flush(rpc);
-    return n;
+    return work;
 }
 
 void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
@@ -253,7 +258,33 @@ void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
 
 uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc)
 {
-    return rpc->next_scan_ns < rpc->next_sm_scan_ns ? rpc->next_scan_ns : rpc->next_sm_scan_ns;
+    uint64_t t = rpc->next_scan_ns < rpc->next_sm_scan_ns ? rpc->next_scan_ns
+                                                           : rpc->next_sm_scan_ns;
+    if (rpc->rma_hook.next_timer) {
+        const uint64_t h = rpc->rma_hook.next_timer(rpc->rma_hook.ctx);
+        t = h < t ? h : t;
+    }
+    return t;
+}
+
+int erma_rpc_attach(struct erma_rpc *rpc, uint8_t proto, const struct erma_proto_hook *hook)
+{
+    if (!rpc || proto != ERMA_PROTO_RMA || (hook && !hook->rx))
+        return ERMA_EINVAL;
+    if (hook && rpc->rma_hook.rx)
+        return ERMA_EAGAIN;
+    rpc->rma_hook = hook ? *hook : (struct erma_proto_hook){0};
+    return ERMA_OK;
+}
+
+struct erma_transport *erma_rpc_transport(struct erma_rpc *rpc)
+{
+    return rpc->tr;
+}
+
+uint8_t erma_rpc_thread_id(const struct erma_rpc *rpc)
+{
+    return rpc->tid;
 }
 
 void erma_rpc_get_stats(const struct erma_rpc *rpc, struct erma_rpc_stats *out)

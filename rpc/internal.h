@@ -132,6 +132,7 @@ struct erma_rpc {
     struct backlog *free_backlog;
     struct erma_mpsc worker_done; /* struct erma_req * back from workers */
     struct erma_rpc_stats stats;
+    struct erma_proto_hook rma_hook; /* rx == NULL: none attached */
     bool pool_locked; /* worker threads allocate too */
     pthread_mutex_t pool_lock;
 };

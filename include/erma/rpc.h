@@ -193,6 +193,29 @@ struct erma_msgbuf *erma_req_resp_buf(struct erma_req *req);
  * the worker thread that runs a worker-mode handler. */
 int erma_enqueue_response(struct erma_req *req, struct erma_msgbuf *resp);
 
+/* ---- sibling protocols ---- */
+
+/* Another protocol served by the endpoint's event loop (the one-sided RMA
+ * engine uses this). rx gets every valid packet whose header proto matches,
+ * in the RX buffer (valid until rx returns); poll runs once per event-loop
+ * pass after RX and returns the work it did; next_timer gives the
+ * erma_now_ns() time it next needs a poll (UINT64_MAX: none). */
+struct erma_hdr;
+struct erma_rx_pkt;
+struct erma_proto_hook {
+    void (*rx)(void *ctx, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
+    int (*poll)(void *ctx, uint64_t now_ns);
+    uint64_t (*next_timer)(void *ctx);
+    void *ctx;
+};
+
+/* Attaches hook for proto (ERMA_PROTO_RMA); NULL detaches. One per proto. */
+int erma_rpc_attach(struct erma_rpc *rpc, uint8_t proto, const struct erma_proto_hook *hook);
+/* The endpoint's transport (shared TX/RX queue; use from its thread only). */
+struct erma_transport *erma_rpc_transport(struct erma_rpc *rpc);
+/* The endpoint's thread id within its nexus. */
+uint8_t erma_rpc_thread_id(const struct erma_rpc *rpc);
+
 /* ---- simulation ---- */
 
 struct erma_sim;
