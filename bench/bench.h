@@ -73,4 +73,30 @@ int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out);
 /* One outstanding o->size request, o->resp_size response: request Gb/s. */
 int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps);
 
+/* Incast on the sim fabric, in virtual time: `clients` hosts each stream
+ * `size`-byte requests (one at a time, 32 B responses) to one server host
+ * through its switch egress port. Goodput counts request data delivered to
+ * the server during the measured interval (after a warm-up). */
+struct bench_incast_cfg {
+    unsigned clients;
+    uint32_t size;
+    bool cc;               /* congestion control on */
+    uint64_t link_bps;     /* every link */
+    uint64_t buffer;       /* switch buffer per port, bytes */
+    uint64_t warmup_ns, measure_ns;
+    uint64_t seed;
+};
+
+struct bench_incast_result {
+    double goodput_gbps;   /* request data bytes per second at the server */
+    double link_share;     /* goodput / link rate */
+    double payload_share;  /* goodput / the most a link carries in full packets */
+    double p50_rtt_us, p99_rtt_us;
+    uint64_t drops, samples, retransmits;
+    uint64_t max_queue_bytes;
+    double min_client_share; /* the slowest client's share of goodput, x clients */
+};
+
+int bench_incast(const struct bench_incast_cfg *cfg, struct bench_incast_result *out);
+
 #endif

@@ -26,7 +26,7 @@ struct erma_timely_cfg erma_timely_cfg_for(double link_bps, uint64_t base_rtt_ns
         base_rtt_ns = 1000;
     cfg.link_bps = link_bps;
     cfg.floor_bps = link_bps / 1000;
-    cfg.step_bps = link_bps / 100;
+    cfg.step_bps = link_bps / 1000;
     cfg.t_low_ns = 5 * base_rtt_ns;
     cfg.t_high_ns = 25 * base_rtt_ns;
     cfg.min_rtt_ns = base_rtt_ns;
@@ -67,10 +67,11 @@ static void note_sample(struct erma_timely *t, uint64_t rtt)
 }
 
 /* The new rate before the per-update and [floor, link] limits. */
-static double next_rate(const struct erma_timely *t, uint64_t rtt, double norm, double d)
+static double next_rate(const struct erma_timely *t, uint64_t rtt, double norm, double d,
+                        double d_inc)
 {
     const struct erma_timely_cfg *cfg = t->cfg;
-    const double step = cfg->step_bps * d;
+    const double step = cfg->step_bps * d_inc;
     if (rtt < cfg->t_low_ns)
         return t->rate_bps + step;
     if (rtt > cfg->t_high_ns)
@@ -105,12 +106,14 @@ double erma_timely_update(struct erma_timely *t, uint64_t rtt_ns, uint64_t now_n
     const uint64_t min_rtt = t->min_rtt_ns > cfg->min_rtt_ns ? t->min_rtt_ns : cfg->min_rtt_ns;
     const double norm = (double)min_rtt;
     double d = now_ns > t->last_update_ns ? (double)(now_ns - t->last_update_ns) / norm : 0;
+    const double span = cfg->ai_span > 1 ? cfg->ai_span : 1;
+    const double d_inc = d < span ? d : span;
     if (d > 1)
         d = 1;
     if (now_ns > t->last_update_ns)
         t->last_update_ns = now_ns;
 
-    double rate = next_rate(t, rtt, norm, d);
+    double rate = next_rate(t, rtt, norm, d, d_inc);
     if (rate < t->rate_bps / 2)
         rate = t->rate_bps / 2;
     if (rate > cfg->link_bps)

@@ -35,6 +35,35 @@ static int reg_chunk(void *ctx, void *addr, size_t len)
     return erma_transport_reg_mem(ctx, addr, len);
 }
 
+/* Timely and the wheel, with defaults from the transport's hints. */
+static int cc_setup(struct erma_rpc *rpc)
+{
+    const double link = rpc->cfg.link_bps > 0 ? rpc->cfg.link_bps : (double)rpc->tr->link_bps;
+    const uint64_t base = rpc->cfg.base_rtt_ns ? rpc->cfg.base_rtt_ns : rpc->tr->base_rtt_ns;
+    if (link <= 0 || base == 0)
+        return ERMA_EINVAL;
+    rpc->timely_cfg = erma_timely_cfg_for(link, base);
+    rpc->timely_cfg.bypass = !rpc->cfg.cc.no_timely_bypass;
+    struct erma_wheel_cfg wc = erma_wheel_cfg_for(rpc->tr->max_pkt, rpc->timely_cfg.floor_bps);
+    /* A session may queue all its credits in the wheel at the floor rate. */
+    wc.horizon_ns *= ERMA_MAX_CREDITS;
+    wc.capacity = 1u << 16;
+    return erma_wheel_init(&rpc->wheel, &wc, erma_now_ns());
+}
+
+int erma_rpc_set_cc(struct erma_rpc *rpc, const struct erma_cc_switches *sw)
+{
+    if (!rpc || !sw)
+        return ERMA_EINVAL;
+    rpc->cfg.cc = *sw;
+    rpc->timely_cfg.bypass = !sw->no_timely_bypass;
+    if (sw->off) /* back to line rate: nothing stays paced */
+        for (uint32_t i = 0; i < rpc->nsessions; i++)
+            if (rpc->sessions[i])
+                rpc->sessions[i]->timely.rate_bps = rpc->timely_cfg.link_bps;
+    return ERMA_OK;
+}
+
 int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cfg *cfg,
                     struct erma_rpc **out)
 {
@@ -51,7 +80,8 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
     char uri[200], base[200];
     snprintf(base, sizeof base, "%s:%u", nx->scheme_host, nx->base_port);
     int rc = nexus_endpoint_uri(nx, base, tid, uri, sizeof uri);
-    if (rc == ERMA_OK && rpc->cfg.credits > rpc->cfg.rx_ring)
+    if (rc == ERMA_OK && (rpc->cfg.credits > rpc->cfg.rx_ring ||
+                          rpc->cfg.credits > ERMA_MAX_CREDITS))
         rc = ERMA_EINVAL;
     const struct erma_transport_cfg tcfg = {.mtu = rpc->cfg.mtu, .rx_ring = rpc->cfg.rx_ring,
                                             .rx_drop = rpc->cfg.fault_drop,
@@ -64,7 +94,11 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
     }
     if (rc == ERMA_OK)
         rc = erma_mpsc_init(&rpc->worker_done, WORKER_DONE_QUEUE);
+    if (rc == ERMA_OK)
+        rc = cc_setup(rpc);
     if (rc != ERMA_OK) {
+        erma_mpsc_destroy(&rpc->worker_done);
+        erma_pool_destroy(rpc->pool);
         erma_transport_close(rpc->tr);
         free(rpc);
         return rc;
@@ -122,6 +156,7 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
     free(rpc->by_token);
     free(rpc->done);
     erma_mpsc_destroy(&rpc->worker_done);
+    erma_wheel_destroy(&rpc->wheel);
     erma_pool_destroy(rpc->pool);
     pthread_mutex_destroy(&rpc->pool_lock);
     erma_transport_close(rpc->tr);
@@ -214,6 +249,7 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
     tx_flush(rpc); /* what the application queued since the last pass goes first */
     const int n = erma_rx_burst(rpc->tr, rx, ERMA_MAX_BURST);
+    rpc->loop_now = erma_now_ns();
     rpc->stats.rx_pkts += (uint64_t)(n > 0 ? n : 0);
     for (int i = 0; i < n; i++) {
         struct erma_hdr h;
@@ -233,6 +269,11 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
         worker_response(rpc, rq);
     const uint64_t now = erma_now_ns();
     int work = n;
+    if (erma_wheel_count(&rpc->wheel)) {
+        const uint32_t before = erma_wheel_count(&rpc->wheel);
+        wheel_release(rpc, now);
+        work += (int)(before - erma_wheel_count(&rpc->wheel));
+    }
     if (rpc->rma_hook.poll)
         work += rpc->rma_hook.poll(rpc->rma_hook.ctx, now);
     if (now >= rpc->next_scan_ns) {
@@ -260,6 +301,10 @@ uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc)
 {
     uint64_t t = rpc->next_scan_ns < rpc->next_sm_scan_ns ? rpc->next_scan_ns
                                                            : rpc->next_sm_scan_ns;
+    if (erma_wheel_count(&rpc->wheel)) { /* the next slot may hold due packets */
+        const uint64_t w = rpc->wheel.cur_start_ns + rpc->wheel.slot_ns;
+        t = w < t ? w : t;
+    }
     if (rpc->rma_hook.next_timer) {
         const uint64_t h = rpc->rma_hook.next_timer(rpc->rma_hook.ctx);
         t = h < t ? h : t;

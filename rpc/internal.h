@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "erma/cc.h"
 #include "erma/pool.h"
 #include "erma/rand.h"
 #include "erma/ring.h"
@@ -66,6 +67,7 @@ struct slot {
     uint32_t req_pkts, resp_pkts; /* resp_pkts 0 until the first response packet */
     uint32_t num_tx, num_rx;      /* packets sent / replies accepted, in the slot's index space */
     uint64_t progress_ns, start_ns;
+    uint64_t tx_ns[ERMA_MAX_CREDITS]; /* send time of packet i at [i % ERMA_MAX_CREDITS] */
     /* server */
     uint32_t srv_rx;              /* request packets received in order */
     struct erma_req rq;
@@ -94,6 +96,11 @@ struct session {
     struct erma_addr peer;
     uint64_t last_rx_ns, last_tx_sm_ns, start_ns;
     struct backlog *backlog, *backlog_tail;
+    struct erma_timely timely;
+    uint64_t next_tx_ns;      /* pacing: when the next packet may leave */
+    bool in_wheel;            /* the wheel holds this session's next packet */
+    uint8_t rr;               /* round robin over slots */
+    uint64_t rtt_samples, paced_pkts, direct_pkts;
     struct slot slots[ERMA_SESSION_SLOTS];
 };
 
@@ -133,6 +140,10 @@ struct erma_rpc {
     struct erma_mpsc worker_done; /* struct erma_req * back from workers */
     struct erma_rpc_stats stats;
     struct erma_proto_hook rma_hook; /* rx == NULL: none attached */
+    /* congestion control */
+    struct erma_timely_cfg timely_cfg;
+    struct erma_wheel wheel;
+    uint64_t loop_now; /* the clock read once per loop pass (batch clock) */
     bool pool_locked; /* worker threads allocate too */
     pthread_mutex_t pool_lock;
 };
@@ -180,6 +191,7 @@ void session_release(struct erma_rpc *rpc, struct session *s);
 void session_free_num(struct erma_rpc *rpc, struct session *s);
 
 /* proto.c */
+void wheel_release(struct erma_rpc *rpc, uint64_t now);
 void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
 void client_kick(struct erma_rpc *rpc, struct session *s);
 void client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now);

@@ -32,20 +32,99 @@ static uint32_t client_total_tx(const struct slot *sl)
     return sl->resp_pkts ? sl->req_pkts + sl->resp_pkts - 1 : sl->req_pkts;
 }
 
-static void client_send(struct erma_rpc *rpc, struct session *s, struct slot *sl)
+/* The clock for CC timestamps: one reading per loop pass, or per packet. */
+static uint64_t cc_now(const struct erma_rpc *rpc)
 {
-    const uint32_t total = client_total_tx(sl);
-    while (s->credits > 0 && sl->num_tx < total) {
-        const uint32_t i = sl->num_tx++;
-        s->credits--;
-        if (i < sl->req_pkts) {
-            const uint8_t *data;
-            uint32_t len;
-            msg_pkt_span(sl->req, i, &data, &len);
-            tx_data(rpc, &s->peer, msg_hdr(sl->req, i), data, len);
-        } else {
-            uint8_t *h = tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
-            hdr_put(h, sl->req_type, 0, s->remote_num, ERMA_PKT_RFR, i, sl->req_num);
+    return rpc->cfg.cc.no_batch_clock ? erma_now_ns() : rpc->loop_now;
+}
+
+static void send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl, uint32_t i)
+{
+    sl->tx_ns[i % ERMA_MAX_CREDITS] = cc_now(rpc);
+    if (i < sl->req_pkts) {
+        const uint8_t *data;
+        uint32_t len;
+        msg_pkt_span(sl->req, i, &data, &len);
+        tx_data(rpc, &s->peer, msg_hdr(sl->req, i), data, len);
+    } else {
+        uint8_t *h = tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
+        hdr_put(h, sl->req_type, 0, s->remote_num, ERMA_PKT_RFR, i, sl->req_num);
+    }
+}
+
+static bool slot_pending(const struct slot *sl)
+{
+    return sl->busy && sl->num_tx < client_total_tx(sl);
+}
+
+/* Sends the next packet of the session's next slot with one pending (round
+ * robin), spending a credit; false when there is none or no credit. */
+static bool send_next(struct erma_rpc *rpc, struct session *s)
+{
+    if (s->credits == 0)
+        return false;
+    for (unsigned n = 0; n < ERMA_SESSION_SLOTS; n++) {
+        struct slot *sl = &s->slots[(s->rr + n) % ERMA_SESSION_SLOTS];
+        if (slot_pending(sl)) {
+            s->rr = (uint8_t)((s->rr + n + 1) % ERMA_SESSION_SLOTS);
+            s->credits--;
+            send_pkt(rpc, s, sl, sl->num_tx++);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* True when the session's packets must go through the timing wheel. */
+static bool paced(const struct erma_rpc *rpc, const struct session *s)
+{
+    const struct erma_cc_switches *cc = &rpc->cfg.cc;
+    return !cc->off && (s->timely.rate_bps < rpc->timely_cfg.link_bps || cc->no_wheel_bypass);
+}
+
+/* Puts the session in the wheel for its next packet (at most one entry per
+ * session, so a packet leaves at the rate of the moment it leaves). */
+static void schedule(struct erma_rpc *rpc, struct session *s, uint64_t now)
+{
+    const uint64_t due = s->next_tx_ns > now ? s->next_tx_ns : now;
+    if (erma_wheel_insert(&rpc->wheel, due, s, s->token) == ERMA_OK)
+        s->in_wheel = true;
+    else if (send_next(rpc, s)) /* wheel full: go now rather than stall */
+        s->direct_pkts++;
+}
+
+static void client_send(struct erma_rpc *rpc, struct session *s)
+{
+    if (s->in_wheel)
+        return; /* the wheel will send */
+    if (paced(rpc, s)) {
+        if (s->credits > 0)
+            for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
+                if (slot_pending(&s->slots[k])) {
+                    schedule(rpc, s, cc_now(rpc));
+                    return;
+                }
+        return;
+    }
+    while (send_next(rpc, s))
+        s->direct_pkts++;
+}
+
+void wheel_release(struct erma_rpc *rpc, uint64_t now)
+{
+    struct erma_wheel_entry e[ERMA_MAX_BURST];
+    size_t n;
+    while ((n = erma_wheel_reap(&rpc->wheel, now, e, ERMA_MAX_BURST)) > 0) {
+        for (size_t k = 0; k < n; k++) {
+            struct session *s = e[k].ptr;
+            if (s->token != e[k].cookie || !s->in_wheel)
+                continue; /* an entry of an earlier session in this struct */
+            s->in_wheel = false;
+            if (s->state != CONNECTED || !send_next(rpc, s))
+                continue;
+            s->paced_pkts++;
+            s->next_tx_ns = erma_pacer_next_tx(s->timely.rate_bps, rpc->tr->max_pkt, now, now);
+            client_send(rpc, s);
         }
     }
 }
@@ -98,18 +177,17 @@ void client_kick(struct erma_rpc *rpc, struct session *s)
 {
     if (s->state != CONNECTED)
         return;
-    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS && s->backlog; k++) {
         struct slot *sl = &s->slots[k];
-        if (!sl->busy && s->backlog) {
+        if (!sl->busy) {
             struct backlog *b = s->backlog;
             s->backlog = b->next;
             slot_start(rpc, s, sl, b);
             b->next = rpc->free_backlog;
             rpc->free_backlog = b;
         }
-        if (sl->busy)
-            client_send(rpc, s, sl);
     }
+    client_send(rpc, s);
 }
 
 int erma_enqueue_request(struct erma_rpc *rpc, int num, uint8_t req_type,
@@ -129,6 +207,7 @@ int erma_enqueue_request(struct erma_rpc *rpc, int num, uint8_t req_type,
     else if (!(b = malloc(sizeof *b)))
         return ERMA_ENOMEM;
     *b = (struct backlog){NULL, req_type, req, resp, cont, tag};
+    rpc->loop_now = erma_now_ns(); /* called from outside the loop: the batch clock is old */
     if (s->backlog_tail && s->backlog)
         s->backlog_tail->next = b;
     else
@@ -209,6 +288,18 @@ static int client_take_resp(struct erma_rpc *rpc, struct slot *sl, const struct 
     return ERMA_OK;
 }
 
+/* An RTT sample from the reply to packet i feeds Timely. */
+static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot *sl, uint32_t i)
+{
+    const uint64_t now = cc_now(rpc), sent = sl->tx_ns[i % ERMA_MAX_CREDITS];
+    const uint64_t rtt = now > sent ? now - sent : 1;
+    s->rtt_samples++;
+    if (!rpc->cfg.cc.off)
+        erma_timely_update(&s->timely, rtt, now);
+    if (rpc->cfg.rtt_hook)
+        rpc->cfg.rtt_hook(rpc->cfg.rtt_ctx, s->num, rtt);
+}
+
 static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_hdr *h,
                       const struct erma_rx_pkt *pkt)
 {
@@ -243,6 +334,7 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
             return;
         }
     }
+    cc_sample(rpc, s, sl, i);
     sl->num_rx++;
     s->credits++;
     sl->progress_ns = erma_now_ns();
@@ -498,6 +590,22 @@ void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx
         server_rx(rpc, s, h, pkt);
     else
         client_rx(rpc, s, h, pkt);
+}
+
+int erma_session_cc_stats(const struct erma_rpc *rpc, int num, struct erma_session_cc *out)
+{
+    const struct session *s = rpc && out && num >= 0 && (uint32_t)num < rpc->nsessions
+                                  ? rpc->sessions[num] : NULL;
+    if (!s || s->role != CLIENT || s->state == FREE)
+        return ERMA_ENOENT;
+    const struct erma_timely *t = &s->timely;
+    *out = (struct erma_session_cc){.rate_bps = t->rate_bps, .avg_rtt_ns = t->avg_rtt_ns,
+                                    .last_rtt_ns = t->last_rtt_ns, .min_rtt_ns = t->min_rtt_ns,
+                                    .rtt_samples = s->rtt_samples,
+                                    .timely_updates = t->updates,
+                                    .timely_bypasses = t->bypasses,
+                                    .paced_pkts = s->paced_pkts, .direct_pkts = s->direct_pkts};
+    return ERMA_OK;
 }
 
 /* ---- request handle accessors ---- */

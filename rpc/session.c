@@ -160,6 +160,8 @@ static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
     s->start_ns = s->last_rx_ns = s->last_tx_sm_ns = erma_now_ns();
     /* A random start makes packets of an earlier session with this number stale. */
     const uint64_t base = (erma_rand_u64(&rpc->rng) & (ERMA_MAX_REQ_NUM >> 8)) * ERMA_SESSION_SLOTS;
+    if (role == CLIENT)
+        erma_timely_init(&s->timely, &rpc->timely_cfg, s->start_ns);
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
         s->slots[k].req_num = role == CLIENT ? base + k : 0; /* server: 0 is none yet */
         s->slots[k].rq.rpc = rpc;

@@ -274,7 +274,7 @@ static void test_timely_cfgs(void **state)
     c = erma_timely_cfg_for(25e9, 8000);
     assert_near(c.link_bps, 25e9);
     assert_near(c.floor_bps, 25e6);
-    assert_near(c.step_bps, 250e6);
+    assert_near(c.step_bps, 25e6);
     assert_int_equal(c.t_low_ns, 40000);
     assert_int_equal(c.t_high_ns, 200000);
     assert_int_equal(c.min_rtt_ns, 8000);
@@ -530,7 +530,7 @@ static int recovery(struct erma_timely_cfg cfg, uint64_t base)
 static void test_timely_recovers(void **state)
 {
     (void)state;
-    assert_true(recovery(erma_timely_cfg_for(25e9, 10000), 10000) <= 100);
+    assert_true(recovery(erma_timely_cfg_for(25e9, 10000), 10000) <= 1000);
     assert_true(recovery(erma_timely_cfg_real(), 10000) <= 622);
     struct erma_timely_cfg nobypass = erma_timely_cfg_for(10e9, 20000);
     nobypass.bypass = false;

@@ -10,6 +10,7 @@
 #include "erma/errors.h"
 #include "erma/rand.h"
 #include "erma/transport.h"
+#include "erma/wire.h"
 
 enum stage { AT_PATH, AT_EGRESS, DELIVER };
 
@@ -485,6 +486,16 @@ static int sim_open(const char *rest, const struct erma_transport_cfg *cfg,
     p->base.ops = &erma_sim_ops;
     p->base.rx_ring = cfg->rx_ring;
     p->base.max_pkt = cfg->mtu - ERMA_IP_UDP_OVERHEAD;
+    /* Unloaded RTT: a full packet out and a header back, each crossing two
+     * serialising hops and two link delays, plus the slowest path twice. */
+    const uint32_t big = p->base.max_pkt + s->cfg.frame_overhead;
+    const uint32_t small = ERMA_HDR_SIZE + s->cfg.frame_overhead;
+    uint64_t path = 0;
+    for (uint32_t k = 0; k < s->cfg.paths; k++)
+        path = s->cfg.path_delay_ns[k] > path ? s->cfg.path_delay_ns[k] : path;
+    p->base.link_bps = s->cfg.link_bps;
+    p->base.base_rtt_ns = 2 * (ser_ns(big, s->cfg.link_bps) + ser_ns(small, s->cfg.link_bps)) +
+                          4 * s->cfg.link_delay_ns + 2 * path;
     p->sim = s;
     p->host = (uint16_t)host;
     p->port = (uint16_t)port;

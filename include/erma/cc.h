@@ -71,9 +71,14 @@
  *                           is 335 us) so that incast queues are bounded;
  *                           eRPC's 1 ms is above that on every fabric here.
  *       min_rtt_ns = base   normaliser floor and the unit of d
- *       step  = link / 100  a session at the floor is back at link rate
- *                           within ~100 uncongested RTTs (eRPC's 5 MB/s at
- *                           25 Gb/s needs 625)
+ *       step  = link / 1000 a session at the floor is back at link rate
+ *                           within ~1000 uncongested min RTTs (5 ms on a
+ *                           5 us fabric; eRPC's 5 MB/s at 25 Gb/s needs
+ *                           625). link/100 recovers 10x faster but lets a
+ *                           50-way incast oscillate: measured on the sim
+ *                           fabric (docs/PERFORMANCE.md), p99 RTT 655 us
+ *                           instead of 39 us and 90% instead of 95% of the
+ *                           link.
  *       floor = link / 1000 low enough for a 1000-way incast to share the
  *                           link, high enough that the wheel horizon (one
  *                           MTU at the floor rate) stays small
@@ -273,6 +278,11 @@ struct erma_timely_cfg {
     double beta;         /* multiplicative decrease factor */
     uint32_t hai_n;      /* HAI after hai_n falling samples, n-fold; 0 off */
     bool bypass;         /* common-case bypass, read on every update */
+    double ai_span;      /* increases accrue over up to this many min RTTs
+                            between samples; <= 1 (default): eRPC. Larger
+                            spans make increase per time, not per sample,
+                            fairer between flows with few samples, at some
+                            cost in utilisation (docs/PERFORMANCE.md). */
 };
 
 struct erma_timely {

@@ -66,6 +66,7 @@
 #include "erma/errors.h"
 
 #define ERMA_SESSION_SLOTS 8
+#define ERMA_MAX_CREDITS 32
 #define ERMA_MAX_THREADS 64
 
 struct erma_nexus;
@@ -104,8 +105,17 @@ struct erma_nexus_cfg {
     unsigned workers; /* worker threads for ERMA_WORKER handlers; default 0 */
 };
 
+/* Congestion-control switches, all false by default (everything on). They
+ * can be changed at run time with erma_rpc_set_cc(). */
+struct erma_cc_switches {
+    bool off;                /* no Timely, no pacing: every session at line rate */
+    bool no_timely_bypass;   /* update the rate even for fast samples at line rate */
+    bool no_wheel_bypass;    /* pace every packet through the wheel, even at line rate */
+    bool no_batch_clock;     /* read the clock per packet, not once per loop pass */
+};
+
 struct erma_rpc_cfg {
-    uint32_t credits;          /* per session, default 32 */
+    uint32_t credits;          /* per session, default and most ERMA_MAX_CREDITS (32) */
     uint32_t rx_ring;          /* RX ring packets; sessions x credits must fit; default 4096 */
     uint32_t mtu;              /* Ethernet MTU, default 1500 */
     uint64_t rto_ns;           /* go-back-N timeout, default 5 ms */
@@ -115,6 +125,12 @@ struct erma_rpc_cfg {
     uint64_t req_timeout_ns;   /* fail a request after this long, 0 (default) = never */
     uint64_t seed;             /* session tokens; 0 = from the clock */
     double fault_drop;         /* test only: drop this fraction of received packets */
+    struct erma_cc_switches cc;
+    double link_bps;           /* Timely ceiling; 0 = the transport's hint */
+    uint64_t base_rtt_ns;      /* unloaded RTT for Timely thresholds; 0 = the transport's hint */
+    /* Optional: every RTT sample a client session takes (benchmarks). */
+    void (*rtt_hook)(void *ctx, int session, uint64_t rtt_ns);
+    void *rtt_ctx;
     erma_sm_fn sm_handler;     /* optional session-management callback */
     void *sm_ctx;
 };
@@ -192,6 +208,21 @@ struct erma_msgbuf *erma_req_resp_buf(struct erma_req *req);
 /* Sends resp as the response to req; from the event loop's thread, or from
  * the worker thread that runs a worker-mode handler. */
 int erma_enqueue_response(struct erma_req *req, struct erma_msgbuf *resp);
+
+/* ---- congestion control ---- */
+
+/* Per client session: Timely's rate from per-packet RTTs (the time from
+ * sending a packet to its credit return or response), and packets paced
+ * through the endpoint's Carousel timing wheel while below line rate. */
+struct erma_session_cc {
+    double rate_bps, avg_rtt_ns;
+    uint64_t last_rtt_ns, min_rtt_ns;
+    uint64_t rtt_samples, timely_updates, timely_bypasses;
+    uint64_t paced_pkts, direct_pkts;
+};
+
+int erma_session_cc_stats(const struct erma_rpc *rpc, int session, struct erma_session_cc *out);
+int erma_rpc_set_cc(struct erma_rpc *rpc, const struct erma_cc_switches *sw);
 
 /* ---- sibling protocols ---- */
 

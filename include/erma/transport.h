@@ -96,6 +96,8 @@ struct erma_transport {
     struct erma_addr local;
     uint32_t max_pkt; /* largest erma packet, header included */
     uint32_t rx_ring;
+    /* Hints for congestion control defaults: line rate and unloaded RTT. */
+    uint64_t link_bps, base_rtt_ns;
     struct erma_transport_stats stats;
     uint64_t drop_threshold; /* rx_drop scaled to 2^64; 0 = no injected loss */
     uint64_t drop_state;
