@@ -83,7 +83,8 @@ struct bench_incast_cfg {
     bool cc;               /* congestion control on */
     uint64_t link_bps;     /* every link */
     uint64_t buffer;       /* switch buffer per port, bytes */
-    uint64_t warmup_ns, measure_ns;
+    uint64_t warmup_ns, measure_ns; /* from the first client's start */
+    uint64_t stagger_ns;            /* client c starts (c - 1) * stagger_ns late */
     uint64_t seed;
 };
 

@@ -175,8 +175,11 @@ int bench_incast(const struct bench_incast_cfg *cfg, struct bench_incast_result 
         g_incast = &x;
         x.start_ns = erma_sim_now(x.sim) + cfg->warmup_ns;
         x.end_ns = x.start_ns + cfg->measure_ns;
-        for (unsigned c = 1; c < hosts; c++)
+        for (unsigned c = 1; c < hosts; c++) {
+            if (c > 1 && cfg->stagger_ns)
+                erma_sim_run_rpcs(x.sim, x.rpc, hosts, cfg->stagger_ns, past_end, &x);
             issue(&x, c);
+        }
         rc = erma_sim_run_rpcs(x.sim, x.rpc, hosts, cfg->warmup_ns + cfg->measure_ns + 1,
                                past_end, &x);
     }
