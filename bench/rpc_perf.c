@@ -4,7 +4,7 @@
  *   rpc_perf --mode lat|rate|bw|sessions [--uri CLIENT] [--server SERVER]
  *            [--raw-server RAW_SERVER] [--size B] [--resp-size B] [--iters N]
  *            [--window W] [--batch B] [--sessions N] [--credits C]
- *            [--seconds S] [--rounds R]
+ *            [--seconds S] [--rounds R] [--factors]
  *
  * lat: one 32 B request at a time. rate: `window` requests in flight in
  * batches of `batch` to random sessions of `sessions`. bw: one --size
@@ -16,6 +16,11 @@
  * rounds alternate so that both see the same machine. CSV: one line per round
  * and a median line with the ratio erma / raw (for latency, lower is better;
  * for rate and bandwidth, higher is better).
+ *
+ * --factors (rate mode): also measures erma with congestion control off and
+ * with each common-case bypass off (Timely bypass, wheel bypass, batch
+ * clock), in the same alternating rounds; the ratio column of those lines
+ * is against erma with everything on, so 1 - ratio(cc_off) is the CC cost.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -31,6 +36,20 @@ struct opts {
     struct bench_rpc_opts rpc;
     struct erma_rpc_cfg cfg;
     unsigned rounds;
+    bool factors;
+};
+
+/* The variants measured in each round, raw first. */
+static const struct {
+    const char *name;
+    struct erma_cc_switches cc;
+} variants[] = {
+    {"raw", {0}},
+    {"erma", {0}},
+    {"cc_off", {.off = true}},
+    {"no_timely_bypass", {.no_timely_bypass = true}},
+    {"no_wheel_bypass", {.no_wheel_bypass = true}},
+    {"no_batch_clock", {.no_batch_clock = true}},
 };
 
 static int cmp_double(const void *a, const void *b)
@@ -91,7 +110,7 @@ int main(int argc, char **argv)
         {"raw-server", 1, 0, 'R'}, {"size", 1, 0, 'z'},  {"resp-size", 1, 0, 'Z'},
         {"iters", 1, 0, 'i'},    {"window", 1, 0, 'w'},  {"batch", 1, 0, 'b'},
         {"sessions", 1, 0, 'n'}, {"credits", 1, 0, 'c'}, {"seconds", 1, 0, 't'},
-        {"rounds", 1, 0, 'r'},   {0, 0, 0, 0}};
+        {"rounds", 1, 0, 'r'},   {"factors", 0, 0, 'f'},  {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
         case 'm': o.mode = optarg; break;
@@ -107,6 +126,7 @@ int main(int argc, char **argv)
         case 'c': o.cfg.credits = (uint32_t)atoi(optarg); break;
         case 't': o.rpc.seconds = atof(optarg); break;
         case 'r': o.rounds = (unsigned)atoi(optarg); break;
+        case 'f': o.factors = true; break;
         default: fprintf(stderr, "usage: see the comment at the top of bench/rpc_perf.c\n"); return 2;
         }
     }
@@ -130,21 +150,34 @@ int main(int argc, char **argv)
         return 2;
     const char *metric = lat ? "median_us" : bw ? "gbps" : "mrps";
     const int tlen = (int)(strstr(o.rpc.server, "://") ? strstr(o.rpc.server, "://") - o.rpc.server : 0);
-    double erma[50], raw[50];
-    printf("bench,mode,transport,size,resp_size,sessions,round,metric,erma,raw,ratio,erma_p99_us,raw_p99_us\n");
+    const unsigned nvar = o.factors ? sizeof variants / sizeof *variants : 2;
+    double v[6][50];
+    printf("bench,mode,transport,size,resp_size,sessions,round,metric,variant,value,baseline,"
+           "ratio,p99_us,raw_p99_us\n");
     for (unsigned i = 0; i < o.rounds; i++) {
-        struct bench_lat le = {0}, lr = {0};
-        raw[i] = measure(&o, false, &lr);
-        erma[i] = measure(&o, true, &le);
-        if (raw[i] < 0 || erma[i] < 0)
+        struct bench_lat lr = {0};
+        v[0][i] = measure(&o, false, &lr);
+        if (v[0][i] < 0)
             return 1;
-        printf("rpc_perf,%s,%.*s,%u,%u,%u,%u,%s,%.3f,%.3f,%.3f,%.2f,%.2f\n", o.mode, tlen,
-               o.rpc.server, o.rpc.size, o.rpc.resp_size, o.rpc.sessions, i, metric, erma[i],
-               raw[i], erma[i] / raw[i], le.p99_us, lr.p99_us);
-        fflush(stdout);
+        for (unsigned k = 1; k < nvar; k++) {
+            struct bench_lat le = {0};
+            o.cfg.cc = variants[k].cc;
+            v[k][i] = measure(&o, true, &le);
+            if (v[k][i] < 0)
+                return 1;
+            const double base = k == 1 ? v[0][i] : v[1][i];
+            printf("rpc_perf,%s,%.*s,%u,%u,%u,%u,%s,%s,%.3f,%.3f,%.3f,%.2f,%.2f\n", o.mode, tlen,
+                   o.rpc.server, o.rpc.size, o.rpc.resp_size, o.rpc.sessions, i, metric,
+                   variants[k].name, v[k][i], base, v[k][i] / base, le.p99_us, lr.p99_us);
+            fflush(stdout);
+        }
     }
-    const double me = median(erma, o.rounds), mr = median(raw, o.rounds);
-    printf("rpc_perf,%s,%.*s,%u,%u,%u,median,%s,%.3f,%.3f,%.3f,,\n", o.mode, tlen, o.rpc.server,
-           o.rpc.size, o.rpc.resp_size, o.rpc.sessions, metric, me, mr, me / mr);
+    const double mr = median(v[0], o.rounds), me = median(v[1], o.rounds);
+    for (unsigned k = 1; k < nvar; k++) {
+        const double m = median(v[k], o.rounds), base = k == 1 ? mr : me;
+        printf("rpc_perf,%s,%.*s,%u,%u,%u,median,%s,%s,%.3f,%.3f,%.3f,,\n", o.mode, tlen,
+               o.rpc.server, o.rpc.size, o.rpc.resp_size, o.rpc.sessions, metric,
+               variants[k].name, m, base, m / base);
+    }
     return 0;
 }
