@@ -1,5 +1,6 @@
 /* RPC measurements shared by rpc_perf and the benchmarks built on it. */
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -77,8 +78,25 @@ struct client {
     uint32_t nsess;
 };
 
+/* With ERMA_BENCH_CC set, prints each session's congestion-control state. */
+static void print_cc(const struct client *c)
+{
+    if (!getenv("ERMA_BENCH_CC"))
+        return;
+    for (uint32_t i = 0; i < c->nsess; i++) {
+        struct erma_session_cc cc;
+        if (erma_session_cc_stats(c->rpc, c->sess[i], &cc) == ERMA_OK)
+            fprintf(stderr, "session %u: rate %.2f Gb/s, avg RTT %.1f us, min %.1f us, "
+                    "%llu samples, %llu bypassed, %llu paced, %llu direct\n", i,
+                    cc.rate_bps / 1e9, cc.avg_rtt_ns / 1e3, cc.min_rtt_ns / 1e3,
+                    (unsigned long long)cc.rtt_samples, (unsigned long long)cc.timely_bypasses,
+                    (unsigned long long)cc.paced_pkts, (unsigned long long)cc.direct_pkts);
+    }
+}
+
 static void client_close(struct client *c)
 {
+    print_cc(c);
     erma_rpc_destroy(c->rpc);
     erma_nexus_destroy(c->nx);
     free(c->sess);

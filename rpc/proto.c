@@ -38,7 +38,9 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
     return rpc->cfg.cc.no_batch_clock ? erma_now_ns() : rpc->loop_now;
 }
 
-static void send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl, uint32_t i)
+/* Sends client packet i; returns the bytes it brings onto the path: the
+ * request packet, or for an RFR the response packet it asks for. */
+static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl, uint32_t i)
 {
     sl->tx_ns[i % ERMA_MAX_CREDITS] = cc_now(rpc);
     if (i < sl->req_pkts) {
@@ -46,10 +48,11 @@ static void send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl, u
         uint32_t len;
         msg_pkt_span(sl->req, i, &data, &len);
         tx_data(rpc, &s->peer, msg_hdr(sl->req, i), data, len);
-    } else {
-        uint8_t *h = tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
-        hdr_put(h, sl->req_type, 0, s->remote_num, ERMA_PKT_RFR, i, sl->req_num);
+        return ERMA_HDR_SIZE + len;
     }
+    uint8_t *h = tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
+    hdr_put(h, sl->req_type, 0, s->remote_num, ERMA_PKT_RFR, i, sl->req_num);
+    return rpc->tr->max_pkt;
 }
 
 static bool slot_pending(const struct slot *sl)
@@ -58,21 +61,21 @@ static bool slot_pending(const struct slot *sl)
 }
 
 /* Sends the next packet of the session's next slot with one pending (round
- * robin), spending a credit; false when there is none or no credit. */
-static bool send_next(struct erma_rpc *rpc, struct session *s)
+ * robin), spending a credit; returns its bytes, 0 when there is none or no
+ * credit. */
+static uint32_t send_next(struct erma_rpc *rpc, struct session *s)
 {
     if (s->credits == 0)
-        return false;
+        return 0;
     for (unsigned n = 0; n < ERMA_SESSION_SLOTS; n++) {
         struct slot *sl = &s->slots[(s->rr + n) % ERMA_SESSION_SLOTS];
         if (slot_pending(sl)) {
             s->rr = (uint8_t)((s->rr + n + 1) % ERMA_SESSION_SLOTS);
             s->credits--;
-            send_pkt(rpc, s, sl, sl->num_tx++);
-            return true;
+            return send_pkt(rpc, s, sl, sl->num_tx++);
         }
     }
-    return false;
+    return 0;
 }
 
 /* True when the session's packets must go through the timing wheel. */
@@ -110,6 +113,23 @@ static void client_send(struct erma_rpc *rpc, struct session *s)
         s->direct_pkts++;
 }
 
+/* Packets a released session may send at once when it is behind schedule. */
+#define PACE_BURST 8
+
+/* Sends what the session's rate allows up to now: its due packet, and more
+ * while the next due time has passed already (up to PACE_BURST, so that a
+ * session late by a loop pass keeps its rate without bursting after idling). */
+static void pace_release(struct erma_rpc *rpc, struct session *s, uint64_t due, uint64_t now)
+{
+    uint32_t bytes;
+    for (unsigned k = 0; k < PACE_BURST && due <= now && (bytes = send_next(rpc, s)); k++) {
+        s->paced_pkts++;
+        due = erma_pacer_next_tx(s->timely.rate_bps, bytes, due, due);
+    }
+    s->next_tx_ns = due;
+    client_send(rpc, s); /* back in the wheel if more is pending, or direct at line rate */
+}
+
 void wheel_release(struct erma_rpc *rpc, uint64_t now)
 {
     struct erma_wheel_entry e[ERMA_MAX_BURST];
@@ -120,11 +140,8 @@ void wheel_release(struct erma_rpc *rpc, uint64_t now)
             if (s->token != e[k].cookie || !s->in_wheel)
                 continue; /* an entry of an earlier session in this struct */
             s->in_wheel = false;
-            if (s->state != CONNECTED || !send_next(rpc, s))
-                continue;
-            s->paced_pkts++;
-            s->next_tx_ns = erma_pacer_next_tx(s->timely.rate_bps, rpc->tr->max_pkt, now, now);
-            client_send(rpc, s);
+            if (s->state == CONNECTED)
+                pace_release(rpc, s, e[k].due_ns, now);
         }
     }
 }

@@ -2,14 +2,26 @@
 
 #include "erma/errors.h"
 
+#include <string.h>
+
 static void put_le64(uint8_t *p, uint64_t v)
 {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, &v, 8);
+#else
     erma_put_le(p, v, 8);
+#endif
 }
 
 static uint64_t get_le64(const uint8_t *p)
 {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+#else
     return erma_get_le(p, 8);
+#endif
 }
 
 void erma_hdr_encode(const struct erma_hdr *h, void *buf)
