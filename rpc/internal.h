@@ -67,7 +67,7 @@ struct slot {
     uint32_t req_pkts, resp_pkts; /* resp_pkts 0 until the first response packet */
     uint32_t num_tx, num_rx;      /* packets sent / replies accepted, in the slot's index space */
     uint64_t progress_ns, start_ns;
-    uint64_t tx_ns[ERMA_MAX_CREDITS]; /* send time of packet i at [i % ERMA_MAX_CREDITS] */
+    uint32_t tx_ns[ERMA_MAX_CREDITS]; /* send time of packet i, mod 2^32 ns, at [i % 32] */
     /* server */
     uint32_t srv_rx;              /* request packets received in order */
     struct erma_req rq;

@@ -42,7 +42,7 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
  * request packet, or for an RFR the response packet it asks for. */
 static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl, uint32_t i)
 {
-    sl->tx_ns[i % ERMA_MAX_CREDITS] = cc_now(rpc);
+    sl->tx_ns[i % ERMA_MAX_CREDITS] = (uint32_t)cc_now(rpc);
     if (i < sl->req_pkts) {
         const uint8_t *data;
         uint32_t len;
@@ -308,8 +308,9 @@ static int client_take_resp(struct erma_rpc *rpc, struct slot *sl, const struct 
 /* An RTT sample from the reply to packet i feeds Timely. */
 static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot *sl, uint32_t i)
 {
-    const uint64_t now = cc_now(rpc), sent = sl->tx_ns[i % ERMA_MAX_CREDITS];
-    const uint64_t rtt = now > sent ? now - sent : 1;
+    const uint64_t now = cc_now(rpc);
+    const uint32_t elapsed = (uint32_t)now - sl->tx_ns[i % ERMA_MAX_CREDITS]; /* mod 2^32 */
+    const uint64_t rtt = elapsed ? elapsed : 1;
     s->rtt_samples++;
     if (!rpc->cfg.cc.off)
         erma_timely_update(&s->timely, rtt, now);
