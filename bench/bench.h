@@ -85,6 +85,7 @@ struct bench_incast_cfg {
     uint64_t buffer;       /* switch buffer per port, bytes */
     uint64_t warmup_ns, measure_ns; /* from the first client's start */
     uint64_t stagger_ns;            /* client c starts (c - 1) * stagger_ns late */
+    double step_div, ai_span;       /* Timely: step = link / step_div (0: default), ai_span */
     uint64_t seed;
 };
 

@@ -5,7 +5,10 @@
  * Table 6.4), with and without congestion control. CSV to stdout.
  *
  *   incast [--clients 20,50,100] [--size BYTES] [--buffer BYTES]
- *          [--measure-ms MS] [--warmup-ms MS]
+ *          [--measure-ms MS] [--warmup-ms MS] [--step-div D] [--ai-span S]
+ *
+ * --step-div D sets Timely's additive step to link / D (default 1000),
+ * --ai-span S its ai_span (default 1, as eRPC).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -23,7 +26,8 @@ int main(int argc, char **argv)
                                    .measure_ns = 40000000, .seed = 1};
     static const struct option lo[] = {{"clients", 1, 0, 'n'}, {"size", 1, 0, 's'},
                                        {"buffer", 1, 0, 'b'},  {"measure-ms", 1, 0, 'm'},
-                                       {"warmup-ms", 1, 0, 'w'}, {0, 0, 0, 0}};
+                                       {"warmup-ms", 1, 0, 'w'}, {"step-div", 1, 0, 'd'},
+                                       {"ai-span", 1, 0, 'a'},   {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
         case 'n': snprintf(list, sizeof list, "%s", optarg); break;
@@ -31,6 +35,8 @@ int main(int argc, char **argv)
         case 'b': cfg.buffer = strtoull(optarg, NULL, 10); break;
         case 'm': cfg.measure_ns = strtoull(optarg, NULL, 10) * 1000000; break;
         case 'w': cfg.warmup_ns = strtoull(optarg, NULL, 10) * 1000000; break;
+        case 'd': cfg.step_div = atof(optarg); break;
+        case 'a': cfg.ai_span = atof(optarg); break;
         default: fprintf(stderr, "usage: see bench/incast.c\n"); return 2;
         }
     }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "erma/cc.h"
 #include "erma/clock.h"
 #include "erma/rpc.h"
 #include "erma/sim.h"
@@ -24,6 +25,7 @@ struct incast {
     struct erma_nexus **nx;
     int *sess;
     struct erma_msgbuf *req, *resp;
+    struct erma_timely_cfg timely;
     bool done;
 };
 
@@ -122,10 +124,19 @@ static int setup(struct incast *x)
         return rc;
     erma_sim_use_clock(x->sim);
     erma_sim_set_trace(x->sim, on_trace, x);
+    struct erma_transport *probe; /* the fabric's hints, as endpoints will see them */
+    snprintf(uri, sizeof uri, "sim://%s/0:0", name);
+    if (rc == ERMA_OK && (rc = erma_transport_open(uri, NULL, &probe)) == ERMA_OK) {
+        x->timely = erma_timely_cfg_for((double)probe->link_bps, probe->base_rtt_ns);
+        erma_transport_close(probe);
+    }
+    if (cfg->step_div > 0)
+        x->timely.step_bps = x->timely.link_bps / cfg->step_div;
+    x->timely.ai_span = cfg->ai_span;
     for (unsigned h = 0; rc == ERMA_OK && h < hosts; h++) {
         struct erma_rpc_cfg rc_cfg = {.rx_ring = 32 * hosts + 64, .seed = cfg->seed + h,
                                       .cc = {.off = !cfg->cc}, .rtt_hook = on_rtt,
-                                      .rtt_ctx = x};
+                                      .rtt_ctx = x, .timely = &x->timely};
         snprintf(uri, sizeof uri, "sim://%s/%u:31850", name, h);
         rc = erma_nexus_create(uri, NULL, &x->nx[h]);
         if (rc == ERMA_OK && h == 0)

@@ -14,8 +14,9 @@
  * Each round measures the raw baseline and then erma over the same transport,
  * each against a server process it forks (pinned to CPU 1, client on CPU 0);
  * rounds alternate so that both see the same machine. CSV: one line per round
- * and a median line with the ratio erma / raw (for latency, lower is better;
- * for rate and bandwidth, higher is better).
+ * and a median line: the medians of the values and the median of the
+ * per-round ratios erma / raw (for latency, lower is better; for rate and
+ * bandwidth, higher is better).
  *
  * --factors (rate mode): also measures erma with congestion control off and
  * with each common-case bypass off (Timely bypass, wheel bypass, batch
@@ -151,7 +152,7 @@ int main(int argc, char **argv)
     const char *metric = lat ? "median_us" : bw ? "gbps" : "mrps";
     const int tlen = (int)(strstr(o.rpc.server, "://") ? strstr(o.rpc.server, "://") - o.rpc.server : 0);
     const unsigned nvar = o.factors ? sizeof variants / sizeof *variants : 2;
-    double v[6][50];
+    double v[6][50], ratio[6][50];
     printf("bench,mode,transport,size,resp_size,sessions,round,metric,variant,value,baseline,"
            "ratio,p99_us,raw_p99_us\n");
     for (unsigned i = 0; i < o.rounds; i++) {
@@ -166,6 +167,7 @@ int main(int argc, char **argv)
             if (v[k][i] < 0)
                 return 1;
             const double base = k == 1 ? v[0][i] : v[1][i];
+            ratio[k][i] = v[k][i] / base;
             printf("rpc_perf,%s,%.*s,%u,%u,%u,%u,%s,%s,%.3f,%.3f,%.3f,%.2f,%.2f\n", o.mode, tlen,
                    o.rpc.server, o.rpc.size, o.rpc.resp_size, o.rpc.sessions, i, metric,
                    variants[k].name, v[k][i], base, v[k][i] / base, le.p99_us, lr.p99_us);
@@ -177,7 +179,7 @@ int main(int argc, char **argv)
         const double m = median(v[k], o.rounds), base = k == 1 ? mr : me;
         printf("rpc_perf,%s,%.*s,%u,%u,%u,median,%s,%s,%.3f,%.3f,%.3f,,\n", o.mode, tlen,
                o.rpc.server, o.rpc.size, o.rpc.resp_size, o.rpc.sessions, metric,
-               variants[k].name, m, base, m / base);
+               variants[k].name, m, base, median(ratio[k], o.rounds));
     }
     return 0;
 }

@@ -42,8 +42,11 @@ static int cc_setup(struct erma_rpc *rpc)
     const uint64_t base = rpc->cfg.base_rtt_ns ? rpc->cfg.base_rtt_ns : rpc->tr->base_rtt_ns;
     if (link <= 0 || base == 0)
         return ERMA_EINVAL;
-    rpc->timely_cfg = erma_timely_cfg_for(link, base);
+    rpc->timely_cfg = rpc->cfg.timely ? *rpc->cfg.timely : erma_timely_cfg_for(link, base);
+    rpc->cfg.timely = NULL; /* the copy above is the endpoint's own */
     rpc->timely_cfg.bypass = !rpc->cfg.cc.no_timely_bypass;
+    if (erma_timely_cfg_check(&rpc->timely_cfg) != ERMA_OK)
+        return ERMA_EINVAL;
     struct erma_wheel_cfg wc = erma_wheel_cfg_for(rpc->tr->max_pkt, rpc->timely_cfg.floor_bps);
     /* A session may queue all its credits in the wheel at the floor rate. */
     wc.horizon_ns *= ERMA_MAX_CREDITS;

@@ -76,8 +76,8 @@
  *                           5 us fabric; eRPC's 5 MB/s at 25 Gb/s needs
  *                           625). link/100 recovers 10x faster but lets a
  *                           50-way incast oscillate: measured on the sim
- *                           fabric (docs/PERFORMANCE.md), p99 RTT 655 us
- *                           instead of 39 us and 90% instead of 95% of the
+ *                           fabric (docs/PERFORMANCE.md), p99 RTT 718 us
+ *                           instead of 39 us and 88% instead of 95% of the
  *                           link.
  *       floor = link / 1000 low enough for a 1000-way incast to share the
  *                           link, high enough that the wheel horizon (one

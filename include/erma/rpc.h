@@ -71,6 +71,7 @@
 
 struct erma_nexus;
 struct erma_rpc;
+struct erma_timely_cfg;
 struct erma_req;
 
 struct erma_msgbuf {
@@ -128,6 +129,8 @@ struct erma_rpc_cfg {
     struct erma_cc_switches cc;
     double link_bps;           /* Timely ceiling; 0 = the transport's hint */
     uint64_t base_rtt_ns;      /* unloaded RTT for Timely thresholds; 0 = the transport's hint */
+    /* Timely parameters; NULL = erma_timely_cfg_for(link_bps, base_rtt_ns) (cc.h). */
+    const struct erma_timely_cfg *timely;
     /* Optional: every RTT sample a client session takes (benchmarks). */
     void (*rtt_hook)(void *ctx, int session, uint64_t rtt_ns);
     void *rtt_ctx;
