@@ -28,6 +28,7 @@
 #ifndef ERMA_TRANSPORT_H
 #define ERMA_TRANSPORT_H
 
+#include <stdalign.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,10 +39,11 @@
 #define ERMA_DEFAULT_MTU 1500
 #define ERMA_IP_UDP_OVERHEAD 28 /* IPv4 20 + UDP 8 */
 
-/* A peer's transport address; opaque outside its transport. */
+/* A peer's transport address; opaque outside its transport. raw is aligned
+ * so that transports may keep a socket address in it. */
 struct erma_addr {
+    alignas(8) uint8_t raw[ERMA_ADDR_MAX];
     uint8_t len;
-    uint8_t raw[ERMA_ADDR_MAX];
 };
 
 static inline bool erma_addr_eq(const struct erma_addr *a, const struct erma_addr *b)
