@@ -38,10 +38,11 @@ static int reg_chunk(void *ctx, void *addr, size_t len)
 /* Timely and the wheel, with defaults from the transport's hints. */
 static int cc_setup(struct erma_rpc *rpc)
 {
-    const double link = rpc->cfg.link_bps > 0 ? rpc->cfg.link_bps : (double)rpc->tr->link_bps;
-    const uint64_t base = rpc->cfg.base_rtt_ns ? rpc->cfg.base_rtt_ns : rpc->tr->base_rtt_ns;
-    if (link <= 0 || base == 0)
-        return ERMA_EINVAL;
+    /* The endpoint's settings, else the transport's hints, else 25 Gb/s and 10 us. */
+    double link = rpc->cfg.link_bps > 0 ? rpc->cfg.link_bps : (double)rpc->tr->link_bps;
+    uint64_t base = rpc->cfg.base_rtt_ns ? rpc->cfg.base_rtt_ns : rpc->tr->base_rtt_ns;
+    link = link > 0 ? link : 25e9;
+    base = base ? base : 10000;
     rpc->timely_cfg = rpc->cfg.timely ? *rpc->cfg.timely : erma_timely_cfg_for(link, base);
     rpc->cfg.timely = NULL; /* the copy above is the endpoint's own */
     rpc->timely_cfg.bypass = !rpc->cfg.cc.no_timely_bypass;
