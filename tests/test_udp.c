@@ -1,0 +1,173 @@
+/* transport/udp.c: two endpoints in one process on loopback. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "erma/clock.h"
+#include "erma/errors.h"
+#include "erma/transport.h"
+
+static unsigned receive(struct erma_transport *tr, struct erma_rx_pkt *out, uint8_t copy[][1472],
+                        unsigned want, uint64_t timeout_ns)
+{
+    unsigned got = 0;
+    const uint64_t end = erma_now_ns() + timeout_ns;
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    while (got < want && erma_now_ns() < end) {
+        const int n = erma_rx_burst(tr, rx, ERMA_MAX_BURST);
+        for (int i = 0; i < n && got < want; i++, got++) {
+            out[got] = rx[i];
+            memcpy(copy[got], rx[i].data, rx[i].len); /* valid until the next burst only */
+            out[got].data = copy[got];
+        }
+    }
+    return got;
+}
+
+static void open_pair(const char *host, struct erma_transport **a, struct erma_transport **b,
+                      struct erma_addr *b_addr)
+{
+    char uri[64];
+    snprintf(uri, sizeof uri, "udp://%s:0", host);
+    assert_int_equal(erma_transport_open(uri, NULL, a), ERMA_OK);
+    assert_int_equal(erma_transport_open(uri, NULL, b), ERMA_OK);
+    char name[96];
+    assert_int_equal(erma_transport_addr_str(*b, &(*b)->local, name, sizeof name), ERMA_OK);
+    assert_int_equal(erma_transport_resolve(*a, name, b_addr), ERMA_OK); /* round trip */
+    assert_true(erma_addr_eq(b_addr, &(*b)->local));
+}
+
+static void exchange(const char *host)
+{
+    struct erma_transport *a, *b;
+    struct erma_addr to_b;
+    open_pair(host, &a, &b, &to_b);
+    assert_int_equal(a->max_pkt, strchr(host, ':') ? 1452u : 1472u);
+    static uint8_t data[32][1472], copy[32][1472];
+    struct erma_tx_pkt tx[32];
+    for (unsigned i = 0; i < 32; i++) {
+        const uint32_t len = i == 31 ? a->max_pkt : 1 + i * 45;
+        for (uint32_t k = 0; k < len; k++)
+            data[i][k] = (uint8_t)(i * 7 + k);
+        /* even packets in one segment, odd ones split in two */
+        tx[i] = i % 2 ? (struct erma_tx_pkt){&to_b, data[i], len / 2, data[i] + len / 2,
+                                              len - len / 2}
+                      : (struct erma_tx_pkt){&to_b, data[i], len, NULL, 0};
+    }
+    assert_int_equal(erma_tx_burst(a, tx, 32), 32);
+    struct erma_rx_pkt rx[32];
+    assert_int_equal(receive(b, rx, copy, 32, 2000000000ull), 32);
+    for (unsigned i = 0; i < 32; i++) { /* loopback keeps order */
+        assert_int_equal(rx[i].len, tx[i].hdr_len + tx[i].data_len);
+        assert_memory_equal(rx[i].data, data[i], rx[i].len);
+        assert_true(erma_addr_eq(&rx[i].src, &a->local));
+    }
+    assert_int_equal(a->stats.tx_pkts, 32);
+    assert_int_equal(b->stats.rx_pkts, 32);
+    /* an oversize packet fails the call before anything goes */
+    struct erma_tx_pkt big[2] = {tx[0], {&to_b, data[0], a->max_pkt, data[1], 1}};
+    assert_int_equal(erma_tx_burst(a, big, 2), ERMA_E2BIG);
+    assert_int_equal(receive(b, rx, copy, 1, 50000000), 0);
+    assert_int_equal(a->stats.tx_pkts, 32);
+    erma_transport_close(a);
+    erma_transport_close(b);
+}
+
+static void test_exchange_v4(void **state)
+{
+    (void)state;
+    exchange("127.0.0.1");
+}
+
+static void test_exchange_v6(void **state)
+{
+    (void)state;
+    const int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    const int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok) {
+        print_message("  skipped: this machine has no IPv6 loopback\n");
+        skip();
+    }
+    exchange("[::1]");
+}
+
+static void test_bad_uris(void **state)
+{
+    (void)state;
+    struct erma_transport *t;
+    assert_int_equal(erma_transport_open(NULL, NULL, &t), ERMA_EADDR);
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:1", NULL, NULL), ERMA_EINVAL);
+    assert_int_equal(erma_transport_open("bogus://x", NULL, &t), ERMA_ENOTSUP);
+    assert_int_equal(erma_transport_open("no scheme", NULL, &t), ERMA_EADDR);
+    assert_int_equal(erma_transport_open("udp://nohost", NULL, &t), ERMA_EADDR);
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:99999", NULL, &t), ERMA_EADDR);
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:", NULL, &t), ERMA_EADDR);
+    assert_int_equal(erma_transport_open("udp://[::1:5", NULL, &t), ERMA_EADDR);
+    const struct erma_transport_cfg bad_mtu = {.mtu = 100};
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:0", &bad_mtu, &t), ERMA_EINVAL);
+    assert_true(erma_transport_available("udp"));
+    assert_true(erma_transport_available("sim"));
+    assert_false(erma_transport_available("carrier-pigeon"));
+    /* a port in use */
+    struct erma_transport *a;
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:0", NULL, &a), ERMA_OK);
+    char uri[64];
+    assert_int_equal(erma_transport_addr_str(a, &a->local, uri, sizeof uri), ERMA_OK);
+    assert_int_equal(erma_transport_open(uri, NULL, &t), ERMA_ESYS);
+    struct erma_addr x;
+    assert_int_equal(erma_transport_resolve(a, "sim://f/0:1", &x), ERMA_EADDR);
+    char tiny[8];
+    assert_int_equal(erma_transport_addr_str(a, &a->local, tiny, sizeof tiny), ERMA_EINVAL);
+    erma_transport_close(a);
+}
+
+static void test_jumbo_and_loss_injection(void **state)
+{
+    (void)state;
+    const struct erma_transport_cfg jumbo = {.mtu = 9000};
+    struct erma_transport *a, *b;
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:0", &jumbo, &a), ERMA_OK);
+    assert_int_equal(a->max_pkt, 8972);
+    const struct erma_transport_cfg lossy = {.rx_drop = 0.5, .drop_seed = 3};
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:0", &lossy, &b), ERMA_OK);
+    static uint8_t buf[8972];
+    struct erma_tx_pkt p = {&b->local, buf, 1000, NULL, 0};
+    unsigned sent = 0;
+    for (int i = 0; i < 64; i++) { /* 2000 packets in bursts, received as they come */
+        for (int k = 0; k < 32; k++)
+            sent += (unsigned)erma_tx_burst(a, &p, 1);
+        struct erma_rx_pkt rx[ERMA_MAX_BURST];
+        const uint64_t end = erma_now_ns() + 1000000;
+        while (erma_now_ns() < end)
+            erma_rx_burst(b, rx, ERMA_MAX_BURST);
+    }
+    const uint64_t got = b->stats.rx_pkts, dropped = b->stats.rx_injected_drops;
+    print_message("  %u sent, %llu received, %llu dropped by injection\n", sent,
+                  (unsigned long long)(got - dropped), (unsigned long long)dropped);
+    assert_int_equal(got, sent); /* the kernel lost none */
+    assert_true(dropped > sent * 4 / 10 && dropped < sent * 6 / 10);
+    const struct erma_tx_pkt too_big = {&b->local, buf, 8973, NULL, 0};
+    assert_int_equal(erma_tx_burst(a, &too_big, 1), ERMA_E2BIG);
+    erma_transport_close(a);
+    erma_transport_close(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exchange_v4),
+        cmocka_unit_test(test_exchange_v6),
+        cmocka_unit_test(test_bad_uris),
+        cmocka_unit_test(test_jumbo_and_loss_injection),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
