@@ -31,6 +31,7 @@ struct worker {
 struct erma_nexus {
     char scheme_host[160]; /* "udp://127.0.0.1" */
     unsigned base_port;
+    char query[256];       /* "?key=value..." after the port, or "" */
     struct handler handlers[256];
     struct worker *workers;
     unsigned nworkers;
@@ -202,8 +203,8 @@ void client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num,
 void server_slot_free(struct erma_rpc *rpc, struct slot *sl);
 
 /* nexus.c */
-int nexus_endpoint_uri(const struct erma_nexus *nx, const char *base, uint8_t tid, char *out,
-                       size_t len);
+/* The URI of endpoint tid of the nexus at base: its port plus tid. */
+int nexus_endpoint_uri(const char *base, uint8_t tid, char *out, size_t len);
 void nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq);
 
 #endif

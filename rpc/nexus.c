@@ -45,21 +45,45 @@ void nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq)
         sched_yield();
 }
 
+/* Splits "scheme://host:PORT[?query]" at PORT: *port_at points at the ':'
+ * and *query at the '?' (or the end). */
+static int split_uri(const char *uri, const char **colon, const char **query, unsigned *port)
+{
+    const char *sep = uri ? strstr(uri, "://") : NULL;
+    if (!sep)
+        return ERMA_EADDR;
+    const char *q = strchr(sep, '?'), *end = q ? q : sep + strlen(sep);
+    const char *c = end;
+    while (c > sep + 3 && c[-1] != ':')
+        c--;
+    if (c <= sep + 3 || c == end)
+        return ERMA_EADDR;
+    unsigned long v = 0;
+    for (const char *d = c; d < end; d++) {
+        if (*d < '0' || *d > '9' || (v = v * 10 + (unsigned long)(*d - '0')) > 65535)
+            return ERMA_EADDR;
+    }
+    *colon = c - 1;
+    *query = end;
+    *port = (unsigned)v;
+    return ERMA_OK;
+}
+
 int erma_nexus_create(const char *uri, const struct erma_nexus_cfg *cfg,
                       struct erma_nexus **out)
 {
-    const char *colon = uri ? strrchr(uri, ':') : NULL, *sep = uri ? strstr(uri, "://") : NULL;
-    if (!out || !colon || !sep || colon < sep + 3)
-        return ERMA_EADDR;
-    char *end;
-    const unsigned long port = strtoul(colon + 1, &end, 10);
-    if (*end || colon[1] == 0 || port > 65535 || (size_t)(colon - uri) >= 160)
+    const char *colon, *query;
+    unsigned port;
+    if (!out || split_uri(uri, &colon, &query, &port) != ERMA_OK ||
+        (size_t)(colon - uri) >= sizeof((struct erma_nexus *)0)->scheme_host ||
+        strlen(query) >= sizeof((struct erma_nexus *)0)->query)
         return ERMA_EADDR;
     struct erma_nexus *nx = calloc(1, sizeof *nx);
     if (!nx)
         return ERMA_ENOMEM;
     memcpy(nx->scheme_host, uri, (size_t)(colon - uri));
-    nx->base_port = (unsigned)port;
+    strcpy(nx->query, query);
+    nx->base_port = port;
     const unsigned n = cfg ? cfg->workers : 0;
     if (n) {
         nx->workers = calloc(n, sizeof *nx->workers);
@@ -107,17 +131,12 @@ int erma_register_handler(struct erma_nexus *nx, uint8_t req_type, erma_handler_
     return ERMA_OK;
 }
 
-int nexus_endpoint_uri(const struct erma_nexus *nx, const char *base, uint8_t tid, char *out,
-                       size_t len)
+int nexus_endpoint_uri(const char *base, uint8_t tid, char *out, size_t len)
 {
-    const char *colon = strrchr(base, ':'), *sep = strstr(base, "://");
-    if (!colon || !sep || colon < sep + 3)
+    const char *colon, *query;
+    unsigned port;
+    if (split_uri(base, &colon, &query, &port) != ERMA_OK || port + tid > 65535)
         return ERMA_EADDR;
-    char *end;
-    const unsigned long port = strtoul(colon + 1, &end, 10) + tid;
-    if (*end || colon[1] == 0 || port > 65535)
-        return ERMA_EADDR;
-    (void)nx;
-    const int n = snprintf(out, len, "%.*s:%lu", (int)(colon - base), base, port);
+    const int n = snprintf(out, len, "%.*s:%u%s", (int)(colon - base), base, port + tid, query);
     return n < 0 || (size_t)n >= len ? ERMA_EADDR : ERMA_OK;
 }

@@ -5,7 +5,8 @@
  * chosen at run time from a URI scheme:
  *   udp://HOST:PORT          kernel UDP (IPv4 or [IPv6]); PORT 0 picks a free one
  *   sim://FABRIC/HOST:PORT   the in-process simulated fabric (see sim.h)
- *   dpdk://..., verbs://...  kernel-bypass transports, where built
+ *   dpdk://IP:PORT?...       DPDK Ethernet/IPv4/UDP frames, where built (dpdk.h)
+ *   verbs://[DEV][:PORT]     RDMA UD queue pairs, where built (verbs.h)
  *
  * Every packet starts with the 16-byte erma header (wire.h); what a
  * transport adds around it is its own business. A packet is at most
