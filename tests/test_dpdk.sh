@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# test_dpdk.sh PEER NETNS - the dpdk transport between two network
+# test_dpdk.sh PEER NETNS RPC_PEER - the dpdk transport between two network
 # namespaces joined by a veth pair (made by scripts/netns, removed on exit):
 # dpdk_peer echo in one namespace, dpdk_peer client (two endpoints in one
 # process) in the other, over net_af_packet, then over net_af_xdp where it
-# loads. Exit 0 pass, 1 fail, 77 skip (with the reason printed).
+# loads; then erma RPCs over dpdk (rpc_peer server and client).
+# Exit 0 pass, 1 fail, 77 skip (with the reason printed).
 set -uo pipefail
-peer=$1 netns=$2
+peer=$1 netns=$2 rpc_peer=$3
 
 skip() { echo "SKIP: $*"; exit 77; }
 
@@ -69,6 +70,25 @@ run_pair af_packet "net_af_packet0,iface=$IF_A,qdisc_bypass=1" \
 rc=$?
 [ $rc -eq 77 ] && skip "DPDK cannot open net_af_packet here (see the log above)"
 [ $rc -ne 0 ] && status=1
+
+# RPCs over dpdk (af_packet): rpc_peer server in one namespace, client in the other.
+run_rpc() {
+  echo "== rpc over dpdk af_packet"
+  timeout 60 ip netns exec "$NS_B" "$rpc_peer" server \
+    "dpdk://$DPDK_IP_B:7100?vdev=net_af_packet0,iface=$IF_B,qdisc_bypass=1" > "$dir/rpc_server.log" 2>&1 &
+  local spid=$!
+  pids+=("$spid")
+  timeout 60 ip netns exec "$NS_A" "$rpc_peer" client \
+    "dpdk://$DPDK_IP_A:7200?vdev=net_af_packet0,iface=$IF_A,qdisc_bypass=1" \
+    "dpdk://$DPDK_IP_B:7100?mac=$MAC_B" 2>&1 | sed 's/^/rpc client: /'
+  local crc=${PIPESTATUS[0]}
+  kill "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+  sed 's/^/rpc server: /' "$dir/rpc_server.log" | grep -v notice
+  [ "$crc" -eq 0 ] && echo "rpc: ok" || echo "rpc: FAIL ($crc)"
+  return "$crc"
+}
+run_rpc || status=1
 
 # af_xdp needs libxdp/libbpf, a bpf filesystem (mounted only inside the
 # namespaces' private mount namespace) and XDP on veth. Probe first.
