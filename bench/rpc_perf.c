@@ -5,6 +5,8 @@
  *            [--raw-server RAW_SERVER] [--size B] [--resp-size B] [--iters N]
  *            [--window W] [--batch B] [--sessions N] [--credits C]
  *            [--seconds S] [--rounds R] [--factors]
+ *            [--spawn PREFIX --listen-server URI --listen-raw URI]
+ *   rpc_perf --role rpc-server|raw-server --server URI   (a server alone)
  *
  * lat: one 32 B request at a time. rate: `window` requests in flight in
  * batches of `batch` to random sessions of `sessions`. bw: one --size
@@ -18,6 +20,13 @@
  * per-round ratios erma / raw (for latency, lower is better; for rate and
  * bandwidth, higher is better).
  *
+ * Servers are forked by default. With --spawn, each is started as this
+ * program with --role, behind the blank-separated command PREFIX, e.g.
+ * "ip netns exec NS taskset -c 1" for a transport that cannot loop back
+ * (dpdk between namespaces); the servers then listen on --listen-server and
+ * --listen-raw (default: --server and --raw-server) while the client sends
+ * to --server and --raw-server. bench/rpc_perf_dpdk.sh does this.
+ *
  * --factors (rate mode): also measures erma with congestion control off and
  * with each common-case bypass off (Timely bypass, wheel bypass, batch
  * clock), in the same alternating rounds; the ratio column of those lines
@@ -27,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "erma/errors.h"
@@ -38,7 +48,31 @@ struct opts {
     struct erma_rpc_cfg cfg;
     unsigned rounds;
     bool factors;
+    const char *spawn, *listen_server, *listen_raw;
 };
+
+/* Starts "PREFIX... /proc/self/exe --role ROLE --server URI" as a child. */
+static pid_t spawn_server(const struct opts *o, const char *role, const char *uri)
+{
+    char prefix[512], self[512];
+    snprintf(prefix, sizeof prefix, "%s", o->spawn);
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return -1;
+    self[n] = 0;
+    char *argv[40];
+    int argc = 0;
+    for (char *t = strtok(prefix, " "); t && argc < 32; t = strtok(NULL, " "))
+        argv[argc++] = t;
+    char *tail[] = {self, "--role", (char *)role, "--server", (char *)uri, NULL};
+    memcpy(argv + argc, tail, sizeof tail);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
 
 /* The variants measured in each round, raw first. */
 static const struct {
@@ -70,8 +104,13 @@ static double measure(const struct opts *o, bool rpc, struct bench_lat *lat)
 {
     const struct bench_rpc_opts *r = &o->rpc;
     const uint64_t max_ns = (uint64_t)(r->seconds * 1e9) * 4 + 60000000000ull;
-    const pid_t child = rpc ? bench_rpc_server_fork(r->server, &o->cfg, 1, max_ns)
-                            : bench_raw_server_fork(o->raw_server, 1, max_ns);
+    pid_t child;
+    if (o->spawn)
+        child = spawn_server(o, rpc ? "rpc-server" : "raw-server",
+                             rpc ? o->listen_server : o->listen_raw);
+    else
+        child = rpc ? bench_rpc_server_fork(r->server, &o->cfg, 1, max_ns)
+                    : bench_raw_server_fork(o->raw_server, 1, max_ns);
     struct bench_raw_rate rate = {0};
     double v = -1;
     int rc;
@@ -87,7 +126,7 @@ static double measure(const struct opts *o, bool rpc, struct bench_lat *lat)
                                   &rate);
         v = rate.mpps;
     }
-    if (rpc)
+    if (rpc || o->spawn) /* a spawned raw server dies by signal too */
         bench_rpc_server_stop(child);
     else
         bench_raw_server_stop(r->uri, o->raw_server, child);
@@ -111,7 +150,10 @@ int main(int argc, char **argv)
         {"raw-server", 1, 0, 'R'}, {"size", 1, 0, 'z'},  {"resp-size", 1, 0, 'Z'},
         {"iters", 1, 0, 'i'},    {"window", 1, 0, 'w'},  {"batch", 1, 0, 'b'},
         {"sessions", 1, 0, 'n'}, {"credits", 1, 0, 'c'}, {"seconds", 1, 0, 't'},
-        {"rounds", 1, 0, 'r'},   {"factors", 0, 0, 'f'},  {0, 0, 0, 0}};
+        {"rounds", 1, 0, 'r'},   {"factors", 0, 0, 'f'},  {"role", 1, 0, 'o'},
+        {"spawn", 1, 0, 'p'},    {"listen-server", 1, 0, 'L'}, {"listen-raw", 1, 0, 'W'},
+        {0, 0, 0, 0}};
+    const char *role = NULL;
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
         case 'm': o.mode = optarg; break;
@@ -128,9 +170,24 @@ int main(int argc, char **argv)
         case 't': o.rpc.seconds = atof(optarg); break;
         case 'r': o.rounds = (unsigned)atoi(optarg); break;
         case 'f': o.factors = true; break;
+        case 'o': role = optarg; break;
+        case 'p': o.spawn = optarg; break;
+        case 'L': o.listen_server = optarg; break;
+        case 'W': o.listen_raw = optarg; break;
         default: fprintf(stderr, "usage: see the comment at the top of bench/rpc_perf.c\n"); return 2;
         }
     }
+    if (role && strcmp(role, "raw-server") == 0)
+        return bench_raw_server(o.rpc.server, 600000000000ull) == ERMA_OK ? 0 : 1;
+    if (role && strcmp(role, "rpc-server") == 0)
+        return bench_rpc_server(o.rpc.server, &o.cfg, 600000000000ull) == ERMA_OK ? 0 : 1;
+    if (role) {
+        fprintf(stderr, "rpc_perf: unknown role %s\n", role);
+        return 2;
+    }
+    o.listen_server = o.listen_server ? o.listen_server : o.rpc.server;
+    o.listen_raw = o.listen_raw ? o.listen_raw : o.raw_server;
+    bench_pin(0);
     const bool lat = strcmp(o.mode, "lat") == 0, bw = strcmp(o.mode, "bw") == 0;
     if (!lat && !bw && strcmp(o.mode, "rate") && strcmp(o.mode, "sessions")) {
         fprintf(stderr, "rpc_perf: unknown mode %s\n", o.mode);
