@@ -120,8 +120,9 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
     uint64_t sm = c->keepalive_ns < c->connect_retry_ns ? c->keepalive_ns : c->connect_retry_ns;
     sm = sm < c->failure_ns / 4 ? sm : c->failure_ns / 4;
     rpc->sm_scan_ns = sm / 2 ? sm / 2 : 1;
-    rpc->next_scan_ns = erma_now_ns() + rpc->scan_ns;
-    rpc->next_sm_scan_ns = erma_now_ns() + rpc->sm_scan_ns;
+    refresh_clock(rpc);
+    rpc->next_scan_ns = rpc->loop_now + rpc->scan_ns;
+    rpc->next_sm_scan_ns = rpc->loop_now + rpc->sm_scan_ns;
     *out = rpc;
     return ERMA_OK;
 }
@@ -253,7 +254,7 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
     tx_flush(rpc); /* what the application queued since the last pass goes first */
     const int n = erma_rx_burst(rpc->tr, rx, ERMA_MAX_BURST);
-    rpc->loop_now = erma_now_ns();
+    refresh_clock(rpc);
     rpc->stats.rx_pkts += (uint64_t)(n > 0 ? n : 0);
     for (int i = 0; i < n; i++) {
         struct erma_hdr h;
@@ -271,7 +272,7 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
     }
     for (struct erma_req *rq; (rq = erma_mpsc_pop(&rpc->worker_done));)
         worker_response(rpc, rq);
-    const uint64_t now = erma_now_ns();
+    const uint64_t now = rpc->loop_now; /* one clock reading per pass */
     int work = n;
     if (erma_wheel_count(&rpc->wheel)) {
         const uint32_t before = erma_wheel_count(&rpc->wheel);
@@ -298,7 +299,7 @@ void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
     const uint64_t end = erma_now_ns() + ns;
     do
         erma_rpc_run_once(rpc);
-    while (erma_now_ns() < end);
+    while (rpc->loop_now < end);
 }
 
 uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc)

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "erma/cc.h"
+#include "erma/clock.h"
 #include "erma/pool.h"
 #include "erma/rand.h"
 #include "erma/ring.h"
@@ -148,6 +149,14 @@ struct erma_rpc {
     bool pool_locked; /* worker threads allocate too */
     pthread_mutex_t pool_lock;
 };
+
+/* The endpoint's time base: read once per loop pass, and again where the
+ * application calls in from outside the loop. Every timestamp of the RPC
+ * layer comes from it, so that none is ever ahead of the time a scan sees. */
+static inline uint64_t refresh_clock(struct erma_rpc *rpc)
+{
+    return rpc->loop_now = erma_now_ns();
+}
 
 /* endpoint.c */
 void tx_flush(struct erma_rpc *rpc);

@@ -176,7 +176,7 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     sl->tag = b->tag;
     sl->req_pkts = msg_pkts(sl->req->size, rpc->pkt_data);
     sl->resp_pkts = sl->num_tx = sl->num_rx = 0;
-    sl->progress_ns = sl->start_ns = erma_now_ns();
+    sl->progress_ns = sl->start_ns = rpc->loop_now;
     for (uint32_t k = 0; k < sl->req_pkts; k++)
         hdr_put(msg_hdr(sl->req, k), sl->req_type, sl->req->size, s->remote_num, ERMA_PKT_REQ,
                 k, sl->req_num);
@@ -224,7 +224,7 @@ int erma_enqueue_request(struct erma_rpc *rpc, int num, uint8_t req_type,
     else if (!(b = malloc(sizeof *b)))
         return ERMA_ENOMEM;
     *b = (struct backlog){NULL, req_type, req, resp, cont, tag};
-    rpc->loop_now = erma_now_ns(); /* called from outside the loop: the batch clock is old */
+    refresh_clock(rpc); /* called from outside the loop */
     if (s->backlog_tail && s->backlog)
         s->backlog_tail->next = b;
     else
@@ -355,7 +355,7 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     cc_sample(rpc, s, sl, i);
     sl->num_rx++;
     s->credits++;
-    sl->progress_ns = erma_now_ns();
+    sl->progress_ns = rpc->loop_now;
     if (!is_cr && sl->num_rx == client_total_tx(sl))
         slot_finish(rpc, s, sl, ERMA_OK);
     client_kick(rpc, s);
@@ -603,7 +603,7 @@ void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx
         rpc->stats.rx_no_session++;
         return;
     }
-    s->last_rx_ns = erma_now_ns();
+    s->last_rx_ns = rpc->loop_now;
     if (to_server)
         server_rx(rpc, s, h, pkt);
     else

@@ -157,7 +157,7 @@ static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
     memset(s, 0, sizeof *s);
     s->num = (uint16_t)i;
     s->role = (uint8_t)role;
-    s->start_ns = s->last_rx_ns = s->last_tx_sm_ns = erma_now_ns();
+    s->start_ns = s->last_rx_ns = s->last_tx_sm_ns = rpc->loop_now;
     /* A random start makes packets of an earlier session with this number stale. */
     const uint64_t base = (erma_rand_u64(&rpc->rng) & (ERMA_MAX_REQ_NUM >> 8)) * ERMA_SESSION_SLOTS;
     if (role == CLIENT)
@@ -211,6 +211,7 @@ int erma_create_session(struct erma_rpc *rpc, const char *remote_uri, uint8_t re
         return rc;
     if (erma_rpc_free_sessions(rpc) == 0)
         return ERMA_ENOSLOTS;
+    refresh_clock(rpc); /* called from outside the loop */
     struct session *s = session_alloc(rpc, CLIENT);
     if (!s)
         return ERMA_ENOMEM;
@@ -239,7 +240,7 @@ int erma_destroy_session(struct erma_rpc *rpc, int num)
         return ERMA_OK;
     }
     s->state = DISCONNECTING;
-    s->start_ns = s->last_tx_sm_ns = erma_now_ns();
+    s->start_ns = s->last_tx_sm_ns = refresh_clock(rpc);
     s->sm_retries = 0;
     const struct sm_msg m = sess_msg(s);
     sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
@@ -303,7 +304,7 @@ static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
     const bool ours = s && s->role == SERVER && s->token == m->token &&
                       erma_addr_eq(&s->peer, &pkt->src);
     if (ours)
-        s->last_rx_ns = erma_now_ns();
+        s->last_rx_ns = rpc->loop_now;
     if (type == DISCONNECT_REQ) {
         if (ours)
             session_release(rpc, s);
@@ -323,7 +324,7 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
         rpc->stats.rx_no_session++;
         return;
     }
-    s->last_rx_ns = erma_now_ns();
+    s->last_rx_ns = rpc->loop_now;
     if (type == CONNECT_RESP && s->state == CONNECTING) {
         if (m->err != ERMA_OK) {
             fail_client_slots(rpc, s, m->err);
