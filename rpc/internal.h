@@ -158,6 +158,13 @@ static inline uint64_t refresh_clock(struct erma_rpc *rpc)
     return rpc->loop_now = erma_now_ns();
 }
 
+/* Time from t to now, 0 when t is later (a callback refreshed the clock
+ * while a scan still holds the pass's reading). */
+static inline uint64_t since(uint64_t now, uint64_t t)
+{
+    return now > t ? now - t : 0;
+}
+
 /* endpoint.c */
 void tx_flush(struct erma_rpc *rpc);
 uint8_t *tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len);

@@ -264,10 +264,10 @@ void client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
         struct slot *sl = &s->slots[k];
         if (!sl->busy)
             continue;
-        if (rpc->cfg.req_timeout_ns && now - sl->start_ns > rpc->cfg.req_timeout_ns) {
+        if (rpc->cfg.req_timeout_ns && since(now, sl->start_ns) > rpc->cfg.req_timeout_ns) {
             slot_finish(rpc, s, sl, ERMA_ETIMEDOUT);
             kick = true;
-        } else if (sl->num_tx > sl->num_rx && now - sl->progress_ns > rpc->cfg.rto_ns) {
+        } else if (sl->num_tx > sl->num_rx && since(now, sl->progress_ns) > rpc->cfg.rto_ns) {
             /* go-back-N: resend everything after the last reply */
             s->credits += sl->num_tx - sl->num_rx;
             sl->num_tx = sl->num_rx;

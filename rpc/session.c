@@ -392,34 +392,34 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
     const struct erma_rpc_cfg *c = &rpc->cfg;
     struct sm_msg m;
     if (s->state == CONNECTING) {
-        if (now - s->start_ns > c->failure_ns) {
+        if (since(now, s->start_ns) > c->failure_ns) {
             fail_client_slots(rpc, s, ERMA_ETIMEDOUT);
             session_release(rpc, s);
             sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, ERMA_ETIMEDOUT);
-        } else if (now - s->last_tx_sm_ns >= retry_ns(rpc, s)) {
+        } else if (since(now, s->last_tx_sm_ns) >= retry_ns(rpc, s)) {
             s->last_tx_sm_ns = now;
             s->sm_retries++;
             m = sess_msg(s);
             sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
         }
     } else if (s->state == DISCONNECTING) {
-        if (now - s->start_ns > c->failure_ns) {
+        if (since(now, s->start_ns) > c->failure_ns) {
             session_release(rpc, s);
             sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_ETIMEDOUT);
-        } else if (now - s->last_tx_sm_ns >= retry_ns(rpc, s)) {
+        } else if (since(now, s->last_tx_sm_ns) >= retry_ns(rpc, s)) {
             s->last_tx_sm_ns = now;
             s->sm_retries++;
             m = sess_msg(s);
             sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
         }
-    } else if (now - s->last_rx_ns > c->failure_ns) {
+    } else if (since(now, s->last_rx_ns) > c->failure_ns) {
         ERMA_INFO("rpc: session %u: peer silent for %llu ms, declared failed", s->num,
-                  (unsigned long long)((now - s->last_rx_ns) / 1000000));
+                  (unsigned long long)(since(now, s->last_rx_ns) / 1000000));
         session_fail(rpc, s, ERMA_EPEERFAILED);
         session_release(rpc, s);
         sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);
-    } else if (now - s->last_rx_ns >= c->keepalive_ns &&
-               now - s->last_tx_sm_ns >= c->keepalive_ns) {
+    } else if (since(now, s->last_rx_ns) >= c->keepalive_ns &&
+               since(now, s->last_tx_sm_ns) >= c->keepalive_ns) {
         s->last_tx_sm_ns = now;
         m = sess_msg(s);
         sm_send(rpc, &s->peer, PING, s->remote_num, &m);
@@ -442,7 +442,7 @@ void sessions_scan(struct erma_rpc *rpc, uint64_t now)
             continue;
         if (s->role == CLIENT)
             scan_client(rpc, s, now);
-        else if (now - s->last_rx_ns > rpc->cfg.failure_ns)
+        else if (since(now, s->last_rx_ns) > rpc->cfg.failure_ns)
             session_release(rpc, s); /* the client is gone */
     }
 }

@@ -618,6 +618,37 @@ static void test_disconnect(void **state)
     world_down(&w);
 }
 
+/* A handler that never answers: the client gives up after req_timeout_ns. */
+#define SILENT 3
+static int silent_calls;
+static void silent_handler(struct erma_req *req, void *ctx)
+{
+    (void)req;
+    (void)ctx;
+    silent_calls++;
+}
+
+static void test_request_timeout(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "timeout", 2, 0, 0);
+    assert_int_equal(erma_register_handler(w.nx[1], SILENT, silent_handler, ERMA_DISPATCH, NULL),
+                     ERMA_OK);
+    struct erma_rpc_cfg c = sim_cfg(&w);
+    c.req_timeout_ns = 20000000; /* 20 ms */
+    world_rpc(&w, 0, &c);
+    world_rpc(&w, 1, NULL);
+    const int s = connect(&w, 0, 1);
+    const uint64_t t0 = erma_now_ns();
+    call_once(&w, 0, s, SILENT, REQ_HDR, 8, 1, ERMA_ETIMEDOUT);
+    const uint64_t took = erma_now_ns() - t0;
+    assert_true(took >= c.req_timeout_ns && took < c.req_timeout_ns + 2 * c.rto_ns);
+    assert_int_equal(silent_calls, 1); /* retransmissions did not run it again */
+    call_once(&w, 0, s, ECHO, 100, 100, 2, ERMA_OK); /* the session is fine */
+    world_down(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -625,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_nested),       cmocka_unit_test(test_many_sessions),
         cmocka_unit_test(test_refusal),      cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_peer_failure), cmocka_unit_test(test_disconnect),
+        cmocka_unit_test(test_request_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -555,12 +555,9 @@ static void build(struct dpdk *d, struct rte_mbuf *m, const struct erma_tx_pkt *
 static int dpdk_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
 {
     struct dpdk *d = (struct dpdk *)tr;
-    for (unsigned i = 0; i < n; i++) {
-        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt)
-            return ERMA_E2BIG;
-        if (!pkts[i].dst || pkts[i].dst->len != ADDR_LEN)
-            return ERMA_EADDR;
-    }
+    const int rc = erma_transport_check_tx(tr, pkts, n, ADDR_LEN);
+    if (rc != ERMA_OK)
+        return rc;
     unsigned sent = 0;
     while (sent < n) {
         const unsigned want = n - sent < ERMA_MAX_BURST ? n - sent : ERMA_MAX_BURST;

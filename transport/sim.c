@@ -515,12 +515,11 @@ static int sim_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkt
     struct erma_sim *s = port->sim;
     if (!s)
         return ERMA_EINVAL;
+    const int rc = erma_transport_check_tx(tr, pkts, n, 4);
+    if (rc != ERMA_OK)
+        return rc;
     for (unsigned i = 0; i < n; i++) {
         uint16_t dh, dp;
-        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt)
-            return ERMA_E2BIG;
-        if (!pkts[i].dst || pkts[i].dst->len != 4)
-            return ERMA_EADDR;
         decode_addr(pkts[i].dst, &dh, &dp);
         if (dh >= s->cfg.hosts)
             return ERMA_EADDR;

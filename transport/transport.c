@@ -62,6 +62,18 @@ int erma_transport_cfg_resolve(const struct erma_transport_cfg *cfg,
     return ERMA_OK;
 }
 
+int erma_transport_check_tx(const struct erma_transport *tr, const struct erma_tx_pkt *pkts,
+                            unsigned n, uint8_t addr_len)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt)
+            return ERMA_E2BIG;
+        if (!pkts[i].dst || pkts[i].dst->len != addr_len)
+            return ERMA_EADDR;
+    }
+    return ERMA_OK;
+}
+
 unsigned erma_transport_inject_loss(struct erma_transport *tr, struct erma_rx_pkt *pkts,
                                     unsigned n)
 {

@@ -193,12 +193,9 @@ static unsigned send_batch(struct udp *u, const struct erma_tx_pkt *pkts, unsign
 static int udp_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
 {
     struct udp *u = (struct udp *)tr;
-    for (unsigned i = 0; i < n; i++) {
-        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt)
-            return ERMA_E2BIG;
-        if (!pkts[i].dst || pkts[i].dst->len != tr->local.len)
-            return ERMA_EADDR;
-    }
+    const int rc = erma_transport_check_tx(tr, pkts, n, tr->local.len);
+    if (rc != ERMA_OK)
+        return rc;
     unsigned sent = 0;
     while (sent < n) {
         const unsigned want = n - sent < ERMA_MAX_BURST ? n - sent : ERMA_MAX_BURST;

@@ -336,12 +336,9 @@ static void reap_sends(struct verbs *v)
 static int verbs_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
 {
     struct verbs *v = (struct verbs *)tr;
-    for (unsigned i = 0; i < n; i++) {
-        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt)
-            return ERMA_E2BIG;
-        if (!pkts[i].dst || pkts[i].dst->len != ADDR_LEN)
-            return ERMA_EADDR;
-    }
+    const int rc = erma_transport_check_tx(tr, pkts, n, ADDR_LEN);
+    if (rc != ERMA_OK)
+        return rc;
     reap_sends(v);
     const uint64_t free_slots = SQ_DEPTH - (v->posted - v->completed);
     if (n > free_slots)

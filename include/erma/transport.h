@@ -136,6 +136,12 @@ static inline int erma_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *p
 /* Internal to transports: shared configuration checks. */
 int erma_transport_cfg_resolve(const struct erma_transport_cfg *cfg,
                                struct erma_transport_cfg *out);
+/* Internal to transports: ERMA_E2BIG if a packet of pkts[0..n) is over
+ * max_pkt, ERMA_EADDR if one has no destination or one of another length
+ * than addr_len, else ERMA_OK. tx_burst checks everything before sending. */
+int erma_transport_check_tx(const struct erma_transport *tr, const struct erma_tx_pkt *pkts,
+                            unsigned n, uint8_t addr_len);
+
 /* Internal to transports: drops the injected fraction of pkts[0..n) in
  * place and returns how many remain. */
 unsigned erma_transport_inject_loss(struct erma_transport *tr, struct erma_rx_pkt *pkts,
