@@ -71,24 +71,27 @@ rc=$?
 [ $rc -eq 77 ] && skip "DPDK cannot open net_af_packet here (see the log above)"
 [ $rc -ne 0 ] && status=1
 
-# RPCs over dpdk (af_packet): rpc_peer server in one namespace, client in the other.
+# run_rpc NAME VDEV_A VDEV_B [NS_SETUP]: erma RPCs over dpdk, rpc_peer server in
+# one namespace, client in the other.
 run_rpc() {
-  echo "== rpc over dpdk af_packet"
-  timeout 60 ip netns exec "$NS_B" "$rpc_peer" server \
-    "dpdk://$DPDK_IP_B:7100?vdev=net_af_packet0,iface=$IF_B,qdisc_bypass=1" > "$dir/rpc_server.log" 2>&1 &
+  local name=$1 va=$2 vb=$3 setup=${4:-true}
+  echo "== rpc over dpdk $name"
+  timeout 60 ip netns exec "$NS_B" sh -c "$setup && exec \"\$0\" server \"\$1\"" "$rpc_peer" \
+    "dpdk://$DPDK_IP_B:7100?vdev=$vb" > "$dir/rpc_server.log" 2>&1 &
   local spid=$!
   pids+=("$spid")
-  timeout 60 ip netns exec "$NS_A" "$rpc_peer" client \
-    "dpdk://$DPDK_IP_A:7200?vdev=net_af_packet0,iface=$IF_A,qdisc_bypass=1" \
-    "dpdk://$DPDK_IP_B:7100?mac=$MAC_B" 2>&1 | sed 's/^/rpc client: /'
+  timeout 60 ip netns exec "$NS_A" sh -c "$setup && exec \"\$0\" client \"\$1\" \"\$2\"" \
+    "$rpc_peer" "dpdk://$DPDK_IP_A:7200?vdev=$va" "dpdk://$DPDK_IP_B:7100?mac=$MAC_B" 2>&1 |
+    grep -vE '^lib(bpf|xdp):' | sed 's/^/rpc client: /'
   local crc=${PIPESTATUS[0]}
   kill "$spid" 2>/dev/null
   wait "$spid" 2>/dev/null
-  sed 's/^/rpc server: /' "$dir/rpc_server.log" | grep -v notice
-  [ "$crc" -eq 0 ] && echo "rpc: ok" || echo "rpc: FAIL ($crc)"
+  grep -vE 'notice|^lib(bpf|xdp):' "$dir/rpc_server.log" | sed 's/^/rpc server: /'
+  [ "$crc" -eq 0 ] && echo "rpc $name: ok" || echo "rpc $name: FAIL ($crc)"
   return "$crc"
 }
-run_rpc || status=1
+run_rpc af_packet "net_af_packet0,iface=$IF_A,qdisc_bypass=1" \
+  "net_af_packet0,iface=$IF_B,qdisc_bypass=1" || status=1
 
 # af_xdp needs libxdp/libbpf, a bpf filesystem (mounted only inside the
 # namespaces' private mount namespace) and XDP on veth. Probe first.
@@ -96,6 +99,7 @@ bpf="mount -t bpf bpf /sys/fs/bpf"
 if timeout 20 ip netns exec "$NS_A" sh -c "$bpf && exec \"\$0\" open \"\$1\"" "$peer" \
   "dpdk://$DPDK_IP_A:7001?vdev=net_af_xdp0,iface=$IF_A" > "$dir/probe.log" 2>&1; then
   run_pair af_xdp "net_af_xdp0,iface=$IF_A" "net_af_xdp0,iface=$IF_B" "$bpf" || status=1
+  run_rpc af_xdp "net_af_xdp0,iface=$IF_A" "net_af_xdp0,iface=$IF_B" "$bpf" || status=1
 else
   echo "== af_xdp: SKIP, net_af_xdp cannot open here:"
   grep -v '^$' "$dir/probe.log" | tail -5 | sed 's/^/  /'
