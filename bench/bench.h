@@ -43,6 +43,12 @@ int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint64_
 int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
                    uint32_t batch, double seconds, struct bench_raw_rate *out);
 
+/* Symmetric rate: this process and a forked peer each keep `window` packets
+ * in flight to the other and echo the other's, for seconds; out counts
+ * both sides' echoes. uri is this side's address, peer the forked side's. */
+int bench_raw_rate_sym(const char *uri, const char *peer, uint32_t size, uint32_t window,
+                       uint32_t batch, double seconds, struct bench_raw_rate *out);
+
 /* Streams full packets (each acknowledged by a bare header, like a credit
  * return) with `window` in flight; *gbps counts data bytes only. */
 int bench_raw_stream(const char *uri, const char *peer, uint32_t window, double seconds,
@@ -58,6 +64,7 @@ struct bench_rpc_opts {
     uint64_t iters;
     double seconds;
     const struct erma_rpc_cfg *cfg; /* client endpoint configuration, may be NULL */
+    bool symmetric; /* rate: both processes send and serve (the peer is forked) */
 };
 
 /* Serves echo requests (response size in the request's first 4 bytes). */
@@ -68,7 +75,9 @@ void bench_rpc_server_stop(pid_t child);
 
 /* One outstanding request at a time; RTT percentiles. */
 int bench_rpc_lat(const struct bench_rpc_opts *o, struct bench_lat *out);
-/* window requests in flight over o->sessions sessions, issued in batches. */
+/* window requests in flight over o->sessions sessions, issued in batches.
+ * With o->symmetric, o->server is not a separate server: a forked peer
+ * there runs the same load back, and out counts both sides. */
 int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out);
 /* One outstanding o->size request, o->resp_size response: request Gb/s. */
 int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps);

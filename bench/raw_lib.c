@@ -244,3 +244,88 @@ int bench_raw_stream(const char *uri, const char *peer, uint32_t window, double 
     *gbps = rc == ERMA_OK ? r.mpps * 1e6 * size * 8 / 1e9 : 0;
     return rc;
 }
+
+#define REQ_TYPE 1
+#define REPLY_TYPE 3
+
+/* One side of the symmetric rate: sends requests, echoes the peer's as
+ * replies, counts replies to its own; serves on for `linger` after. */
+static int raw_sym_side(const char *uri, const char *peer, uint32_t size, uint32_t window,
+                        uint32_t batch, double seconds, double linger, struct bench_raw_rate *out)
+{
+    struct client c;
+    int rc = client_open(&c, uri, peer, size);
+    if (rc != ERMA_OK)
+        return rc;
+    make_pkt(c.buf, 1, REQ_TYPE, size);
+    struct erma_tx_pkt tx[ERMA_MAX_BURST], echo[ERMA_MAX_BURST];
+    for (unsigned i = 0; i < batch; i++)
+        tx[i] = (struct erma_tx_pkt){.dst = &c.dst, .hdr = c.buf, .hdr_len = ERMA_HDR_SIZE + size};
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    *out = (struct bench_raw_rate){0};
+    uint64_t inflight = 0, now = erma_now_ns(), last_rx = now;
+    const uint64_t start = now, end = start + (uint64_t)(seconds * 1e9);
+    const uint64_t stop = end + (uint64_t)(linger * 1e9);
+    while (now < stop) {
+        while (now < end && inflight + batch <= window) {
+            const int s = erma_tx_burst(c.tr, tx, batch);
+            if (s <= 0)
+                break;
+            inflight += (uint64_t)s;
+        }
+        const int n = erma_rx_burst(c.tr, rx, ERMA_MAX_BURST);
+        now = erma_now_ns();
+        unsigned m = 0;
+        for (int i = 0; i < n; i++) {
+            if (rx[i].len < ERMA_HDR_SIZE)
+                continue;
+            if (rx[i].data[0] == REQ_TYPE) { /* req_type is the header's first byte */
+                rx[i].data[0] = REPLY_TYPE;
+                echo[m++] = (struct erma_tx_pkt){.dst = &rx[i].src, .hdr = rx[i].data,
+                                                 .hdr_len = rx[i].len};
+            } else if (now < end) {
+                out->echoes++;
+                inflight -= inflight ? 1 : 0;
+                last_rx = now;
+            }
+        }
+        if (m)
+            erma_tx_burst(c.tr, echo, m);
+        if (now - last_rx > 10000000) {
+            out->lost += inflight;
+            inflight = 0;
+            last_rx = now;
+        }
+    }
+    out->seconds = seconds;
+    erma_transport_close(c.tr);
+    return ERMA_OK;
+}
+
+int bench_raw_rate_sym(const char *uri, const char *peer, uint32_t size, uint32_t window,
+                       uint32_t batch, double seconds, struct bench_raw_rate *out)
+{
+    if (window == 0 || batch == 0 || batch > ERMA_MAX_BURST)
+        return ERMA_EINVAL;
+    int fd[2];
+    if (pipe(fd) != 0)
+        return ERMA_ESYS;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        bench_pin(1);
+        struct bench_raw_rate r = {0};
+        raw_sym_side(peer, uri, size, window, batch, seconds, 0.3, &r);
+        _exit(write(fd[1], &r, sizeof r) == sizeof r ? 0 : 1);
+    }
+    close(fd[1]);
+    int rc = raw_sym_side(uri, peer, size, window, batch, seconds, 0.3, out);
+    struct bench_raw_rate other = {0};
+    if (read(fd[0], &other, sizeof other) != sizeof other && rc == ERMA_OK)
+        rc = ERMA_ESYS;
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+    out->echoes += other.echoes;
+    out->lost += other.lost;
+    out->mpps = (double)out->echoes / seconds / 1e6;
+    return rc == ERMA_OK && out->echoes == 0 ? ERMA_ETIMEDOUT : rc;
+}

@@ -107,8 +107,12 @@ static int client_open(struct client *c, const struct bench_rpc_opts *o)
 {
     memset(c, 0, sizeof *c);
     int rc = erma_nexus_create(o->uri, NULL, &c->nx);
-    if (rc != ERMA_OK)
+    if (rc == ERMA_OK && o->symmetric) /* this side serves the peer's load too */
+        rc = erma_register_handler(c->nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
+    if (rc != ERMA_OK) {
+        erma_nexus_destroy(c->nx);
         return rc;
+    }
     if ((rc = erma_rpc_create(c->nx, 0, o->cfg, &c->rpc)) != ERMA_OK) {
         erma_nexus_destroy(c->nx);
         return rc;
@@ -248,10 +252,9 @@ static void rate_issue(struct rate_state *r)
     }
 }
 
-int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out)
+/* The rate load from one endpoint; with linger > 0 it serves on that long. */
+static int rate_side(const struct bench_rpc_opts *o, double linger, struct bench_raw_rate *out)
 {
-    if (o->window == 0 || o->batch == 0 || o->window > 4096)
-        return ERMA_EINVAL;
     struct client c;
     int rc = client_open(&c, o);
     if (rc != ERMA_OK)
@@ -279,10 +282,44 @@ int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out)
                                        .seconds = (double)(now - start) / 1e9};
         out->mpps = (double)r->completed / out->seconds / 1e6;
         rc = r->completed ? ERMA_OK : ERMA_ETIMEDOUT;
+        if (linger > 0)
+            erma_rpc_run(c.rpc, (uint64_t)(linger * 1e9));
     }
     client_close(&c); /* fails what is in flight; the pool takes the buffers with it */
     free(calls);
     free(r);
+    return rc;
+}
+
+int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out)
+{
+    if (o->window == 0 || o->batch == 0 || o->window > 4096)
+        return ERMA_EINVAL;
+    if (!o->symmetric)
+        return rate_side(o, 0, out);
+    int fd[2];
+    if (pipe(fd) != 0)
+        return ERMA_ESYS;
+    const pid_t pid = fork();
+    if (pid == 0) { /* the peer: the same load the other way */
+        bench_pin(1);
+        struct bench_rpc_opts peer = *o;
+        peer.uri = o->server;
+        peer.server = o->uri;
+        struct bench_raw_rate r = {0};
+        rate_side(&peer, 0.3, &r);
+        _exit(write(fd[1], &r, sizeof r) == sizeof r ? 0 : 1);
+    }
+    close(fd[1]);
+    int rc = rate_side(o, 0.3, out);
+    struct bench_raw_rate other = {0};
+    if (read(fd[0], &other, sizeof other) != sizeof other && rc == ERMA_OK)
+        rc = ERMA_ESYS;
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+    out->echoes += other.echoes;
+    out->lost += other.lost;
+    out->mpps = (double)out->echoes / o->seconds / 1e6;
     return rc;
 }
 

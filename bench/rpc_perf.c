@@ -4,7 +4,7 @@
  *   rpc_perf --mode lat|rate|bw|sessions [--uri CLIENT] [--server SERVER]
  *            [--raw-server RAW_SERVER] [--size B] [--resp-size B] [--iters N]
  *            [--window W] [--batch B] [--sessions N] [--credits C]
- *            [--seconds S] [--rounds R] [--factors]
+ *            [--seconds S] [--rounds R] [--factors] [--symmetric]
  *            [--spawn PREFIX --listen-server URI --listen-raw URI]
  *   rpc_perf --role rpc-server|raw-server --server URI   (a server alone)
  *
@@ -26,6 +26,11 @@
  * (dpdk between namespaces); the servers then listen on --listen-server and
  * --listen-raw (default: --server and --raw-server) while the client sends
  * to --server and --raw-server. bench/rpc_perf_dpdk.sh does this.
+ *
+ * --symmetric (rate mode): as eRPC's benchmark, every endpoint is client and
+ * server at once: this process and a forked peer (at --server, or
+ * --raw-server for the raw rounds) each keep the window in flight to the
+ * other and answer the other's requests; the rate counts both directions.
  *
  * --factors (rate mode): also measures erma with congestion control off and
  * with each common-case bypass off (Timely bypass, wheel bypass, batch
@@ -105,7 +110,9 @@ static double measure(const struct opts *o, bool rpc, struct bench_lat *lat)
     const struct bench_rpc_opts *r = &o->rpc;
     const uint64_t max_ns = (uint64_t)(r->seconds * 1e9) * 4 + 60000000000ull;
     pid_t child;
-    if (o->spawn)
+    if (r->symmetric)
+        child = 0; /* the rate functions fork their own peer */
+    else if (o->spawn)
         child = spawn_server(o, rpc ? "rpc-server" : "raw-server",
                              rpc ? o->listen_server : o->listen_raw);
     else
@@ -122,13 +129,15 @@ static double measure(const struct opts *o, bool rpc, struct bench_lat *lat)
         rc = rpc ? bench_rpc_bw(r, &v) : bench_raw_stream(r->uri, o->raw_server, 32, r->seconds, &v);
     } else {
         rc = rpc ? bench_rpc_rate(r, &rate)
-                 : bench_raw_rate(r->uri, o->raw_server, r->size, r->window, r->batch, r->seconds,
-                                  &rate);
+             : r->symmetric ? bench_raw_rate_sym(r->uri, o->raw_server, r->size, r->window,
+                                                 r->batch, r->seconds, &rate)
+                            : bench_raw_rate(r->uri, o->raw_server, r->size, r->window, r->batch,
+                                             r->seconds, &rate);
         v = rate.mpps;
     }
     if (rpc || o->spawn) /* a spawned raw server dies by signal too */
         bench_rpc_server_stop(child);
-    else
+    else if (!r->symmetric)
         bench_raw_server_stop(r->uri, o->raw_server, child);
     if (rc != ERMA_OK) {
         fprintf(stderr, "rpc_perf: %s %s: %s\n", o->mode, rpc ? "erma" : "raw", erma_strerror(rc));
@@ -152,6 +161,7 @@ int main(int argc, char **argv)
         {"sessions", 1, 0, 'n'}, {"credits", 1, 0, 'c'}, {"seconds", 1, 0, 't'},
         {"rounds", 1, 0, 'r'},   {"factors", 0, 0, 'f'},  {"role", 1, 0, 'o'},
         {"spawn", 1, 0, 'p'},    {"listen-server", 1, 0, 'L'}, {"listen-raw", 1, 0, 'W'},
+        {"symmetric", 0, 0, 'y'},
         {0, 0, 0, 0}};
     const char *role = NULL;
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
@@ -172,6 +182,7 @@ int main(int argc, char **argv)
         case 'f': o.factors = true; break;
         case 'o': role = optarg; break;
         case 'p': o.spawn = optarg; break;
+        case 'y': o.rpc.symmetric = true; break;
         case 'L': o.listen_server = optarg; break;
         case 'W': o.listen_raw = optarg; break;
         default: fprintf(stderr, "usage: see the comment at the top of bench/rpc_perf.c\n"); return 2;
