@@ -7,6 +7,7 @@
 #define ERMA_TEST_RPC_UTIL_H
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "erma/rpc.h"
@@ -100,6 +101,58 @@ static inline void echo_handler(struct erma_req *req, void *ctx)
     for (size_t k = 0; k < resp_size; k++)
         resp->data[k] = resp_byte(id, k);
     erma_enqueue_response(req, resp);
+}
+
+/* A dispatch handler that forwards its request to type `type` over session
+ * `sess` of the same endpoint and answers with what comes back (a nested
+ * RPC): the response leaves from the continuation, after the handler. */
+struct proxy {
+    int sess;
+    uint8_t type;
+    _Atomic uint64_t failed;
+};
+
+struct proxied {
+    struct erma_req *req;
+    struct proxy *px;
+    struct erma_msgbuf fwd, back;
+};
+
+static inline void proxy_done(struct erma_rpc *rpc, void *tag, int status,
+                              struct erma_msgbuf *resp)
+{
+    struct proxied *p = tag;
+    struct erma_msgbuf out;
+    if (status != ERMA_OK || erma_alloc_msgbuf(rpc, resp->size, &out) != ERMA_OK) {
+        atomic_fetch_add(&p->px->failed, 1);
+        struct erma_msgbuf *empty = erma_req_resp_buf(p->req);
+        erma_resize_msgbuf(empty, 0);
+        erma_enqueue_response(p->req, empty);
+    } else {
+        memcpy(out.data, resp->data, resp->size);
+        erma_enqueue_response(p->req, &out);
+    }
+    erma_free_msgbuf(rpc, &p->fwd);
+    erma_free_msgbuf(rpc, &p->back);
+    free(p);
+}
+
+static inline void proxy_handler(struct erma_req *req, void *ctx)
+{
+    struct proxy *px = ctx;
+    struct erma_rpc *rpc = erma_req_rpc(req);
+    struct proxied *p = calloc(1, sizeof *p);
+    if (!p || erma_alloc_msgbuf(rpc, erma_req_size(req), &p->fwd) != ERMA_OK ||
+        erma_alloc_msgbuf(rpc, 64, &p->back) != ERMA_OK) {
+        atomic_fetch_add(&px->failed, 1);
+        free(p);
+        return;
+    }
+    p->req = req;
+    p->px = px;
+    memcpy(p->fwd.data, erma_req_data(req), erma_req_size(req));
+    if (erma_enqueue_request(rpc, px->sess, px->type, &p->fwd, &p->back, proxy_done, p) != ERMA_OK)
+        proxy_done(rpc, p, ERMA_ENOENT, &p->back);
 }
 
 #endif

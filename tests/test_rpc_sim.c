@@ -311,49 +311,14 @@ static void test_many_with_loss(void **state)
 
 /* ---- nested: host 0 -> proxy on host 1 -> echo on host 2 ---- */
 
-struct proxy {
-    struct world *w;
-    int sess; /* host 1 -> host 2 */
-};
 static struct proxy g_proxy;
-
-struct pending {
-    struct erma_req *req;
-    struct erma_msgbuf fwd, back;
-};
-
-static void on_forwarded(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
-{
-    struct pending *p = tag;
-    assert_int_equal(status, ERMA_OK);
-    struct erma_msgbuf out;
-    assert_int_equal(erma_alloc_msgbuf(rpc, resp->size, &out), ERMA_OK);
-    memcpy(out.data, resp->data, resp->size);
-    assert_int_equal(erma_enqueue_response(p->req, &out), ERMA_OK);
-    erma_free_msgbuf(rpc, &p->fwd);
-    erma_free_msgbuf(rpc, &p->back);
-    free(p);
-}
-
-static void proxy_handler(struct erma_req *req, void *ctx)
-{
-    struct proxy *px = ctx;
-    struct erma_rpc *rpc = erma_req_rpc(req);
-    struct pending *p = calloc(1, sizeof *p);
-    p->req = req;
-    assert_int_equal(erma_alloc_msgbuf(rpc, erma_req_size(req), &p->fwd), ERMA_OK);
-    memcpy(p->fwd.data, erma_req_data(req), erma_req_size(req));
-    assert_int_equal(erma_alloc_msgbuf(rpc, 64, &p->back), ERMA_OK);
-    assert_int_equal(erma_enqueue_request(rpc, px->sess, ECHO, &p->fwd, &p->back, on_forwarded, p),
-                     ERMA_OK);
-}
 
 static void test_nested(void **state)
 {
     (void)state;
     struct world w;
     world_up(&w, "nested", 3, 0.001, 0);
-    g_proxy.w = &w;
+    g_proxy.type = ECHO;
     assert_int_equal(erma_register_handler(w.nx[1], PROXY, proxy_handler, ERMA_DISPATCH, &g_proxy),
                      ERMA_OK);
     world_start(&w);
@@ -363,6 +328,7 @@ static void test_nested(void **state)
         call_once(&w, 0, s, PROXY, REQ_HDR + id * 97, id * 131, id, ERMA_OK);
     assert_int_equal(atomic_load(&w.echo[2].calls), 200);
     assert_int_equal(atomic_load(&w.echo[2].bad), 0);
+    assert_int_equal(atomic_load(&g_proxy.failed), 0);
     world_down(&w);
 }
 

@@ -11,42 +11,56 @@
 
 #include "erma/clock.h"
 #include "erma/rand.h"
+#include "erma/transport.h"
+#include "erma/wire.h"
 #include "rpc_util.h"
 
 #define ECHO 1
 #define ECHO_WORKER 2
 #define STATS 3
+#define PROXY 4
 #define MANY 100000
 
 static char server_uri[64], client_uri[64];
 static pid_t server_pid;
 
 static struct echo_stats st;
+static struct proxy px = {.type = ECHO};
 
-/* Answers [calls, ids executed more than once] of the echo handlers. */
+/* Answers [echo calls, ids executed more than once, malformed packets,
+ * packets for no session, failed proxied calls] of the server. */
 static void stats_handler(struct erma_req *req, void *ctx)
 {
     (void)ctx;
+    struct erma_rpc_stats rs;
+    erma_rpc_get_stats(erma_req_rpc(req), &rs);
     struct erma_msgbuf *r = erma_req_resp_buf(req);
-    const uint64_t v[2] = {atomic_load(&st.calls), echo_dups(&st)};
+    const uint64_t v[5] = {atomic_load(&st.calls), echo_dups(&st), rs.rx_bad, rs.rx_no_session,
+                           atomic_load(&px.failed)};
     erma_resize_msgbuf(r, sizeof v);
     memcpy(r->data, v, sizeof v);
     erma_enqueue_response(req, r);
 }
 
-static void server_main(double drop)
+/* The server: echo (dispatch and worker), stats, and a proxy that forwards
+ * to its own echo handler over a session to itself (nested RPCs). */
+static void server_main(double drop, uint32_t rx_ring)
 {
     st.per_id = calloc(MANY, sizeof *st.per_id);
     st.max_id = MANY;
     struct erma_nexus *nx;
     struct erma_rpc *rpc;
     const struct erma_nexus_cfg ncfg = {.workers = 2};
-    const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .fault_drop = drop, .seed = 99};
+    const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .fault_drop = drop, .seed = 99,
+                                     .rx_ring = rx_ring};
     if (erma_nexus_create(server_uri, &ncfg, &nx) != ERMA_OK ||
         erma_register_handler(nx, ECHO, echo_handler, ERMA_DISPATCH, &st) != ERMA_OK ||
         erma_register_handler(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st) != ERMA_OK ||
         erma_register_handler(nx, STATS, stats_handler, ERMA_DISPATCH, NULL) != ERMA_OK ||
+        erma_register_handler(nx, PROXY, proxy_handler, ERMA_DISPATCH, &px) != ERMA_OK ||
         erma_rpc_create(nx, 0, &cfg, &rpc) != ERMA_OK)
+        _exit(2);
+    if (!rx_ring && (px.sess = erma_create_session(rpc, server_uri, 0)) < 0)
         _exit(2);
     const uint64_t end = erma_now_ns() + 120000000000ull;
     while (erma_now_ns() < end && getppid() != 1)
@@ -56,12 +70,17 @@ static void server_main(double drop)
     _exit(st.bad ? 3 : 0);
 }
 
-static void start_server(double drop)
+static void start_server_ring(double drop, uint32_t rx_ring)
 {
     server_pid = fork();
     assert_true(server_pid >= 0);
     if (server_pid == 0)
-        server_main(drop);
+        server_main(drop, rx_ring);
+}
+
+static void start_server(double drop)
+{
+    start_server_ring(drop, 0);
 }
 
 static void kill_server(void)
@@ -255,7 +274,7 @@ static void test_many_with_loss(void **state)
                      ERMA_OK);
     wait_done(c.rpc, &k.done, 5000000000ull);
     assert_int_equal(k.status, ERMA_OK);
-    uint64_t v[2];
+    uint64_t v[5];
     memcpy(v, k.resp.data, sizeof v);
     assert_int_equal(v[0], MANY); /* every request executed ... */
     assert_int_equal(v[1], 0);    /* ... and none twice */
@@ -346,6 +365,111 @@ static void test_many_sessions(void **state)
     kill_server();
 }
 
+/* The server's counters: see stats_handler. */
+static void server_stats(struct client *c, uint64_t v[5])
+{
+    struct call k = {0};
+    assert_int_equal(erma_alloc_msgbuf(c->rpc, 8, &k.req), ERMA_OK);
+    assert_int_equal(erma_alloc_msgbuf(c->rpc, 64, &k.resp), ERMA_OK);
+    assert_int_equal(erma_enqueue_request(c->rpc, c->sess, STATS, &k.req, &k.resp, on_call, &k),
+                     ERMA_OK);
+    wait_done(c->rpc, &k.done, 5000000000ull);
+    assert_int_equal(k.status, ERMA_OK);
+    assert_int_equal(k.resp.size, 5 * sizeof(uint64_t));
+    memcpy(v, k.resp.data, 5 * sizeof(uint64_t));
+    erma_free_msgbuf(c->rpc, &k.req);
+    erma_free_msgbuf(c->rpc, &k.resp);
+}
+
+static void test_nested_malformed(void **state)
+{
+    (void)state;
+    start_server(0);
+    struct client c;
+    client_up(&c, NULL);
+    c.sess = client_connect(&c);
+    /* nested: the server's handler calls its own echo handler and answers later */
+    for (uint32_t id = 0; id < 100; id++)
+        call_once(&c, PROXY, REQ_HDR + id * 301, id * 211, id);
+    /* garbage from another socket: random bytes, and valid headers with random fields */
+    struct erma_transport *evil;
+    struct erma_addr dst;
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:0", NULL, &evil), ERMA_OK);
+    assert_int_equal(erma_transport_resolve(evil, server_uri, &dst), ERMA_OK);
+    struct erma_rand r;
+    erma_rand_seed(&r, 17);
+    static uint8_t buf[1472];
+    for (int i = 0; i < 20000; i++) {
+        const uint32_t len = (uint32_t)erma_rand_below(&r, sizeof buf + 1);
+        for (uint32_t k = 0; k < len; k++)
+            buf[k] = (uint8_t)erma_rand_u64(&r);
+        if (len >= ERMA_HDR_SIZE && i % 2) {
+            const struct erma_hdr h = {.req_type = ECHO,
+                                       .msg_size = (uint32_t)erma_rand_below(&r, 1 << 23),
+                                       .dest_session = (uint16_t)erma_rand_below(&r, 4),
+                                       .pkt_type = (uint8_t)erma_rand_below(&r, 4),
+                                       .pkt_num = (uint16_t)erma_rand_below(&r, 8),
+                                       .req_num = erma_rand_below(&r, 64),
+                                       .proto = (uint8_t)(1 + erma_rand_below(&r, 3))};
+            erma_hdr_encode(&h, buf);
+        }
+        const struct erma_tx_pkt p = {.dst = &dst, .hdr = buf, .hdr_len = len};
+        erma_tx_burst(evil, &p, 1);
+        if (i % 256 == 0)
+            erma_rpc_run(c.rpc, 200000); /* let the server keep up */
+    }
+    erma_transport_close(evil);
+    call_once(&c, ECHO, 3000, 3000, 7); /* still serving */
+    uint64_t v[5];
+    server_stats(&c, v);
+    print_message("  server after 20000 garbage packets: %llu malformed, %llu for no session, "
+                  "%llu proxied calls failed\n", (unsigned long long)v[2],
+                  (unsigned long long)v[3], (unsigned long long)v[4]);
+    assert_true(v[2] > 10000);
+    assert_true(v[2] + v[3] > 18000); /* a few random SM messages are legitimate */
+    assert_int_equal(v[4], 0);
+    client_down(&c);
+    kill_server();
+}
+
+/* Sessions x credits must fit the server's RX ring, and the client's own. */
+static void sm_count(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err, void *ctx)
+{
+    (void)rpc;
+    (void)session;
+    int *counts = ctx;
+    counts[ev]++;
+    counts[4] = err;
+}
+
+static void test_refusal(void **state)
+{
+    (void)state;
+    start_server_ring(0, 64); /* room for 2 sessions of 32 credits */
+    struct client c;
+    int counts[5] = {0};
+    const struct erma_rpc_cfg cfg = {.sm_handler = sm_count, .sm_ctx = counts};
+    client_up(&c, &cfg);
+    int s[3];
+    for (int i = 0; i < 3; i++)
+        assert_true((s[i] = erma_create_session(c.rpc, server_uri, 0)) >= 0);
+    const uint64_t end = erma_now_ns() + 3000000000ull;
+    while (counts[ERMA_SM_CONNECTED] + counts[ERMA_SM_CONNECT_FAILED] < 3 && erma_now_ns() < end)
+        erma_rpc_run_once(c.rpc);
+    assert_int_equal(counts[ERMA_SM_CONNECTED], 2);
+    assert_int_equal(counts[ERMA_SM_CONNECT_FAILED], 1);
+    assert_int_equal(counts[4], ERMA_EREFUSED);
+    client_down(&c);
+    kill_server();
+    /* the client's own ring */
+    const struct erma_rpc_cfg small = {.rx_ring = 64};
+    client_up(&c, &small);
+    assert_true(erma_create_session(c.rpc, server_uri, 0) >= 0);
+    assert_true(erma_create_session(c.rpc, server_uri, 0) >= 0);
+    assert_int_equal(erma_create_session(c.rpc, server_uri, 0), ERMA_ENOSLOTS);
+    client_down(&c);
+}
+
 int main(void)
 {
     const int base = 34000 + (getpid() % 500) * 8;
@@ -356,6 +480,8 @@ int main(void)
         cmocka_unit_test(test_many_with_loss),
         cmocka_unit_test(test_server_killed_and_restarted),
         cmocka_unit_test(test_many_sessions),
+        cmocka_unit_test(test_nested_malformed),
+        cmocka_unit_test(test_refusal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
