@@ -1,0 +1,84 @@
+/*
+ * erma/kv.h - a MICA-style key-value table in one contiguous buffer.
+ *
+ * The table is laid out so that a reader holding only a copy of its bytes
+ * (a one-sided READ of a bucket, then of an item) can find and validate an
+ * item without the owner's help; erma_kv_bucket_find() and
+ * erma_kv_item_check() are that reader's side.
+ *
+ * Layout (little-endian; docs/ARCHITECTURE.md):
+ *   header   64 B: magic, nbuckets, log_bytes, log_head
+ *   buckets  nbuckets x 64 B: version (odd while being changed), 7 slots
+ *   log      log_bytes, circular: items appended at log_head
+ * A slot is tag 16 | item length in 8-byte units 12 | log position in
+ * 8-byte units 36 (0: empty). An item is
+ *   [u64 stamp][u32 key_len][u32 value_len][key][value][pad to 8][u64 check]
+ * where stamp = its log position + 1 (so an item overwritten by the wrapping
+ * log no longer matches its slot) and check = SipHash-2-4 (libsodium's
+ * crypto_shorthash) of everything before it (so an item read in pieces
+ * while being overwritten is detected). Items never wrap around the log's
+ * end.
+ *
+ * The table is lossy, as MICA: when a bucket is full the oldest item in it
+ * is dropped, and items the log has wrapped over are gone. Not thread-safe:
+ * the owner (an endpoint's event loop) does every put and delete; readers
+ * of copies need no lock. All functions return ERMA_OK or a negative code.
+ */
+#ifndef ERMA_KV_H
+#define ERMA_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ERMA_KV_SLOTS 7
+#define ERMA_KV_BUCKET 64
+#define ERMA_KV_MAX_ITEM (4095 * 8) /* bytes, header and check included */
+
+struct erma_kv;
+
+/* buckets and log_bytes are rounded up to powers of two (log_bytes at least
+ * 64 KiB). */
+int erma_kv_create(uint32_t buckets, uint64_t log_bytes, struct erma_kv **out);
+void erma_kv_destroy(struct erma_kv *kv);
+
+/* ERMA_E2BIG when the item would exceed ERMA_KV_MAX_ITEM; ERMA_EINVAL for an
+ * empty key. */
+int erma_kv_put(struct erma_kv *kv, const void *key, uint32_t klen, const void *val,
+                uint32_t vlen);
+/* Copies the value into val (up to cap bytes) and its length to *vlen;
+ * ERMA_ENOENT when absent, ERMA_E2BIG when cap is too small. */
+int erma_kv_get(const struct erma_kv *kv, const void *key, uint32_t klen, void *val,
+                uint32_t cap, uint32_t *vlen);
+int erma_kv_delete(struct erma_kv *kv, const void *key, uint32_t klen);
+
+/* The table's bytes (for registering as a region) and their size, and the
+ * geometry a reader needs. */
+const void *erma_kv_memory(const struct erma_kv *kv, size_t *len);
+uint64_t erma_kv_nbuckets(const struct erma_kv *kv);
+uint64_t erma_kv_log_bytes(const struct erma_kv *kv);
+
+/* ---- the reader's side, on copies of the table's bytes ---- */
+
+/* Where a candidate item lives, and the stamp it must carry. */
+struct erma_kv_ref {
+    uint64_t off, stamp;
+    uint32_t len;
+};
+
+/* Offset and length of the bucket that would hold key. */
+void erma_kv_bucket_of(uint64_t nbuckets, const void *key, uint32_t klen, uint64_t *off,
+                       uint32_t *len);
+/* Looks through a bucket copy for key: the items to read, up to max;
+ * returns how many (0: absent), or ERMA_EAGAIN when the bucket was being
+ * changed (read it again). */
+int erma_kv_bucket_find(const void *bucket, uint64_t nbuckets, uint64_t log_bytes,
+                        const void *key, uint32_t klen, struct erma_kv_ref *refs, int max);
+/* Checks an item copy read as ref says: ERMA_OK and its value (pointing
+ * into item) when it is whole and holds key; ERMA_ENOENT when it holds
+ * another key (whose tag matched) or the log has overwritten it (the slot
+ * is dead: the key is not there); ERMA_EAGAIN when it is torn, i.e. read in
+ * pieces while being overwritten (read the bucket again). */
+int erma_kv_item_check(const void *item, const struct erma_kv_ref *ref, const void *key,
+                       uint32_t klen, const uint8_t **val, uint32_t *vlen);
+
+#endif
