@@ -81,4 +81,41 @@ int erma_kv_bucket_find(const void *bucket, uint64_t nbuckets, uint64_t log_byte
 int erma_kv_item_check(const void *item, const struct erma_kv_ref *ref, const void *key,
                        uint32_t klen, const uint8_t **val, uint32_t *vlen);
 
+/* ---- the kv service over erma RPC ---- */
+
+/* Request types, from the type_base a server registers with. */
+enum erma_kv_op { ERMA_KV_GET, ERMA_KV_PUT, ERMA_KV_DEL, ERMA_KV_SCAN, ERMA_KV_OPS };
+
+struct erma_nexus;
+struct erma_msgbuf;
+struct erma_kv_server;
+
+/* Serves table kv on nx: GET, PUT and DELETE as dispatch handlers, SCAN (an
+ * ordered walk from a start key) as a worker handler, so long scans never
+ * hold up point requests (the nexus needs workers). Register before
+ * creating the endpoint that serves; only that endpoint's thread may change
+ * kv from then on. */
+int erma_kv_serve(struct erma_nexus *nx, uint8_t type_base, struct erma_kv *kv,
+                  struct erma_kv_server **out);
+void erma_kv_server_destroy(struct erma_kv_server *srv);
+/* Keys in the ordered index (what SCAN walks). */
+uint64_t erma_kv_server_keys(struct erma_kv_server *srv);
+
+/* Client side: fill a request msgbuf (ERMA_E2BIG if it does not fit) and
+ * send it with erma_enqueue_request(rpc, session, type_base + op, ...). */
+int erma_kv_req_get(struct erma_msgbuf *req, const void *key, uint32_t klen);
+int erma_kv_req_put(struct erma_msgbuf *req, const void *key, uint32_t klen, const void *val,
+                    uint32_t vlen);
+int erma_kv_req_del(struct erma_msgbuf *req, const void *key, uint32_t klen);
+int erma_kv_req_scan(struct erma_msgbuf *req, const void *start, uint32_t klen, uint32_t count);
+
+/* The server's answer to any request: ERMA_OK, ERMA_ENOENT, ERMA_E2BIG,
+ * ERMA_EBADPKT (malformed request) or ERMA_ENOMEM. For GET, val and vlen
+ * (may be NULL) get the value inside resp. */
+int erma_kv_resp(const struct erma_msgbuf *resp, const uint8_t **val, uint32_t *vlen);
+/* For SCAN: the next (key, value) at *cursor (start at 0); ERMA_ENOENT at
+ * the end, ERMA_EBADPKT if the response is malformed. */
+int erma_kv_resp_scan(const struct erma_msgbuf *resp, uint32_t *cursor, const uint8_t **key,
+                      uint32_t *klen, const uint8_t **val, uint32_t *vlen);
+
 #endif
