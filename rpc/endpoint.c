@@ -131,10 +131,12 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
 {
     if (!rpc)
         return;
+    rpc->destroying = true; /* continuations cannot enqueue more */
     for (uint32_t i = 0; i < rpc->nsessions; i++)
         if (rpc->sessions[i] && rpc->sessions[i]->state != FREE)
             session_fail(rpc, rpc->sessions[i], ERMA_ESESSRESET);
     run_completions(rpc);
+    tx_flush(rpc); /* before the sessions and buffers it may point at go */
     /* Requests still on worker threads refer to their sessions: wait for them. */
     for (uint32_t i = 0; i < rpc->nsessions; i++) {
         struct session *s = rpc->sessions[i];
@@ -150,7 +152,6 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
         else
             free(s);
     }
-    tx_flush(rpc);
     for (struct backlog *b = rpc->free_backlog, *next; b; b = next) {
         next = b->next;
         free(b);

@@ -147,6 +147,7 @@ struct erma_rpc {
     struct erma_wheel wheel;
     uint64_t loop_now; /* the clock read once per loop pass (batch clock) */
     bool pool_locked; /* worker threads allocate too */
+    bool destroying;  /* erma_rpc_destroy() is failing what is pending */
     pthread_mutex_t pool_lock;
 };
 

@@ -214,6 +214,8 @@ int erma_enqueue_request(struct erma_rpc *rpc, int num, uint8_t req_type,
     if (!rpc || !req || !resp || !cont || !req->mem || !resp->mem || req == resp ||
         req->size > req->max_size || req->pkt_data != rpc->pkt_data)
         return ERMA_EINVAL;
+    if (rpc->destroying)
+        return ERMA_ESESSRESET;
     struct session *s = num >= 0 && num < (int)MAX_SESSIONS ? session_get(rpc, (uint16_t)num)
                                                             : NULL;
     if (!s || s->role != CLIENT || (s->state != CONNECTED && s->state != CONNECTING))
@@ -560,6 +562,10 @@ static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma
         sl->req_num = h->req_num;
         rq->type = h->req_type;
         rq->size = h->msg_size;
+    }
+    if (h->msg_size != rq->size && h->pkt_type == ERMA_PKT_REQ) {
+        rpc->stats.rx_bad++; /* its size disagrees with the request's first packet */
+        return;
     }
     if (h->pkt_type == ERMA_PKT_REQ) {
         server_req_pkt(rpc, s, sl, h, pkt);

@@ -463,6 +463,41 @@ static void test_malformed(void **state)
     world_down(&w);
 }
 
+/* Packets from the session's own address whose sizes disagree: the second
+ * packet of a 2000-byte request claims 9000 bytes (a heap overflow if the
+ * server trusted it; ASan watches). */
+static void test_inconsistent_sizes(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "sizes2", 2, 0, 0);
+    world_start(&w);
+    connect(&w, 0, 1); /* server session 0 */
+    struct erma_transport *tr = erma_rpc_transport(w.rpc[0]);
+    struct erma_addr dst;
+    assert_int_equal(erma_transport_resolve(tr, "sim://sizes2/1:31850", &dst), ERMA_OK);
+    static uint8_t pkt[1472];
+    const uint32_t data = tr->max_pkt - ERMA_HDR_SIZE;
+    const struct erma_hdr h0 = {.req_type = ECHO, .msg_size = 2000, .dest_session = 0,
+                                .pkt_type = ERMA_PKT_REQ, .pkt_num = 0, .req_num = 8,
+                                .proto = ERMA_PROTO_RPC};
+    struct erma_hdr h1 = h0;
+    h1.pkt_num = 1;
+    h1.msg_size = 9000; /* a lie: packet 1 of 9000 bytes carries a full packet */
+    erma_hdr_encode(&h0, pkt);
+    const struct erma_tx_pkt p0 = {&dst, pkt, ERMA_HDR_SIZE + data, NULL, 0};
+    assert_int_equal(erma_tx_burst(tr, &p0, 1), 1);
+    erma_hdr_encode(&h1, pkt);
+    assert_int_equal(erma_tx_burst(tr, &p0, 1), 1);
+    int never = 0;
+    run_until(&w, &never, 1000000);
+    struct erma_rpc_stats st;
+    erma_rpc_get_stats(w.rpc[1], &st);
+    assert_true(st.rx_bad >= 1);
+    assert_int_equal(atomic_load(&w.echo[1].calls), 0); /* nothing ran */
+    world_down(&w);
+}
+
 /* ---- a server that dies, and one that comes back ---- */
 
 struct fail_track {
@@ -622,7 +657,7 @@ int main(void)
         cmocka_unit_test(test_nested),       cmocka_unit_test(test_many_sessions),
         cmocka_unit_test(test_refusal),      cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_peer_failure), cmocka_unit_test(test_disconnect),
-        cmocka_unit_test(test_request_timeout),
+        cmocka_unit_test(test_request_timeout), cmocka_unit_test(test_inconsistent_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
