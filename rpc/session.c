@@ -317,7 +317,7 @@ static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
 /* ---- the client side ---- */
 
 static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct erma_hdr *h,
-                          const struct erma_rx_pkt *pkt, const struct sm_msg *m)
+                          const struct erma_rx_pkt *pkt, struct sm_msg *m)
 {
     struct session *s = session_get(rpc, h->dest_session);
     if (!s || s->role != CLIENT || s->token != m->token || !erma_addr_eq(&s->peer, &pkt->src)) {
@@ -326,6 +326,8 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
     }
     s->last_rx_ns = rpc->loop_now;
     if (type == CONNECT_RESP && s->state == CONNECTING) {
+        if (m->err == ERMA_OK && (m->credits == 0 || m->credits > s->credits_max))
+            m->err = ERMA_EREFUSED; /* a grant we did not ask for */
         if (m->err != ERMA_OK) {
             fail_client_slots(rpc, s, m->err);
             session_release(rpc, s);
