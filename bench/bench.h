@@ -30,6 +30,12 @@ struct bench_raw_rate {
     double seconds, mpps;
 };
 
+/* Runs side(ctx, true, ...) in a forked child pinned to CPU 1 and
+ * side(ctx, false, ...) here, then adds the child's counts to *out; the
+ * rate is over `seconds`. For the symmetric benchmarks. */
+int bench_both_sides(int (*side)(void *ctx, bool peer, struct bench_raw_rate *out), void *ctx,
+                     double seconds, struct bench_raw_rate *out);
+
 /* Echoes every packet to its sender until a stop packet or max_ns passes. */
 int bench_raw_server(const char *uri, uint64_t max_ns);
 /* Starts bench_raw_server(uri) in a child process pinned to cpu. */

@@ -302,30 +302,24 @@ static int raw_sym_side(const char *uri, const char *peer, uint32_t size, uint32
     return ERMA_OK;
 }
 
+struct sym_args {
+    const char *uri, *peer;
+    uint32_t size, window, batch;
+    double seconds;
+};
+
+static int raw_sym(void *ctx, bool peer, struct bench_raw_rate *out)
+{
+    const struct sym_args *a = ctx;
+    return raw_sym_side(peer ? a->peer : a->uri, peer ? a->uri : a->peer, a->size, a->window,
+                        a->batch, a->seconds, 0.3, out);
+}
+
 int bench_raw_rate_sym(const char *uri, const char *peer, uint32_t size, uint32_t window,
                        uint32_t batch, double seconds, struct bench_raw_rate *out)
 {
     if (window == 0 || batch == 0 || batch > ERMA_MAX_BURST)
         return ERMA_EINVAL;
-    int fd[2];
-    if (pipe(fd) != 0)
-        return ERMA_ESYS;
-    const pid_t pid = fork();
-    if (pid == 0) {
-        bench_pin(1);
-        struct bench_raw_rate r = {0};
-        raw_sym_side(peer, uri, size, window, batch, seconds, 0.3, &r);
-        _exit(write(fd[1], &r, sizeof r) == sizeof r ? 0 : 1);
-    }
-    close(fd[1]);
-    int rc = raw_sym_side(uri, peer, size, window, batch, seconds, 0.3, out);
-    struct bench_raw_rate other = {0};
-    if (read(fd[0], &other, sizeof other) != sizeof other && rc == ERMA_OK)
-        rc = ERMA_ESYS;
-    close(fd[0]);
-    waitpid(pid, NULL, 0);
-    out->echoes += other.echoes;
-    out->lost += other.lost;
-    out->mpps = (double)out->echoes / seconds / 1e6;
-    return rc == ERMA_OK && out->echoes == 0 ? ERMA_ETIMEDOUT : rc;
+    struct sym_args a = {uri, peer, size, window, batch, seconds};
+    return bench_both_sides(raw_sym, &a, seconds, out);
 }

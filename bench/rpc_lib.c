@@ -291,36 +291,24 @@ static int rate_side(const struct bench_rpc_opts *o, double linger, struct bench
     return rc;
 }
 
+/* One side of the symmetric rate; the peer sends the same load back. */
+static int rate_both(void *ctx, bool peer, struct bench_raw_rate *out)
+{
+    struct bench_rpc_opts o = *(const struct bench_rpc_opts *)ctx;
+    if (peer) {
+        o.uri = o.server;
+        o.server = ((const struct bench_rpc_opts *)ctx)->uri;
+    }
+    return rate_side(&o, 0.3, out);
+}
+
 int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out)
 {
     if (o->window == 0 || o->batch == 0 || o->window > 4096)
         return ERMA_EINVAL;
     if (!o->symmetric)
         return rate_side(o, 0, out);
-    int fd[2];
-    if (pipe(fd) != 0)
-        return ERMA_ESYS;
-    const pid_t pid = fork();
-    if (pid == 0) { /* the peer: the same load the other way */
-        bench_pin(1);
-        struct bench_rpc_opts peer = *o;
-        peer.uri = o->server;
-        peer.server = o->uri;
-        struct bench_raw_rate r = {0};
-        rate_side(&peer, 0.3, &r);
-        _exit(write(fd[1], &r, sizeof r) == sizeof r ? 0 : 1);
-    }
-    close(fd[1]);
-    int rc = rate_side(o, 0.3, out);
-    struct bench_raw_rate other = {0};
-    if (read(fd[0], &other, sizeof other) != sizeof other && rc == ERMA_OK)
-        rc = ERMA_ESYS;
-    close(fd[0]);
-    waitpid(pid, NULL, 0);
-    out->echoes += other.echoes;
-    out->lost += other.lost;
-    out->mpps = (double)out->echoes / o->seconds / 1e6;
-    return rc;
+    return bench_both_sides(rate_both, (void *)o, o->seconds, out);
 }
 
 int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps)

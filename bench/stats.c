@@ -1,8 +1,11 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench.h"
+#include "erma/errors.h"
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -37,4 +40,30 @@ void bench_pin(int cpu)
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+int bench_both_sides(int (*side)(void *ctx, bool peer, struct bench_raw_rate *out), void *ctx,
+                     double seconds, struct bench_raw_rate *out)
+{
+    int fd[2];
+    if (pipe(fd) != 0)
+        return ERMA_ESYS;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        bench_pin(1);
+        struct bench_raw_rate r = {0};
+        side(ctx, true, &r);
+        _exit(write(fd[1], &r, sizeof r) == sizeof r ? 0 : 1);
+    }
+    close(fd[1]);
+    int rc = side(ctx, false, out);
+    struct bench_raw_rate other = {0};
+    if (read(fd[0], &other, sizeof other) != sizeof other && rc == ERMA_OK)
+        rc = ERMA_ESYS;
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+    out->echoes += other.echoes;
+    out->lost += other.lost;
+    out->mpps = (double)out->echoes / seconds / 1e6;
+    return rc == ERMA_OK && out->echoes == 0 ? ERMA_ETIMEDOUT : rc;
 }

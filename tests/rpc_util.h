@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "erma/rand.h"
 #include "erma/rpc.h"
+#include "erma/wire.h"
 
 #define REQ_HDR 8
 
@@ -101,6 +103,28 @@ static inline void echo_handler(struct erma_req *req, void *ctx)
     for (size_t k = 0; k < resp_size; k++)
         resp->data[k] = resp_byte(id, k);
     erma_enqueue_response(req, resp);
+}
+
+/* Fills buf with garbage packet number i: random bytes of a random length,
+ * every second one behind a valid header with random fields, aimed at
+ * sessions 0..3 and request type `type`. Returns the length. */
+static inline uint32_t garbage_packet(struct erma_rand *r, uint8_t *buf, uint32_t cap, int i,
+                                      uint8_t type)
+{
+    const uint32_t len = (uint32_t)erma_rand_below(r, cap + 1);
+    for (uint32_t k = 0; k < len; k++)
+        buf[k] = (uint8_t)erma_rand_u64(r);
+    if (len >= ERMA_HDR_SIZE && i % 2) {
+        const struct erma_hdr h = {.req_type = type,
+                                   .msg_size = (uint32_t)erma_rand_below(r, 1 << 23),
+                                   .dest_session = (uint16_t)erma_rand_below(r, 4),
+                                   .pkt_type = (uint8_t)erma_rand_below(r, 4),
+                                   .pkt_num = (uint16_t)erma_rand_below(r, 8),
+                                   .req_num = erma_rand_below(r, 64),
+                                   .proto = (uint8_t)(1 + erma_rand_below(r, 3))};
+        erma_hdr_encode(&h, buf);
+    }
+    return len;
 }
 
 /* A dispatch handler that forwards its request to type `type` over session

@@ -400,19 +400,7 @@ static void test_nested_malformed(void **state)
     erma_rand_seed(&r, 17);
     static uint8_t buf[1472];
     for (int i = 0; i < 20000; i++) {
-        const uint32_t len = (uint32_t)erma_rand_below(&r, sizeof buf + 1);
-        for (uint32_t k = 0; k < len; k++)
-            buf[k] = (uint8_t)erma_rand_u64(&r);
-        if (len >= ERMA_HDR_SIZE && i % 2) {
-            const struct erma_hdr h = {.req_type = ECHO,
-                                       .msg_size = (uint32_t)erma_rand_below(&r, 1 << 23),
-                                       .dest_session = (uint16_t)erma_rand_below(&r, 4),
-                                       .pkt_type = (uint8_t)erma_rand_below(&r, 4),
-                                       .pkt_num = (uint16_t)erma_rand_below(&r, 8),
-                                       .req_num = erma_rand_below(&r, 64),
-                                       .proto = (uint8_t)(1 + erma_rand_below(&r, 3))};
-            erma_hdr_encode(&h, buf);
-        }
+        const uint32_t len = garbage_packet(&r, buf, sizeof buf, i, ECHO);
         const struct erma_tx_pkt p = {.dst = &dst, .hdr = buf, .hdr_len = len};
         erma_tx_burst(evil, &p, 1);
         if (i % 256 == 0)
