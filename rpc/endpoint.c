@@ -83,7 +83,7 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
     cfg_defaults(&rpc->cfg);
     char uri[512], base[512];
     snprintf(base, sizeof base, "%s:%u%s", nx->scheme_host, nx->base_port, nx->query);
-    int rc = nexus_endpoint_uri(base, tid, uri, sizeof uri);
+    int rc = erma_endpoint_uri(base, tid, uri, sizeof uri);
     if (rc == ERMA_OK && (rpc->cfg.credits > rpc->cfg.rx_ring ||
                           rpc->cfg.credits > ERMA_MAX_CREDITS))
         rc = ERMA_EINVAL;

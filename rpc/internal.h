@@ -221,7 +221,6 @@ void server_slot_free(struct erma_rpc *rpc, struct slot *sl);
 
 /* nexus.c */
 /* The URI of endpoint tid of the nexus at base: its port plus tid. */
-int nexus_endpoint_uri(const char *base, uint8_t tid, char *out, size_t len);
 void nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq);
 
 #endif

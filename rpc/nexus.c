@@ -131,7 +131,7 @@ int erma_register_handler(struct erma_nexus *nx, uint8_t req_type, erma_handler_
     return ERMA_OK;
 }
 
-int nexus_endpoint_uri(const char *base, uint8_t tid, char *out, size_t len)
+int erma_endpoint_uri(const char *base, uint8_t tid, char *out, size_t len)
 {
     const char *colon, *query;
     unsigned port;

@@ -204,7 +204,7 @@ int erma_create_session(struct erma_rpc *rpc, const char *remote_uri, uint8_t re
         return ERMA_EINVAL;
     char uri[512];
     struct erma_addr peer;
-    int rc = nexus_endpoint_uri(remote_uri, remote_tid, uri, sizeof uri);
+    int rc = erma_endpoint_uri(remote_uri, remote_tid, uri, sizeof uri);
     if (rc == ERMA_OK)
         rc = erma_transport_resolve(rpc->tr, uri, &peer);
     if (rc != ERMA_OK)

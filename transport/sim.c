@@ -51,6 +51,8 @@ struct erma_sim {
     struct erma_sim_stats stats;
     erma_sim_trace_fn trace;
     void *trace_ctx;
+    erma_sim_tap_fn tap;
+    void *tap_ctx;
     struct erma_sim *next;
 };
 
@@ -509,6 +511,56 @@ static int sim_open(const char *rest, const struct erma_transport_cfg *cfg,
     return ERMA_OK;
 }
 
+/* Puts one packet on the fabric at the source's uplink (after the tap). */
+static int send_one(struct erma_sim *s, uint16_t sh, uint16_t sp, uint16_t dh, uint16_t dp,
+                    const struct erma_tx_pkt *t)
+{
+    const uint32_t len = t->hdr_len + t->data_len;
+    struct pkt *p = malloc(sizeof *p + len);
+    if (!p)
+        return ERMA_ENOMEM;
+    *p = (struct pkt){.src_host = sh, .src_port = sp, .dst_host = dh, .dst_port = dp,
+                      .len = len};
+    memcpy(p->data, t->hdr, t->hdr_len);
+    if (t->data_len)
+        memcpy(p->data + t->hdr_len, t->data, t->data_len);
+    const uint64_t flow = (uint64_t)sh << 48 | (uint64_t)dh << 32 | (uint64_t)sp << 16 | dp;
+    p->path = (uint8_t)(mix64(flow) % s->cfg.paths);
+    if (s->tap) {
+        const struct erma_sim_event ev = {s->now, ERMA_SIM_DELIVER, sh, sp, dh, dp, len,
+                                          p->path};
+        if (!s->tap(s->tap_ctx, &ev, p->data)) {
+            free(p);
+            return ERMA_OK;
+        }
+    }
+    s->stats.sent++;
+    s->stats.path_pkts[p->path]++;
+    const uint64_t at = queue_admit(&s->uplink[sh], s->now, len + s->cfg.frame_overhead);
+    schedule(s, p, AT_PATH, at + s->cfg.link_delay_ns);
+    return ERMA_OK;
+}
+
+int erma_sim_inject(struct erma_sim *s, uint16_t src_host, uint16_t src_port,
+                    uint16_t dst_host, uint16_t dst_port, const void *data, uint32_t len)
+{
+    if (!s || !data || len == 0 || src_host >= s->cfg.hosts || dst_host >= s->cfg.hosts)
+        return ERMA_EINVAL;
+    const struct erma_tx_pkt t = {.hdr = data, .hdr_len = len};
+    return send_one(s, src_host, src_port, dst_host, dst_port, &t);
+}
+
+void erma_sim_set_tap(struct erma_sim *s, erma_sim_tap_fn fn, void *ctx)
+{
+    s->tap = fn;
+    s->tap_ctx = ctx;
+}
+
+uint64_t erma_sim_uplink_max_bytes(const struct erma_sim *s, uint32_t host)
+{
+    return host < s->cfg.hosts ? s->uplink[host].max_bytes : 0;
+}
+
 static int sim_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
 {
     struct sim_port *port = (struct sim_port *)tr;
@@ -525,27 +577,12 @@ static int sim_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkt
             return ERMA_EADDR;
     }
     for (unsigned i = 0; i < n; i++) {
-        const uint32_t len = pkts[i].hdr_len + pkts[i].data_len;
-        struct pkt *p = malloc(sizeof *p + len);
-        if (!p)
+        uint16_t dh, dp;
+        decode_addr(pkts[i].dst, &dh, &dp);
+        if (send_one(s, port->host, port->port, dh, dp, &pkts[i]) != ERMA_OK)
             return (int)i;
-        memcpy(p->data, pkts[i].hdr, pkts[i].hdr_len);
-        if (pkts[i].data_len)
-            memcpy(p->data + pkts[i].hdr_len, pkts[i].data, pkts[i].data_len);
-        p->len = len;
-        p->src_host = port->host;
-        p->src_port = port->port;
-        decode_addr(pkts[i].dst, &p->dst_host, &p->dst_port);
-        const uint64_t flow = (uint64_t)p->src_host << 48 | (uint64_t)p->dst_host << 32 |
-                              (uint64_t)p->src_port << 16 | p->dst_port;
-        p->path = (uint8_t)(mix64(flow) % s->cfg.paths);
-        s->stats.sent++;
-        s->stats.path_pkts[p->path]++;
         tr->stats.tx_pkts++;
-        tr->stats.tx_bytes += len;
-        const uint64_t t = queue_admit(&s->uplink[p->src_host], s->now,
-                                       len + s->cfg.frame_overhead);
-        schedule(s, p, AT_PATH, t + s->cfg.link_delay_ns);
+        tr->stats.tx_bytes += pkts[i].hdr_len + pkts[i].data_len;
     }
     return (int)n;
 }

@@ -247,6 +247,9 @@ struct erma_proto_hook {
 int erma_rpc_attach(struct erma_rpc *rpc, uint8_t proto, const struct erma_proto_hook *hook);
 /* The endpoint's transport (shared TX/RX queue; use from its thread only). */
 struct erma_transport *erma_rpc_transport(struct erma_rpc *rpc);
+/* Writes the URI of endpoint tid of the nexus at base (port + tid) into
+ * out; ERMA_EADDR when base is malformed or out too short. */
+int erma_endpoint_uri(const char *base, uint8_t tid, char *out, size_t len);
 /* The endpoint's thread id within its nexus. */
 uint8_t erma_rpc_thread_id(const struct erma_rpc *rpc);
 

@@ -28,6 +28,7 @@
 #ifndef ERMA_SIM_H
 #define ERMA_SIM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define ERMA_SIM_MAX_PATHS 16
@@ -95,5 +96,16 @@ uint64_t erma_sim_egress_max_bytes(const struct erma_sim *sim, uint32_t host);
 /* Current backlog in bytes at the switch egress port towards host. */
 uint64_t erma_sim_egress_bytes(const struct erma_sim *sim, uint32_t host);
 void erma_sim_set_trace(struct erma_sim *sim, erma_sim_trace_fn fn, void *ctx);
+/* Largest backlog in bytes seen in host's uplink (NIC) queue. */
+uint64_t erma_sim_uplink_max_bytes(const struct erma_sim *sim, uint32_t host);
+
+/* For fault tests: tap sees every packet as it is sent (ev.kind is
+ * ERMA_SIM_DELIVER, ev.time the send time) and may change its bytes in
+ * place; returning false drops it silently. */
+typedef bool (*erma_sim_tap_fn)(void *ctx, const struct erma_sim_event *ev, uint8_t *data);
+void erma_sim_set_tap(struct erma_sim *sim, erma_sim_tap_fn fn, void *ctx);
+/* Sends a copy of data as if host:port src had sent it (replays, forgeries). */
+int erma_sim_inject(struct erma_sim *sim, uint16_t src_host, uint16_t src_port,
+                    uint16_t dst_host, uint16_t dst_port, const void *data, uint32_t len);
 
 #endif

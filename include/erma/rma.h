@@ -1,0 +1,232 @@
+/*
+ * erma/rma.h - 1RMA-style one-sided operations on encrypted regions.
+ *
+ * An erma_rma engine attaches to an endpoint (erma_rpc) and is served by its
+ * event loop: erma_rpc_run_once() hands it every one-sided packet, issues
+ * queued commands, serves requests and fails expired ones. It plays both
+ * roles at once:
+ *
+ * Target. erma_region_register() exposes memory as a region with an id and
+ * a random 256-bit region key Kr. erma_region_export() gives an initiator
+ * the pair (region id, Kd) for that initiator's identity, Kd = keyed BLAKE2b
+ * of the identity under Kr; hand it over out of band (for example in an RPC
+ * response). The target recomputes Kd from the identity in each request and
+ * keeps no per-initiator state. No application code runs on the target.
+ *
+ * Initiator. erma_rma_peer() names a target endpoint. erma_rma_submit()
+ * takes a command into one of cfg.slots command slots and returns the slot
+ * id; erma_rma_poll() returns completions. Every command completes exactly
+ * once, and its slot is free again once its completion has been polled.
+ *
+ * Ops (each at most ERMA_RMA_MAX_OP bytes; the executor splits larger ones):
+ *   READ   2 hops: request, then data responses of at most one packet each.
+ *   WRITE  4 hops: write request; the target solicits the data with a read
+ *          request back, which the initiator answers only for a live slot
+ *          whose op carries the nonce the target echoes; data; completion.
+ *   REKEY  4 hops like WRITE, its data a new region key and a grace time:
+ *          the target installs the key under the next key generation, and
+ *          during the grace time requests under the old generation still
+ *          verify. Needs ERMA_RMA_PERM_REKEY on the region.
+ *
+ * Security. Every packet is sealed with AEAD under Kd (AES-256-GCM where the
+ * CPU has AES-NI, else ChaCha20-Poly1305, both libsodium): the erma and op
+ * headers (region, key generation, offset, length, op, slot, nonces) are
+ * authenticated data, payloads are encrypted. Nonces are 64-bit counters,
+ * one per engine, started from the wall clock in ns (a restarted engine
+ * does not reuse them) and incremented per packet, plus a direction byte,
+ * so no nonce repeats under one key. One identity belongs to one engine.
+ * The target verifies a request before it checks bounds and permissions,
+ * so only an authenticated initiator learns them; the outcomes it cannot
+ * seal (NACK, AUTH_FAILED, NO_SUCH_REGION) travel in the clear and the
+ * initiator accepts only those three unsealed, and only for a live op.
+ * A replayed WRITE request makes the target solicit data that no live slot
+ * answers: nothing is written. Data the target solicits is accepted only
+ * for its own live solicitation (bounded table), so replayed data is too.
+ *
+ * Completion status (erma_rma_completion.status):
+ *   ERMA_OK          done; READ data is in cmd.local
+ *   ERMA_ENACK       the target's request queue was past cfg.nack_threshold,
+ *                    or its solicitation table or window was full (WRITE,
+ *                    REKEY): not queued, nothing done
+ *   ERMA_ETIMEDOUT   no complete answer within cfg.op_timeout_ns (target
+ *                    down or unreachable, or packets lost); a WRITE may have
+ *                    written part of its data
+ *   ERMA_EDISPATCH   DISPATCH_TIMEOUT: waited more than
+ *                    cfg.dispatch_timeout_ns in the local queue (the
+ *                    inbound window was full); never sent
+ *   ERMA_EAUTH       the target could not verify the request: wrong key,
+ *                    tampered packet, or a key generation rotated away
+ *                    (past its grace time)
+ *   ERMA_ENOREGION   no region with that id (never, or deregistered)
+ *   ERMA_EBOUNDS     offset + length past the region's end
+ *   ERMA_EPERM       the region does not allow the op
+ * Sealed packets that fail to open, or that match no live op, are dropped
+ * and counted (stats); the op then completes by its own timeout.
+ *
+ * Delays: issue_delay_ns is from submit to the request leaving (local
+ * queueing), total_delay_ns from submit to completion; total - issue is the
+ * remote delay the window CC acts on.
+ *
+ * Solicitation: a READ is issued only while the initiator's outstanding
+ * READ bytes plus its length fit cfg.inbound_window, so it never receives
+ * data it did not ask for; a target likewise bounds the WRITE data it has
+ * solicited by cfg.solicit_window and cfg.solicits.
+ *
+ * Executor: erma_rma_transfer() moves any number of bytes (up to 4 GiB) as
+ * chunks of at most ERMA_RMA_MAX_OP, issued as the 1RMA window CC (cc.h)
+ * allows: a local window on issue_delay and a remote window per (peer,
+ * direction) on remote delay. A failing chunk with a transient status
+ * (TIMEOUT, NACK, DISPATCH_TIMEOUT) is retried up to max_retries times;
+ * the transfer completes once, after its last chunk, with ERMA_OK or the
+ * first final failure.
+ *
+ * Threading: like its endpoint, an engine belongs to one thread. Calls
+ * return ERMA_OK (or a non-negative id) or a negative erma_err code.
+ */
+#ifndef ERMA_RMA_H
+#define ERMA_RMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "erma/cc.h"
+#include "erma/errors.h"
+
+#define ERMA_RMA_MAX_OP 4096
+#define ERMA_RMA_KEY_BYTES 32
+#define ERMA_RMA_PRIORITIES 4
+
+struct erma_rpc;
+struct erma_rma;
+
+enum erma_rma_perm {
+    ERMA_RMA_PERM_READ = 1,
+    ERMA_RMA_PERM_WRITE = 2,
+    ERMA_RMA_PERM_REKEY = 4,
+};
+
+enum erma_rma_op {
+    ERMA_RMA_READ = 1,
+    ERMA_RMA_WRITE = 2,
+    ERMA_RMA_REKEY = 3,
+};
+
+/* What an initiator holds for one remote region. */
+struct erma_rkey {
+    uint32_t region;
+    uint32_t key_gen;                  /* the generation Kd was derived from */
+    uint8_t kd[ERMA_RMA_KEY_BYTES];
+};
+
+struct erma_rma_cfg {
+    uint64_t identity;            /* this engine's initiator identity; 0: random */
+    uint32_t slots;               /* command slots, default 256, most 65535 */
+    uint32_t inbound_window;      /* bytes of READ data outstanding, default 1 MiB */
+    uint64_t dispatch_timeout_ns; /* default 10 us (1 ms on udp) */
+    uint64_t op_timeout_ns;       /* default 5 base RTTs (2 ms on udp) */
+    uint32_t max_regions;         /* default 1024 */
+    uint32_t serve_batch;         /* requests served per loop pass, default 16 */
+    uint32_t nack_threshold;      /* request queue depth that NACKs, default 256 */
+    uint64_t serve_ns;            /* time spent per request served, to model a
+                                     slower target on the sim; default 0 */
+    uint32_t solicits;            /* target: solicitations in flight, default 64 */
+    uint32_t solicit_window;      /* target: solicited bytes in flight, default 1 MiB */
+    uint32_t transfers;           /* executor transfers in progress, default 64 */
+    bool cc_off;                  /* executor: ignore the windows (slots bound it) */
+    /* executor windows; NULL = erma_window_cfg_for(transport hints) */
+    const struct erma_window_cfg *window;
+};
+
+struct erma_rma_cmd {
+    enum erma_rma_op op;
+    int peer;                     /* from erma_rma_peer() */
+    struct erma_rkey rkey;
+    uint64_t offset;              /* in the remote region */
+    void *local;                  /* READ: destination; WRITE: source; REKEY: new key */
+    uint32_t len;                 /* 1..ERMA_RMA_MAX_OP (REKEY: ignored) */
+    uint64_t grace_ns;            /* REKEY: old key stays valid this long */
+    uint8_t priority;             /* 0 (first) .. ERMA_RMA_PRIORITIES - 1 */
+    uint64_t tag;                 /* returned in the completion */
+};
+
+struct erma_rma_xfer {
+    enum erma_rma_op op;          /* READ or WRITE */
+    int peer;
+    struct erma_rkey rkey;
+    uint64_t offset;
+    void *local;
+    uint32_t len;                 /* any size >= 1 */
+    uint32_t max_retries;         /* per chunk */
+    uint8_t priority;
+    uint64_t tag;
+};
+
+struct erma_rma_completion {
+    uint64_t tag;
+    int status;
+    uint32_t id;                  /* slot id, or transfer id when transfer */
+    bool transfer;
+    uint32_t retries;             /* transfers: chunk retries made */
+    uint64_t issue_delay_ns, total_delay_ns;
+};
+
+struct erma_rma_stats {
+    uint64_t submitted, issued, completed, retries;
+    uint64_t served, nacks_sent, solicit_expired;
+    uint64_t auth_failed;         /* target: requests that did not verify */
+    uint64_t rx_bad;              /* malformed one-sided packets */
+    uint64_t rx_unsealed_bad;     /* packets that failed to open at the initiator */
+    uint64_t rx_unmatched;        /* answers for no live op (late, replayed, forged) */
+    uint64_t data_rejected;       /* target: data for no live solicitation */
+    uint64_t max_queue;           /* deepest request queue seen */
+};
+
+/* Creates the engine and attaches it to rpc's event loop (one per endpoint).
+ * cfg may be NULL. ERMA_EAGAIN if rpc already has one. */
+int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
+                    struct erma_rma **out);
+/* Detaches and frees. Pending commands and transfers are dropped without a
+ * completion; no buffer of theirs is referenced afterwards. */
+void erma_rma_destroy(struct erma_rma *rma);
+uint64_t erma_rma_identity(const struct erma_rma *rma);
+void erma_rma_get_stats(const struct erma_rma *rma, struct erma_rma_stats *out);
+
+/* ---- target: regions ---- */
+
+/* Registers [addr, addr + len) with perms (ERMA_RMA_PERM_*); ERMA_ENOSLOTS
+ * past cfg.max_regions. */
+int erma_region_register(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
+                         uint32_t *region);
+/* Later requests get ERMA_ENOREGION; solicited data not yet written is dropped. */
+int erma_region_deregister(struct erma_rma *rma, uint32_t region);
+/* The rkey for initiator identity under the region's current key. */
+int erma_region_export(struct erma_rma *rma, uint32_t region, uint64_t identity,
+                       struct erma_rkey *out);
+/* Installs new_key (NULL: a random one) as the next key generation; the old
+ * one keeps verifying for grace_ns. */
+int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
+                      uint64_t grace_ns);
+/* Kd for identity under region key kr of generation key_gen, for a key
+ * manager that installed kr with a REKEY. */
+void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint32_t key_gen,
+                     uint64_t identity, struct erma_rkey *out);
+
+/* ---- initiator ---- */
+
+/* Names endpoint tid of the nexus at uri; returns a peer id (>= 0). */
+int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid);
+/* Queues cmd; returns its slot id. ERMA_ENOSLOTS when every slot is busy or
+ * awaits erma_rma_poll(); ERMA_EINVAL, ERMA_E2BIG (len > ERMA_RMA_MAX_OP). */
+int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd);
+/* Starts a transfer; returns its id. ERMA_ENOSLOTS past cfg.transfers. */
+int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *x);
+/* Moves up to max completions (commands and transfers) into out. */
+int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max);
+/* The executor's remote window towards (peer, dir), NULL before first use. */
+const struct erma_window *erma_rma_window(struct erma_rma *rma, int peer,
+                                          enum erma_window_dir dir);
+/* The executor's local window. */
+const struct erma_window *erma_rma_local_window(const struct erma_rma *rma);
+
+#endif

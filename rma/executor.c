@@ -1,0 +1,214 @@
+/* rma/executor.c - transfers of any size as chunks of at most
+ * ERMA_RMA_MAX_OP, issued as the 1RMA window CC allows, with bounded
+ * per-chunk retries of transient failures. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "erma/clock.h"
+#include "internal.h"
+
+int exec_init(struct erma_rma *rma)
+{
+    rma->xfers = calloc(rma->cfg.transfers, sizeof *rma->xfers);
+    if (!rma->xfers)
+        return ERMA_ENOMEM;
+    const struct erma_window_cfg wc =
+        rma->cfg.window ? *rma->cfg.window
+                        : erma_window_cfg_for((double)rma->tr->link_bps, rma->tr->base_rtt_ns);
+    rma->exec_wake_ns = UINT64_MAX;
+    return erma_window_init(&rma->wcc, &wc);
+}
+
+static void xfer_release(struct xfer *x)
+{
+    free(x->redo);
+    free(x->tries);
+    x->redo = NULL;
+    x->tries = NULL;
+}
+
+void exec_fini(struct erma_rma *rma)
+{
+    if (!rma->xfers)
+        return;
+    for (uint32_t i = 0; i < rma->cfg.transfers; i++)
+        xfer_release(&rma->xfers[i]);
+    free(rma->xfers);
+    if (rma->wcc.remotes)
+        erma_window_destroy(&rma->wcc);
+}
+
+static enum erma_window_dir dir_of(uint8_t op)
+{
+    return op == ERMA_RMA_READ ? ERMA_WINDOW_IN : ERMA_WINDOW_OUT;
+}
+
+int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
+{
+    if (!rma || !t || !t->local || t->len == 0 || t->peer < 0 ||
+        (uint32_t)t->peer >= rma->npeers || t->priority >= ERMA_RMA_PRIORITIES ||
+        (t->op != ERMA_RMA_READ && t->op != ERMA_RMA_WRITE))
+        return ERMA_EINVAL;
+    for (uint32_t i = 0; i < rma->cfg.transfers; i++) {
+        struct xfer *x = &rma->xfers[i];
+        if (x->state != XFER_FREE)
+            continue;
+        const uint64_t chunks = (t->len + ERMA_RMA_MAX_OP - 1) / ERMA_RMA_MAX_OP;
+        *x = (struct xfer){.state = XFER_ACTIVE, .op = (uint8_t)t->op, .prio = t->priority,
+                           .peer = t->peer, .rkey = t->rkey, .offset = t->offset,
+                           .local = t->local, .len = t->len, .max_retries = t->max_retries,
+                           .tag = t->tag, .start_ns = rma_clock(rma, erma_now_ns())};
+        if (t->max_retries && !(x->tries = calloc(chunks, sizeof *x->tries))) {
+            x->state = XFER_FREE;
+            return ERMA_ENOMEM;
+        }
+        rma->exec_wake_ns = 0;
+        return (int)i;
+    }
+    return ERMA_ENOSLOTS;
+}
+
+/* The next chunk of x to issue, or false when none is ready. */
+static bool next_chunk(const struct xfer *x, uint64_t *off)
+{
+    if (x->state != XFER_ACTIVE || x->status != ERMA_OK)
+        return false;
+    if (x->nredo) {
+        *off = x->redo[x->nredo - 1];
+        return true;
+    }
+    *off = x->next_off;
+    return x->next_off < x->len;
+}
+
+/* Submits one chunk of x if the windows allow; false when they do not. */
+static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint64_t off)
+{
+    const uint32_t n = x->len - off < ERMA_RMA_MAX_OP ? (uint32_t)(x->len - off)
+                                                      : ERMA_RMA_MAX_OP;
+    /* READs the solicitation window cannot take now would only wait in the
+     * local queue and fail with DISPATCH_TIMEOUT: hold them here. */
+    if (x->op == ERMA_RMA_READ &&
+        rma->inbound + rma->queued_in + n > rma->cfg.inbound_window)
+        return false;
+    if (!rma->cfg.cc_off) {
+        uint64_t at;
+        if (erma_window_next_issue(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->now,
+                                   &at) != ERMA_OK)
+            return false;
+        if (at > rma->now) {
+            rma->exec_wake_ns = at < rma->exec_wake_ns ? at : rma->exec_wake_ns;
+            return false;
+        }
+    }
+    const struct erma_rma_cmd c = {.op = x->op, .peer = x->peer, .rkey = x->rkey,
+                                   .offset = x->offset + off, .local = x->local + off,
+                                   .len = n, .priority = x->prio, .tag = id};
+    if (portal_submit(rma, &c, true) < 0)
+        return false;
+    if (!rma->cfg.cc_off)
+        erma_window_on_issue(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->now);
+    if (x->nredo && x->redo[x->nredo - 1] == off)
+        x->nredo--;
+    else
+        x->next_off += n;
+    x->inflight++;
+    return true;
+}
+
+int exec_poll(struct erma_rma *rma)
+{
+    if (rma->exec_wake_ns > rma->now)
+        return 0;
+    rma->exec_wake_ns = UINT64_MAX;
+    const uint32_t nx = rma->cfg.transfers;
+    int work = 0;
+    /* One chunk per transfer per round, so transfers share the windows. */
+    for (bool progress = true; progress && rma->free_slots >= 0;) {
+        progress = false;
+        for (uint32_t k = 0; k < nx && rma->free_slots >= 0; k++) {
+            const uint32_t id = (rma->next_xfer + k) % nx;
+            struct xfer *x = &rma->xfers[id];
+            uint64_t off;
+            if (next_chunk(x, &off) && issue_chunk(rma, x, id, off)) {
+                progress = true;
+                work++;
+            }
+        }
+        rma->next_xfer = (rma->next_xfer + 1) % nx;
+    }
+    return work;
+}
+
+uint64_t exec_next_timer(const struct erma_rma *rma)
+{
+    return rma->exec_wake_ns;
+}
+
+static bool transient(int status)
+{
+    return status == ERMA_ETIMEDOUT || status == ERMA_ENACK || status == ERMA_EDISPATCH;
+}
+
+static int redo_push(struct xfer *x, uint64_t off)
+{
+    if (x->nredo == x->redo_cap) {
+        const uint32_t cap = x->redo_cap ? 2 * x->redo_cap : 16;
+        uint64_t *r = realloc(x->redo, cap * sizeof *r);
+        if (!r)
+            return ERMA_ENOMEM;
+        x->redo = r;
+        x->redo_cap = cap;
+    }
+    x->redo[x->nredo++] = off;
+    return ERMA_OK;
+}
+
+void exec_complete(struct erma_rma *rma, struct slot *s)
+{
+    const uint32_t id = (uint32_t)s->tag;
+    struct xfer *x = &rma->xfers[id];
+    const uint64_t off = (uint64_t)(s->local - x->local);
+    const uint64_t issue_delay = s->issue_ns - s->submit_ns;
+    uint64_t remote = rma->now - s->issue_ns;
+    /* A WRITE makes two round trips (request and solicitation, data and
+     * completion); the window's targets are for one, so it sees the remote
+     * delay per round trip. */
+    if (x->op == ERMA_RMA_WRITE)
+        remote /= 2;
+    if (!rma->cfg.cc_off)
+        erma_window_on_complete(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), s->status,
+                                issue_delay, issue_delay + remote, rma->now);
+    x->inflight--;
+    rma->exec_wake_ns = 0; /* a window or slot opened */
+    if (s->status != ERMA_OK && x->status == ERMA_OK) {
+        uint16_t *tries = x->tries ? &x->tries[off / ERMA_RMA_MAX_OP] : NULL;
+        if (transient(s->status) && tries && *tries < x->max_retries &&
+            redo_push(x, off) == ERMA_OK) {
+            (*tries)++;
+            x->retries++;
+            rma->stats.retries++;
+        } else {
+            x->status = s->status;
+        }
+    }
+    if (x->inflight || (x->status == ERMA_OK && (x->nredo || x->next_off < x->len)))
+        return;
+    const struct erma_rma_completion c = {.tag = x->tag, .status = x->status, .id = id,
+                                          .transfer = true, .retries = x->retries,
+                                          .total_delay_ns = rma->now - x->start_ns};
+    xfer_release(x);
+    x->state = XFER_DONE;
+    cq_push(rma, &c);
+}
+
+const struct erma_window *erma_rma_window(struct erma_rma *rma, int peer,
+                                          enum erma_window_dir dir)
+{
+    return rma && peer >= 0 ? erma_window_find(&rma->wcc, (uint64_t)peer, dir) : NULL;
+}
+
+const struct erma_window *erma_rma_local_window(const struct erma_rma *rma)
+{
+    return &rma->wcc.local;
+}

@@ -1,0 +1,218 @@
+/* rma/internal.h - the one-sided engine's private state, shared by its files. */
+#ifndef ERMA_RMA_INTERNAL_H
+#define ERMA_RMA_INTERNAL_H
+
+#include "erma/cc.h"
+#include "erma/rma.h"
+#include "erma/transport.h"
+#include "erma/wire.h"
+
+/* ---- wire: erma header (16) | op header (56) | payload | AEAD tag (16) ---- */
+
+#define RMA_OPHDR 56
+#define RMA_TAG 16
+#define RMA_OVERHEAD (ERMA_HDR_SIZE + RMA_OPHDR + RMA_TAG)
+#define RMA_REKEY_DATA (ERMA_RMA_KEY_BYTES + 8) /* new key, grace_ns */
+
+enum rma_type {
+    RMA_READ_REQ = 1,
+    RMA_READ_RESP = 2,
+    RMA_WRITE_REQ = 3,
+    RMA_REKEY_REQ = 4,
+    RMA_SOLICIT = 5,  /* target -> initiator: send the data of op init_ctr */
+    RMA_DATA = 6,     /* initiator -> target: solicited data */
+    RMA_DONE = 7,     /* target -> initiator: WRITE or REKEY applied */
+    RMA_ERROR = 8,    /* target -> initiator: status */
+    RMA_TYPE_MAX = 8,
+};
+
+#define RMA_FLAG_PLAIN 1 /* RMA_ERROR not sealed: tag is zero */
+
+struct rma_ophdr {
+    uint8_t type, status, flags, pkt_idx; /* status: -erma_err */
+    uint16_t slot, pkt_off;               /* pkt_off: payload's byte offset in the op */
+    uint32_t region, key_gen;
+    uint64_t offset, identity;
+    uint64_t init_ctr;                    /* the initiator's counter of the op's request */
+    uint32_t len, token;                  /* token: the target's solicitation */
+    uint64_t nonce_ctr;                   /* the sender's counter for this packet */
+};
+
+void rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p);
+void rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o);
+
+/* ---- crypto.c ---- */
+
+int rma_crypto_init(void);
+void rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
+             uint8_t kd[ERMA_RMA_KEY_BYTES]);
+/* pkt holds both headers; seals payload (plen bytes from m) after them and
+ * appends the tag. dir 0: initiator to target, 1: back. */
+void rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
+              uint8_t *pkt, const void *m, uint32_t plen);
+/* Opens a sealed packet of len bytes into m (len - RMA_OVERHEAD bytes);
+ * 0 when authentic, -1 otherwise (m may then hold garbage: pass scratch). */
+int rma_open(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
+             const uint8_t *pkt, uint32_t len, uint8_t *m);
+uint64_t rma_wallclock_ns(void);
+
+/* ---- state ---- */
+
+struct region {
+    uint8_t *addr;
+    uint64_t len;
+    uint32_t id;        /* 0: free slot; else generation << 16 | index + 1 */
+    uint16_t gen;
+    uint8_t perms;
+    uint32_t key_gen;
+    uint8_t kr[ERMA_RMA_KEY_BYTES];
+    uint8_t old_kr[ERMA_RMA_KEY_BYTES];
+    uint64_t old_until_ns; /* old key verifies before this time */
+};
+
+struct queued_req {    /* a request waiting for the serving engine */
+    struct erma_addr src;
+    uint8_t pkt[ERMA_HDR_SIZE + RMA_OPHDR + RMA_TAG];
+};
+
+struct solicit {       /* the target's own outstanding solicitation */
+    uint32_t token;    /* 0: free; else generation << 16 | index + 1 */
+    uint16_t gen;
+    uint8_t op;
+    struct erma_addr src;
+    struct rma_ophdr req;
+    uint8_t kd[ERMA_RMA_KEY_BYTES];
+    uint32_t got, bytes;   /* bitmap of packets received; bytes received */
+    uint8_t rekey[RMA_REKEY_DATA];
+    uint64_t deadline_ns;
+    int32_t next_free;
+};
+
+enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_ISSUED, SLOT_SENT_DATA, SLOT_DONE };
+
+struct slot {
+    uint8_t state, op, prio;
+    bool internal;          /* the executor's chunk */
+    int peer;
+    struct erma_rkey rkey;
+    uint64_t offset;
+    uint8_t *local;
+    uint32_t len;
+    uint64_t grace_ns;
+    uint64_t tag;
+    uint64_t init_ctr;
+    uint64_t submit_ns, issue_ns;
+    uint32_t got, bytes;    /* READ: packets and bytes received */
+    int status;
+    int32_t prev, next;     /* queue, in-flight or free list */
+};
+
+struct peer {
+    struct erma_addr addr;
+};
+
+struct list { int32_t head, tail; };
+
+enum xfer_state { XFER_FREE, XFER_ACTIVE, XFER_DONE };
+
+struct xfer {
+    uint8_t state;
+    uint8_t op, prio;
+    int peer;
+    struct erma_rkey rkey;
+    uint64_t offset;
+    uint8_t *local;
+    uint64_t len, next_off;  /* next chunk not yet issued */
+    uint32_t max_retries, retries, inflight;
+    uint64_t *redo;          /* chunk offsets to issue again */
+    uint32_t nredo, redo_cap;
+    uint16_t *tries;         /* per chunk: failures so far */
+    int status;
+    uint64_t tag, start_ns;
+};
+
+struct erma_rma {
+    struct erma_rpc *rpc;
+    struct erma_transport *tr;
+    struct erma_rma_cfg cfg;
+    uint32_t pkt_data;         /* payload bytes per packet */
+    uint64_t ctr;              /* this engine's nonce counter */
+    uint64_t now;
+    struct erma_rma_stats stats;
+    /* target */
+    struct region *regions;
+    struct queued_req *queue;  /* ring of nack_threshold */
+    uint32_t q_head, q_len;
+    uint64_t busy_until_ns;    /* cfg.serve_ns: no request served before this */
+    struct solicit *sol;
+    int32_t sol_free;
+    uint32_t sol_used, sol_bytes;
+    uint64_t sol_expiry_ns;    /* earliest deadline of a live solicitation */
+    /* initiator */
+    struct peer *peers;
+    uint32_t npeers, peers_cap;
+    struct slot *slots;
+    int32_t free_slots;
+    struct list queued[ERMA_RMA_PRIORITIES], inflight;
+    uint32_t inbound;          /* READ bytes outstanding */
+    uint64_t queued_in;        /* READ bytes waiting in the local queue */
+    struct erma_rma_completion *cq;
+    uint32_t cq_head, cq_len, cq_cap;
+    /* executor */
+    struct xfer *xfers;
+    uint32_t next_xfer;        /* round-robin start */
+    struct erma_window_cc wcc;
+    uint64_t exec_wake_ns;     /* the next time a window may open */
+    /* TX batch */
+    struct erma_tx_pkt tx[ERMA_MAX_BURST];
+    struct erma_addr txdst[ERMA_MAX_BURST];
+    uint8_t *txbuf;            /* ERMA_MAX_BURST packets of tr->max_pkt */
+    unsigned ntx;
+    uint8_t scratch[ERMA_RMA_MAX_OP];
+};
+
+/* engine.c */
+/* Moves the engine's clock to t if t is later: its times never go back. */
+static inline uint64_t rma_clock(struct erma_rma *rma, uint64_t t)
+{
+    return rma->now = t > rma->now ? t : rma->now;
+}
+uint8_t *rma_tx_buf(struct erma_rma *rma, const struct erma_addr *dst);
+void rma_tx_commit(struct erma_rma *rma, uint32_t len);
+void rma_tx_flush(struct erma_rma *rma);
+/* Writes the erma header and h into pkt and seals plen payload bytes of m. */
+uint32_t rma_build(struct erma_rma *rma, uint8_t *pkt, struct rma_ophdr *h,
+                   const uint8_t *kd, uint8_t dir, const void *m, uint32_t plen);
+void list_push(struct list *l, struct slot *slots, int32_t i);
+void list_remove(struct list *l, struct slot *slots, int32_t i);
+
+/* region.c */
+struct region *region_find(struct erma_rma *rma, uint32_t id);
+/* The key request h verifies under: kr of its key generation, or NULL. */
+const uint8_t *region_key(const struct region *r, uint32_t key_gen, uint64_t now);
+void region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now);
+
+/* serve.c: the target */
+void serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt);
+int serve_poll(struct erma_rma *rma);
+uint64_t serve_next_timer(const struct erma_rma *rma);
+int serve_init(struct erma_rma *rma);
+void serve_fini(struct erma_rma *rma);
+
+/* portal.c: the initiator */
+void portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt);
+int portal_poll(struct erma_rma *rma);
+uint64_t portal_next_timer(const struct erma_rma *rma);
+int portal_init(struct erma_rma *rma);
+void portal_fini(struct erma_rma *rma);
+int portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd, bool internal);
+void cq_push(struct erma_rma *rma, const struct erma_rma_completion *c);
+
+/* executor.c */
+int exec_init(struct erma_rma *rma);
+void exec_fini(struct erma_rma *rma);
+int exec_poll(struct erma_rma *rma);
+void exec_complete(struct erma_rma *rma, struct slot *s);
+uint64_t exec_next_timer(const struct erma_rma *rma);
+
+#endif

@@ -1,0 +1,99 @@
+/* rma/region.c - registered regions and their keys (the target side). */
+#include <sodium.h>
+#include <string.h>
+
+#include "erma/clock.h"
+#include "internal.h"
+
+/* id = generation << 16 | (index + 1): a deregistered id never matches the
+ * slot's next tenant, and 0 is never an id. */
+struct region *region_find(struct erma_rma *rma, uint32_t id)
+{
+    const uint32_t i = (id & 0xffff) - 1;
+    if ((id & 0xffff) == 0 || i >= rma->cfg.max_regions || rma->regions[i].id != id)
+        return NULL;
+    return &rma->regions[i];
+}
+
+const uint8_t *region_key(const struct region *r, uint32_t key_gen, uint64_t now)
+{
+    if (key_gen == r->key_gen)
+        return r->kr;
+    if (key_gen + 1 == r->key_gen && now < r->old_until_ns)
+        return r->old_kr;
+    return NULL;
+}
+
+void region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now)
+{
+    memcpy(r->old_kr, r->kr, sizeof r->kr);
+    r->old_until_ns = grace_ns ? now + grace_ns : 0;
+    if (key)
+        memcpy(r->kr, key, sizeof r->kr);
+    else
+        randombytes_buf(r->kr, sizeof r->kr);
+    r->key_gen++;
+}
+
+int erma_region_register(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
+                         uint32_t *region)
+{
+    if (!rma || !addr || len == 0 || !region || perms == 0 ||
+        (perms & ~(unsigned)(ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE | ERMA_RMA_PERM_REKEY)))
+        return ERMA_EINVAL;
+    for (uint32_t i = 0; i < rma->cfg.max_regions; i++) {
+        struct region *r = &rma->regions[i];
+        if (r->id)
+            continue;
+        const uint16_t gen = (uint16_t)(r->gen + 1);
+        *r = (struct region){.addr = addr, .len = len, .gen = gen, .perms = (uint8_t)perms,
+                             .key_gen = 1};
+        r->id = (uint32_t)gen << 16 | (i + 1);
+        randombytes_buf(r->kr, sizeof r->kr);
+        *region = r->id;
+        return ERMA_OK;
+    }
+    return ERMA_ENOSLOTS;
+}
+
+int erma_region_deregister(struct erma_rma *rma, uint32_t region)
+{
+    struct region *r = rma ? region_find(rma, region) : NULL;
+    if (!r)
+        return ERMA_ENOREGION;
+    sodium_memzero(r->kr, sizeof r->kr);
+    sodium_memzero(r->old_kr, sizeof r->old_kr);
+    r->id = 0;
+    r->addr = NULL;
+    return ERMA_OK;
+}
+
+int erma_region_export(struct erma_rma *rma, uint32_t region, uint64_t identity,
+                       struct erma_rkey *out)
+{
+    struct region *r = rma ? region_find(rma, region) : NULL;
+    if (!out)
+        return ERMA_EINVAL;
+    if (!r)
+        return ERMA_ENOREGION;
+    erma_rma_derive(r->kr, region, r->key_gen, identity, out);
+    return ERMA_OK;
+}
+
+int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
+                      uint64_t grace_ns)
+{
+    struct region *r = rma ? region_find(rma, region) : NULL;
+    if (!r)
+        return ERMA_ENOREGION;
+    region_install(r, new_key, grace_ns, rma_clock(rma, erma_now_ns()));
+    return ERMA_OK;
+}
+
+void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint32_t key_gen,
+                     uint64_t identity, struct erma_rkey *out)
+{
+    out->region = region;
+    out->key_gen = key_gen;
+    rma_kdf(kr, identity, out->kd);
+}

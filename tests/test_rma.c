@@ -1,0 +1,603 @@
+/* One-sided ops: every completion status from a real cause, tampering and
+ * replay, the executor byte-exact from 1 B to 16 MiB (also under loss), and
+ * REKEY under load. Each test runs on the sim fabric and on udp loopback,
+ * except those that need the sim's tap to tamper with or replay packets. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "erma/rand.h"
+#include "erma/wire.h"
+#include "rma_util.h"
+
+static bool SIM = true, UDP = false;
+#define ON_SIM(state) (*(bool *)*(state))
+
+#define REGION_LEN (64 * 1024)
+
+struct target {
+    uint8_t *mem;
+    uint32_t rw, ro, wo; /* regions: read-write, read-only, write-only */
+};
+
+static void target_up(struct world *w, struct target *t)
+{
+    t->mem = malloc(3 * REGION_LEN);
+    assert_non_null(t->mem);
+    for (size_t i = 0; i < 3 * REGION_LEN; i++)
+        t->mem[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(erma_region_register(w->rma[0], t->mem, REGION_LEN,
+                                          ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE, &t->rw),
+                     ERMA_OK);
+    assert_int_equal(erma_region_register(w->rma[0], t->mem + REGION_LEN, REGION_LEN,
+                                          ERMA_RMA_PERM_READ, &t->ro),
+                     ERMA_OK);
+    assert_int_equal(erma_region_register(w->rma[0], t->mem + 2 * REGION_LEN, REGION_LEN,
+                                          ERMA_RMA_PERM_WRITE, &t->wo),
+                     ERMA_OK);
+}
+
+static struct erma_rkey rkey_for(struct world *w, unsigned h, uint32_t region)
+{
+    struct erma_rkey k;
+    assert_int_equal(erma_region_export(w->rma[0], region, erma_rma_identity(w->rma[h]), &k),
+                     ERMA_OK);
+    return k;
+}
+
+static int peer0(struct world *w, unsigned h)
+{
+    const int p = erma_rma_peer(w->rma[h], w->uri[0], 0);
+    assert_true(p >= 0);
+    return p;
+}
+
+/* ---- basics ---- */
+
+static void test_read_write(void **state)
+{
+    struct world w;
+    struct target t;
+    world_up(&w, ON_SIM(state), 2);
+    target_up(&w, &t);
+    const struct erma_rkey k = rkey_for(&w, 1, t.rw);
+    const int p = peer0(&w, 1);
+    static const uint32_t sizes[] = {1, 7, 100, 1383, 1384, 1385, 2769, 4095, 4096};
+    uint8_t buf[ERMA_RMA_MAX_OP], src[ERMA_RMA_MAX_OP];
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        const uint32_t n = sizes[i], off = (uint32_t)(i * 3001) % (REGION_LEN - n);
+        struct erma_rma_completion c;
+        memset(buf, 0, sizeof buf);
+        assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, off, buf, n, i), &c),
+                         ERMA_OK);
+        assert_memory_equal(buf, t.mem + off, n);
+        assert_int_equal(c.tag, i);
+        assert_true(c.total_delay_ns > 0 && c.issue_delay_ns <= c.total_delay_ns);
+        for (uint32_t j = 0; j < n; j++)
+            src[j] = (uint8_t)(j * 31 + i);
+        assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_WRITE, p, &k, off, src, n, i), NULL),
+                         ERMA_OK);
+        assert_memory_equal(t.mem + off, src, n);
+    }
+    /* bad arguments are refused at submit, nothing queued */
+    struct erma_rma_cmd c = cmd_of(ERMA_RMA_READ, p, &k, 0, buf, ERMA_RMA_MAX_OP + 1, 0);
+    assert_int_equal(erma_rma_submit(w.rma[1], &c), ERMA_E2BIG);
+    c.len = 0;
+    assert_int_equal(erma_rma_submit(w.rma[1], &c), ERMA_EINVAL);
+    c = cmd_of(ERMA_RMA_READ, 9, &k, 0, buf, 8, 0);
+    assert_int_equal(erma_rma_submit(w.rma[1], &c), ERMA_EINVAL);
+    world_down(&w);
+    free(t.mem);
+}
+
+/* ---- every status from a real cause ---- */
+
+static void test_statuses(void **state)
+{
+    struct world w;
+    struct target t;
+    world_up(&w, ON_SIM(state), 2);
+    target_up(&w, &t);
+    const int p = peer0(&w, 1);
+    uint8_t buf[64] = {0};
+    struct erma_rkey k = rkey_for(&w, 1, t.rw);
+
+    struct erma_rkey wrong = k; /* wrong key */
+    wrong.kd[5] ^= 1;
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &wrong, 0, buf, 8, 0), NULL),
+                     ERMA_EAUTH);
+    struct erma_rkey other = rkey_for(&w, 0, t.rw); /* another identity's key */
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &other, 0, buf, 8, 0), NULL),
+                     ERMA_EAUTH);
+    struct erma_rkey unknown = k; /* unknown region */
+    unknown.region = 0x7777;
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &unknown, 0, buf, 8, 0), NULL),
+                     ERMA_ENOREGION);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, REGION_LEN - 4, buf, 8, 0),
+                              NULL),
+                     ERMA_EBOUNDS);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, UINT64_MAX - 2, buf, 8, 0),
+                              NULL),
+                     ERMA_EBOUNDS);
+    const struct erma_rkey ro = rkey_for(&w, 1, t.ro), wo = rkey_for(&w, 1, t.wo);
+    const uint8_t before = t.mem[REGION_LEN + 10];
+    memset(buf, 0xee, sizeof buf);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_WRITE, p, &ro, 10, buf, 8, 0), NULL),
+                     ERMA_EPERM);
+    assert_int_equal(t.mem[REGION_LEN + 10], before);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &wo, 10, buf, 8, 0), NULL),
+                     ERMA_EPERM);
+    uint8_t key[ERMA_RMA_KEY_BYTES] = {1};
+    struct erma_rma_cmd rk = cmd_of(ERMA_RMA_REKEY, p, &k, 0, key, 0, 0);
+    assert_int_equal(world_op(&w, 1, rk, NULL), ERMA_EPERM); /* no REKEY permission */
+
+    /* rotated-away key: the target rekeys without grace */
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, buf, 8, 0), NULL),
+                     ERMA_OK);
+    assert_int_equal(erma_region_rekey(w.rma[0], t.rw, NULL, 0), ERMA_OK);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, buf, 8, 0), NULL),
+                     ERMA_EAUTH);
+    k = rkey_for(&w, 1, t.rw);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, buf, 8, 0), NULL),
+                     ERMA_OK);
+    /* deregistered region */
+    assert_int_equal(erma_region_deregister(w.rma[0], t.ro), ERMA_OK);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &ro, 0, buf, 8, 0), NULL),
+                     ERMA_ENOREGION);
+    struct erma_rma_stats st;
+    erma_rma_get_stats(w.rma[0], &st);
+    assert_int_equal(st.auth_failed, 3);
+
+    /* a target that is down */
+    world_kill(&w, 0);
+    struct erma_rma_completion c;
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, buf, 8, 0), &c),
+                     ERMA_ETIMEDOUT);
+    assert_true(c.total_delay_ns >= (w.on_sim ? 1000u : 2000000u));
+    world_down(&w);
+    free(t.mem);
+}
+
+/* A target serving one request per pass with a queue of 4, flooded by three
+ * initiators at once: the excess is NACKed, the rest served, nothing else. */
+static void test_nack(void **state)
+{
+    /* on the sim the target needs a service time: it is otherwise infinitely fast */
+    struct erma_rma_cfg cfg[4] = {{.serve_batch = 1, .nack_threshold = 4,
+                                   .serve_ns = ON_SIM(state) ? 1000 : 0}};
+    struct world w;
+    struct target t;
+    world_up_cfg(&w, ON_SIM(state), 4, NULL, cfg);
+    target_up(&w, &t);
+    enum { OPS = 32 };
+    static uint8_t bufs[4][OPS][64];
+    for (unsigned h = 1; h < 4; h++) {
+        const struct erma_rkey k = rkey_for(&w, h, t.rw);
+        const int p = peer0(&w, h);
+        for (int i = 0; i < OPS; i++) {
+            const struct erma_rma_cmd c = cmd_of(ERMA_RMA_READ, p, &k, 64 * i, bufs[h][i], 64, i);
+            assert_true(erma_rma_submit(w.rma[h], &c) >= 0);
+        }
+    }
+    unsigned ok = 0, nack = 0;
+    for (unsigned h = 1; h < 4; h++) {
+        struct erma_rma_completion c[OPS];
+        assert_int_equal(world_wait(&w, h, c, OPS, 2000000000ull), OPS);
+        for (int i = 0; i < OPS; i++) {
+            assert_true(c[i].status == ERMA_OK || c[i].status == ERMA_ENACK);
+            if (c[i].status == ERMA_OK) {
+                assert_memory_equal(bufs[h][c[i].tag], t.mem + 64 * c[i].tag, 64);
+                ok++;
+            } else {
+                nack++;
+            }
+        }
+    }
+    struct erma_rma_stats st;
+    erma_rma_get_stats(w.rma[0], &st);
+    print_message("  NACK: %u of %u ops, %u served, target queue at most %lu\n", nack,
+                  3 * OPS, ok, (unsigned long)st.max_queue);
+    assert_true(nack > 0 && ok >= 4);
+    assert_int_equal(st.nacks_sent, nack);
+    assert_true(st.max_queue <= 4);
+    world_down(&w);
+    free(t.mem);
+}
+
+/* A local queue that cannot drain: the inbound window takes one 4 KB READ,
+ * the others wait past the dispatch timeout. */
+static void test_dispatch_timeout(void **state)
+{
+    struct erma_rma_cfg cfg[2] = {{0}, {.inbound_window = ERMA_RMA_MAX_OP,
+                                        .dispatch_timeout_ns = 10000}};
+    struct world w;
+    struct target t;
+    world_up_cfg(&w, ON_SIM(state), 2, NULL, cfg);
+    target_up(&w, &t);
+    const struct erma_rkey k = rkey_for(&w, 1, t.rw);
+    const int p = peer0(&w, 1);
+    enum { OPS = 16 };
+    static uint8_t bufs[OPS][ERMA_RMA_MAX_OP];
+    for (int i = 0; i < OPS; i++) {
+        const struct erma_rma_cmd c =
+            cmd_of(ERMA_RMA_READ, p, &k, 4096 * i, bufs[i], ERMA_RMA_MAX_OP, i);
+        assert_true(erma_rma_submit(w.rma[1], &c) >= 0);
+    }
+    struct erma_rma_completion c[OPS];
+    assert_int_equal(world_wait(&w, 1, c, OPS, 2000000000ull), OPS);
+    unsigned ok = 0, late = 0;
+    for (int i = 0; i < OPS; i++) {
+        if (c[i].status == ERMA_OK) {
+            ok++;
+            assert_memory_equal(bufs[c[i].tag], t.mem + 4096 * c[i].tag, 4096);
+        } else {
+            assert_int_equal(c[i].status, ERMA_EDISPATCH);
+            assert_true(c[i].issue_delay_ns >= 10000);
+            late++;
+        }
+    }
+    print_message("  DISPATCH_TIMEOUT: %u of %u, %u OK\n", late, OPS, ok);
+    assert_true(ok >= 1 && late >= 1);
+    world_down(&w);
+    free(t.mem);
+}
+
+/* ---- tampering and replay (sim tap) ---- */
+
+struct tap {
+    int mode;        /* 1: flip a bit in the first packet of type `type` */
+    uint8_t type;
+    bool done;
+    uint8_t saved[2048];
+    uint32_t saved_len;
+    struct erma_sim_event ev;
+};
+
+static bool tap_fn(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
+{
+    struct tap *t = ctx;
+    if (ev->len < 72 || (data[14] & 0xf) != ERMA_PROTO_RMA || data[16] != t->type || t->done)
+        return true;
+    t->done = true;
+    if (t->mode == 1) {
+        data[ev->len - 20] ^= 0x10; /* last payload byte, or an op header byte */
+    } else {
+        memcpy(t->saved, data, ev->len);
+        t->saved_len = ev->len;
+        t->ev = *ev;
+    }
+    return true;
+}
+
+static void test_tamper(void **state)
+{
+    (void)state;
+    struct world w;
+    struct target t;
+    world_up(&w, true, 2);
+    target_up(&w, &t);
+    const struct erma_rkey k = rkey_for(&w, 1, t.rw);
+    const int p = peer0(&w, 1);
+    uint8_t buf[4096];
+    struct tap tap = {.mode = 1, .type = 1 /* READ_REQ */};
+    erma_sim_set_tap(w.sim, tap_fn, &tap);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, buf, 64, 0), NULL),
+                     ERMA_EAUTH);
+    /* a tampered response is dropped; the op times out, buf stays clean */
+    tap = (struct tap){.mode = 1, .type = 2 /* READ_RESP */};
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, buf, 64, 0), NULL),
+                     ERMA_ETIMEDOUT);
+    const uint8_t zero[64] = {0};
+    assert_memory_equal(buf, zero, 64);
+    struct erma_rma_stats st;
+    erma_rma_get_stats(w.rma[1], &st);
+    assert_int_equal(st.rx_unsealed_bad, 1);
+    /* tampered WRITE data is rejected and writes nothing */
+    tap = (struct tap){.mode = 1, .type = 6 /* DATA */};
+    memset(buf, 0xab, sizeof buf);
+    uint8_t before[64];
+    memcpy(before, t.mem + 256, 64);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_WRITE, p, &k, 256, buf, 64, 0), NULL),
+                     ERMA_ETIMEDOUT);
+    assert_memory_equal(t.mem + 256, before, 64);
+    erma_rma_get_stats(w.rma[0], &st);
+    assert_int_equal(st.data_rejected, 1);
+    erma_sim_set_tap(w.sim, NULL, NULL);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_WRITE, p, &k, 256, buf, 64, 0), NULL),
+                     ERMA_OK);
+    assert_memory_equal(t.mem + 256, buf, 64);
+    world_down(&w);
+    free(t.mem);
+}
+
+static void replay(struct world *w, const struct tap *tap)
+{
+    assert_int_equal(erma_sim_inject(w->sim, tap->ev.src_host, tap->ev.src_port,
+                                     tap->ev.dst_host, tap->ev.dst_port, tap->saved,
+                                     tap->saved_len),
+                     ERMA_OK);
+    int never = 0;
+    world_run(w, 10000000, NULL, &never);
+}
+
+static void test_replay(void **state)
+{
+    (void)state;
+    struct world w;
+    struct target t;
+    world_up(&w, true, 2);
+    target_up(&w, &t);
+    const struct erma_rkey k = rkey_for(&w, 1, t.rw);
+    const int p = peer0(&w, 1);
+    uint8_t old[128], cur[128];
+    memset(old, 0x11, sizeof old);
+    memset(cur, 0x22, sizeof cur);
+    struct tap req = {.mode = 2, .type = 3 /* WRITE_REQ */};
+    erma_sim_set_tap(w.sim, tap_fn, &req);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_WRITE, p, &k, 512, old, 128, 0), NULL),
+                     ERMA_OK);
+    struct tap data = {.mode = 2, .type = 6 /* DATA */};
+    erma_sim_set_tap(w.sim, tap_fn, &data);
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_WRITE, p, &k, 512, cur, 128, 0), NULL),
+                     ERMA_OK);
+    erma_sim_set_tap(w.sim, NULL, NULL);
+    assert_true(req.saved_len && data.saved_len);
+    replay(&w, &req);  /* the target solicits; no live slot answers */
+    replay(&w, &data); /* no live solicitation takes it */
+    assert_memory_equal(t.mem + 512, cur, 128);
+    struct erma_rma_stats ts, is;
+    erma_rma_get_stats(w.rma[0], &ts);
+    erma_rma_get_stats(w.rma[1], &is);
+    assert_int_equal(is.rx_unmatched, 1);     /* the replay's solicitation */
+    assert_int_equal(ts.solicit_expired, 1);
+    assert_int_equal(ts.data_rejected, 1);
+    /* and the same write request replayed while a new op sits in the slot */
+    uint8_t buf[64];
+    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 512, buf, 64, 0), NULL),
+                     ERMA_OK);
+    assert_memory_equal(buf, cur, 64);
+    world_down(&w);
+    free(t.mem);
+}
+
+/* ---- executor ---- */
+
+static void executor_run(bool on_sim, double loss)
+{
+    struct erma_sim_cfg sc;
+    erma_sim_cfg_default(&sc);
+    sc.loss = loss;
+    sc.switch_buffer = 4 << 20;
+    struct erma_rma_cfg cfg[2] = {{0}};
+    if (!on_sim && loss > 0) {
+        cfg[0].op_timeout_ns = cfg[1].op_timeout_ns = 1000000;
+    }
+    struct world w;
+    world_up_cfg(&w, on_sim, 2, &sc, cfg);
+    static const uint32_t sizes[] = {1, 4095, 4097, 65536 + 3, 1 << 20, 16 << 20};
+    enum { N = sizeof sizes / sizeof *sizes };
+    const size_t region = 2u * (18u << 20);
+    uint8_t *mem = malloc(region), *local = malloc(region), *expect = malloc(region);
+    assert_non_null(mem);
+    assert_non_null(local);
+    assert_non_null(expect);
+    struct erma_rand r;
+    erma_rand_seed(&r, 5);
+    for (size_t i = 0; i < region; i++)
+        mem[i] = (uint8_t)erma_rand_u64(&r);
+    memcpy(expect, mem, region);
+    uint32_t reg;
+    assert_int_equal(erma_region_register(w.rma[0], mem, region,
+                                          ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE, &reg),
+                     ERMA_OK);
+    const struct erma_rkey k = rkey_for(&w, 1, reg);
+    const int p = peer0(&w, 1);
+    /* READs of the first half, WRITEs into the second, all at once */
+    size_t off = 0;
+    for (int i = 0; i < N; i++) {
+        const struct erma_rma_xfer rd = {.op = ERMA_RMA_READ, .peer = p, .rkey = k,
+                                         .offset = off, .local = local + off,
+                                         .len = sizes[i], .max_retries = 30, .tag = i};
+        const size_t woff = region / 2 + off;
+        for (uint32_t j = 0; j < sizes[i]; j++)
+            local[woff + j] = (uint8_t)(j * 13 + i);
+        memcpy(expect + woff, local + woff, sizes[i]);
+        const struct erma_rma_xfer wr = {.op = ERMA_RMA_WRITE, .peer = p, .rkey = k,
+                                         .offset = woff, .local = local + woff,
+                                         .len = sizes[i], .max_retries = 30, .tag = 100 + i};
+        assert_true(erma_rma_transfer(w.rma[1], &rd) >= 0);
+        assert_true(erma_rma_transfer(w.rma[1], &wr) >= 0);
+        off += sizes[i];
+    }
+    struct erma_rma_completion c[2 * N];
+    const int got = world_wait(&w, 1, c, 2 * N, on_sim ? 2000000000ull : 60000000000ull);
+    if (got != 2 * N) {
+        struct erma_rma_stats st;
+        erma_rma_get_stats(w.rma[1], &st);
+        print_message("  stuck: %d of %d; submitted %lu issued %lu completed %lu retries %lu\n",
+                      got, 2 * N, (unsigned long)st.submitted, (unsigned long)st.issued,
+                      (unsigned long)st.completed, (unsigned long)st.retries);
+    }
+    assert_int_equal(got, 2 * N);
+    uint32_t retries = 0;
+    for (int i = 0; i < 2 * N; i++) {
+        assert_true(c[i].transfer);
+        assert_int_equal(c[i].status, ERMA_OK);
+        retries += c[i].retries;
+    }
+    assert_memory_equal(local, mem, off); /* READs */
+    assert_memory_equal(mem + region / 2, expect + region / 2, off); /* WRITEs */
+    struct erma_rma_stats st;
+    erma_rma_get_stats(w.rma[1], &st);
+    print_message("  %s loss %.2f: %u chunk retries, %lu ops\n", on_sim ? "sim" : "udp", loss,
+                  retries, (unsigned long)st.completed);
+    if (loss > 0)
+        assert_true(retries > 0);
+    world_down(&w);
+    free(mem);
+    free(local);
+    free(expect);
+}
+
+static void test_executor(void **state)
+{
+    executor_run(ON_SIM(state), 0);
+}
+
+static void test_executor_loss(void **state)
+{
+    executor_run(ON_SIM(state), 0.01);
+}
+
+/* ---- REKEY under continuous load ---- */
+
+enum { CLIENTS = 2, DEPTH = 8 };
+
+struct load {
+    struct world *w;
+    uint32_t region;
+    int peer[MAX_HOSTS];
+    struct erma_rkey key[MAX_HOSTS];  /* what each client uses now */
+    uint8_t buf[MAX_HOSTS][DEPTH][64];
+    uint8_t new_kr[ERMA_RMA_KEY_BYTES];
+    uint64_t grace_ns, t_rekey, t_spread, t_end, spread_delay;
+    bool rekey_sent, rekey_done, spread, stopping;
+    int rekey_status;
+    unsigned outstanding;
+    uint64_t ok[2], failed[2]; /* by key generation: [0] old, [1] new */
+    int other_status;
+};
+
+static void load_submit(struct load *l, unsigned h, unsigned i)
+{
+    const bool write = (i & 1) != 0;
+    struct erma_rma_cmd c = cmd_of(write ? ERMA_RMA_WRITE : ERMA_RMA_READ, l->peer[h],
+                                   &l->key[h], 64 * (h * DEPTH + i), l->buf[h][i], 64,
+                                   (uint64_t)l->key[h].key_gen << 32 | i);
+    assert_true(erma_rma_submit(l->w->rma[h], &c) >= 0);
+    l->outstanding++;
+}
+
+static bool load_step(void *ctx)
+{
+    struct load *l = ctx;
+    const uint64_t now = erma_now_ns();
+    struct erma_rma_completion c[DEPTH];
+    for (unsigned h = 2; h < 2 + CLIENTS; h++) {
+        const int n = erma_rma_poll(l->w->rma[h], c, DEPTH);
+        for (int j = 0; j < n; j++) {
+            const unsigned gen = (unsigned)(c[j].tag >> 32) - 1;
+            l->outstanding--;
+            if (c[j].status == ERMA_OK)
+                l->ok[gen]++;
+            else if (c[j].status == ERMA_EAUTH)
+                l->failed[gen]++;
+            else
+                l->other_status = c[j].status;
+            if (now < l->t_end)
+                load_submit(l, h, (unsigned)(c[j].tag & 0xffffffff));
+        }
+    }
+    if (!l->rekey_sent && now >= l->t_rekey) {
+        struct erma_rma_cmd rk = cmd_of(ERMA_RMA_REKEY, l->peer[1], &l->key[1], 0, l->new_kr, 0, 0);
+        rk.grace_ns = l->grace_ns;
+        assert_true(erma_rma_submit(l->w->rma[1], &rk) >= 0);
+        l->rekey_sent = true;
+    }
+    if (l->rekey_sent && !l->rekey_done && erma_rma_poll(l->w->rma[1], c, 1) == 1) {
+        l->rekey_done = true;
+        l->rekey_status = c[0].status;
+        l->t_spread = now + l->spread_delay; /* the key manager hands out new keys */
+    }
+    if (l->rekey_done && !l->spread && now >= l->t_spread) {
+        for (unsigned h = 2; h < 2 + CLIENTS; h++)
+            erma_rma_derive(l->new_kr, l->region, 2, erma_rma_identity(l->w->rma[h]), &l->key[h]);
+        l->spread = true;
+    }
+    return now >= l->t_end && l->outstanding == 0;
+}
+
+static void rekey_run(bool on_sim, uint64_t grace_ns, struct load *l)
+{
+    struct world w;
+    struct target t;
+    world_up(&w, on_sim, 2 + CLIENTS);
+    target_up(&w, &t);
+    uint32_t reg;
+    assert_int_equal(erma_region_register(w.rma[0], t.mem, REGION_LEN,
+                                          ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE |
+                                              ERMA_RMA_PERM_REKEY,
+                                          &reg),
+                     ERMA_OK);
+    memset(l, 0, sizeof *l);
+    l->w = &w;
+    l->region = reg;
+    for (unsigned h = 1; h < 2 + CLIENTS; h++) {
+        l->peer[h] = peer0(&w, h);
+        l->key[h] = rkey_for(&w, h, reg);
+    }
+    memset(l->new_kr, 0x5c, sizeof l->new_kr);
+    const uint64_t unit = on_sim ? 100000 : 10000000; /* 100 us on sim, 10 ms on udp */
+    const uint64_t now = erma_now_ns();
+    l->grace_ns = grace_ns ? 10 * unit : 0;
+    l->t_rekey = now + 2 * unit;
+    l->spread_delay = unit;
+    l->t_end = now + 6 * unit;
+    for (unsigned h = 2; h < 2 + CLIENTS; h++)
+        for (unsigned i = 0; i < DEPTH; i++)
+            load_submit(l, h, i);
+    assert_true(world_run(&w, 100 * unit, load_step, l));
+    world_down(&w);
+    free(t.mem);
+    print_message("  %s grace %s: rekey %d; old key %lu ok %lu failed, new key %lu ok %lu "
+                  "failed\n",
+                  on_sim ? "sim" : "udp", grace_ns ? "on" : "off", l->rekey_status,
+                  (unsigned long)l->ok[0], (unsigned long)l->failed[0],
+                  (unsigned long)l->ok[1], (unsigned long)l->failed[1]);
+    assert_int_equal(l->rekey_status, ERMA_OK);
+    assert_int_equal(l->other_status, 0);
+    assert_true(l->ok[0] > 100 && l->ok[1] > 100);
+    assert_int_equal(l->failed[1], 0); /* the new key never fails */
+}
+
+static void test_rekey_grace(void **state)
+{
+    struct load l;
+    rekey_run(ON_SIM(state), 1, &l);
+    assert_int_equal(l.failed[0], 0);
+}
+
+static void test_rekey_no_grace(void **state)
+{
+    struct load l;
+    rekey_run(ON_SIM(state), 0, &l);
+    assert_true(l.failed[0] > 0); /* only ops under the old key failed */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate(test_read_write, &SIM),
+        cmocka_unit_test_prestate(test_read_write, &UDP),
+        cmocka_unit_test_prestate(test_statuses, &SIM),
+        cmocka_unit_test_prestate(test_statuses, &UDP),
+        cmocka_unit_test_prestate(test_nack, &SIM),
+        cmocka_unit_test_prestate(test_nack, &UDP),
+        cmocka_unit_test_prestate(test_dispatch_timeout, &SIM),
+        cmocka_unit_test_prestate(test_dispatch_timeout, &UDP),
+        cmocka_unit_test_prestate(test_tamper, &SIM),
+        cmocka_unit_test_prestate(test_replay, &SIM),
+        cmocka_unit_test_prestate(test_executor, &SIM),
+        cmocka_unit_test_prestate(test_executor, &UDP),
+        cmocka_unit_test_prestate(test_executor_loss, &SIM),
+        cmocka_unit_test_prestate(test_executor_loss, &UDP),
+        cmocka_unit_test_prestate(test_rekey_grace, &SIM),
+        cmocka_unit_test_prestate(test_rekey_grace, &UDP),
+        cmocka_unit_test_prestate(test_rekey_no_grace, &SIM),
+        cmocka_unit_test_prestate(test_rekey_no_grace, &UDP),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
