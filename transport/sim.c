@@ -561,6 +561,11 @@ uint64_t erma_sim_uplink_max_bytes(const struct erma_sim *s, uint32_t host)
     return host < s->cfg.hosts ? s->uplink[host].max_bytes : 0;
 }
 
+uint64_t erma_sim_uplink_bytes(const struct erma_sim *s, uint32_t host)
+{
+    return host < s->cfg.hosts ? backlog_bytes(&s->uplink[host], s->now) : 0;
+}
+
 static int sim_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
 {
     struct sim_port *port = (struct sim_port *)tr;

@@ -98,6 +98,8 @@ uint64_t erma_sim_egress_bytes(const struct erma_sim *sim, uint32_t host);
 void erma_sim_set_trace(struct erma_sim *sim, erma_sim_trace_fn fn, void *ctx);
 /* Largest backlog in bytes seen in host's uplink (NIC) queue. */
 uint64_t erma_sim_uplink_max_bytes(const struct erma_sim *sim, uint32_t host);
+/* Current backlog in bytes in host's uplink queue. */
+uint64_t erma_sim_uplink_bytes(const struct erma_sim *sim, uint32_t host);
 
 /* For fault tests: tap sees every packet as it is sent (ev.kind is
  * ERMA_SIM_DELIVER, ev.time the send time) and may change its bytes in

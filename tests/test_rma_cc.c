@@ -1,0 +1,247 @@
+/* The 1RMA window CC driving the executor, on the sim fabric in virtual
+ * time: a single flow fills the bottleneck, a second flow brings both to a
+ * fair share (and more slowly with the merged window), and an incast of
+ * one-sided READs keeps the target's queue bounded. Rates come from the
+ * fabric's trace: bytes delivered to each initiator host per time bin. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "rma_util.h"
+
+#define LINK_BPS 25000000000ull
+#define BINS 4096
+
+struct meter {
+    uint64_t bin_ns, start_ns;
+    uint64_t bytes[MAX_HOSTS][BINS];
+};
+
+static void meter_fn(void *ctx, const struct erma_sim_event *ev)
+{
+    struct meter *m = ctx;
+    if (ev->kind != ERMA_SIM_DELIVER || ev->dst_host >= MAX_HOSTS || ev->time < m->start_ns)
+        return;
+    const uint64_t b = (ev->time - m->start_ns) / m->bin_ns;
+    if (b < BINS)
+        m->bytes[ev->dst_host][b] += ev->len;
+}
+
+/* Share of the link that host h received in bin b (erma packet bytes). */
+static double share(const struct meter *m, unsigned h, uint64_t b)
+{
+    return (double)m->bytes[h][b] * 8e9 / (double)m->bin_ns / (double)LINK_BPS;
+}
+
+struct flows {
+    struct world w;
+    uint8_t *mem, *local[MAX_HOSTS];
+    uint32_t region;
+    size_t len;
+    struct meter *m;
+    uint64_t rtt_ns;
+};
+
+static void flows_up(struct flows *f, unsigned hosts, bool merged, bool cc_off, size_t len)
+{
+    memset(f, 0, sizeof *f);
+    struct erma_sim_cfg sc;
+    erma_sim_cfg_default(&sc);
+    sc.link_delay_ns = 5000; /* RTT ~ 23 us: a BDP of ~17 ops of 4 KB */
+    sc.switch_buffer = 0;
+    sc.link_bps = LINK_BPS;
+    struct erma_rma_cfg cfg[MAX_HOSTS];
+    struct erma_window_cfg wc = erma_window_cfg_for((double)LINK_BPS, 23000);
+    wc.merged = merged;
+    for (unsigned h = 0; h < hosts; h++)
+        cfg[h] = (struct erma_rma_cfg){.window = &wc, .cc_off = cc_off, .slots = 1024,
+                                       .inbound_window = 4u << 20,
+                                       .op_timeout_ns = 50000000};
+    world_up_cfg(&f->w, true, hosts, &sc, cfg);
+    f->len = len;
+    f->mem = calloc(1, len);
+    assert_non_null(f->mem);
+    for (unsigned h = 1; h < hosts; h++) {
+        f->local[h] = malloc(len);
+        assert_non_null(f->local[h]);
+    }
+    assert_int_equal(erma_region_register(f->w.rma[0], f->mem, len, ERMA_RMA_PERM_READ,
+                                          &f->region),
+                     ERMA_OK);
+    f->m = calloc(1, sizeof *f->m);
+    assert_non_null(f->m);
+    /* the unloaded RTT of one 4 KB READ */
+    struct erma_rkey k;
+    assert_int_equal(erma_region_export(f->w.rma[0], f->region, erma_rma_identity(f->w.rma[1]),
+                                        &k),
+                     ERMA_OK);
+    const int p = erma_rma_peer(f->w.rma[1], f->w.uri[0], 0);
+    struct erma_rma_completion c;
+    assert_int_equal(world_op(&f->w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, f->local[1], 4096, 0),
+                              &c),
+                     ERMA_OK);
+    f->rtt_ns = c.total_delay_ns;
+    f->m->bin_ns = f->rtt_ns;
+    f->m->start_ns = erma_sim_now(f->w.sim);
+    erma_sim_set_trace(f->w.sim, meter_fn, f->m);
+}
+
+static void flows_down(struct flows *f)
+{
+    world_down(&f->w);
+    free(f->mem);
+    for (unsigned h = 1; h < MAX_HOSTS; h++)
+        free(f->local[h]);
+    free(f->m);
+}
+
+static void start_read(struct flows *f, unsigned h)
+{
+    struct erma_rkey k;
+    assert_int_equal(erma_region_export(f->w.rma[0], f->region, erma_rma_identity(f->w.rma[h]),
+                                        &k),
+                     ERMA_OK);
+    const struct erma_rma_xfer x = {.op = ERMA_RMA_READ,
+                                    .peer = erma_rma_peer(f->w.rma[h], f->w.uri[0], 0),
+                                    .rkey = k, .local = f->local[h], .len = (uint32_t)f->len,
+                                    .max_retries = 5};
+    assert_true(erma_rma_transfer(f->w.rma[h], &x) >= 0);
+}
+
+static void run_for(struct flows *f, uint64_t ns)
+{
+    world_run(&f->w, ns, NULL, NULL);
+}
+
+/* The bin (from `from`) after which host h's share stays >= lo for `hold` bins. */
+static int settled(const struct meter *m, unsigned h, int from, double lo, double hi, int hold,
+                   int last)
+{
+    for (int b = from; b + hold <= last; b++) {
+        int k = 0;
+        while (k < hold && share(m, h, (uint64_t)(b + k)) >= lo &&
+               share(m, h, (uint64_t)(b + k)) <= hi)
+            k++;
+        if (k == hold)
+            return b - from;
+    }
+    return -1;
+}
+
+static void test_single_flow(void **state)
+{
+    (void)state;
+    struct flows f;
+    flows_up(&f, 2, false, false, 64u << 20);
+    start_read(&f, 1);
+    run_for(&f, 40 * f.rtt_ns);
+    /* 4 KB data + 88 B of erma headers per 1472 B packet: the most the
+     * initiator can receive is ~0.97 of the link in erma bytes. */
+    const int fill = settled(f.m, 1, 0, 0.85, 1.01, 8, 40);
+    print_message("  RTT %lu ns; single flow at >= 85%% of the link after %d RTTs; RTT 10-30 "
+                  "share %.2f\n",
+                  (unsigned long)f.rtt_ns, fill, share(f.m, 1, 20));
+    assert_true(fill >= 0 && fill <= 8);
+    flows_down(&f);
+}
+
+/* Flow 1 runs alone for 30 RTTs, flow 2 joins: RTTs until both hold within
+ * 20% of the fair share for 4 RTTs in a row. */
+static int second_flow(bool merged, double *late_share)
+{
+    struct flows f;
+    flows_up(&f, 3, merged, false, 256u << 20);
+    start_read(&f, 1);
+    run_for(&f, 30 * f.rtt_ns);
+    start_read(&f, 2);
+    run_for(&f, 400 * f.rtt_ns);
+    int conv = -1;
+    for (int b = 30; b + 4 <= 430 && conv < 0; b++) {
+        bool ok = true;
+        for (int k = 0; k < 4 && ok; k++)
+            for (unsigned h = 1; h <= 2; h++) {
+                const double s = share(f.m, h, (uint64_t)(b + k)) / 0.485;
+                ok = ok && s >= 0.8 && s <= 1.2;
+            }
+        if (ok)
+            conv = b - 30;
+    }
+    double s2 = 0;
+    for (int b = 300; b < 400; b++)
+        s2 += share(f.m, 2, (uint64_t)b) / 100;
+    *late_share = s2;
+    flows_down(&f);
+    return conv;
+}
+
+static void test_second_flow(void **state)
+{
+    (void)state;
+    double split_late, merged_late;
+    const int split = second_flow(false, &split_late);
+    const int merged = second_flow(true, &merged_late);
+    print_message("  second flow: fair share (within 20%%) after %d RTTs split, %d RTTs merged; "
+                  "its share later %.2f / %.2f\n",
+                  split, merged, split_late, merged_late);
+    assert_true(split >= 0 && split <= 8);
+    assert_true(merged < 0 || merged > split);
+}
+
+/* 7 initiators READ from one target: the backlog of its uplink queue with
+ * the window CC and without it (each initiator then bounded only by its
+ * 4 MiB inbound window). Every window starts at one BDP, so the start is a
+ * burst of 7 BDPs; what matters is the queue after it. */
+struct incast_result {
+    uint64_t start_max, steady_max;
+    double goodput;
+};
+
+static void incast(bool cc_off, struct incast_result *r)
+{
+    struct flows f;
+    flows_up(&f, 8, false, cc_off, 16u << 20);
+    for (unsigned h = 1; h < 8; h++)
+        start_read(&f, h);
+    r->steady_max = 0;
+    for (int i = 0; i < 400; i++) { /* 100 RTTs, sampled 4 times per RTT */
+        run_for(&f, f.rtt_ns / 4);
+        const uint64_t q = erma_sim_uplink_bytes(f.w.sim, 0);
+        if (i >= 80 && q > r->steady_max)
+            r->steady_max = q;
+    }
+    r->goodput = 0;
+    for (int b = 20; b < 100; b++)
+        for (unsigned h = 1; h < 8; h++)
+            r->goodput += share(f.m, h, (uint64_t)b) / 80;
+    r->start_max = erma_sim_uplink_max_bytes(f.w.sim, 0);
+    flows_down(&f);
+}
+
+static void test_incast(void **state)
+{
+    (void)state;
+    struct incast_result cc, off;
+    incast(false, &cc);
+    incast(true, &off);
+    const uint64_t bdp = LINK_BPS / 8 * 22000 / 1000000000;
+    print_message("  7-way READ incast, target uplink queue: with CC at most %lu B (start), "
+                  "%lu B after 20 RTTs, link %.2f; without CC %lu B, link %.2f (BDP %lu B)\n",
+                  (unsigned long)cc.start_max, (unsigned long)cc.steady_max, cc.goodput,
+                  (unsigned long)off.start_max, off.goodput, (unsigned long)bdp);
+    assert_true(cc.start_max <= 8 * bdp);
+    assert_true(cc.steady_max <= 2 * bdp);
+    assert_true(cc.steady_max * 20 < off.steady_max);
+    assert_true(cc.goodput > 0.85);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_flow),
+        cmocka_unit_test(test_second_flow),
+        cmocka_unit_test(test_incast),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
