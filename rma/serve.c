@@ -151,6 +151,7 @@ static void serve_one(struct erma_rma *rma, const struct queued_req *q)
 {
     struct rma_ophdr h;
     rma_ophdr_decode(q->pkt + ERMA_HDR_SIZE, &h);
+    rma->stats.served++;
     struct region *r = region_find(rma, h.region);
     if (!r) {
         send_status(rma, &q->src, &h, ERMA_ENOREGION, NULL);
@@ -174,7 +175,6 @@ static void serve_one(struct erma_rma *rma, const struct queued_req *q)
         send_read(rma, &q->src, &h, r->addr + h.offset, kd);
     else
         solicit(rma, &q->src, &h, kd);
-    rma->stats.served++;
 }
 
 /* Solicited data: only for a live solicitation, from its initiator, for

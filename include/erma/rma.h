@@ -173,7 +173,8 @@ struct erma_rma_completion {
 
 struct erma_rma_stats {
     uint64_t submitted, issued, completed, retries;
-    uint64_t served, nacks_sent, solicit_expired;
+    uint64_t served;              /* target: requests answered (any outcome) */
+    uint64_t nacks_sent, solicit_expired;
     uint64_t auth_failed;         /* target: requests that did not verify */
     uint64_t rx_bad;              /* malformed one-sided packets */
     uint64_t rx_unsealed_bad;     /* packets that failed to open at the initiator */
