@@ -3,6 +3,8 @@
  *   PUT  [u32 klen][u32 vlen][key][value] -> [i32 status]
  *   DEL  [u32 klen][key]                  -> [i32 status]
  *   SCAN [u32 klen][u32 count][start key] -> [i32 status][u32 n] n x [u32 klen][u32 vlen][key][value]
+ *   REGION [u64 identity]                 -> [i32 status][u32 region][u32 key_gen][kd 32]
+ *                                            [u64 nbuckets][u64 log_bytes]
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "erma/kv.h"
+#include "erma/rma.h"
 #include "erma/rpc.h"
 #include "erma/wire.h"
 #include "index.h"
@@ -18,6 +21,8 @@
 
 struct erma_kv_server {
     struct erma_kv *kv;
+    struct erma_rma *rma; /* one-sided GETs, once erma_kv_server_rma() ran */
+    uint32_t region;
     struct kv_index *ix;
     pthread_mutex_t lock; /* the table and index, between the loop and the workers */
 };
@@ -113,6 +118,71 @@ static void on_del(struct erma_req *req, void *ctx)
         pthread_mutex_unlock(&srv->lock);
     }
     answer(req, rc, NULL, 0);
+}
+
+#define REGION_RESP (4 + 4 + 4 + ERMA_RMA_KEY_BYTES + 8 + 8)
+
+/* Hands a client the table's region and a key derived for its identity. */
+static void on_region(struct erma_req *req, void *ctx)
+{
+    struct erma_kv_server *srv = ctx;
+    struct erma_msgbuf *r = erma_req_resp_buf(req);
+    struct erma_rkey k;
+    int rc = erma_req_size(req) == 8 ? ERMA_OK : ERMA_EBADPKT;
+    if (rc == ERMA_OK)
+        rc = srv->rma ? erma_region_export(srv->rma, srv->region,
+                                           erma_get_le(erma_req_data(req), 8), &k)
+                      : ERMA_ENOTSUP;
+    erma_resize_msgbuf(r, rc == ERMA_OK ? REGION_RESP : 4);
+    u32_put(r->data, (uint32_t)rc);
+    if (rc == ERMA_OK) {
+        erma_put_le(r->data + 4, k.region, 4);
+        erma_put_le(r->data + 8, k.key_gen, 4);
+        memcpy(r->data + 12, k.kd, ERMA_RMA_KEY_BYTES);
+        erma_put_le(r->data + 12 + ERMA_RMA_KEY_BYTES, erma_kv_nbuckets(srv->kv), 8);
+        erma_put_le(r->data + 20 + ERMA_RMA_KEY_BYTES, erma_kv_log_bytes(srv->kv), 8);
+    }
+    erma_enqueue_response(req, r);
+}
+
+int erma_kv_server_rma(struct erma_kv_server *srv, struct erma_rma *rma)
+{
+    size_t len;
+    if (!srv || !rma || srv->rma)
+        return ERMA_EINVAL;
+    void *mem = (void *)erma_kv_memory(srv->kv, &len);
+    const int rc = erma_region_register(rma, mem, len, ERMA_RMA_PERM_READ, &srv->region);
+    if (rc == ERMA_OK)
+        srv->rma = rma;
+    return rc;
+}
+
+int erma_kv_req_region(struct erma_msgbuf *req, uint64_t identity)
+{
+    if (erma_resize_msgbuf(req, 8) != ERMA_OK)
+        return ERMA_E2BIG;
+    erma_put_le(req->data, identity, 8);
+    return ERMA_OK;
+}
+
+int erma_kv_resp_region(const struct erma_msgbuf *resp, struct erma_kv_remote *out)
+{
+    if (resp->size < 4)
+        return ERMA_EBADPKT;
+    const int rc = (int)u32_at(resp->data);
+    if (rc != ERMA_OK)
+        return rc > 0 || rc <= ERMA_ERR_LAST ? ERMA_EBADPKT : rc;
+    if (resp->size != REGION_RESP)
+        return ERMA_EBADPKT;
+    out->rkey.region = (uint32_t)erma_get_le(resp->data + 4, 4);
+    out->rkey.key_gen = (uint32_t)erma_get_le(resp->data + 8, 4);
+    memcpy(out->rkey.kd, resp->data + 12, ERMA_RMA_KEY_BYTES);
+    out->nbuckets = erma_get_le(resp->data + 12 + ERMA_RMA_KEY_BYTES, 8);
+    out->log_bytes = erma_get_le(resp->data + 20 + ERMA_RMA_KEY_BYTES, 8);
+    if (!out->nbuckets || (out->nbuckets & (out->nbuckets - 1)) || !out->log_bytes ||
+        (out->log_bytes & (out->log_bytes - 1)))
+        return ERMA_EBADPKT;
+    return ERMA_OK;
 }
 
 /* A growing scan result ([status][n] then entries) and where the walk is. */
@@ -227,7 +297,8 @@ int erma_kv_serve(struct erma_nexus *nx, uint8_t type_base, struct erma_kv *kv,
         erma_handler_fn fn;
         enum erma_handler_mode mode;
     } h[ERMA_KV_OPS] = {{on_get, ERMA_DISPATCH}, {on_put, ERMA_DISPATCH},
-                        {on_del, ERMA_DISPATCH}, {on_scan, ERMA_WORKER}};
+                        {on_del, ERMA_DISPATCH}, {on_scan, ERMA_WORKER},
+                        {on_region, ERMA_DISPATCH}};
     for (int op = 0; rc == ERMA_OK && op < ERMA_KV_OPS; op++)
         rc = erma_register_handler(nx, (uint8_t)(type_base + op), h[op].fn, h[op].mode, srv);
     if (rc != ERMA_OK) {

@@ -30,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "erma/rma.h"
+
 #define ERMA_KV_SLOTS 7
 #define ERMA_KV_BUCKET 64
 #define ERMA_KV_MAX_ITEM (4095 * 8) /* bytes, header and check included */
@@ -84,7 +86,11 @@ int erma_kv_item_check(const void *item, const struct erma_kv_ref *ref, const vo
 /* ---- the kv service over erma RPC ---- */
 
 /* Request types, from the type_base a server registers with. */
-enum erma_kv_op { ERMA_KV_GET, ERMA_KV_PUT, ERMA_KV_DEL, ERMA_KV_SCAN, ERMA_KV_OPS };
+enum erma_kv_op {
+    ERMA_KV_GET, ERMA_KV_PUT, ERMA_KV_DEL, ERMA_KV_SCAN,
+    ERMA_KV_REGION, /* the table's region and a derived key, for one-sided GETs */
+    ERMA_KV_OPS
+};
 
 struct erma_nexus;
 struct erma_msgbuf;
@@ -98,6 +104,10 @@ struct erma_kv_server;
 int erma_kv_serve(struct erma_nexus *nx, uint8_t type_base, struct erma_kv *kv,
                   struct erma_kv_server **out);
 void erma_kv_server_destroy(struct erma_kv_server *srv);
+/* Registers the table as a read-only region of rma (the serving endpoint's
+ * engine) so that REGION requests can hand out keys for one-sided GETs;
+ * until then they are answered ERMA_ENOTSUP. */
+int erma_kv_server_rma(struct erma_kv_server *srv, struct erma_rma *rma);
 /* Keys in the ordered index (what SCAN walks). */
 uint64_t erma_kv_server_keys(struct erma_kv_server *srv);
 
@@ -108,6 +118,9 @@ int erma_kv_req_put(struct erma_msgbuf *req, const void *key, uint32_t klen, con
                     uint32_t vlen);
 int erma_kv_req_del(struct erma_msgbuf *req, const void *key, uint32_t klen);
 int erma_kv_req_scan(struct erma_msgbuf *req, const void *start, uint32_t klen, uint32_t count);
+/* REGION: asks for the table's region and Kd for identity (the client's
+ * erma_rma_identity()). */
+int erma_kv_req_region(struct erma_msgbuf *req, uint64_t identity);
 
 /* The server's answer to any request: ERMA_OK, ERMA_ENOENT, ERMA_E2BIG,
  * ERMA_EBADPKT (malformed request) or ERMA_ENOMEM. For GET, val and vlen
@@ -117,5 +130,49 @@ int erma_kv_resp(const struct erma_msgbuf *resp, const uint8_t **val, uint32_t *
  * the end, ERMA_EBADPKT if the response is malformed. */
 int erma_kv_resp_scan(const struct erma_msgbuf *resp, uint32_t *cursor, const uint8_t **key,
                       uint32_t *klen, const uint8_t **val, uint32_t *vlen);
+
+/* ---- one-sided GETs ---- */
+
+/* A server's table as a one-sided reader sees it (from a REGION response);
+ * set peer with erma_rma_peer() for the serving endpoint. */
+struct erma_kv_remote {
+    struct erma_rkey rkey;
+    uint64_t nbuckets, log_bytes;
+    int peer;
+};
+
+/* Parses a REGION response; the server's error code, or ERMA_EBADPKT. */
+int erma_kv_resp_region(const struct erma_msgbuf *resp, struct erma_kv_remote *out);
+
+/* A reader does GETs by one-sided READs on one RMA engine: READ the key's
+ * bucket, find candidate items, READ the item, check its stamp and SipHash.
+ * A bucket being changed or an item torn by a concurrent write is read
+ * again (at most max_tries times, then ERMA_EAGAIN); a torn read is never
+ * returned. The reader owns the engine's completions: while it exists,
+ * only erma_kv_reader_poll() may call erma_rma_poll() on that engine.
+ *
+ * cb(tag, status, val, vlen) runs inside erma_kv_reader_poll(), once per
+ * GET: ERMA_OK with the value (valid during the call), ERMA_ENOENT, ERMA_EAGAIN
+ * (too many torn reads), or the one-sided op's failure (ERMA_ETIMEDOUT,
+ * ERMA_EAUTH, ...). */
+typedef void (*erma_kv_get_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
+
+struct erma_kv_reader;
+
+struct erma_kv_reader_stats {
+    uint64_t gets, reads, retries; /* retries: bucket re-reads after a change or a torn item */
+};
+
+/* max_gets in progress at once; max_tries per GET (0: 16). */
+int erma_kv_reader_create(struct erma_rma *rma, uint32_t max_gets, uint32_t max_tries,
+                          struct erma_kv_reader **out);
+void erma_kv_reader_destroy(struct erma_kv_reader *r);
+/* Starts a GET; ERMA_ENOSLOTS when max_gets are in progress or the engine
+ * has no free command slot; keys up to 256 bytes. */
+int erma_kv_rget(struct erma_kv_reader *r, const struct erma_kv_remote *remote,
+                 const void *key, uint32_t klen, erma_kv_get_fn cb, void *tag);
+/* Takes the engine's completions and advances GETs; returns GETs finished. */
+int erma_kv_reader_poll(struct erma_kv_reader *r);
+void erma_kv_reader_get_stats(const struct erma_kv_reader *r, struct erma_kv_reader_stats *out);
 
 #endif
