@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -336,11 +338,118 @@ static void test_wrapping_log(void **state)
     world_down_kv(&w);
 }
 
+/* ---- torn reads: the table changes while the target reads it ---- */
+
+#define TORN_KEYS 64
+
+struct torn {
+    struct world_ *w;
+    atomic_bool stop;
+    _Atomic uint32_t max_version[TORN_KEYS];
+    uint64_t ok, absent, again, bad, done;
+};
+
+static struct torn *torn_ctx;
+
+static uint32_t big_val(uint32_t k, uint32_t version, uint8_t *v)
+{
+    const uint32_t len = 4096 + (k * 7 + version * 13) % 12000; /* 2 to 4 READs */
+    memcpy(v, &k, 4);
+    memcpy(v + 4, &version, 4);
+    for (uint32_t i = 8; i < len; i++)
+        v[i] = (uint8_t)(k * 5 + version + i);
+    return len;
+}
+
+/* The application's own writer thread: the table's only writer here, it
+ * puts bigger and bigger versions while the target's loop serves READs. */
+static void *torn_writer(void *arg)
+{
+    struct torn *t = arg;
+    static uint8_t val[16384];
+    char key[16];
+    for (uint32_t v = 1; !atomic_load(&t->stop) && v < 10000000; v++) {
+        const uint32_t k = v % TORN_KEYS;
+        key_of(k, key);
+        atomic_store(&t->max_version[k], v);
+        if (erma_kv_put(t->w->kv, key, 8, val, big_val(k, v, val)) != ERMA_OK)
+            break;
+    }
+    return NULL;
+}
+
+static void on_torn_get(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct op *o = tag;
+    struct torn *t = torn_ctx;
+    static uint8_t expect[16384];
+    o->live = false;
+    t->done++;
+    if (status == ERMA_ENOENT) {
+        t->absent++;
+    } else if (status == ERMA_EAGAIN) {
+        t->again++;
+    } else if (status != ERMA_OK || vlen < 8) {
+        t->bad++;
+    } else {
+        uint32_t k, v;
+        memcpy(&k, val, 4);
+        memcpy(&v, val + 4, 4);
+        const bool whole = k == o->key && v <= atomic_load(&t->max_version[k]) &&
+                           big_val(k, v, expect) == vlen && memcmp(expect, val, vlen) == 0;
+        whole ? t->ok++ : t->bad++;
+    }
+}
+
+static void test_torn(void **state)
+{
+    (void)state;
+    static struct world_ w;
+    static struct torn t;
+    world_up_kv(&w, 1 << 10, 256u << 10);
+    t = (struct torn){.w = &w};
+    torn_ctx = &t;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, torn_writer, &t), 0);
+    struct op *ops = w.rops;
+    const uint64_t end = erma_now_ns() + 2000000000ull;
+    uint64_t started = 0;
+    while ((started < 20000 || t.done < started) && erma_now_ns() < end) {
+        for (int i = 0; i < READ_DEPTH && started < 20000; i++) {
+            if (ops[i].live)
+                continue;
+            const uint32_t k = (uint32_t)erma_rand_below(&w.rng, TORN_KEYS);
+            char key[16];
+            key_of(k, key);
+            ops[i].key = k;
+            ops[i].live = true;
+            assert_int_equal(erma_kv_rget(w.reader, &w.remote, key, 8, on_torn_get, &ops[i]),
+                             ERMA_OK);
+            started++;
+        }
+        run_once(&w);
+    }
+    atomic_store(&t.stop, true);
+    pthread_join(th, NULL);
+    struct erma_kv_reader_stats rs;
+    erma_kv_reader_get_stats(w.reader, &rs);
+    print_message("  torn: %lu GETs by READ: %lu whole values, %lu absent, %lu gave up; %lu "
+                  "re-reads after a torn or changing read; %lu wrong\n",
+                  (unsigned long)t.done, (unsigned long)t.ok, (unsigned long)t.absent,
+                  (unsigned long)t.again, (unsigned long)rs.retries, (unsigned long)t.bad);
+    assert_int_equal(t.done, started);
+    assert_int_equal(t.bad, 0);
+    assert_true(t.ok > 100);
+    assert_true(rs.retries > 0);
+    world_down_kv(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model),
         cmocka_unit_test(test_wrapping_log),
+        cmocka_unit_test(test_torn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
