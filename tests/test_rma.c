@@ -524,7 +524,13 @@ static void rekey_run(bool on_sim, uint64_t grace_ns, struct load *l)
 {
     struct world w;
     struct target t;
-    world_up(&w, on_sim, 2 + CLIENTS);
+    /* on udp, generous timeouts: a loaded 2-core machine (ASan, parallel
+     * tests) must not turn scheduling delays into failed ops here */
+    struct erma_rma_cfg cfg[2 + CLIENTS];
+    for (unsigned h = 0; h < 2 + CLIENTS; h++)
+        cfg[h] = (struct erma_rma_cfg){.op_timeout_ns = on_sim ? 0 : 500000000,
+                                       .dispatch_timeout_ns = on_sim ? 0 : 500000000};
+    world_up_cfg(&w, on_sim, 2 + CLIENTS, NULL, cfg);
     target_up(&w, &t);
     uint32_t reg;
     assert_int_equal(erma_region_register(w.rma[0], t.mem, REGION_LEN,
