@@ -147,6 +147,13 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
         portal_rx(rma, &h, pkt);
 }
 
+static void hook_flush(void *ctx)
+{
+    struct erma_rma *rma = ctx;
+    if (rma->ntx)
+        rma_tx_flush(rma);
+}
+
 static int hook_poll(void *ctx, uint64_t now)
 {
     struct erma_rma *rma = ctx;
@@ -183,8 +190,8 @@ static void cfg_defaults(struct erma_rma_cfg *c, const struct erma_transport *tr
     c->inbound_window = c->inbound_window ? c->inbound_window : 1u << 20;
     if (!c->dispatch_timeout_ns) /* kernel UDP: a loop pass alone can take 10 us */
         c->dispatch_timeout_ns = is_udp(tr) ? 1000000 : 10000;
-    if (!c->op_timeout_ns)
-        c->op_timeout_ns = is_udp(tr) ? 2000000 : 5 * base;
+    if (!c->op_timeout_ns) /* kernel UDP in a VM: processes stall for a few ms */
+        c->op_timeout_ns = is_udp(tr) ? 20000000 : 5 * base;
     c->max_regions = c->max_regions ? c->max_regions : 1024;
     c->serve_batch = c->serve_batch ? c->serve_batch : 16;
     c->nack_threshold = c->nack_threshold ? c->nack_threshold : 256;
@@ -229,7 +236,7 @@ int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
         rc = portal_init(rma);
     if (rc == ERMA_OK)
         rc = exec_init(rma);
-    const struct erma_proto_hook hook = {hook_rx, hook_poll, hook_next_timer, rma};
+    const struct erma_proto_hook hook = {hook_rx, hook_poll, hook_next_timer, rma, hook_flush};
     if (rc == ERMA_OK)
         rc = erma_rpc_attach(rpc, ERMA_PROTO_RMA, &hook);
     if (rc != ERMA_OK) {

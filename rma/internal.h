@@ -70,6 +70,16 @@ struct region {
     uint64_t old_until_ns; /* old key verifies before this time */
 };
 
+/* A derived key the target computed lately. Only a cache: the target could
+ * derive Kd per packet as 1RMA's NIC does, but in software that BLAKE2b
+ * costs as much as the AEAD itself. (region id, key_gen) names one Kr. */
+#define RMA_KD_CACHE 64
+struct kd_entry {
+    uint32_t region, key_gen; /* region 0: empty */
+    uint64_t identity;
+    uint8_t kd[ERMA_RMA_KEY_BYTES];
+};
+
 struct queued_req {    /* a request waiting for the serving engine */
     struct erma_addr src;
     uint8_t pkt[ERMA_HDR_SIZE + RMA_OPHDR + RMA_TAG];
@@ -148,6 +158,7 @@ struct erma_rma {
     int32_t sol_free;
     uint32_t sol_used, sol_bytes;
     uint64_t sol_expiry_ns;    /* earliest deadline of a live solicitation */
+    struct kd_entry kd_cache[RMA_KD_CACHE];
     /* initiator */
     struct peer *peers;
     uint32_t npeers, peers_cap;
@@ -190,6 +201,9 @@ void list_remove(struct list *l, struct slot *slots, int32_t i);
 struct region *region_find(struct erma_rma *rma, uint32_t id);
 /* The key request h verifies under: kr of its key generation, or NULL. */
 const uint8_t *region_key(const struct region *r, uint32_t key_gen, uint64_t now);
+/* Kd for identity under r's key of generation key_gen (kr), from the cache. */
+const uint8_t *region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
+                         uint32_t key_gen, uint64_t identity);
 void region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now);
 
 /* serve.c: the target */
@@ -206,6 +220,7 @@ uint64_t portal_next_timer(const struct erma_rma *rma);
 int portal_init(struct erma_rma *rma);
 void portal_fini(struct erma_rma *rma);
 int portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd, bool internal);
+int portal_issue(struct erma_rma *rma, int work);
 void cq_push(struct erma_rma *rma, const struct erma_rma_completion *c);
 
 /* executor.c */

@@ -92,6 +92,8 @@ int portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool inter
     if (s->op == ERMA_RMA_READ)
         rma->queued_in += s->len;
     rma->stats.submitted++;
+    /* Into the TX batch now: the next loop pass sends it before its RX burst. */
+    portal_issue(rma, 0);
     return i;
 }
 
@@ -153,6 +155,20 @@ static bool can_issue(const struct erma_rma *rma, const struct slot *s)
     return s->op != ERMA_RMA_READ || rma->inbound + s->len <= rma->cfg.inbound_window;
 }
 
+/* Issues queued ops in priority order; the first op the window cannot take
+ * blocks the rest, so large reads are not starved by small ones. Returns
+ * work + the ops issued, stopping at 2 bursts of work. */
+int portal_issue(struct erma_rma *rma, int work)
+{
+    for (int p = 0; p < ERMA_RMA_PRIORITIES; p++)
+        for (int32_t h; (h = rma->queued[p].head) >= 0 && work < 2 * ERMA_MAX_BURST; work++) {
+            if (!can_issue(rma, &rma->slots[h]))
+                return work;
+            issue(rma, &rma->slots[h]);
+        }
+    return work;
+}
+
 int portal_poll(struct erma_rma *rma)
 {
     int work = 0;
@@ -162,17 +178,7 @@ int portal_poll(struct erma_rma *rma)
                         now - rma->slots[h].submit_ns >= rma->cfg.dispatch_timeout_ns;
              work++)
             finish(rma, &rma->slots[h], ERMA_EDISPATCH);
-    /* Issue in priority order; the first op the window cannot take blocks
-     * the rest, so large reads are not starved by small ones. */
-    bool blocked = false;
-    for (int p = 0; p < ERMA_RMA_PRIORITIES && !blocked; p++)
-        for (int32_t h; (h = rma->queued[p].head) >= 0 && work < 2 * ERMA_MAX_BURST; work++) {
-            if (!can_issue(rma, &rma->slots[h])) {
-                blocked = true;
-                break;
-            }
-            issue(rma, &rma->slots[h]);
-        }
+    work = portal_issue(rma, work);
     for (int32_t h; (h = rma->inflight.head) >= 0 &&
                     now - rma->slots[h].issue_ns >= rma->cfg.op_timeout_ns;
          work++)

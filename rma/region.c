@@ -24,6 +24,26 @@ const uint8_t *region_key(const struct region *r, uint32_t key_gen, uint64_t now
     return NULL;
 }
 
+const uint8_t *region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
+                         uint32_t key_gen, uint64_t identity)
+{
+    const uint64_t h = (identity ^ (uint64_t)r->id << 20 ^ key_gen) * 0x9e3779b97f4a7c15ull;
+    struct kd_entry *e = &rma->kd_cache[h >> 58]; /* 6 bits: RMA_KD_CACHE entries */
+    if (e->region != r->id || e->key_gen != key_gen || e->identity != identity) {
+        *e = (struct kd_entry){.region = r->id, .key_gen = key_gen, .identity = identity};
+        rma_kdf(kr, identity, e->kd);
+    }
+    return e->kd;
+}
+
+/* Forgets region id's derived keys (its id may come back 65536 tenants on). */
+static void kd_forget(struct erma_rma *rma, uint32_t id)
+{
+    for (unsigned i = 0; i < RMA_KD_CACHE; i++)
+        if (rma->kd_cache[i].region == id)
+            sodium_memzero(&rma->kd_cache[i], sizeof rma->kd_cache[i]);
+}
+
 void region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now)
 {
     memcpy(r->old_kr, r->kr, sizeof r->kr);
@@ -63,6 +83,7 @@ int erma_region_deregister(struct erma_rma *rma, uint32_t region)
         return ERMA_ENOREGION;
     sodium_memzero(r->kr, sizeof r->kr);
     sodium_memzero(r->old_kr, sizeof r->old_kr);
+    kd_forget(rma, r->id);
     r->id = 0;
     r->addr = NULL;
     return ERMA_OK;

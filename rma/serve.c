@@ -158,9 +158,7 @@ static void serve_one(struct erma_rma *rma, const struct queued_req *q)
         return;
     }
     const uint8_t *kr = region_key(r, h.key_gen, rma->now);
-    uint8_t kd[ERMA_RMA_KEY_BYTES];
-    if (kr)
-        rma_kdf(kr, h.identity, kd);
+    const uint8_t *kd = kr ? region_kd(rma, r, kr, h.key_gen, h.identity) : NULL;
     if (!kr || rma_open(kd, 0, h.nonce_ctr, q->pkt, sizeof q->pkt, rma->scratch) != 0) {
         rma->stats.auth_failed++;
         send_status(rma, &q->src, &h, ERMA_EAUTH, NULL);

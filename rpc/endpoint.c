@@ -254,6 +254,8 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
 {
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
     tx_flush(rpc); /* what the application queued since the last pass goes first */
+    if (rpc->rma_hook.flush)
+        rpc->rma_hook.flush(rpc->rma_hook.ctx);
     const int n = erma_rx_burst(rpc->tr, rx, ERMA_MAX_BURST);
     refresh_clock(rpc);
     rpc->stats.rx_pkts += (uint64_t)(n > 0 ? n : 0);

@@ -124,7 +124,8 @@ struct erma_rma_cfg {
     uint32_t slots;               /* command slots, default 256, most 65535 */
     uint32_t inbound_window;      /* bytes of READ data outstanding, default 1 MiB */
     uint64_t dispatch_timeout_ns; /* default 10 us (1 ms on udp) */
-    uint64_t op_timeout_ns;       /* default 5 base RTTs (2 ms on udp) */
+    uint64_t op_timeout_ns;       /* default 5 base RTTs (20 ms on udp, where
+                                     a process may stall for milliseconds) */
     uint32_t max_regions;         /* default 1024 */
     uint32_t serve_batch;         /* requests served per loop pass, default 16 */
     uint32_t nack_threshold;      /* request queue depth that NACKs, default 256 */

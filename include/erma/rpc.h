@@ -233,7 +233,9 @@ int erma_rpc_set_cc(struct erma_rpc *rpc, const struct erma_cc_switches *sw);
  * engine uses this). rx gets every valid packet whose header proto matches,
  * in the RX buffer (valid until rx returns); poll runs once per event-loop
  * pass after RX and returns the work it did; next_timer gives the
- * erma_now_ns() time it next needs a poll (UINT64_MAX: none). */
+ * erma_now_ns() time it next needs a poll (UINT64_MAX: none); flush (may be
+ * NULL) runs at the start of each pass, before the RX burst, to send what
+ * the application queued since the last pass without waiting for RX. */
 struct erma_hdr;
 struct erma_rx_pkt;
 struct erma_proto_hook {
@@ -241,6 +243,7 @@ struct erma_proto_hook {
     int (*poll)(void *ctx, uint64_t now_ns);
     uint64_t (*next_timer)(void *ctx);
     void *ctx;
+    void (*flush)(void *ctx);
 };
 
 /* Attaches hook for proto (ERMA_PROTO_RMA); NULL detaches. One per proto. */
