@@ -77,6 +77,22 @@ struct bench_rpc_opts {
 int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns);
 pid_t bench_rpc_server_fork(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
                             uint64_t max_ns);
+
+/* More for a bench server to serve: before() registers handlers on the
+ * nexus, after() attaches to the endpoint (an RMA engine, say), fini()
+ * releases both before the endpoint goes; each gets ctx. */
+struct erma_nexus;
+struct erma_rpc;
+struct bench_server_ext {
+    int (*before)(struct erma_nexus *nx, void *ctx);
+    int (*after)(struct erma_rpc *rpc, void *ctx);
+    void (*fini)(void *ctx);
+    void *ctx;
+};
+int bench_rpc_server_ext(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns,
+                         const struct bench_server_ext *ext);
+pid_t bench_rpc_server_fork_ext(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
+                                uint64_t max_ns, const struct bench_server_ext *ext);
 void bench_rpc_server_stop(pid_t child);
 
 /* One outstanding request at a time; RTT percentiles. */
@@ -85,7 +101,8 @@ int bench_rpc_lat(const struct bench_rpc_opts *o, struct bench_lat *out);
  * With o->symmetric, o->server is not a separate server: a forked peer
  * there runs the same load back, and out counts both sides. */
 int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out);
-/* One outstanding o->size request, o->resp_size response: request Gb/s. */
+/* One outstanding o->size request, o->resp_size response: Gb/s of the
+ * larger of the two (request for a PUT-like, response for a GET-like call). */
 int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps);
 
 /* Incast on the sim fabric, in virtual time: `clients` hosts each stream

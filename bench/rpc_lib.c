@@ -31,36 +31,56 @@ static void echo(struct erma_req *req, void *ctx)
     erma_enqueue_response(req, resp);
 }
 
-int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns)
+int bench_rpc_server_ext(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns,
+                         const struct bench_server_ext *ext)
 {
     struct erma_nexus *nx;
-    struct erma_rpc *rpc;
+    struct erma_rpc *rpc = NULL;
     int rc = erma_nexus_create(uri, NULL, &nx);
-    if (rc == ERMA_OK)
-        rc = erma_register_handler(nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
-    if (rc == ERMA_OK)
-        rc = erma_rpc_create(nx, 0, cfg, &rpc);
     if (rc != ERMA_OK) {
         ERMA_ERROR("rpc server on %s: %s", uri, erma_strerror(rc));
         return rc;
     }
+    rc = erma_register_handler(nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
+    if (rc == ERMA_OK && ext)
+        rc = ext->before(nx, ext->ctx);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(nx, 0, cfg, &rpc);
+    if (rc == ERMA_OK && ext)
+        rc = ext->after(rpc, ext->ctx);
     const uint64_t end = erma_now_ns() + max_ns;
-    while (erma_now_ns() < end && getppid() != 1)
+    while (rc == ERMA_OK && erma_now_ns() < end && getppid() != 1)
         erma_rpc_run(rpc, 10000000);
-    erma_rpc_destroy(rpc);
+    if (rc != ERMA_OK)
+        ERMA_ERROR("rpc server on %s: %s", uri, erma_strerror(rc));
+    if (ext)
+        ext->fini(ext->ctx);
+    if (rpc)
+        erma_rpc_destroy(rpc);
     erma_nexus_destroy(nx);
-    return ERMA_OK;
+    return rc;
+}
+
+int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns)
+{
+    return bench_rpc_server_ext(uri, cfg, max_ns, NULL);
+}
+
+pid_t bench_rpc_server_fork_ext(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
+                                uint64_t max_ns, const struct bench_server_ext *ext)
+{
+    const pid_t pid = fork();
+    if (pid == 0) {
+        bench_pin(cpu);
+        _exit(bench_rpc_server_ext(uri, cfg, max_ns, ext) == ERMA_OK ? 0 : 1);
+    }
+    return pid;
 }
 
 pid_t bench_rpc_server_fork(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
                             uint64_t max_ns)
 {
-    const pid_t pid = fork();
-    if (pid == 0) {
-        bench_pin(cpu);
-        _exit(bench_rpc_server(uri, cfg, max_ns) == ERMA_OK ? 0 : 1);
-    }
-    return pid;
+    return bench_rpc_server_fork_ext(uri, cfg, cpu, max_ns, NULL);
 }
 
 void bench_rpc_server_stop(pid_t child)
@@ -324,7 +344,7 @@ int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps)
     uint64_t now = start;
     while (rc == ERMA_OK && now < end) {
         rc = call_sync(&c, &k, c.sess[0]);
-        bytes += o->size;
+        bytes += o->size > o->resp_size ? o->size : o->resp_size;
         now = erma_now_ns();
     }
     *gbps = rc == ERMA_OK ? (double)bytes * 8 / (double)(now - start) : 0;
