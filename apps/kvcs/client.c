@@ -1,0 +1,623 @@
+/* The kvcs client (erma/kvcs.h): ops over the key's replicas, GETs by RPC
+ * or by one-sided READ (erma_kv_reader), with failover and down marks. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "erma/clock.h"
+#include "erma/kv.h"
+#include "erma/kvcs.h"
+#include "erma/rma.h"
+#include "erma/rpc.h"
+
+#define MAX_R ERMA_KVCS_MAX_REPLICAS
+#define ITEM_OVERHEAD (16 + 8 + 7) /* kv item header, check, padding */
+#define GET_RESP 512               /* a GET's first response buffer; erma grows it */
+#define REGION_RESP 128
+
+enum kind { GET, PUT, DEL };
+
+struct op;
+
+/* One request to one replica. */
+struct try {
+    struct op *op;
+    uint32_t pos; /* in op->rep */
+    struct erma_msgbuf req, resp;
+};
+
+struct op {
+    struct erma_kvcs_client *c;
+    bool live;
+    enum kind kind;
+    enum erma_kvcs_method method;
+    uint8_t key[ERMA_KVCS_MAX_KEY];
+    uint32_t klen, nrep, rep[MAX_R];
+    int st[MAX_R];    /* each replica's last outcome, ERMA_KVCS_NOT_TRIED */
+    uint32_t pending; /* PUT, DEL: tries not finished */
+    int last_err;     /* GET: the last failed try's status */
+    uint32_t answered;
+    erma_kvcs_fn cb;
+    void *tag;
+    struct try tries[MAX_R];
+    int result;             /* finished while starting: delivered by the loop */
+    struct op *next_done;
+};
+
+struct server {
+    char uri[128];
+    int sess; /* -1: failed */
+    struct erma_kv_remote remote;
+    uint64_t down_until;
+    int region_rc; /* connecting: 1 asked, 0 known, < 0 to ask again */
+    struct erma_msgbuf req, resp;
+};
+
+struct erma_kvcs_client {
+    struct erma_kvcs_client_cfg cfg;
+    struct erma_nexus *nx;
+    struct erma_rpc *rpc;
+    struct erma_rma *rma;
+    struct erma_kv_reader *reader;
+    struct erma_kvcs_ring *ring;
+    struct server *srv;
+    struct op *ops;
+    uint32_t *free_ops, nfree;
+    struct op *done_head, *done_tail; /* finished while starting */
+    int starting;                     /* inside a call that starts an op */
+    bool destroying;
+    const struct op *cur;             /* the op whose callback runs */
+    int completed;
+    struct erma_kvcs_client_stats stats;
+};
+
+static bool transport_failure(int st)
+{
+    switch (st) {
+    case ERMA_ETIMEDOUT:
+    case ERMA_EPEERFAILED:
+    case ERMA_ESESSRESET:
+    case ERMA_ECANCELLED:
+    case ERMA_EREFUSED:
+    case ERMA_ENACK:
+    case ERMA_EDISPATCH:
+    case ERMA_EAUTH:
+    case ERMA_ENOREGION:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void mark_down(struct erma_kvcs_client *c, uint32_t server)
+{
+    c->srv[server].down_until = erma_now_ns() + c->cfg.down_ns;
+}
+
+/* ---- finishing ops ---- */
+
+static void deliver(struct erma_kvcs_client *c, struct op *op, int status, const uint8_t *val,
+                    uint32_t vlen)
+{
+    c->cur = op;
+    op->cb(op->tag, status, val, vlen);
+    c->cur = NULL;
+    op->live = false;
+    c->free_ops[c->nfree++] = (uint32_t)(op - c->ops);
+    c->completed++;
+}
+
+static void finish_op(struct erma_kvcs_client *c, struct op *op, int status, const uint8_t *val,
+                      uint32_t vlen)
+{
+    if (status != ERMA_OK && status != ERMA_ENOENT)
+        c->stats.failed++;
+    if (!c->starting) {
+        deliver(c, op, status, val, vlen);
+        return;
+    }
+    op->result = status; /* no value: only failures happen while starting */
+    op->next_done = NULL;
+    if (c->done_tail)
+        c->done_tail->next_done = op;
+    else
+        c->done_head = op;
+    c->done_tail = op;
+}
+
+static void deliver_deferred(struct erma_kvcs_client *c)
+{
+    struct op *op = c->done_head;
+    c->done_head = c->done_tail = NULL;
+    while (op) {
+        struct op *next = op->next_done;
+        deliver(c, op, op->result, NULL, 0);
+        op = next;
+    }
+}
+
+/* PUT, DEL: the outcome once every try finished. */
+static int write_result(const struct op *op)
+{
+    int other = 0, transport = 0;
+    bool stored = false, absent = false;
+    for (uint32_t i = 0; i < op->nrep; i++) {
+        const int st = op->st[i];
+        if (st == ERMA_OK)
+            stored = true;
+        else if (op->kind == DEL && st == ERMA_ENOENT)
+            absent = true;
+        else if (transport_failure(st))
+            transport = st;
+        else if (!other)
+            other = st;
+    }
+    if (other)
+        return other;
+    if (stored)
+        return ERMA_OK;
+    return absent ? ERMA_ENOENT : transport ? transport : ERMA_ETIMEDOUT;
+}
+
+/* ---- tries ---- */
+
+static void try_done(struct erma_kvcs_client *c, struct op *op, uint32_t pos, int status,
+                     const uint8_t *val, uint32_t vlen);
+
+static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    struct try *t = tag;
+    struct op *op = t->op;
+    if (op->c->destroying)
+        return; /* the endpoint frees its buffers */
+    struct erma_msgbuf req = t->req, rsp = *resp;
+    const uint8_t *val = NULL;
+    uint32_t vlen = 0;
+    if (status == ERMA_OK)
+        status = op->kind == GET ? erma_kv_resp(&rsp, &val, &vlen) : erma_kv_resp(&rsp, NULL, NULL);
+    try_done(op->c, op, t->pos, status, val, vlen);
+    erma_free_msgbuf(rpc, &req);
+    erma_free_msgbuf(rpc, &rsp);
+}
+
+static void on_read(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct try *t = tag;
+    try_done(t->op->c, t->op, t->pos, status, val, vlen);
+}
+
+static int fill_req(const struct op *op, struct erma_msgbuf *req, const void *val, uint32_t vlen)
+{
+    if (op->kind == GET)
+        return erma_kv_req_get(req, op->key, op->klen);
+    if (op->kind == PUT)
+        return erma_kv_req_put(req, op->key, op->klen, val, vlen);
+    return erma_kv_req_del(req, op->key, op->klen);
+}
+
+static int start_rpc(struct erma_kvcs_client *c, struct try *t, const struct server *s,
+                     const void *val, uint32_t vlen)
+{
+    const struct op *op = t->op;
+    static const uint8_t types[] = {ERMA_KV_GET, ERMA_KV_PUT, ERMA_KV_DEL};
+    if (s->sess < 0)
+        return ERMA_EPEERFAILED;
+    int rc = erma_alloc_msgbuf(c->rpc, 8 + (size_t)op->klen + vlen, &t->req);
+    if (rc != ERMA_OK)
+        return rc;
+    rc = erma_alloc_msgbuf(c->rpc, op->kind == GET ? GET_RESP : 16, &t->resp);
+    if (rc != ERMA_OK) {
+        erma_free_msgbuf(c->rpc, &t->req);
+        return rc;
+    }
+    rc = fill_req(op, &t->req, val, vlen);
+    if (rc == ERMA_OK)
+        rc = erma_enqueue_request(c->rpc, s->sess, ERMA_KVCS_TYPE_BASE + types[op->kind], &t->req,
+                                  &t->resp, on_rpc, t);
+    if (rc != ERMA_OK) {
+        erma_free_msgbuf(c->rpc, &t->req);
+        erma_free_msgbuf(c->rpc, &t->resp);
+    }
+    return rc == ERMA_ENOENT ? ERMA_ESESSRESET : rc; /* ENOENT: the session is gone */
+}
+
+static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, const void *val,
+                     uint32_t vlen)
+{
+    struct try *t = &op->tries[pos];
+    const struct server *s = &c->srv[op->rep[pos]];
+    t->op = op;
+    t->pos = pos;
+    if (op->kind == GET && op->method == ERMA_KVCS_READ)
+        return erma_kv_rget(c->reader, &s->remote, op->key, op->klen, on_read, t);
+    return start_rpc(c, t, s, val, vlen);
+}
+
+/* ---- GET: one replica after another ---- */
+
+/* The first untried replica not marked down, else the first untried one;
+ * -1 when every replica was tried. */
+static int pick(struct erma_kvcs_client *c, const struct op *op)
+{
+    const uint64_t now = erma_now_ns();
+    int any = -1;
+    for (uint32_t i = 0; i < op->nrep; i++) {
+        if (op->st[i] != ERMA_KVCS_NOT_TRIED)
+            continue;
+        if (c->srv[op->rep[i]].down_until <= now) {
+            c->stats.skipped += any >= 0;
+            return (int)i;
+        }
+        if (any < 0)
+            any = (int)i;
+    }
+    return any;
+}
+
+/* A failed try: should the GET move on to another replica? */
+static bool move_on(int status)
+{
+    return transport_failure(status) || status == ERMA_EAGAIN;
+}
+
+static void get_next(struct erma_kvcs_client *c, struct op *op)
+{
+    for (;;) {
+        const int pos = pick(c, op);
+        if (pos < 0) {
+            finish_op(c, op, op->last_err, NULL, 0);
+            return;
+        }
+        if (op->last_err)
+            c->stats.failovers++;
+        const int rc = start_try(c, op, (uint32_t)pos, NULL, 0);
+        if (rc == ERMA_OK)
+            return;
+        op->st[pos] = op->last_err = rc;
+        if (transport_failure(rc))
+            mark_down(c, op->rep[pos]);
+        if (!move_on(rc)) {
+            finish_op(c, op, rc, NULL, 0);
+            return;
+        }
+    }
+}
+
+static void try_done(struct erma_kvcs_client *c, struct op *op, uint32_t pos, int status,
+                     const uint8_t *val, uint32_t vlen)
+{
+    op->st[pos] = status;
+    if (transport_failure(status))
+        mark_down(c, op->rep[pos]);
+    if (op->kind != GET) {
+        if (--op->pending == 0)
+            finish_op(c, op, write_result(op), NULL, 0);
+    } else if (status == ERMA_OK || status == ERMA_ENOENT) {
+        op->answered = op->rep[pos];
+        finish_op(c, op, status, val, vlen);
+    } else if (move_on(status)) {
+        op->last_err = status;
+        get_next(c, op);
+    } else {
+        finish_op(c, op, status, NULL, 0);
+    }
+}
+
+/* ---- starting ops ---- */
+
+static int new_op(struct erma_kvcs_client *c, enum kind kind, const void *key, uint32_t klen,
+                  uint32_t vlen, erma_kvcs_fn cb, void *tag, struct op **out)
+{
+    if (!c || !key || klen == 0 || !cb)
+        return ERMA_EINVAL;
+    if (klen > ERMA_KVCS_MAX_KEY || (uint64_t)klen + vlen + ITEM_OVERHEAD > ERMA_KV_MAX_ITEM)
+        return ERMA_E2BIG;
+    if (c->nfree == 0)
+        return ERMA_ENOSLOTS;
+    struct op *op = &c->ops[c->free_ops[--c->nfree]];
+    const int n = erma_kvcs_ring_replicas(c->ring, key, klen, op->rep, c->cfg.replicas);
+    op->nrep = n > 0 ? (uint32_t)n : 0;
+    for (uint32_t i = 0; i < MAX_R; i++)
+        op->st[i] = ERMA_KVCS_NOT_TRIED;
+    memcpy(op->key, key, klen);
+    op->klen = klen;
+    op->kind = kind;
+    op->method = c->cfg.method;
+    op->cb = cb;
+    op->tag = tag;
+    op->last_err = 0;
+    op->answered = UINT32_MAX;
+    op->live = true;
+    *out = op;
+    return ERMA_OK;
+}
+
+int erma_kvcs_get(struct erma_kvcs_client *c, const void *key, uint32_t klen, erma_kvcs_fn cb,
+                  void *tag)
+{
+    struct op *op;
+    const int rc = new_op(c, GET, key, klen, 0, cb, tag, &op);
+    if (rc != ERMA_OK)
+        return rc;
+    c->stats.gets++;
+    if (op->method == ERMA_KVCS_READ)
+        c->stats.read_gets++;
+    else
+        c->stats.rpc_gets++;
+    c->starting++;
+    get_next(c, op);
+    c->starting--;
+    return ERMA_OK;
+}
+
+/* PUT, DEL: a try to every replica at once. */
+static void write_all(struct erma_kvcs_client *c, struct op *op, const void *val, uint32_t vlen)
+{
+    c->starting++;
+    op->pending = op->nrep;
+    for (uint32_t i = 0; i < op->nrep; i++) {
+        const int rc = start_try(c, op, i, val, vlen);
+        if (rc == ERMA_OK)
+            continue;
+        op->st[i] = rc;
+        if (transport_failure(rc))
+            mark_down(c, op->rep[i]);
+        op->pending--;
+    }
+    if (op->pending == 0)
+        finish_op(c, op, write_result(op), NULL, 0);
+    c->starting--;
+}
+
+int erma_kvcs_put(struct erma_kvcs_client *c, const void *key, uint32_t klen, const void *val,
+                  uint32_t vlen, erma_kvcs_fn cb, void *tag)
+{
+    if (vlen && !val)
+        return ERMA_EINVAL;
+    struct op *op;
+    const int rc = new_op(c, PUT, key, klen, vlen, cb, tag, &op);
+    if (rc != ERMA_OK)
+        return rc;
+    c->stats.puts++;
+    write_all(c, op, val, vlen);
+    return ERMA_OK;
+}
+
+int erma_kvcs_del(struct erma_kvcs_client *c, const void *key, uint32_t klen, erma_kvcs_fn cb,
+                  void *tag)
+{
+    struct op *op;
+    const int rc = new_op(c, DEL, key, klen, 0, cb, tag, &op);
+    if (rc != ERMA_OK)
+        return rc;
+    c->stats.dels++;
+    write_all(c, op, NULL, 0);
+    return ERMA_OK;
+}
+
+/* ---- the loop ---- */
+
+int erma_kvcs_client_run_once(struct erma_kvcs_client *c)
+{
+    if (!c)
+        return ERMA_EINVAL;
+    c->completed = 0;
+    deliver_deferred(c);
+    erma_rpc_run_once(c->rpc);
+    for (int i = 0; i < 4 && erma_kv_reader_poll(c->reader) > 0; i++)
+        ;
+    deliver_deferred(c);
+    return c->completed;
+}
+
+void erma_kvcs_client_set_method(struct erma_kvcs_client *c, enum erma_kvcs_method m)
+{
+    if (c)
+        c->cfg.method = m;
+}
+
+void erma_kvcs_client_get_stats(const struct erma_kvcs_client *c,
+                                struct erma_kvcs_client_stats *out)
+{
+    *out = c->stats;
+}
+
+int erma_kvcs_op_info(const struct erma_kvcs_client *c, struct erma_kvcs_op_info *out)
+{
+    if (!c || !out || !c->cur)
+        return ERMA_EINVAL;
+    const struct op *op = c->cur;
+    memset(out, 0, sizeof *out);
+    out->nreplicas = op->nrep;
+    memcpy(out->replicas, op->rep, sizeof op->rep);
+    memcpy(out->status, op->st, sizeof op->st);
+    out->answered = op->answered;
+    return ERMA_OK;
+}
+
+/* ---- setting up: sessions and each table's region ---- */
+
+static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err, void *ctx)
+{
+    (void)rpc;
+    (void)err;
+    struct erma_kvcs_client *c = ctx;
+    if (ev != ERMA_SM_PEER_FAILED && ev != ERMA_SM_CONNECT_FAILED)
+        return;
+    for (uint32_t i = 0; i < c->cfg.nservers; i++)
+        if (c->srv[i].sess == session) {
+            c->srv[i].sess = -1;
+            mark_down(c, i);
+        }
+}
+
+static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)rpc;
+    struct server *s = tag;
+    if (status == ERMA_OK)
+        status = erma_kv_resp_region(resp, &s->remote);
+    s->region_rc = status == ERMA_OK ? 0 : status;
+}
+
+static int ask_region(struct erma_kvcs_client *c, struct server *s)
+{
+    if (s->sess < 0 && (s->sess = erma_create_session(c->rpc, s->uri, 0)) < 0)
+        return s->sess;
+    int rc = erma_kv_req_region(&s->req, erma_rma_identity(c->rma));
+    if (rc == ERMA_OK)
+        rc = erma_enqueue_request(c->rpc, s->sess, ERMA_KVCS_TYPE_BASE + ERMA_KV_REGION, &s->req,
+                                  &s->resp, on_region, s);
+    if (rc == ERMA_OK)
+        s->region_rc = 1;
+    return rc;
+}
+
+/* Every server's region and key, before the deadline. */
+static int fetch_regions(struct erma_kvcs_client *c)
+{
+    const uint64_t end = erma_now_ns() + c->cfg.connect_timeout_ns;
+    for (;;) {
+        bool all = true;
+        for (uint32_t i = 0; i < c->cfg.nservers; i++) {
+            struct server *s = &c->srv[i];
+            all = all && s->region_rc == 0;
+            if (s->region_rc < 0 && ask_region(c, s) == ERMA_ENOMEM)
+                return ERMA_ENOMEM;
+        }
+        if (all)
+            return ERMA_OK;
+        if (erma_now_ns() > end)
+            return ERMA_ETIMEDOUT;
+        erma_rpc_run_once(c->rpc);
+    }
+}
+
+static int servers_up(struct erma_kvcs_client *c, const char *const *uris)
+{
+    for (uint32_t i = 0; i < c->cfg.nservers; i++) {
+        struct server *s = &c->srv[i];
+        s->sess = -1;
+        s->region_rc = -1;
+        if (!uris[i] || (size_t)snprintf(s->uri, sizeof s->uri, "%s", uris[i]) >= sizeof s->uri)
+            return ERMA_EADDR;
+        s->remote.peer = erma_rma_peer(c->rma, s->uri, 0);
+        if (s->remote.peer < 0)
+            return s->remote.peer;
+        if (erma_alloc_msgbuf(c->rpc, 8, &s->req) != ERMA_OK ||
+            erma_alloc_msgbuf(c->rpc, REGION_RESP, &s->resp) != ERMA_OK)
+            return ERMA_ENOMEM;
+    }
+    const int rc = fetch_regions(c);
+    for (uint32_t i = 0; rc == ERMA_OK && i < c->cfg.nservers; i++) {
+        erma_free_msgbuf(c->rpc, &c->srv[i].req);
+        erma_free_msgbuf(c->rpc, &c->srv[i].resp);
+    }
+    return rc;
+}
+
+static void defaults(struct erma_kvcs_client_cfg *cfg)
+{
+    if (!cfg->replicas)
+        cfg->replicas = 3;
+    if (cfg->replicas > cfg->nservers)
+        cfg->replicas = cfg->nservers;
+    if (cfg->replicas > MAX_R)
+        cfg->replicas = MAX_R;
+    if (!cfg->vnodes)
+        cfg->vnodes = 64;
+    if (!cfg->max_ops)
+        cfg->max_ops = 256;
+    if (!cfg->attempt_timeout_ns)
+        cfg->attempt_timeout_ns = 5000000;
+    if (!cfg->down_ns)
+        cfg->down_ns = 200000000;
+    if (!cfg->connect_timeout_ns)
+        cfg->connect_timeout_ns = 5000000000ull;
+}
+
+static int endpoint_up(struct erma_kvcs_client *c)
+{
+    const struct erma_kvcs_client_cfg *cfg = &c->cfg;
+    const struct erma_rpc_cfg rcfg = {.req_timeout_ns = cfg->attempt_timeout_ns,
+                                      .sm_handler = on_sm, .sm_ctx = c};
+    /* Room for every GET's largest item at once, and no executor windows:
+     * the executor holds a transfer's chunks while slots, the inbound
+     * window or its CC window are short, and only a transfer's own
+     * completions wake it again (GETs of big items stalled). max_ops
+     * bounds the reads in flight instead. */
+    const uint64_t chunks = (ERMA_KV_MAX_ITEM + ERMA_RMA_MAX_OP - 1) / ERMA_RMA_MAX_OP;
+    const uint64_t slots = cfg->max_ops * chunks + 64, window = cfg->max_ops * 32768ull;
+    const struct erma_rma_cfg mcfg = {.slots = slots < 65535 ? (uint32_t)slots : 65535,
+                                      .inbound_window = window < (1u << 30) ? (uint32_t)window
+                                                                            : 1u << 30,
+                                      .transfers = cfg->max_ops, .cc_off = true,
+                                      .op_timeout_ns = cfg->attempt_timeout_ns,
+                                      .dispatch_timeout_ns = cfg->attempt_timeout_ns};
+    int rc = erma_nexus_create(cfg->uri, NULL, &c->nx);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(c->nx, 0, &rcfg, &c->rpc);
+    if (rc == ERMA_OK)
+        rc = erma_rma_create(c->rpc, &mcfg, &c->rma);
+    if (rc == ERMA_OK)
+        rc = erma_kv_reader_create(c->rma, cfg->max_ops, 0, &c->reader);
+    return rc;
+}
+
+static int client_up(struct erma_kvcs_client *c)
+{
+    const uint32_t n = c->cfg.max_ops;
+    c->srv = calloc(c->cfg.nservers, sizeof *c->srv);
+    c->ops = calloc(n, sizeof *c->ops);
+    c->free_ops = calloc(n, sizeof *c->free_ops);
+    if (!c->srv || !c->ops || !c->free_ops)
+        return ERMA_ENOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        c->ops[i].c = c;
+        c->free_ops[c->nfree++] = n - 1 - i;
+    }
+    int rc = erma_kvcs_ring_create(c->cfg.nservers, c->cfg.vnodes, &c->ring);
+    if (rc == ERMA_OK)
+        rc = endpoint_up(c);
+    if (rc == ERMA_OK)
+        rc = servers_up(c, c->cfg.servers);
+    return rc;
+}
+
+int erma_kvcs_client_create(const struct erma_kvcs_client_cfg *cfg,
+                            struct erma_kvcs_client **out)
+{
+    if (!cfg || !cfg->uri || !cfg->servers || !cfg->nservers || !out ||
+        cfg->max_ops > 65536 || (cfg->method != ERMA_KVCS_RPC && cfg->method != ERMA_KVCS_READ))
+        return ERMA_EINVAL;
+    struct erma_kvcs_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return ERMA_ENOMEM;
+    c->cfg = *cfg;
+    defaults(&c->cfg);
+    const int rc = client_up(c);
+    if (rc != ERMA_OK) {
+        erma_kvcs_client_destroy(c);
+        return rc;
+    }
+    c->cfg.servers = NULL; /* the caller's; copied into srv[] */
+    *out = c;
+    return ERMA_OK;
+}
+
+void erma_kvcs_client_destroy(struct erma_kvcs_client *c)
+{
+    if (!c)
+        return;
+    erma_rma_destroy(c->rma); /* drops the reader's reads without completions */
+    erma_kv_reader_destroy(c->reader);
+    c->destroying = true;     /* requests fail now: nothing to deliver */
+    erma_rpc_destroy(c->rpc);
+    erma_nexus_destroy(c->nx);
+    erma_kvcs_ring_destroy(c->ring);
+    free(c->srv);
+    free(c->ops);
+    free(c->free_ops);
+    free(c);
+}

@@ -1,0 +1,116 @@
+/* Consistent hashing for kvcs (erma/kvcs.h): vnodes points per server on a
+ * 64-bit ring of SipHash values, sorted; a key's replicas are found by a
+ * binary search and a clockwise walk. */
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "erma/kvcs.h"
+#include "erma/wire.h"
+
+struct point {
+    uint64_t hash;
+    uint32_t server;
+};
+
+struct erma_kvcs_ring {
+    uint32_t nservers, npoints;
+    struct point *points;
+};
+
+/* Fixed, so that every process builds the same ring. */
+static const uint8_t ring_key[crypto_shorthash_KEYBYTES] = "erma kvcs ring!";
+
+static uint64_t hash_of(const void *data, size_t len)
+{
+    uint8_t h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, data, len, ring_key);
+    return erma_get_le(h, 8);
+}
+
+static int by_hash(const void *a, const void *b)
+{
+    const struct point *x = a, *y = b;
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    return x->server < y->server ? -1 : x->server > y->server;
+}
+
+int erma_kvcs_ring_create(uint32_t nservers, uint32_t vnodes, struct erma_kvcs_ring **out)
+{
+    if (!vnodes)
+        vnodes = 64;
+    if (!out || nservers == 0 || (uint64_t)nservers * vnodes > (1u << 24))
+        return ERMA_EINVAL;
+    if (sodium_init() < 0)
+        return ERMA_ENOTSUP;
+    struct erma_kvcs_ring *r = calloc(1, sizeof *r);
+    if (!r || !(r->points = calloc((size_t)nservers * vnodes, sizeof *r->points))) {
+        free(r);
+        return ERMA_ENOMEM;
+    }
+    r->nservers = nservers;
+    r->npoints = nservers * vnodes;
+    for (uint32_t s = 0; s < nservers; s++)
+        for (uint32_t j = 0; j < vnodes; j++) {
+            uint8_t id[8];
+            erma_put_le(id, s, 4);
+            erma_put_le(id + 4, j, 4);
+            r->points[s * vnodes + j] = (struct point){hash_of(id, sizeof id), s};
+        }
+    qsort(r->points, r->npoints, sizeof *r->points, by_hash);
+    *out = r;
+    return ERMA_OK;
+}
+
+void erma_kvcs_ring_destroy(struct erma_kvcs_ring *ring)
+{
+    if (!ring)
+        return;
+    free(ring->points);
+    free(ring);
+}
+
+uint32_t erma_kvcs_ring_servers(const struct erma_kvcs_ring *ring)
+{
+    return ring ? ring->nservers : 0;
+}
+
+/* The first point at or after h, wrapping to 0. */
+static uint32_t first_at(const struct erma_kvcs_ring *ring, uint64_t h)
+{
+    uint32_t lo = 0, hi = ring->npoints;
+    while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (ring->points[mid].hash < h)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo == ring->npoints ? 0 : lo;
+}
+
+static int has(const uint32_t *out, uint32_t n, uint32_t s)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (out[i] == s)
+            return 1;
+    return 0;
+}
+
+int erma_kvcs_ring_replicas(const struct erma_kvcs_ring *ring, const void *key, uint32_t klen,
+                            uint32_t *out, uint32_t r)
+{
+    if (!ring || !key || klen == 0 || !out)
+        return ERMA_EINVAL;
+    if (r > ring->nservers)
+        r = ring->nservers;
+    uint32_t n = 0, at = first_at(ring, hash_of(key, klen));
+    for (uint32_t walked = 0; n < r && walked < ring->npoints; walked++) {
+        const uint32_t s = ring->points[at].server;
+        if (!has(out, n, s))
+            out[n++] = s;
+        at = at + 1 == ring->npoints ? 0 : at + 1;
+    }
+    return (int)n;
+}

@@ -1,0 +1,72 @@
+/* A kvcs server (erma/kvcs.h): one kv table served by RPC and registered
+ * for one-sided GETs, on one endpoint. */
+#include <stdlib.h>
+
+#include "erma/kv.h"
+#include "erma/kvcs.h"
+#include "erma/rma.h"
+#include "erma/rpc.h"
+
+struct erma_kvcs_server {
+    struct erma_nexus *nx;
+    struct erma_rpc *rpc;
+    struct erma_rma *rma;
+    struct erma_kv *kv;
+    struct erma_kv_server *ks;
+};
+
+static int server_up(struct erma_kvcs_server *s, const struct erma_kvcs_server_cfg *cfg)
+{
+    const struct erma_nexus_cfg ncfg = {.workers = cfg->workers ? cfg->workers : 1};
+    int rc = erma_kv_create(cfg->buckets ? cfg->buckets : 1u << 16,
+                            cfg->log_bytes ? cfg->log_bytes : 64u << 20, &s->kv);
+    if (rc == ERMA_OK)
+        rc = erma_nexus_create(cfg->uri, &ncfg, &s->nx);
+    if (rc == ERMA_OK)
+        rc = erma_kv_serve(s->nx, ERMA_KVCS_TYPE_BASE, s->kv, &s->ks);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(s->nx, 0, NULL, &s->rpc);
+    if (rc == ERMA_OK)
+        rc = erma_rma_create(s->rpc, NULL, &s->rma);
+    if (rc == ERMA_OK)
+        rc = erma_kv_server_rma(s->ks, s->rma);
+    return rc;
+}
+
+int erma_kvcs_server_create(const struct erma_kvcs_server_cfg *cfg,
+                            struct erma_kvcs_server **out)
+{
+    if (!cfg || !cfg->uri || !out)
+        return ERMA_EINVAL;
+    struct erma_kvcs_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return ERMA_ENOMEM;
+    const int rc = server_up(s, cfg);
+    if (rc != ERMA_OK) {
+        erma_kvcs_server_destroy(s);
+        return rc;
+    }
+    *out = s;
+    return ERMA_OK;
+}
+
+void erma_kvcs_server_run(struct erma_kvcs_server *srv, uint64_t ns)
+{
+    if (srv)
+        erma_rpc_run(srv->rpc, ns);
+}
+
+void erma_kvcs_server_destroy(struct erma_kvcs_server *srv)
+{
+    if (!srv)
+        return;
+    if (srv->rma)
+        erma_rma_destroy(srv->rma);
+    if (srv->rpc)
+        erma_rpc_destroy(srv->rpc);
+    if (srv->nx)
+        erma_nexus_destroy(srv->nx);
+    erma_kv_server_destroy(srv->ks);
+    erma_kv_destroy(srv->kv);
+    free(srv);
+}

@@ -1,0 +1,193 @@
+/*
+ * erma/kvcs.h - a key-value caching service: keys sharded and replicated
+ * over several kv servers (erma/kv.h) by consistent hashing, looked up by
+ * RPC or by one-sided READ, as in 1RMA's evaluation.
+ *
+ * Ring
+ *   erma_kvcs_ring places `vnodes` points per server on a 64-bit ring, point
+ *   j of server s at SipHash-2-4 (libsodium crypto_shorthash, a fixed key) of
+ *   (s, j); a key sits at the SipHash of its bytes. The key's replicas are
+ *   the first r distinct servers met walking clockwise from the key, the
+ *   first of them its primary. A server's points do not depend on how many
+ *   servers there are, so adding server n moves only keys whose new primary
+ *   is n. The ring is the same in every process.
+ *
+ * Server
+ *   erma_kvcs_server_create() makes one nexus at cfg.uri, one endpoint
+ *   (thread id 0) with one RMA engine, and one erma_kv table served with
+ *   erma_kv_serve() at request types ERMA_KVCS_TYPE_BASE + erma_kv_op and
+ *   registered with erma_kv_server_rma() for one-sided GETs.
+ *   erma_kvcs_server_run() runs its event loop. Nothing else: a server knows
+ *   nothing of the ring or of the other servers.
+ *
+ * Client
+ *   erma_kvcs_client_create() makes a nexus at cfg.uri with one endpoint, an
+ *   RMA engine and an erma_kv_reader, connects a session to endpoint 0 of
+ *   every server and fetches each table's region and a key derived for this
+ *   client (the kv REGION request), blocking up to connect_timeout_ns;
+ *   ERMA_ETIMEDOUT if some server cannot be reached. Every request of the
+ *   endpoint fails after attempt_timeout_ns (rpc cfg.req_timeout_ns), and so
+ *   does every one-sided op (rma cfg.op_timeout_ns and
+ *   dispatch_timeout_ns), so a dead replica costs about one attempt timeout
+ *   per try (requests beyond the session's ERMA_SESSION_SLOTS in flight
+ *   wait for a slot first).
+ *
+ *   Ops start with erma_kvcs_get/put/del and complete in
+ *   erma_kvcs_client_run_once(): cb(tag, status, val, vlen) runs exactly
+ *   once per op that was started (call returned ERMA_OK), always from inside
+ *   erma_kvcs_client_run_once(), never from the call that started it. val
+ *   (GET with ERMA_OK only) is valid during the callback. Callbacks may
+ *   start new ops.
+ *
+ *   GET  tries the key's replicas in ring order, one at a time, by the
+ *        method in force when it starts: ERMA_KVCS_RPC (a kv GET request) or
+ *        ERMA_KVCS_READ (erma_kv_rget: bucket, then item, torn reads read
+ *        again). A replica marked down is skipped while some untried replica
+ *        is not down. A try that fails at the transport level
+ *        (ERMA_ETIMEDOUT, ERMA_EPEERFAILED, ERMA_ESESSRESET, ERMA_ECANCELLED,
+ *        ERMA_EREFUSED, ERMA_ENACK, ERMA_EDISPATCH, and for READs
+ *        ERMA_EAUTH and ERMA_ENOREGION, a restarted server's answers) marks
+ *        its replica down for down_ns and the GET moves on to the next
+ *        replica (a failover). ERMA_EAGAIN (too many torn reads) moves on
+ *        without marking it down. ERMA_ENOENT from a replica is a final
+ *        answer: a cache miss. status: ERMA_OK with the value, ERMA_ENOENT,
+ *        the last try's failure when every replica failed, or another
+ *        failure (ERMA_ENOMEM, ERMA_EBADPKT...) at once.
+ *   PUT, DEL  go to all the key's replicas at once, whatever their down
+ *        marks (a dead one fails and is marked down). cb runs once every
+ *        try has finished. PUT: ERMA_OK if at least one replica stored the
+ *        value and every other failed at the transport level; else the
+ *        first other failure (e.g. ERMA_E2BIG), or the last transport
+ *        failure when no replica answered. DEL: the same, where a replica
+ *        without the key (ERMA_ENOENT) is no failure; ERMA_ENOENT when no
+ *        replica had the key.
+ *
+ *   Values are never returned wrongly: each try has its own request and
+ *   response buffers and its own tag, a late answer to a try that timed out
+ *   is dropped by the RPC or RMA layer, and one-sided GETs return only
+ *   items whose stamp and SipHash check (kv.h). Replicas are not kept
+ *   consistent with each other: a replica that missed a PUT (a try that
+ *   failed) may serve the older value until it is written again, as in any
+ *   cache. A server that fails is not reconnected: its tries fail at once
+ *   once its session has failed (rpc cfg.failure_ns, 500 ms); recreate the
+ *   client to use it again.
+ *
+ *   Bad input is refused at once, nothing started: ERMA_EINVAL for a NULL
+ *   client, key or callback or an empty key, ERMA_E2BIG for a key over
+ *   ERMA_KVCS_MAX_KEY bytes or a value that does not fit a kv item
+ *   (ERMA_KV_MAX_ITEM), ERMA_ENOSLOTS when max_ops ops are in progress.
+ *
+ *   erma_kvcs_op_info(), called from inside a callback, tells which
+ *   replicas the op tried and what each answered (for tests and
+ *   benchmarks). erma_kvcs_client_destroy() drops ops still in progress
+ *   without calling their callbacks.
+ *
+ * Threading: a server and a client each belong to one thread. All functions
+ * return ERMA_OK or a negative erma_err code unless noted.
+ */
+#ifndef ERMA_KVCS_H
+#define ERMA_KVCS_H
+
+#include <stdint.h>
+
+#include "erma/errors.h"
+
+#define ERMA_KVCS_TYPE_BASE 16
+#define ERMA_KVCS_MAX_KEY 256
+#define ERMA_KVCS_MAX_REPLICAS 8
+
+/* ---- consistent hashing ---- */
+
+struct erma_kvcs_ring;
+
+/* nservers >= 1, vnodes >= 1 (0: 64), nservers x vnodes at most 2^24. */
+int erma_kvcs_ring_create(uint32_t nservers, uint32_t vnodes, struct erma_kvcs_ring **out);
+void erma_kvcs_ring_destroy(struct erma_kvcs_ring *ring);
+/* Fills out[0..r) with the r distinct servers holding key, primary first
+ * (walking the ring clockwise); returns how many (min(r, nservers)), or
+ * ERMA_EINVAL. */
+int erma_kvcs_ring_replicas(const struct erma_kvcs_ring *ring, const void *key, uint32_t klen,
+                            uint32_t *out, uint32_t r);
+uint32_t erma_kvcs_ring_servers(const struct erma_kvcs_ring *ring);
+
+/* ---- server ---- */
+
+struct erma_kvcs_server_cfg {
+    const char *uri;  /* the server's nexus URI, e.g. udp://127.0.0.1:41000 */
+    uint32_t buckets; /* kv buckets, default 2^16 */
+    uint64_t log_bytes; /* kv item log, default 64 MiB */
+    unsigned workers; /* nexus worker threads (kv SCAN), default 1 */
+};
+
+struct erma_kvcs_server;
+
+int erma_kvcs_server_create(const struct erma_kvcs_server_cfg *cfg,
+                            struct erma_kvcs_server **out);
+/* Runs its event loop ns nanoseconds. */
+void erma_kvcs_server_run(struct erma_kvcs_server *srv, uint64_t ns);
+void erma_kvcs_server_destroy(struct erma_kvcs_server *srv);
+
+/* ---- client ---- */
+
+enum erma_kvcs_method { ERMA_KVCS_RPC, ERMA_KVCS_READ };
+
+struct erma_kvcs_client_cfg {
+    const char *uri;                 /* this client's own nexus URI */
+    const char *const *servers;      /* server nexus URIs, index = server number in the ring */
+    uint32_t nservers;
+    uint32_t replicas;               /* R, default 3, capped at nservers and
+                                        ERMA_KVCS_MAX_REPLICAS */
+    uint32_t vnodes;                 /* default 64 */
+    enum erma_kvcs_method method;    /* how GETs are done */
+    uint32_t max_ops;                /* ops in progress at once, default 256 */
+    uint64_t attempt_timeout_ns;     /* per try at one replica, default 5 ms (udp) */
+    uint64_t down_ns;                /* a replica that failed is skipped this long,
+                                        default 200 ms */
+    uint64_t connect_timeout_ns;     /* default 5 s */
+};
+
+typedef void (*erma_kvcs_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
+
+struct erma_kvcs_client;
+
+int erma_kvcs_client_create(const struct erma_kvcs_client_cfg *cfg,
+                            struct erma_kvcs_client **out);
+void erma_kvcs_client_destroy(struct erma_kvcs_client *c);
+int erma_kvcs_get(struct erma_kvcs_client *c, const void *key, uint32_t klen, erma_kvcs_fn cb,
+                  void *tag);
+int erma_kvcs_put(struct erma_kvcs_client *c, const void *key, uint32_t klen, const void *val,
+                  uint32_t vlen, erma_kvcs_fn cb, void *tag);
+int erma_kvcs_del(struct erma_kvcs_client *c, const void *key, uint32_t klen, erma_kvcs_fn cb,
+                  void *tag);
+/* One event-loop pass; returns the ops completed in it (callbacks run). */
+int erma_kvcs_client_run_once(struct erma_kvcs_client *c);
+/* The method of GETs started from now on. */
+void erma_kvcs_client_set_method(struct erma_kvcs_client *c, enum erma_kvcs_method m);
+
+/* gets, puts, dels: ops started; failovers: GET tries made after a try
+ * failed at the transport level; failed: ops completed with a status other
+ * than ERMA_OK and ERMA_ENOENT; read_gets, rpc_gets: GETs started by each
+ * method; skipped: GET tries passed over because the replica was down. */
+struct erma_kvcs_client_stats {
+    uint64_t gets, puts, dels, failovers, failed, read_gets, rpc_gets;
+    uint64_t skipped;
+};
+void erma_kvcs_client_get_stats(const struct erma_kvcs_client *c,
+                                struct erma_kvcs_client_stats *out);
+
+/* ERMA_KVCS_NOT_TRIED in status[]: the op never tried that replica. */
+#define ERMA_KVCS_NOT_TRIED 1
+
+/* The op whose callback is running: its key's replicas (server numbers,
+ * primary first), each one's outcome (its last try's status), and for a
+ * GET the server that gave the final answer (UINT32_MAX: none). */
+struct erma_kvcs_op_info {
+    uint32_t nreplicas;
+    uint32_t replicas[ERMA_KVCS_MAX_REPLICAS];
+    int status[ERMA_KVCS_MAX_REPLICAS];
+    uint32_t answered;
+};
+/* Valid only inside a callback; ERMA_EINVAL elsewhere. */
+int erma_kvcs_op_info(const struct erma_kvcs_client *c, struct erma_kvcs_op_info *out);
+
+#endif

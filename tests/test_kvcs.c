@@ -1,0 +1,374 @@
+/* kvcs (erma/kvcs.h): the consistent-hashing ring; a client against three
+ * servers (forked processes, udp loopback) doing PUTs, GETs by RPC and by
+ * one-sided READ, DELs and refused inputs; and a mixed workload while one
+ * replica is killed, every GET checked against the values its key had. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "erma/clock.h"
+#include "erma/kv.h"
+#include "erma/kvcs.h"
+#include "erma/rand.h"
+
+#define NSERVERS 3
+#define KEYS 2000
+#define SEC 1000000000ull
+
+/* ---- the ring ---- */
+
+static void key_name(uint32_t k, char key[16])
+{
+    snprintf(key, 16, "key%06u", k);
+}
+
+static void test_ring(void **state)
+{
+    (void)state;
+    struct erma_kvcs_ring *r5, *r5b, *r6;
+    assert_int_equal(erma_kvcs_ring_create(5, 64, &r5), ERMA_OK);
+    assert_int_equal(erma_kvcs_ring_create(5, 64, &r5b), ERMA_OK);
+    assert_int_equal(erma_kvcs_ring_create(6, 64, &r6), ERMA_OK);
+    assert_int_equal(erma_kvcs_ring_create(0, 64, &r6), ERMA_EINVAL);
+    uint32_t per[6] = {0}, moved = 0, rep[8], rep_b[8], rep6[8];
+    char key[16];
+    const uint32_t n = 100000;
+    for (uint32_t k = 0; k < n; k++) {
+        key_name(k, key);
+        assert_int_equal(erma_kvcs_ring_replicas(r5, key, 9, rep, 3), 3);
+        assert_true(rep[0] != rep[1] && rep[0] != rep[2] && rep[1] != rep[2]);
+        assert_true(rep[0] < 5 && rep[1] < 5 && rep[2] < 5);
+        assert_int_equal(erma_kvcs_ring_replicas(r5b, key, 9, rep_b, 3), 3);
+        assert_memory_equal(rep, rep_b, 3 * sizeof *rep);
+        assert_int_equal(erma_kvcs_ring_replicas(r6, key, 9, rep6, 1), 1);
+        assert_true(rep6[0] == rep[0] || rep6[0] == 5); /* only keys of the new server move */
+        moved += rep6[0] == 5;
+        per[rep[0]]++;
+    }
+    assert_int_equal(erma_kvcs_ring_replicas(r5, "x", 1, rep, 8), 5);
+    assert_int_equal(erma_kvcs_ring_replicas(r5, "x", 0, rep, 3), ERMA_EINVAL);
+    print_message("  primaries of 10^5 keys on 5 servers x 64 vnodes: %u %u %u %u %u; "
+                  "%u moved to a 6th server\n",
+                  per[0], per[1], per[2], per[3], per[4], moved);
+    for (int s = 0; s < 5; s++)
+        assert_true(per[s] > n / 5 * 3 / 4 && per[s] < n / 5 * 5 / 4);
+    assert_true(moved > n / 6 / 2 && moved < n / 6 * 3 / 2);
+    erma_kvcs_ring_destroy(r5);
+    erma_kvcs_ring_destroy(r5b);
+    erma_kvcs_ring_destroy(r6);
+}
+
+/* ---- servers in child processes ---- */
+
+struct servers {
+    unsigned n;
+    pid_t pid[NSERVERS];
+    char uri[NSERVERS][64];
+    const char *uris[NSERVERS];
+    char client_uri[64];
+};
+
+static struct servers *running; /* killed by the teardown if a test fails */
+
+static void server_main(const char *uri)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+    const struct erma_kvcs_server_cfg cfg = {.uri = uri, .buckets = 1 << 14,
+                                             .log_bytes = 32u << 20};
+    struct erma_kvcs_server *srv;
+    if (erma_kvcs_server_create(&cfg, &srv) != ERMA_OK)
+        _exit(2);
+    const uint64_t end = erma_now_ns() + 120 * SEC;
+    while (erma_now_ns() < end && getppid() != 1)
+        erma_kvcs_server_run(srv, 10000000);
+    erma_kvcs_server_destroy(srv);
+    _exit(0);
+}
+
+/* Servers on ports base.., the client on base + n. */
+static void servers_up(struct servers *s, int slot)
+{
+    const int base = 41000 + (getpid() % 500) * 8 + slot * 4;
+    s->n = NSERVERS;
+    for (unsigned i = 0; i < s->n; i++) {
+        snprintf(s->uri[i], sizeof s->uri[i], "udp://127.0.0.1:%d", base + (int)i);
+        s->uris[i] = s->uri[i];
+        s->pid[i] = fork();
+        assert_true(s->pid[i] >= 0);
+        if (s->pid[i] == 0)
+            server_main(s->uri[i]);
+    }
+    snprintf(s->client_uri, sizeof s->client_uri, "udp://127.0.0.1:%d", base + NSERVERS);
+    running = s;
+}
+
+static void server_kill(struct servers *s, unsigned i)
+{
+    if (s->pid[i] <= 0)
+        return;
+    kill(s->pid[i], SIGKILL);
+    waitpid(s->pid[i], NULL, 0);
+    s->pid[i] = 0;
+}
+
+static void servers_down(struct servers *s)
+{
+    for (unsigned i = 0; i < s->n; i++)
+        server_kill(s, i);
+}
+
+static int kill_servers(void **state)
+{
+    (void)state;
+    if (running)
+        servers_down(running);
+    running = NULL;
+    return 0;
+}
+
+/* ---- values: key and version inside, the rest a pattern ---- */
+
+static uint32_t make_val(uint32_t k, uint32_t version, uint8_t *v)
+{
+    const uint32_t len = 16 + (k * 37 + version * 11) % 6000; /* some need two READs */
+    memcpy(v, &k, 4);
+    memcpy(v + 4, &version, 4);
+    for (uint32_t i = 8; i < len; i++)
+        v[i] = (uint8_t)(k * 3 + version * 7 + i);
+    return len;
+}
+
+/* The version a value holds, or 0 when it is not one make_val(k, ...) made. */
+static uint32_t version_of(uint32_t k, const uint8_t *val, uint32_t vlen)
+{
+    static uint8_t expect[8192];
+    uint32_t kk, v;
+    if (vlen < 8)
+        return 0;
+    memcpy(&kk, val, 4);
+    memcpy(&v, val + 4, 4);
+    if (kk != k || v == 0 || make_val(k, v, expect) != vlen || memcmp(expect, val, vlen) != 0)
+        return 0;
+    return v;
+}
+
+/* ---- driving a client ---- */
+
+struct rec {
+    struct erma_kvcs_client *c;
+    uint32_t key, version;
+    int status, calls;
+    bool value_ok;
+    struct erma_kvcs_op_info info;
+};
+
+static void on_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct rec *r = tag;
+    r->calls++;
+    r->status = status;
+    r->value_ok = status == ERMA_OK && val && version_of(r->key, val, vlen) == r->version;
+    assert_int_equal(erma_kvcs_op_info(r->c, &r->info), ERMA_OK);
+}
+
+/* Runs the client until every rec in recs[0..n) has its callback. */
+static void wait_all(struct erma_kvcs_client *c, struct rec *recs, uint32_t n)
+{
+    const uint64_t end = erma_now_ns() + 10 * SEC;
+    uint32_t done = 0;
+    while (done < n && erma_now_ns() < end) {
+        erma_kvcs_client_run_once(c);
+        while (done < n && recs[done].calls)
+            done++;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (recs[i].calls != 1)
+            print_message("  rec %u (key %u) of %u: %d calls\n", i, recs[i].key, n, recs[i].calls);
+        assert_int_equal(recs[i].calls, 1);
+    }
+}
+
+static struct erma_kvcs_client *client_up(struct servers *s, uint32_t replicas,
+                                          uint64_t attempt_ns)
+{
+    const struct erma_kvcs_client_cfg cfg = {.uri = s->client_uri, .servers = s->uris,
+                                             .nservers = s->n, .replicas = replicas,
+                                             .attempt_timeout_ns = attempt_ns};
+    struct erma_kvcs_client *c;
+    assert_int_equal(erma_kvcs_client_create(&cfg, &c), ERMA_OK);
+    return c;
+}
+
+/* Issues op(i) for i in [0, n), at most depth at a time, and waits for all. */
+static void batch(struct erma_kvcs_client *c, struct rec *recs, uint32_t n, uint32_t depth,
+                  int (*op)(struct erma_kvcs_client *, struct rec *))
+{
+    for (uint32_t i = 0; i < n; i += depth) {
+        const uint32_t m = n - i < depth ? n - i : depth;
+        for (uint32_t j = 0; j < m; j++)
+            assert_int_equal(op(c, &recs[i + j]), ERMA_OK);
+        wait_all(c, recs + i, m);
+    }
+}
+
+static int put_rec(struct erma_kvcs_client *c, struct rec *r)
+{
+    static uint8_t val[8192];
+    char key[16];
+    key_name(r->key, key);
+    return erma_kvcs_put(c, key, 9, val, make_val(r->key, r->version, val), on_done, r);
+}
+
+static int get_rec(struct erma_kvcs_client *c, struct rec *r)
+{
+    char key[16];
+    key_name(r->key, key);
+    return erma_kvcs_get(c, key, 9, on_done, r);
+}
+
+static int del_rec(struct erma_kvcs_client *c, struct rec *r)
+{
+    char key[16];
+    key_name(r->key, key);
+    return erma_kvcs_del(c, key, 9, on_done, r);
+}
+
+static void recs_reset(struct rec *recs, uint32_t n, struct erma_kvcs_client *c,
+                       uint32_t first_key)
+{
+    for (uint32_t i = 0; i < n; i++)
+        recs[i] = (struct rec){.c = c, .key = first_key + i, .version = 1};
+}
+
+/* ---- 2: both methods ---- */
+
+static void check_gets(struct erma_kvcs_client *c, struct rec *recs, enum erma_kvcs_method m)
+{
+    erma_kvcs_client_set_method(c, m);
+    recs_reset(recs, KEYS, c, 0);
+    batch(c, recs, KEYS, 128, get_rec);
+    for (uint32_t i = 0; i < KEYS; i++) {
+        assert_int_equal(recs[i].status, ERMA_OK);
+        assert_true(recs[i].value_ok);
+        assert_int_equal(recs[i].info.answered, recs[i].info.replicas[0]);
+    }
+}
+
+static void check_missing(struct erma_kvcs_client *c, struct rec *recs)
+{
+    for (int m = 0; m < 2; m++) {
+        erma_kvcs_client_set_method(c, m ? ERMA_KVCS_READ : ERMA_KVCS_RPC);
+        recs_reset(recs, 16, c, 900000);
+        batch(c, recs, 16, 16, get_rec);
+        for (int i = 0; i < 16; i++)
+            assert_int_equal(recs[i].status, ERMA_ENOENT);
+    }
+    /* delete 16 keys: gone by both methods, a second delete finds nothing */
+    recs_reset(recs, 16, c, 100);
+    batch(c, recs, 16, 16, del_rec);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(recs[i].status, ERMA_OK);
+    recs_reset(recs, 16, c, 100);
+    batch(c, recs, 16, 16, get_rec);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(recs[i].status, ERMA_ENOENT);
+    erma_kvcs_client_set_method(c, ERMA_KVCS_RPC);
+    recs_reset(recs, 16, c, 100);
+    batch(c, recs, 16, 16, get_rec);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(recs[i].status, ERMA_ENOENT);
+    recs_reset(recs, 16, c, 100);
+    batch(c, recs, 16, 16, del_rec);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(recs[i].status, ERMA_ENOENT);
+}
+
+static void check_refused(struct erma_kvcs_client *c, struct rec *recs)
+{
+    static uint8_t big[ERMA_KV_MAX_ITEM];
+    uint8_t key[ERMA_KVCS_MAX_KEY + 1] = {0};
+    struct erma_kvcs_op_info info;
+    assert_int_equal(erma_kvcs_get(c, key, 0, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(erma_kvcs_put(c, key, 0, big, 8, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(erma_kvcs_del(c, key, 0, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(erma_kvcs_get(c, NULL, 4, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(erma_kvcs_get(c, key, 4, NULL, recs), ERMA_EINVAL);
+    assert_int_equal(erma_kvcs_put(c, key, 4, NULL, 8, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(erma_kvcs_get(c, key, sizeof key, on_done, recs), ERMA_E2BIG);
+    assert_int_equal(erma_kvcs_put(c, key, sizeof key, big, 8, on_done, recs), ERMA_E2BIG);
+    assert_int_equal(erma_kvcs_put(c, key, 8, big, sizeof big, on_done, recs), ERMA_E2BIG);
+    assert_int_equal(erma_kvcs_op_info(c, &info), ERMA_EINVAL);
+    /* the largest value that fits a kv item is stored and read back */
+    const uint32_t most = ERMA_KV_MAX_ITEM - 16 - 8 - 7 - 8;
+    memset(big, 0xab, most);
+    recs_reset(recs, 1, c, 0);
+    assert_int_equal(erma_kvcs_put(c, key, 8, big, most, on_done, recs), ERMA_OK);
+    wait_all(c, recs, 1);
+    assert_int_equal(recs[0].status, ERMA_OK);
+    assert_int_equal(erma_kvcs_put(c, key, 8, big, most + 1, on_done, recs), ERMA_E2BIG);
+    /* every op slot taken: ENOSLOTS, then all 256 complete */
+    recs_reset(recs, 257, c, 900000);
+    for (int i = 0; i < 256; i++)
+        assert_int_equal(get_rec(c, &recs[i]), ERMA_OK);
+    assert_int_equal(get_rec(c, &recs[256]), ERMA_ENOSLOTS);
+    wait_all(c, recs, 256);
+    assert_int_equal(recs[256].calls, 0);
+}
+
+static void test_methods(void **state)
+{
+    (void)state;
+    static struct servers s;
+    static struct rec recs[KEYS + 1];
+    servers_up(&s, 0);
+    uint64_t t[4] = {erma_now_ns()};
+    /* generous timeouts: this test checks values, not failover */
+    struct erma_kvcs_client *c = client_up(&s, 2, SEC);
+    recs_reset(recs, KEYS, c, 0);
+    t[1] = erma_now_ns();
+    batch(c, recs, KEYS, 128, put_rec);
+    t[2] = erma_now_ns();
+    for (uint32_t i = 0; i < KEYS; i++) {
+        assert_int_equal(recs[i].status, ERMA_OK);
+        assert_int_equal(recs[i].info.nreplicas, 2);
+        assert_int_equal(recs[i].info.status[0], ERMA_OK);
+        assert_int_equal(recs[i].info.status[1], ERMA_OK);
+    }
+    check_gets(c, recs, ERMA_KVCS_RPC);
+    t[3] = erma_now_ns();
+    check_gets(c, recs, ERMA_KVCS_READ);
+    print_message("  connected in %.0f ms; %u PUTs in %.0f ms, GETs by RPC in %.0f ms, by READ "
+                  "in %.0f ms\n",
+                  (t[1] - t[0]) / 1e6, KEYS, (t[2] - t[1]) / 1e6, (t[3] - t[2]) / 1e6,
+                  (erma_now_ns() - t[3]) / 1e6);
+    check_missing(c, recs);
+    check_refused(c, recs);
+    struct erma_kvcs_client_stats st;
+    erma_kvcs_client_get_stats(c, &st);
+    print_message("  %lu GETs (%lu by RPC, %lu by READ), %lu PUTs, %lu DELs, %lu failed, "
+                  "%lu failovers\n",
+                  (unsigned long)st.gets, (unsigned long)st.rpc_gets,
+                  (unsigned long)st.read_gets, (unsigned long)st.puts, (unsigned long)st.dels,
+                  (unsigned long)st.failed, (unsigned long)st.failovers);
+    assert_int_equal(st.failed, 0);
+    assert_int_equal(st.failovers, 0);
+    erma_kvcs_client_destroy(c);
+    servers_down(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring),
+        cmocka_unit_test_teardown(test_methods, kill_servers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
