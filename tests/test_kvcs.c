@@ -201,7 +201,7 @@ static struct erma_kvcs_client *client_up(struct servers *s, uint32_t replicas,
 {
     const struct erma_kvcs_client_cfg cfg = {.uri = s->client_uri, .servers = s->uris,
                                              .nservers = s->n, .replicas = replicas,
-                                             .attempt_timeout_ns = attempt_ns};
+                                             .attempt_timeout_ns = attempt_ns, .cc_off = true};
     struct erma_kvcs_client *c;
     assert_int_equal(erma_kvcs_client_create(&cfg, &c), ERMA_OK);
     return c;
@@ -364,11 +364,222 @@ static void test_methods(void **state)
     servers_down(&s);
 }
 
+/* ---- 3: a replica killed under a mixed workload ---- */
+
+#define FKEYS 500
+#define DEPTH 64
+#define MAX_OPS3 20000
+
+struct key_state {
+    uint32_t issued;               /* the latest version a PUT carried */
+    uint32_t floor[NSERVERS];      /* the latest version each server acknowledged */
+    bool busy;                     /* a PUT in flight: one at a time per key */
+};
+
+struct fop {
+    struct fail_run *run;
+    bool live, put, after_kill;
+    uint32_t key, version, floor[NSERVERS];
+};
+
+struct fail_run {
+    struct erma_kvcs_client *c;
+    struct key_state keys[FKEYS];
+    struct fop ops[DEPTH];
+    struct erma_rand rng;
+    uint64_t started, done, wrong, extra_calls, imprecise, ok, miss, failed;
+    uint64_t after_kill_ok, after_kill_done, put_partial;
+    bool killed;
+    unsigned victim;
+};
+
+static bool precise(int status)
+{
+    return status == ERMA_ETIMEDOUT || status == ERMA_EPEERFAILED || status == ERMA_ESESSRESET ||
+           status == ERMA_ENACK || status == ERMA_EDISPATCH || status == ERMA_EAGAIN;
+}
+
+static void wrong(struct fail_run *r, const struct fop *o, const char *why, uint32_t v)
+{
+    if (r->wrong++ < 5)
+        print_message("  wrong %s of key %u: %s (version %u, issued %u)\n",
+                      o->put ? "PUT" : "GET", o->key, why, v, r->keys[o->key].issued);
+}
+
+static void put_finished(struct fail_run *r, struct fop *o, int status,
+                         const struct erma_kvcs_op_info *info)
+{
+    struct key_state *k = &r->keys[o->key];
+    k->busy = false;
+    if (status != ERMA_OK)
+        return;
+    for (uint32_t i = 0; i < info->nreplicas; i++) {
+        const uint32_t s = info->replicas[i];
+        if (info->status[i] == ERMA_OK && o->version > k->floor[s])
+            k->floor[s] = o->version;
+        r->put_partial += info->status[i] != ERMA_OK;
+    }
+}
+
+/* A GET's value must be one its key had: whole, not older than what the
+ * answering replica acknowledged before the GET started, not newer than the
+ * last PUT issued. */
+static void get_finished(struct fail_run *r, struct fop *o, int status, const uint8_t *val,
+                         uint32_t vlen, const struct erma_kvcs_op_info *info)
+{
+    const uint32_t s = info->answered;
+    if (status == ERMA_ENOENT) {
+        if (s >= NSERVERS || o->floor[s]) /* the replica had acknowledged a value */
+            wrong(r, o, "absent", 0);
+        return;
+    }
+    if (status != ERMA_OK)
+        return;
+    const uint32_t v = version_of(o->key, val, vlen);
+    if (v == 0)
+        wrong(r, o, "not a value of the key", v);
+    else if (s >= NSERVERS || v < o->floor[s])
+        wrong(r, o, "older than the replica acknowledged", v);
+    else if (v > r->keys[o->key].issued)
+        wrong(r, o, "never written", v);
+}
+
+static void on_fop(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct fop *o = tag;
+    struct fail_run *r = o->run;
+    if (!o->live) {
+        r->extra_calls++;
+        return;
+    }
+    struct erma_kvcs_op_info info;
+    assert_int_equal(erma_kvcs_op_info(r->c, &info), ERMA_OK);
+    o->live = false;
+    r->done++;
+    status == ERMA_OK ? r->ok++ : status == ERMA_ENOENT ? r->miss++ : r->failed++;
+    if (status != ERMA_OK && status != ERMA_ENOENT && !precise(status) && r->imprecise++ < 5)
+        print_message("  imprecise status %d\n", status);
+    if (o->after_kill) {
+        r->after_kill_done++;
+        r->after_kill_ok += status == ERMA_OK;
+    }
+    if (o->put)
+        put_finished(r, o, status, &info);
+    else
+        get_finished(r, o, status, val, vlen, &info);
+}
+
+static void start_fop(struct fail_run *r, struct fop *o)
+{
+    static uint8_t val[8192];
+    char key[16];
+    const bool put = erma_rand_below(&r->rng, 10) == 0;
+    uint32_t k;
+    do
+        k = (uint32_t)erma_rand_below(&r->rng, FKEYS);
+    while (put && r->keys[k].busy);
+    struct key_state *ks = &r->keys[k];
+    *o = (struct fop){.run = r, .live = true, .put = put, .after_kill = r->killed, .key = k};
+    memcpy(o->floor, ks->floor, sizeof o->floor);
+    key_name(k, key);
+    int rc;
+    if (put) {
+        o->version = ++ks->issued;
+        ks->busy = true;
+        rc = erma_kvcs_put(r->c, key, 9, val, make_val(k, o->version, val), on_fop, o);
+    } else {
+        erma_kvcs_client_set_method(r->c, r->started % 2 ? ERMA_KVCS_READ : ERMA_KVCS_RPC);
+        rc = erma_kvcs_get(r->c, key, 9, on_fop, o);
+    }
+    assert_int_equal(rc, ERMA_OK);
+    r->started++;
+}
+
+/* Loads every key at version 1 (on every replica, unless a try timed out). */
+static void load_keys(struct fail_run *r)
+{
+    static struct rec recs[FKEYS];
+    recs_reset(recs, FKEYS, r->c, 0);
+    batch(r->c, recs, FKEYS, 64, put_rec);
+    for (int round = 0; round < 5; round++) /* PUTs whose every try timed out, again */
+        for (uint32_t k = 0; k < FKEYS; k++)
+            if (recs[k].status != ERMA_OK) {
+                recs[k].calls = 0;
+                batch(r->c, &recs[k], 1, 1, put_rec);
+            }
+    for (uint32_t k = 0; k < FKEYS; k++) {
+        assert_int_equal(recs[k].status, ERMA_OK);
+        r->keys[k].issued = 1;
+        for (uint32_t i = 0; i < recs[k].info.nreplicas; i++)
+            if (recs[k].info.status[i] == ERMA_OK) /* else a try timed out (a loaded VM) */
+                r->keys[k].floor[recs[k].info.replicas[i]] = 1;
+    }
+}
+
+/* Runs the workload for ns, killing the victim at kill_at ns; then drains. */
+static void fail_workload(struct fail_run *r, struct servers *s, uint64_t ns, uint64_t kill_at,
+                          struct erma_kvcs_client_stats *at_kill)
+{
+    const uint64_t t0 = erma_now_ns(), stop = t0 + ns, end = stop + 10 * SEC;
+    while ((r->done < r->started || erma_now_ns() < stop) && erma_now_ns() < end) {
+        const uint64_t now = erma_now_ns();
+        if (!r->killed && now >= t0 + kill_at) {
+            server_kill(s, r->victim);
+            erma_kvcs_client_get_stats(r->c, at_kill);
+            r->killed = true;
+        }
+        for (int i = 0; i < DEPTH && now < stop && r->started < MAX_OPS3; i++)
+            if (!r->ops[i].live)
+                start_fop(r, &r->ops[i]);
+        erma_kvcs_client_run_once(r->c);
+    }
+}
+
+static void test_replica_failure(void **state)
+{
+    (void)state;
+    static struct servers s;
+    static struct fail_run r;
+    memset(&r, 0, sizeof r);
+    erma_rand_seed(&r.rng, 23);
+    r.victim = 1;
+    servers_up(&s, 1);
+    const struct erma_kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
+                                             .nservers = s.n, .replicas = 3,
+                                             .attempt_timeout_ns = 50000000,
+                                             .down_ns = 200000000, .cc_off = true};
+    assert_int_equal(erma_kvcs_client_create(&cfg, &r.c), ERMA_OK);
+    load_keys(&r);
+    struct erma_kvcs_client_stats k, st;
+    memset(&k, 0, sizeof k);
+    fail_workload(&r, &s, 1500000000, 500000000, &k);
+    erma_kvcs_client_get_stats(r.c, &st);
+    print_message("  %lu ops (%lu GETs: %lu by RPC, %lu by READ; %lu PUTs): %lu ok, %lu absent, "
+                  "%lu failed, %lu wrong; after the kill %lu of %lu ok, %lu failovers (%lu "
+                  "before), %lu GET tries skipped a down replica, %lu PUT replicas missed\n",
+                  (unsigned long)r.done, (unsigned long)st.gets, (unsigned long)st.rpc_gets,
+                  (unsigned long)st.read_gets, (unsigned long)st.puts, (unsigned long)r.ok,
+                  (unsigned long)r.miss, (unsigned long)r.failed, (unsigned long)r.wrong,
+                  (unsigned long)r.after_kill_ok, (unsigned long)r.after_kill_done,
+                  (unsigned long)(st.failovers - k.failovers), (unsigned long)k.failovers,
+                  (unsigned long)st.skipped, (unsigned long)r.put_partial);
+    assert_true(r.killed);
+    assert_int_equal(r.done, r.started);
+    assert_int_equal(r.extra_calls, 0);
+    assert_int_equal(r.imprecise, 0);
+    assert_int_equal(r.wrong, 0);
+    assert_true(st.failovers > k.failovers);
+    assert_true(r.after_kill_ok > r.after_kill_done / 2);
+    erma_kvcs_client_destroy(r.c);
+    servers_down(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring),
         cmocka_unit_test_teardown(test_methods, kill_servers),
+        cmocka_unit_test_teardown(test_replica_failure, kill_servers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -541,7 +541,7 @@ static int endpoint_up(struct erma_kvcs_client *c)
 {
     const struct erma_kvcs_client_cfg *cfg = &c->cfg;
     const struct erma_rpc_cfg rcfg = {.req_timeout_ns = cfg->attempt_timeout_ns,
-                                      .sm_handler = on_sm, .sm_ctx = c};
+                                      .sm_handler = on_sm, .sm_ctx = c, .cc = {.off = cfg->cc_off}};
     /* Room for every GET's largest item at once, and no executor windows:
      * the executor holds a transfer's chunks while slots, the inbound
      * window or its CC window are short, and only a transfer's own

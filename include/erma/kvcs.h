@@ -88,6 +88,7 @@
 #ifndef ERMA_KVCS_H
 #define ERMA_KVCS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "erma/errors.h"
@@ -144,6 +145,9 @@ struct erma_kvcs_client_cfg {
     uint64_t down_ns;                /* a replica that failed is skipped this long,
                                         default 200 ms */
     uint64_t connect_timeout_ns;     /* default 5 s */
+    bool cc_off;                     /* RPC sessions unpaced (rpc cfg.cc.off): on a
+                                        busy host Timely takes scheduling delays for
+                                        congestion and slows RPCs several times */
 };
 
 typedef void (*erma_kvcs_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
