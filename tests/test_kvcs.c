@@ -380,6 +380,7 @@ struct fop {
     struct fail_run *run;
     bool live, put, after_kill;
     uint32_t key, version, floor[NSERVERS];
+    uint64_t start;
 };
 
 struct fail_run {
@@ -388,7 +389,7 @@ struct fail_run {
     struct fop ops[DEPTH];
     struct erma_rand rng;
     uint64_t started, done, wrong, extra_calls, imprecise, ok, miss, failed;
-    uint64_t after_kill_ok, after_kill_done, put_partial;
+    uint64_t after_kill_ok, after_kill_done, put_partial, max_get_after_kill;
     bool killed;
     unsigned victim;
 };
@@ -460,8 +461,11 @@ static void on_fop(void *tag, int status, const uint8_t *val, uint32_t vlen)
     if (status != ERMA_OK && status != ERMA_ENOENT && !precise(status) && r->imprecise++ < 5)
         print_message("  imprecise status %d\n", status);
     if (o->after_kill) {
+        const uint64_t took = erma_now_ns() - o->start;
         r->after_kill_done++;
         r->after_kill_ok += status == ERMA_OK;
+        if (!o->put && took > r->max_get_after_kill)
+            r->max_get_after_kill = took;
     }
     if (o->put)
         put_finished(r, o, status, &info);
@@ -479,7 +483,8 @@ static void start_fop(struct fail_run *r, struct fop *o)
         k = (uint32_t)erma_rand_below(&r->rng, FKEYS);
     while (put && r->keys[k].busy);
     struct key_state *ks = &r->keys[k];
-    *o = (struct fop){.run = r, .live = true, .put = put, .after_kill = r->killed, .key = k};
+    *o = (struct fop){.run = r, .live = true, .put = put, .after_kill = r->killed, .key = k,
+                      .start = erma_now_ns()};
     memcpy(o->floor, ks->floor, sizeof o->floor);
     key_name(k, key);
     int rc;
@@ -535,17 +540,18 @@ static void fail_workload(struct fail_run *r, struct servers *s, uint64_t ns, ui
     }
 }
 
-static void test_replica_failure(void **state)
+/* One run: R replicas of 3 servers on port slot `slot`, server `victim`
+ * killed after 0.5 s of a 1.5 s workload. */
+static void replica_failure(uint32_t replicas, int slot, unsigned victim)
 {
-    (void)state;
     static struct servers s;
     static struct fail_run r;
     memset(&r, 0, sizeof r);
-    erma_rand_seed(&r.rng, 23);
-    r.victim = 1;
-    servers_up(&s, 1);
+    erma_rand_seed(&r.rng, 23 + replicas);
+    r.victim = victim;
+    servers_up(&s, slot);
     const struct erma_kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
-                                             .nservers = s.n, .replicas = 3,
+                                             .nservers = s.n, .replicas = replicas,
                                              .attempt_timeout_ns = 50000000,
                                              .down_ns = 200000000, .cc_off = true};
     assert_int_equal(erma_kvcs_client_create(&cfg, &r.c), ERMA_OK);
@@ -554,15 +560,18 @@ static void test_replica_failure(void **state)
     memset(&k, 0, sizeof k);
     fail_workload(&r, &s, 1500000000, 500000000, &k);
     erma_kvcs_client_get_stats(r.c, &st);
-    print_message("  %lu ops (%lu GETs: %lu by RPC, %lu by READ; %lu PUTs): %lu ok, %lu absent, "
-                  "%lu failed, %lu wrong; after the kill %lu of %lu ok, %lu failovers (%lu "
-                  "before), %lu GET tries skipped a down replica, %lu PUT replicas missed\n",
-                  (unsigned long)r.done, (unsigned long)st.gets, (unsigned long)st.rpc_gets,
-                  (unsigned long)st.read_gets, (unsigned long)st.puts, (unsigned long)r.ok,
-                  (unsigned long)r.miss, (unsigned long)r.failed, (unsigned long)r.wrong,
+    print_message("  R = %u: %lu ops (%lu GETs: %lu by RPC, %lu by READ; %lu PUTs): %lu ok, %lu "
+                  "absent, %lu failed, %lu wrong; after the kill %lu of %lu ok, slowest GET "
+                  "%.1f ms, %lu failovers (%lu before), %lu GETs passed a down replica, %lu "
+                  "PUT replicas missed\n",
+                  replicas, (unsigned long)r.done, (unsigned long)st.gets,
+                  (unsigned long)st.rpc_gets, (unsigned long)st.read_gets,
+                  (unsigned long)st.puts, (unsigned long)r.ok, (unsigned long)r.miss,
+                  (unsigned long)r.failed, (unsigned long)r.wrong,
                   (unsigned long)r.after_kill_ok, (unsigned long)r.after_kill_done,
-                  (unsigned long)(st.failovers - k.failovers), (unsigned long)k.failovers,
-                  (unsigned long)st.skipped, (unsigned long)r.put_partial);
+                  r.max_get_after_kill / 1e6, (unsigned long)(st.failovers - k.failovers),
+                  (unsigned long)k.failovers, (unsigned long)st.skipped,
+                  (unsigned long)r.put_partial);
     assert_true(r.killed);
     assert_int_equal(r.done, r.started);
     assert_int_equal(r.extra_calls, 0);
@@ -572,6 +581,13 @@ static void test_replica_failure(void **state)
     assert_true(r.after_kill_ok > r.after_kill_done / 2);
     erma_kvcs_client_destroy(r.c);
     servers_down(&s);
+}
+
+static void test_replica_failure(void **state)
+{
+    (void)state;
+    replica_failure(3, 1, 1);
+    replica_failure(2, 0, 0);
 }
 
 int main(void)

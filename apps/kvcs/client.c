@@ -20,10 +20,15 @@ enum kind { GET, PUT, DEL };
 
 struct op;
 
-/* One request to one replica. */
+/* One request to one replica. An RPC try past its deadline is abandoned:
+ * its op goes on as if it had timed out, and the try (op NULL) waits for
+ * its continuation to free it. */
 struct try {
+    struct erma_kvcs_client *c;
     struct op *op;
     uint32_t pos; /* in op->rep */
+    bool read;    /* a one-sided GET: the RMA op timeout bounds it */
+    uint64_t deadline;
     struct erma_msgbuf req, resp;
 };
 
@@ -40,7 +45,7 @@ struct op {
     uint32_t answered;
     erma_kvcs_fn cb;
     void *tag;
-    struct try tries[MAX_R];
+    struct try *tries[MAX_R]; /* in flight */
     int result;             /* finished while starting: delivered by the loop */
     struct op *next_done;
 };
@@ -69,6 +74,7 @@ struct erma_kvcs_client {
     bool destroying;
     const struct op *cur;             /* the op whose callback runs */
     int completed;
+    uint64_t next_expiry, expiry_ns; /* scans for tries past their deadline */
     struct erma_kvcs_client_stats stats;
 };
 
@@ -169,22 +175,31 @@ static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgb
 {
     struct try *t = tag;
     struct op *op = t->op;
-    if (op->c->destroying)
-        return; /* the endpoint frees its buffers */
-    struct erma_msgbuf req = t->req, rsp = *resp;
+    if (t->c->destroying) {
+        free(t); /* the endpoint frees its buffers */
+        return;
+    }
     const uint8_t *val = NULL;
     uint32_t vlen = 0;
-    if (status == ERMA_OK)
-        status = op->kind == GET ? erma_kv_resp(&rsp, &val, &vlen) : erma_kv_resp(&rsp, NULL, NULL);
-    try_done(op->c, op, t->pos, status, val, vlen);
-    erma_free_msgbuf(rpc, &req);
-    erma_free_msgbuf(rpc, &rsp);
+    if (op && status == ERMA_OK)
+        status = op->kind == GET ? erma_kv_resp(resp, &val, &vlen) : erma_kv_resp(resp, NULL, NULL);
+    if (op) {
+        op->tries[t->pos] = NULL;
+        try_done(t->c, op, t->pos, status, val, vlen);
+    }
+    erma_free_msgbuf(rpc, &t->req);
+    erma_free_msgbuf(rpc, &t->resp);
+    free(t);
 }
 
 static void on_read(void *tag, int status, const uint8_t *val, uint32_t vlen)
 {
     struct try *t = tag;
-    try_done(t->op->c, t->op, t->pos, status, val, vlen);
+    struct op *op = t->op;
+    const uint32_t pos = t->pos;
+    op->tries[pos] = NULL;
+    free(t);
+    try_done(op->c, op, pos, status, val, vlen);
 }
 
 static int fill_req(const struct op *op, struct erma_msgbuf *req, const void *val, uint32_t vlen)
@@ -225,13 +240,42 @@ static int start_rpc(struct erma_kvcs_client *c, struct try *t, const struct ser
 static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, const void *val,
                      uint32_t vlen)
 {
-    struct try *t = &op->tries[pos];
     const struct server *s = &c->srv[op->rep[pos]];
-    t->op = op;
-    t->pos = pos;
-    if (op->kind == GET && op->method == ERMA_KVCS_READ)
-        return erma_kv_rget(c->reader, &s->remote, op->key, op->klen, on_read, t);
-    return start_rpc(c, t, s, val, vlen);
+    struct try *t = calloc(1, sizeof *t);
+    if (!t)
+        return ERMA_ENOMEM;
+    *t = (struct try){.c = c, .op = op, .pos = pos,
+                      .read = op->kind == GET && op->method == ERMA_KVCS_READ,
+                      .deadline = erma_now_ns() + c->cfg.attempt_timeout_ns};
+    const int rc = t->read ? erma_kv_rget(c->reader, &s->remote, op->key, op->klen, on_read, t)
+                           : start_rpc(c, t, s, val, vlen);
+    if (rc != ERMA_OK)
+        free(t);
+    else
+        op->tries[pos] = t;
+    return rc;
+}
+
+/* RPC tries past their deadline (they may wait behind others for one of
+ * the session's slots, where the request timeout does not run yet) fail
+ * as timed out; their requests complete later, to no op. */
+static void expire_tries(struct erma_kvcs_client *c)
+{
+    const uint64_t now = erma_now_ns();
+    if (now < c->next_expiry)
+        return;
+    c->next_expiry = now + c->expiry_ns;
+    for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
+        struct op *op = &c->ops[i];
+        for (uint32_t p = 0; op->live && p < op->nrep; p++) {
+            struct try *t = op->tries[p];
+            if (!t || t->read || now < t->deadline)
+                continue;
+            t->op = NULL;
+            op->tries[p] = NULL;
+            try_done(c, op, p, ERMA_ETIMEDOUT, NULL, 0);
+        }
+    }
 }
 
 /* ---- GET: one replica after another ---- */
@@ -407,6 +451,7 @@ int erma_kvcs_client_run_once(struct erma_kvcs_client *c)
     erma_rpc_run_once(c->rpc);
     for (int i = 0; i < 4 && erma_kv_reader_poll(c->reader) > 0; i++)
         ;
+    expire_tries(c);
     deliver_deferred(c);
     return c->completed;
 }
@@ -596,6 +641,9 @@ int erma_kvcs_client_create(const struct erma_kvcs_client_cfg *cfg,
         return ERMA_ENOMEM;
     c->cfg = *cfg;
     defaults(&c->cfg);
+    c->expiry_ns = c->cfg.attempt_timeout_ns / 8;
+    if (c->expiry_ns > 1000000)
+        c->expiry_ns = 1000000;
     const int rc = client_up(c);
     if (rc != ERMA_OK) {
         erma_kvcs_client_destroy(c);
@@ -612,7 +660,11 @@ void erma_kvcs_client_destroy(struct erma_kvcs_client *c)
         return;
     erma_rma_destroy(c->rma); /* drops the reader's reads without completions */
     erma_kv_reader_destroy(c->reader);
-    c->destroying = true;     /* requests fail now: nothing to deliver */
+    for (uint32_t i = 0; c->ops && i < c->cfg.max_ops; i++)
+        for (uint32_t p = 0; c->ops[i].live && p < c->ops[i].nrep; p++)
+            if (c->ops[i].tries[p] && c->ops[i].tries[p]->read)
+                free(c->ops[i].tries[p]);
+    c->destroying = true;     /* requests fail now: their tries are freed, no callback */
     erma_rpc_destroy(c->rpc);
     erma_nexus_destroy(c->nx);
     erma_kvcs_ring_destroy(c->ring);

@@ -25,12 +25,14 @@
  *   RMA engine and an erma_kv_reader, connects a session to endpoint 0 of
  *   every server and fetches each table's region and a key derived for this
  *   client (the kv REGION request), blocking up to connect_timeout_ns;
- *   ERMA_ETIMEDOUT if some server cannot be reached. Every request of the
- *   endpoint fails after attempt_timeout_ns (rpc cfg.req_timeout_ns), and so
- *   does every one-sided op (rma cfg.op_timeout_ns and
- *   dispatch_timeout_ns), so a dead replica costs about one attempt timeout
- *   per try (requests beyond the session's ERMA_SESSION_SLOTS in flight
- *   wait for a slot first).
+ *   ERMA_ETIMEDOUT if some server cannot be reached. A try lasts at most
+ *   about attempt_timeout_ns: requests fail after it (rpc
+ *   cfg.req_timeout_ns), and so do one-sided ops (rma cfg.op_timeout_ns and
+ *   dispatch_timeout_ns; a one-sided GET makes two or more READs, each so
+ *   bounded); an RPC try still unanswered at its deadline, e.g. waiting
+ *   behind others for one of its session's ERMA_SESSION_SLOTS, is abandoned
+ *   as ERMA_ETIMEDOUT (its request completes later, to no op). So a dead
+ *   replica costs a GET about one attempt timeout.
  *
  *   Ops start with erma_kvcs_get/put/del and complete in
  *   erma_kvcs_client_run_once(): cb(tag, status, val, vlen) runs exactly
@@ -171,7 +173,8 @@ void erma_kvcs_client_set_method(struct erma_kvcs_client *c, enum erma_kvcs_meth
 /* gets, puts, dels: ops started; failovers: GET tries made after a try
  * failed at the transport level; failed: ops completed with a status other
  * than ERMA_OK and ERMA_ENOENT; read_gets, rpc_gets: GETs started by each
- * method; skipped: GET tries passed over because the replica was down. */
+ * method; skipped: GET tries that went to a later replica, passing over
+ * one marked down. */
 struct erma_kvcs_client_stats {
     uint64_t gets, puts, dels, failovers, failed, read_gets, rpc_gets;
     uint64_t skipped;
