@@ -183,12 +183,13 @@ static void on_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
 static void wait_all(struct erma_kvcs_client *c, struct rec *recs, uint32_t n)
 {
     const uint64_t end = erma_now_ns() + 10 * SEC;
-    uint32_t done = 0;
+    uint32_t done = 0, completed = 0; /* as run_once counts them */
     while (done < n && erma_now_ns() < end) {
-        erma_kvcs_client_run_once(c);
+        completed += (uint32_t)erma_kvcs_client_run_once(c);
         while (done < n && recs[done].calls)
             done++;
     }
+    assert_int_equal(completed, n);
     for (uint32_t i = 0; i < n; i++) {
         if (recs[i].calls != 1)
             print_message("  rec %u (key %u) of %u: %d calls\n", i, recs[i].key, n, recs[i].calls);

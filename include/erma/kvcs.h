@@ -39,7 +39,7 @@
  *   once per op that was started (call returned ERMA_OK), always from inside
  *   erma_kvcs_client_run_once(), never from the call that started it. val
  *   (GET with ERMA_OK only) is valid during the callback. Callbacks may
- *   start new ops.
+ *   start new ops (not destroy the client).
  *
  *   GET  tries the key's replicas in ring order, one at a time, by the
  *        method in force when it starts: ERMA_KVCS_RPC (a kv GET request) or
@@ -65,9 +65,10 @@
  *        replica had the key.
  *
  *   Values are never returned wrongly: each try has its own request and
- *   response buffers and its own tag, a late answer to a try that timed out
- *   is dropped by the RPC or RMA layer, and one-sided GETs return only
- *   items whose stamp and SipHash check (kv.h). Replicas are not kept
+ *   response buffers and is its own tag; a late answer to a try that timed
+ *   out is dropped by the RPC or RMA layer, or, for an abandoned try, comes
+ *   to a try detached from its op and is dropped; one-sided GETs return
+ *   only items whose stamp and SipHash check (kv.h). Replicas are not kept
  *   consistent with each other: a replica that missed a PUT (a try that
  *   failed) may serve the older value until it is written again, as in any
  *   cache. A server that fails is not reconnected: its tries fail at once
@@ -75,7 +76,8 @@
  *   client to use it again.
  *
  *   Bad input is refused at once, nothing started: ERMA_EINVAL for a NULL
- *   client, key or callback or an empty key, ERMA_E2BIG for a key over
+ *   client, key or callback, an empty key, or a NULL value of non-zero
+ *   length, ERMA_E2BIG for a key over
  *   ERMA_KVCS_MAX_KEY bytes or a value that does not fit a kv item
  *   (ERMA_KV_MAX_ITEM), ERMA_ENOSLOTS when max_ops ops are in progress.
  *
