@@ -15,6 +15,8 @@
 #define ITEM_OVERHEAD (16 + 8 + 7) /* kv item header, check, padding */
 #define GET_RESP 512               /* a GET's first response buffer; erma grows it */
 #define REGION_RESP 128
+#define MAX_SESS 4     /* sessions per server: 8 requests in flight on each */
+#define RX_SESSIONS 128 /* sessions the endpoint's RX ring takes (4096 / 32 credits) */
 
 enum kind { GET, PUT, DEL };
 
@@ -52,7 +54,8 @@ struct op {
 
 struct server {
     char uri[128];
-    int sess; /* -1: failed */
+    int sess[MAX_SESS]; /* -1: failed */
+    uint32_t next_sess;
     struct erma_kv_remote remote;
     uint64_t down_until;
     int region_rc; /* connecting: 1 asked, 0 known, < 0 to ask again */
@@ -74,6 +77,7 @@ struct erma_kvcs_client {
     bool destroying;
     const struct op *cur;             /* the op whose callback runs */
     int completed;
+    uint32_t nsess; /* per server */
     uint64_t next_expiry, expiry_ns; /* scans for tries past their deadline */
     struct erma_kvcs_client_stats stats;
 };
@@ -211,12 +215,25 @@ static int fill_req(const struct op *op, struct erma_msgbuf *req, const void *va
     return erma_kv_req_del(req, op->key, op->klen);
 }
 
-static int start_rpc(struct erma_kvcs_client *c, struct try *t, const struct server *s,
+/* The server's sessions in turn, so that its requests share their slots;
+ * -1 when every one has failed. */
+static int session_of(const struct erma_kvcs_client *c, struct server *s)
+{
+    for (uint32_t k = 0; k < c->nsess; k++) {
+        const int sess = s->sess[s->next_sess++ % c->nsess];
+        if (sess >= 0)
+            return sess;
+    }
+    return -1;
+}
+
+static int start_rpc(struct erma_kvcs_client *c, struct try *t, struct server *s,
                      const void *val, uint32_t vlen)
 {
     const struct op *op = t->op;
     static const uint8_t types[] = {ERMA_KV_GET, ERMA_KV_PUT, ERMA_KV_DEL};
-    if (s->sess < 0)
+    const int sess = session_of(c, s);
+    if (sess < 0)
         return ERMA_EPEERFAILED;
     int rc = erma_alloc_msgbuf(c->rpc, 8 + (size_t)op->klen + vlen, &t->req);
     if (rc != ERMA_OK)
@@ -228,7 +245,7 @@ static int start_rpc(struct erma_kvcs_client *c, struct try *t, const struct ser
     }
     rc = fill_req(op, &t->req, val, vlen);
     if (rc == ERMA_OK)
-        rc = erma_enqueue_request(c->rpc, s->sess, ERMA_KVCS_TYPE_BASE + types[op->kind], &t->req,
+        rc = erma_enqueue_request(c->rpc, sess, ERMA_KVCS_TYPE_BASE + types[op->kind], &t->req,
                                   &t->resp, on_rpc, t);
     if (rc != ERMA_OK) {
         erma_free_msgbuf(c->rpc, &t->req);
@@ -240,7 +257,7 @@ static int start_rpc(struct erma_kvcs_client *c, struct try *t, const struct ser
 static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, const void *val,
                      uint32_t vlen)
 {
-    const struct server *s = &c->srv[op->rep[pos]];
+    struct server *s = &c->srv[op->rep[pos]];
     struct try *t = calloc(1, sizeof *t);
     if (!t)
         return ERMA_ENOMEM;
@@ -280,9 +297,9 @@ static void expire_tries(struct erma_kvcs_client *c)
 
 /* ---- GET: one replica after another ---- */
 
-/* The first untried replica not marked down, else the first untried one;
- * -1 when every replica was tried. */
-static int pick(struct erma_kvcs_client *c, const struct op *op)
+/* The first untried replica not marked down (*passed: after one that is),
+ * else the first untried one; -1 when every replica was tried. */
+static int pick(struct erma_kvcs_client *c, const struct op *op, bool *passed)
 {
     const uint64_t now = erma_now_ns();
     int any = -1;
@@ -290,12 +307,13 @@ static int pick(struct erma_kvcs_client *c, const struct op *op)
         if (op->st[i] != ERMA_KVCS_NOT_TRIED)
             continue;
         if (c->srv[op->rep[i]].down_until <= now) {
-            c->stats.skipped += any >= 0;
+            *passed = any >= 0;
             return (int)i;
         }
         if (any < 0)
             any = (int)i;
     }
+    *passed = false;
     return any;
 }
 
@@ -308,13 +326,14 @@ static bool move_on(int status)
 static void get_next(struct erma_kvcs_client *c, struct op *op)
 {
     for (;;) {
-        const int pos = pick(c, op);
+        bool passed;
+        const int pos = pick(c, op, &passed);
         if (pos < 0) {
             finish_op(c, op, op->last_err, NULL, 0);
             return;
         }
-        if (op->last_err)
-            c->stats.failovers++;
+        c->stats.skipped += passed;
+        c->stats.failovers += op->last_err || passed;
         const int rc = start_try(c, op, (uint32_t)pos, NULL, 0);
         if (rc == ERMA_OK)
             return;
@@ -491,10 +510,11 @@ static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int 
     if (ev != ERMA_SM_PEER_FAILED && ev != ERMA_SM_CONNECT_FAILED)
         return;
     for (uint32_t i = 0; i < c->cfg.nservers; i++)
-        if (c->srv[i].sess == session) {
-            c->srv[i].sess = -1;
-            mark_down(c, i);
-        }
+        for (uint32_t k = 0; k < c->nsess; k++)
+            if (c->srv[i].sess[k] == session) {
+                c->srv[i].sess[k] = -1;
+                mark_down(c, i);
+            }
 }
 
 static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
@@ -506,20 +526,33 @@ static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_m
     s->region_rc = status == ERMA_OK ? 0 : status;
 }
 
-static int ask_region(struct erma_kvcs_client *c, struct server *s)
+/* Opens the server's sessions that are not (or no longer) there, and asks
+ * for its region over the first once the last answer failed. */
+static int server_connect(struct erma_kvcs_client *c, struct server *s)
 {
-    if (s->sess < 0 && (s->sess = erma_create_session(c->rpc, s->uri, 0)) < 0)
-        return s->sess;
+    for (uint32_t k = 0; k < c->nsess; k++)
+        if (s->sess[k] < 0 && (s->sess[k] = erma_create_session(c->rpc, s->uri, 0)) < 0)
+            return s->sess[k];
+    if (s->region_rc >= 0)
+        return ERMA_OK;
     int rc = erma_kv_req_region(&s->req, erma_rma_identity(c->rma));
     if (rc == ERMA_OK)
-        rc = erma_enqueue_request(c->rpc, s->sess, ERMA_KVCS_TYPE_BASE + ERMA_KV_REGION, &s->req,
-                                  &s->resp, on_region, s);
+        rc = erma_enqueue_request(c->rpc, s->sess[0], ERMA_KVCS_TYPE_BASE + ERMA_KV_REGION,
+                                  &s->req, &s->resp, on_region, s);
     if (rc == ERMA_OK)
         s->region_rc = 1;
-    return rc;
+    return rc == ERMA_ENOMEM ? rc : ERMA_OK; /* else asked again next time */
 }
 
-/* Every server's region and key, before the deadline. */
+static bool server_ready(const struct erma_kvcs_client *c, const struct server *s)
+{
+    for (uint32_t k = 0; k < c->nsess; k++)
+        if (!erma_session_connected(c->rpc, s->sess[k]))
+            return false;
+    return s->region_rc == 0;
+}
+
+/* Every server's sessions, region and key, before the deadline. */
 static int fetch_regions(struct erma_kvcs_client *c)
 {
     const uint64_t end = erma_now_ns() + c->cfg.connect_timeout_ns;
@@ -527,9 +560,10 @@ static int fetch_regions(struct erma_kvcs_client *c)
         bool all = true;
         for (uint32_t i = 0; i < c->cfg.nservers; i++) {
             struct server *s = &c->srv[i];
-            all = all && s->region_rc == 0;
-            if (s->region_rc < 0 && ask_region(c, s) == ERMA_ENOMEM)
-                return ERMA_ENOMEM;
+            const int rc = server_connect(c, s);
+            if (rc != ERMA_OK)
+                return rc;
+            all = all && server_ready(c, s);
         }
         if (all)
             return ERMA_OK;
@@ -543,7 +577,8 @@ static int servers_up(struct erma_kvcs_client *c, const char *const *uris)
 {
     for (uint32_t i = 0; i < c->cfg.nservers; i++) {
         struct server *s = &c->srv[i];
-        s->sess = -1;
+        for (uint32_t k = 0; k < MAX_SESS; k++)
+            s->sess[k] = -1;
         s->region_rc = -1;
         if (!uris[i] || (size_t)snprintf(s->uri, sizeof s->uri, "%s", uris[i]) >= sizeof s->uri)
             return ERMA_EADDR;
@@ -641,6 +676,10 @@ int erma_kvcs_client_create(const struct erma_kvcs_client_cfg *cfg,
         return ERMA_ENOMEM;
     c->cfg = *cfg;
     defaults(&c->cfg);
+    c->nsess = RX_SESSIONS / c->cfg.nservers < MAX_SESS ? RX_SESSIONS / c->cfg.nservers
+                                                        : MAX_SESS;
+    if (!c->nsess)
+        c->nsess = 1;
     c->expiry_ns = c->cfg.attempt_timeout_ns / 8;
     if (c->expiry_ns > 1000000)
         c->expiry_ns = 1000000;

@@ -22,10 +22,13 @@
  *
  * Client
  *   erma_kvcs_client_create() makes a nexus at cfg.uri with one endpoint, an
- *   RMA engine and an erma_kv_reader, connects a session to endpoint 0 of
- *   every server and fetches each table's region and a key derived for this
- *   client (the kv REGION request), blocking up to connect_timeout_ns;
- *   ERMA_ETIMEDOUT if some server cannot be reached. A try lasts at most
+ *   RMA engine and an erma_kv_reader, connects sessions to endpoint 0 of
+ *   every server (4 each, fewer past 32 servers, used in turn: a session
+ *   has only ERMA_SESSION_SLOTS requests in flight, and requests queued
+ *   behind them timed out once a failed replica's load moved to the others)
+ *   and fetches each table's region and a key derived for this client (the
+ *   kv REGION request), blocking up to connect_timeout_ns; ERMA_ETIMEDOUT
+ *   if some server cannot be reached. A try lasts at most
  *   about attempt_timeout_ns: requests fail after it (rpc
  *   cfg.req_timeout_ns), and so do one-sided ops (rma cfg.op_timeout_ns and
  *   dispatch_timeout_ns; a one-sided GET makes two or more READs, each so
@@ -50,9 +53,9 @@
  *        ERMA_EREFUSED, ERMA_ENACK, ERMA_EDISPATCH, and for READs
  *        ERMA_EAUTH and ERMA_ENOREGION, a restarted server's answers) marks
  *        its replica down for down_ns and the GET moves on to the next
- *        replica (a failover). ERMA_EAGAIN (too many torn reads) moves on
- *        without marking it down. ERMA_ENOENT from a replica is a final
- *        answer: a cache miss. status: ERMA_OK with the value, ERMA_ENOENT,
+ *        replica (a failover, as is passing over a replica marked down).
+ *        ERMA_EAGAIN (too many torn reads) moves on without marking it
+ *        down. ERMA_ENOENT from a replica is a final answer: a cache miss. status: ERMA_OK with the value, ERMA_ENOENT,
  *        the last try's failure when every replica failed, or another
  *        failure (ERMA_ENOMEM, ERMA_EBADPKT...) at once.
  *   PUT, DEL  go to all the key's replicas at once, whatever their down
@@ -72,7 +75,7 @@
  *   consistent with each other: a replica that missed a PUT (a try that
  *   failed) may serve the older value until it is written again, as in any
  *   cache. A server that fails is not reconnected: its tries fail at once
- *   once its session has failed (rpc cfg.failure_ns, 500 ms); recreate the
+ *   once its sessions have failed (rpc cfg.failure_ns, 500 ms); recreate the
  *   client to use it again.
  *
  *   Bad input is refused at once, nothing started: ERMA_EINVAL for a NULL
@@ -172,11 +175,11 @@ int erma_kvcs_client_run_once(struct erma_kvcs_client *c);
 /* The method of GETs started from now on. */
 void erma_kvcs_client_set_method(struct erma_kvcs_client *c, enum erma_kvcs_method m);
 
-/* gets, puts, dels: ops started; failovers: GET tries made after a try
- * failed at the transport level; failed: ops completed with a status other
- * than ERMA_OK and ERMA_ENOENT; read_gets, rpc_gets: GETs started by each
- * method; skipped: GET tries that went to a later replica, passing over
- * one marked down. */
+/* gets, puts, dels: ops started; failovers: GET tries on a later replica,
+ * because an earlier one failed in this GET or was passed over as marked
+ * down; skipped: those that passed over a replica marked down; failed: ops
+ * completed with a status other than ERMA_OK and ERMA_ENOENT; read_gets,
+ * rpc_gets: GETs started by each method. */
 struct erma_kvcs_client_stats {
     uint64_t gets, puts, dels, failovers, failed, read_gets, rpc_gets;
     uint64_t skipped;
