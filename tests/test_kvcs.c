@@ -523,17 +523,21 @@ static void load_keys(struct fail_run *r)
     }
 }
 
-/* Runs the workload for ns, killing the victim at kill_at ns; then drains. */
-static void fail_workload(struct fail_run *r, struct servers *s, uint64_t ns, uint64_t kill_at,
+/* Runs the workload, kills the victim after kill_at ns and goes on for
+ * after ns more; then drains. The victim is reaped later: waiting for a
+ * big (ASan) process to go took a second at times. */
+static void fail_workload(struct fail_run *r, struct servers *s, uint64_t kill_at, uint64_t after,
                           struct erma_kvcs_client_stats *at_kill)
 {
-    const uint64_t t0 = erma_now_ns(), stop = t0 + ns, end = stop + 10 * SEC;
+    const uint64_t t0 = erma_now_ns(), end = t0 + kill_at + after + 10 * SEC;
+    uint64_t stop = UINT64_MAX;
     while ((r->done < r->started || erma_now_ns() < stop) && erma_now_ns() < end) {
         const uint64_t now = erma_now_ns();
         if (!r->killed && now >= t0 + kill_at) {
-            server_kill(s, r->victim);
+            kill(s->pid[r->victim], SIGKILL);
             erma_kvcs_client_get_stats(r->c, at_kill);
             r->killed = true;
+            stop = erma_now_ns() + after;
         }
         for (int i = 0; i < DEPTH && now < stop && r->started < MAX_OPS3; i++)
             if (!r->ops[i].live)
@@ -543,7 +547,7 @@ static void fail_workload(struct fail_run *r, struct servers *s, uint64_t ns, ui
 }
 
 /* One run: R replicas of 3 servers on port slot `slot`, server `victim`
- * killed after 0.5 s of a 1.5 s workload. */
+ * killed after 0.5 s of workload, which goes on 1 s more. */
 static void replica_failure(uint32_t replicas, int slot, unsigned victim)
 {
     static struct servers s;
@@ -560,7 +564,7 @@ static void replica_failure(uint32_t replicas, int slot, unsigned victim)
     load_keys(&r);
     struct erma_kvcs_client_stats k, st;
     memset(&k, 0, sizeof k);
-    fail_workload(&r, &s, 1500000000, 500000000, &k);
+    fail_workload(&r, &s, 500000000, 1000000000, &k);
     erma_kvcs_client_get_stats(r.c, &st);
     print_message("  R = %u: %lu ops (%lu GETs: %lu by RPC, %lu by READ; %lu PUTs): %lu ok, %lu "
                   "absent, %lu failed, %lu wrong; after the kill %lu of %lu ok, slowest GET "

@@ -75,7 +75,8 @@ struct erma_kvcs_client {
     struct op *done_head, *done_tail; /* finished while starting */
     int starting;                     /* inside a call that starts an op */
     bool destroying;
-    const struct op *cur;             /* the op whose callback runs */
+    bool in_cb;                       /* info: the op whose callback runs */
+    struct erma_kvcs_op_info info;
     int completed;
     uint32_t nsess; /* per server */
     uint64_t next_expiry, expiry_ns; /* scans for tries past their deadline */
@@ -107,15 +108,24 @@ static void mark_down(struct erma_kvcs_client *c, uint32_t server)
 
 /* ---- finishing ops ---- */
 
+/* Frees the op's slot before its callback, which may start another op. */
 static void deliver(struct erma_kvcs_client *c, struct op *op, int status, const uint8_t *val,
                     uint32_t vlen)
 {
-    c->cur = op;
-    op->cb(op->tag, status, val, vlen);
-    c->cur = NULL;
+    struct erma_kvcs_op_info *in = &c->info;
+    memset(in, 0, sizeof *in);
+    in->nreplicas = op->nrep;
+    memcpy(in->replicas, op->rep, sizeof op->rep);
+    memcpy(in->status, op->st, sizeof op->st);
+    in->answered = op->answered;
+    const erma_kvcs_fn cb = op->cb;
+    void *tag = op->tag;
     op->live = false;
     c->free_ops[c->nfree++] = (uint32_t)(op - c->ops);
     c->completed++;
+    c->in_cb = true;
+    cb(tag, status, val, vlen);
+    c->in_cb = false;
 }
 
 static void finish_op(struct erma_kvcs_client *c, struct op *op, int status, const uint8_t *val,
@@ -489,14 +499,9 @@ void erma_kvcs_client_get_stats(const struct erma_kvcs_client *c,
 
 int erma_kvcs_op_info(const struct erma_kvcs_client *c, struct erma_kvcs_op_info *out)
 {
-    if (!c || !out || !c->cur)
+    if (!c || !out || !c->in_cb)
         return ERMA_EINVAL;
-    const struct op *op = c->cur;
-    memset(out, 0, sizeof *out);
-    out->nreplicas = op->nrep;
-    memcpy(out->replicas, op->rep, sizeof op->rep);
-    memcpy(out->status, op->st, sizeof op->st);
-    out->answered = op->answered;
+    *out = c->info;
     return ERMA_OK;
 }
 

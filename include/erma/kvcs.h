@@ -42,7 +42,8 @@
  *   once per op that was started (call returned ERMA_OK), always from inside
  *   erma_kvcs_client_run_once(), never from the call that started it. val
  *   (GET with ERMA_OK only) is valid during the callback. Callbacks may
- *   start new ops (not destroy the client).
+ *   start new ops (the slot of the op whose callback runs is free again),
+ *   not destroy the client.
  *
  *   GET  tries the key's replicas in ring order, one at a time, by the
  *        method in force when it starts: ERMA_KVCS_RPC (a kv GET request) or
