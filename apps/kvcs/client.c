@@ -101,9 +101,14 @@ static bool transport_failure(int st)
     }
 }
 
+/* Skips the server for down_ns from its first failure; failures while it
+ * is down (tries already under way, PUTs) do not extend that, so that it
+ * is tried again in time. */
 static void mark_down(struct erma_kvcs_client *c, uint32_t server)
 {
-    c->srv[server].down_until = erma_now_ns() + c->cfg.down_ns;
+    const uint64_t now = erma_now_ns();
+    if (c->srv[server].down_until <= now)
+        c->srv[server].down_until = now + c->cfg.down_ns;
 }
 
 /* ---- finishing ops ---- */
@@ -226,13 +231,17 @@ static int fill_req(const struct op *op, struct erma_msgbuf *req, const void *va
 }
 
 /* The server's sessions in turn, so that its requests share their slots;
- * -1 when every one has failed. */
-static int session_of(const struct erma_kvcs_client *c, struct server *s)
+ * a failed one is opened again once the server's down mark has passed (its
+ * requests wait for the connection); -1 when none is there. */
+static int session_of(struct erma_kvcs_client *c, struct server *s)
 {
+    const bool retry = s->down_until <= erma_now_ns();
     for (uint32_t k = 0; k < c->nsess; k++) {
-        const int sess = s->sess[s->next_sess++ % c->nsess];
-        if (sess >= 0)
-            return sess;
+        int *sess = &s->sess[s->next_sess++ % c->nsess];
+        if (*sess < 0 && retry)
+            *sess = erma_create_session(c->rpc, s->uri, 0);
+        if (*sess >= 0)
+            return *sess;
     }
     return -1;
 }
@@ -626,6 +635,7 @@ static int endpoint_up(struct erma_kvcs_client *c)
 {
     const struct erma_kvcs_client_cfg *cfg = &c->cfg;
     const struct erma_rpc_cfg rcfg = {.req_timeout_ns = cfg->attempt_timeout_ns,
+                                      .failure_ns = cfg->failure_ns,
                                       .sm_handler = on_sm, .sm_ctx = c, .cc = {.off = cfg->cc_off}};
     /* Room for every GET's largest item at once, and no executor windows:
      * the executor holds a transfer's chunks while slots, the inbound

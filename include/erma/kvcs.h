@@ -75,9 +75,11 @@
  *   only items whose stamp and SipHash check (kv.h). Replicas are not kept
  *   consistent with each other: a replica that missed a PUT (a try that
  *   failed) may serve the older value until it is written again, as in any
- *   cache. A server that fails is not reconnected: its tries fail at once
- *   once its sessions have failed (rpc cfg.failure_ns, 500 ms); recreate the
- *   client to use it again.
+ *   cache. A server silent for failure_ns fails its sessions; they are
+ *   opened again by the first RPC try after its down mark has passed, so a
+ *   server back at the same URI serves RPCs again (a restarted one has a
+ *   new region key: one-sided GETs to it fail with ERMA_EAUTH or
+ *   ERMA_ENOREGION and fail over until the client is created again).
  *
  *   Bad input is refused at once, nothing started: ERMA_EINVAL for a NULL
  *   client, key or callback, an empty key, or a NULL value of non-zero
@@ -153,6 +155,8 @@ struct erma_kvcs_client_cfg {
     uint64_t down_ns;                /* a replica that failed is skipped this long,
                                         default 200 ms */
     uint64_t connect_timeout_ns;     /* default 5 s */
+    uint64_t failure_ns;             /* a server silent this long fails its sessions
+                                        (rpc cfg.failure_ns), default 500 ms */
     bool cc_off;                     /* RPC sessions unpaced (rpc cfg.cc.off): on a
                                         busy host Timely takes scheduling delays for
                                         congestion and slows RPCs several times */
