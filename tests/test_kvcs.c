@@ -269,6 +269,10 @@ static uint32_t put_again(struct erma_kvcs_client *c, struct rec *recs, uint32_t
     for (int round = 0; round < 5; round++)
         for (uint32_t i = 0; i < n; i++)
             if (!stored_everywhere(&recs[i])) {
+                if (again < 3)
+                    print_message("  PUT of key %u again: status %d, replicas %d %d\n",
+                                  recs[i].key, recs[i].status, recs[i].info.status[0],
+                                  recs[i].info.status[1]);
                 recs[i].calls = 0;
                 batch(c, &recs[i], 1, 1, put_rec);
                 again++;
