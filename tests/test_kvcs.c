@@ -260,9 +260,10 @@ static bool stored_everywhere(const struct rec *r)
     return r->status == ERMA_OK;
 }
 
-/* PUTs some replica did not take (every try of a PUT timed out once in a
- * while, the VM stalling for seconds) are made again, a few times at most;
- * returns how many. */
+/* PUTs some replica did not take are made again, a few times at most;
+ * returns how many. Under ASan on a 2-core VM an RPC session now and then
+ * spends seconds in go-back-N rounds (its server's socket overflows, 10^5
+ * retransmissions in a run), and its requests time out. */
 static uint32_t put_again(struct erma_kvcs_client *c, struct rec *recs, uint32_t n)
 {
     uint32_t again = 0;
@@ -285,6 +286,15 @@ static void check_gets(struct erma_kvcs_client *c, struct rec *recs, enum erma_k
     erma_kvcs_client_set_method(c, m);
     recs_reset(recs, KEYS, c, 0);
     batch(c, recs, KEYS, 128, get_rec);
+    /* GETs whose every try timed out (RPC sessions stuck in go-back-N
+     * rounds for seconds on a loaded VM, see put_again) are made again */
+    for (int round = 0; round < 3; round++)
+        for (uint32_t i = 0; i < KEYS; i++)
+            if (recs[i].status == ERMA_ETIMEDOUT) {
+                print_message("  GET of key %u again\n", recs[i].key);
+                recs[i].calls = 0;
+                batch(c, &recs[i], 1, 1, get_rec);
+            }
     for (uint32_t i = 0; i < KEYS; i++) {
         assert_int_equal(recs[i].status, ERMA_OK);
         assert_true(recs[i].value_ok);
@@ -391,7 +401,7 @@ static void test_methods(void **state)
                   (unsigned long)st.gets, (unsigned long)st.rpc_gets,
                   (unsigned long)st.read_gets, (unsigned long)st.puts, (unsigned long)st.dels,
                   (unsigned long)st.failed, (unsigned long)st.failovers);
-    assert_true(st.failed <= again); /* only PUTs made again failed */
+    assert_true(st.failed <= again + 3 * KEYS); /* PUTs and GETs made again */
     erma_kvcs_client_destroy(c);
     servers_down(&s);
 }
