@@ -36,6 +36,7 @@ static void slot_free(struct erma_rma *rma, struct slot *s)
     s->state = SLOT_FREE;
     s->next = rma->free_slots;
     rma->free_slots = (int32_t)(s - rma->slots);
+    rma->exec_wake_ns = 0; /* a transfer may have waited for a slot */
 }
 
 void cq_push(struct erma_rma *rma, const struct erma_rma_completion *c)
@@ -49,7 +50,7 @@ static void finish(struct erma_rma *rma, struct slot *s, int status)
     const int32_t i = (int32_t)(s - rma->slots);
     list_remove(s->state == SLOT_QUEUED ? &rma->queued[s->prio] : &rma->inflight, rma->slots, i);
     if (s->op == ERMA_RMA_READ && s->state != SLOT_QUEUED)
-        rma->inbound -= s->len;
+        rma->inbound -= s->len, rma->exec_wake_ns = 0; /* the inbound window opened */
     else if (s->op == ERMA_RMA_READ)
         rma->queued_in -= s->len;
     if (s->state == SLOT_QUEUED)

@@ -380,6 +380,35 @@ static void test_replay(void **state)
 
 /* ---- executor ---- */
 
+/* A transfer that found every command slot taken by the application's own
+ * ops goes on once those complete and are polled. */
+static void test_executor_waits_for_slots(void **state)
+{
+    struct erma_rma_cfg cfg[2] = {{0}, {.slots = 4}};
+    struct world w;
+    struct target t;
+    world_up_cfg(&w, ON_SIM(state), 2, NULL, cfg);
+    target_up(&w, &t);
+    const struct erma_rkey k = rkey_for(&w, 1, t.rw);
+    const int p = peer0(&w, 1);
+    static uint8_t bufs[4][64], big[16384];
+    for (int i = 0; i < 4; i++)
+        assert_true(erma_rma_submit(w.rma[1], &(struct erma_rma_cmd){
+                        .op = ERMA_RMA_READ, .peer = p, .rkey = k, .offset = 64 * i,
+                        .local = bufs[i], .len = 64, .tag = i}) >= 0);
+    const struct erma_rma_xfer x = {.op = ERMA_RMA_READ, .peer = p, .rkey = k,
+                                    .offset = 1024, .local = big, .len = sizeof big};
+    assert_true(erma_rma_transfer(w.rma[1], &x) >= 0);
+    struct erma_rma_completion c[5];
+    assert_int_equal(world_wait(&w, 1, c, 5, 2000000000ull), 5);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(c[i].status, ERMA_OK);
+    assert_true(c[4].transfer);
+    assert_memory_equal(big, t.mem + 1024, sizeof big);
+    world_down(&w);
+    free(t.mem);
+}
+
 static void executor_run(bool on_sim, double loss)
 {
     struct erma_sim_cfg sc;
@@ -682,6 +711,8 @@ int main(void)
         cmocka_unit_test_prestate(test_tamper, &SIM),
         cmocka_unit_test_prestate(test_replay, &SIM),
         cmocka_unit_test_prestate(test_garbage, &SIM),
+        cmocka_unit_test_prestate(test_executor_waits_for_slots, &SIM),
+        cmocka_unit_test_prestate(test_executor_waits_for_slots, &UDP),
         cmocka_unit_test_prestate(test_executor, &SIM),
         cmocka_unit_test_prestate(test_executor, &UDP),
         cmocka_unit_test_prestate(test_executor_loss, &SIM),
