@@ -19,6 +19,9 @@ struct bench_lat {
 /* Sorts v[0..n) and fills out with its median, p99 and p99.9 in us. */
 void bench_lat_from_ns(uint64_t *v, size_t n, struct bench_lat *out);
 
+/* Sorts v[0..n) (n >= 1) and returns its median. */
+double bench_median(double *v, unsigned n);
+
 /* Pins the calling thread to cpu (ignored when cpu < 0 or not possible). */
 void bench_pin(int cpu);
 

@@ -376,18 +376,6 @@ out:
     return v;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, unsigned n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static int parse(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
@@ -473,6 +461,6 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     printf("rma_perf,%s,%s,%u,median,%s,%.3f,%.3f,%.3f,,\n", o.mode, op, size, metric,
-           median(vm, o.rounds), median(vr, o.rounds), median(ratio, o.rounds));
+           bench_median(vm, o.rounds), bench_median(vr, o.rounds), bench_median(ratio, o.rounds));
     return 0;
 }

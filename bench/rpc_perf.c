@@ -92,18 +92,6 @@ static const struct {
     {"no_batch_clock", {.no_batch_clock = true}},
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, unsigned n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* Measures erma (rpc = true) or raw once; returns the metric or < 0. */
 static double measure(const struct opts *o, bool rpc, struct bench_lat *lat)
 {
@@ -242,12 +230,12 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
-    const double mr = median(v[0], o.rounds), me = median(v[1], o.rounds);
+    const double mr = bench_median(v[0], o.rounds), me = bench_median(v[1], o.rounds);
     for (unsigned k = 1; k < nvar; k++) {
-        const double m = median(v[k], o.rounds), base = k == 1 ? mr : me;
+        const double m = bench_median(v[k], o.rounds), base = k == 1 ? mr : me;
         printf("rpc_perf,%s,%.*s,%u,%u,%u,median,%s,%s,%.3f,%.3f,%.3f,,\n", o.mode, tlen,
                o.rpc.server, o.rpc.size, o.rpc.resp_size, o.rpc.sessions, metric,
-               variants[k].name, m, base, median(ratio[k], o.rounds));
+               variants[k].name, m, base, bench_median(ratio[k], o.rounds));
     }
     return 0;
 }

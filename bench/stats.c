@@ -67,3 +67,15 @@ int bench_both_sides(int (*side)(void *ctx, bool peer, struct bench_raw_rate *ou
     out->mpps = (double)out->echoes / seconds / 1e6;
     return rc == ERMA_OK && out->echoes == 0 ? ERMA_ETIMEDOUT : rc;
 }
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *v, unsigned n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
