@@ -304,33 +304,28 @@ static void check_gets(struct erma_kvcs_client *c, struct rec *recs, enum erma_k
     }
 }
 
+/* 16 ops on keys from first_key, 16 at a time: each must end with status. */
+static void expect_all(struct erma_kvcs_client *c, struct rec *recs, uint32_t first_key,
+                       int (*op)(struct erma_kvcs_client *, struct rec *), int status)
+{
+    recs_reset(recs, 16, c, first_key);
+    batch(c, recs, 16, 16, op);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(recs[i].status, status);
+}
+
 static void check_missing(struct erma_kvcs_client *c, struct rec *recs)
 {
     for (int m = 0; m < 2; m++) {
         erma_kvcs_client_set_method(c, m ? ERMA_KVCS_READ : ERMA_KVCS_RPC);
-        recs_reset(recs, 16, c, 900000);
-        batch(c, recs, 16, 16, get_rec);
-        for (int i = 0; i < 16; i++)
-            assert_int_equal(recs[i].status, ERMA_ENOENT);
+        expect_all(c, recs, 900000, get_rec, ERMA_ENOENT);
     }
     /* delete 16 keys: gone by both methods, a second delete finds nothing */
-    recs_reset(recs, 16, c, 100);
-    batch(c, recs, 16, 16, del_rec);
-    for (int i = 0; i < 16; i++)
-        assert_int_equal(recs[i].status, ERMA_OK);
-    recs_reset(recs, 16, c, 100);
-    batch(c, recs, 16, 16, get_rec);
-    for (int i = 0; i < 16; i++)
-        assert_int_equal(recs[i].status, ERMA_ENOENT);
+    expect_all(c, recs, 100, del_rec, ERMA_OK);
+    expect_all(c, recs, 100, get_rec, ERMA_ENOENT);
     erma_kvcs_client_set_method(c, ERMA_KVCS_RPC);
-    recs_reset(recs, 16, c, 100);
-    batch(c, recs, 16, 16, get_rec);
-    for (int i = 0; i < 16; i++)
-        assert_int_equal(recs[i].status, ERMA_ENOENT);
-    recs_reset(recs, 16, c, 100);
-    batch(c, recs, 16, 16, del_rec);
-    for (int i = 0; i < 16; i++)
-        assert_int_equal(recs[i].status, ERMA_ENOENT);
+    expect_all(c, recs, 100, get_rec, ERMA_ENOENT);
+    expect_all(c, recs, 100, del_rec, ERMA_ENOENT);
 }
 
 static void check_refused(struct erma_kvcs_client *c, struct rec *recs)
