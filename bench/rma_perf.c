@@ -202,10 +202,11 @@ static int initiator_open(struct initiator *c, const struct opts *o)
         rc = fetch_key(c, o->rpc.server);
     if (rc == ERMA_OK && (c->peer = erma_rma_peer(c->rma, o->rpc.server, 0)) < 0)
         rc = c->peer;
-    if (rc == ERMA_OK && !(c->buf = malloc(region_len(o))))
+    const size_t len = region_len(o);
+    if (rc == ERMA_OK && !(c->buf = malloc(len)))
         rc = ERMA_ENOMEM;
     if (rc == ERMA_OK) /* what a WRITE writes back: the region's own bytes */
-        for (size_t i = 0; i < region_len(o); i++)
+        for (size_t i = 0; i < len; i++)
             c->buf[i] = pattern(i);
     if (rc != ERMA_OK)
         initiator_close(c);

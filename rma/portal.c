@@ -49,9 +49,10 @@ static void finish(struct erma_rma *rma, struct slot *s, int status)
 {
     const int32_t i = (int32_t)(s - rma->slots);
     list_remove(s->state == SLOT_QUEUED ? &rma->queued[s->prio] : &rma->inflight, rma->slots, i);
-    if (s->op == ERMA_RMA_READ && s->state != SLOT_QUEUED)
-        rma->inbound -= s->len, rma->exec_wake_ns = 0; /* the inbound window opened */
-    else if (s->op == ERMA_RMA_READ)
+    if (s->op == ERMA_RMA_READ && s->state != SLOT_QUEUED) {
+        rma->inbound -= s->len;
+        rma->exec_wake_ns = 0; /* the inbound window opened */
+    } else if (s->op == ERMA_RMA_READ)
         rma->queued_in -= s->len;
     if (s->state == SLOT_QUEUED)
         s->issue_ns = rma->now;
