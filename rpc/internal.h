@@ -27,6 +27,10 @@ struct worker {
     pthread_t thread;
     struct erma_mpsc queue; /* of struct erma_req * */
     struct erma_nexus *nx;
+    /* An idle worker sleeps on wake; sleeping tells the loop to signal it. */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    _Atomic bool sleeping;
 };
 
 struct erma_nexus {

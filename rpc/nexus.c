@@ -10,18 +10,47 @@
 
 #define WORKER_QUEUE 65536
 
+#define WORKER_SPINS 2000 /* empty polls before an idle worker sleeps */
+
+/* Sleeps until the queue may hold work or the nexus stops; returns a
+ * request if one came meanwhile. The loop pushes, then reads sleeping; we
+ * set sleeping, then look at the queue: with both fences one of the two
+ * sees the other, so no push goes unnoticed. */
+static struct erma_req *worker_sleep(struct worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    atomic_store(&w->sleeping, true);
+    atomic_thread_fence(memory_order_seq_cst);
+    struct erma_req *rq = erma_mpsc_pop(&w->queue);
+    if (!rq && !atomic_load(&w->nx->stop))
+        pthread_cond_wait(&w->wake, &w->lock);
+    atomic_store(&w->sleeping, false);
+    pthread_mutex_unlock(&w->lock);
+    return rq;
+}
+
+static void worker_signal(struct worker *w)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&w->sleeping)) {
+        pthread_mutex_lock(&w->lock);
+        pthread_cond_signal(&w->wake);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     unsigned idle = 0;
     while (!atomic_load_explicit(&w->nx->stop, memory_order_acquire)) {
         struct erma_req *rq = erma_mpsc_pop(&w->queue);
-        if (!rq) {
-            if (++idle > 1000) {
-                nanosleep(&(struct timespec){0, 20000}, NULL);
-            }
-            continue;
+        if (!rq && ++idle > WORKER_SPINS) {
+            rq = worker_sleep(w);
+            idle = 0;
         }
+        if (!rq)
+            continue;
         idle = 0;
         const struct handler *h = &w->nx->handlers[rq->type];
         h->fn(rq, h->ctx);
@@ -43,6 +72,7 @@ void nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq)
     const unsigned i = atomic_fetch_add(&nx->next_worker, 1) % nx->nworkers;
     while (erma_mpsc_push(&nx->workers[i].queue, rq) != ERMA_OK)
         sched_yield();
+    worker_signal(&nx->workers[i]);
 }
 
 /* Splits "scheme://host:PORT[?query]" at PORT: *port_at points at the ':'
@@ -95,9 +125,13 @@ int erma_nexus_create(const char *uri, const struct erma_nexus_cfg *cfg,
     for (unsigned i = 0; i < n; i++) {
         struct worker *w = &nx->workers[i];
         w->nx = nx;
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->wake, NULL);
         if (erma_mpsc_init(&w->queue, WORKER_QUEUE) != ERMA_OK ||
             pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             erma_mpsc_destroy(&w->queue);
+            pthread_cond_destroy(&w->wake);
+            pthread_mutex_destroy(&w->lock);
             erma_nexus_destroy(nx);
             return ERMA_ENOMEM;
         }
@@ -113,8 +147,14 @@ void erma_nexus_destroy(struct erma_nexus *nx)
         return;
     atomic_store(&nx->stop, true);
     for (unsigned i = 0; i < nx->nworkers; i++) {
-        pthread_join(nx->workers[i].thread, NULL);
-        erma_mpsc_destroy(&nx->workers[i].queue);
+        struct worker *w = &nx->workers[i];
+        pthread_mutex_lock(&w->lock);
+        pthread_cond_signal(&w->wake);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->thread, NULL);
+        erma_mpsc_destroy(&w->queue);
+        pthread_cond_destroy(&w->wake);
+        pthread_mutex_destroy(&w->lock);
     }
     free(nx->workers);
     free(nx);
