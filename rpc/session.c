@@ -200,7 +200,13 @@ void session_free_num(struct erma_rpc *rpc, struct session *s)
 
 int erma_create_session(struct erma_rpc *rpc, const char *remote_uri, uint8_t remote_tid)
 {
-    if (!rpc || !remote_uri || remote_tid >= ERMA_MAX_THREADS)
+    return erma_create_session_credits(rpc, remote_uri, remote_tid, 0);
+}
+
+int erma_create_session_credits(struct erma_rpc *rpc, const char *remote_uri,
+                                uint8_t remote_tid, uint32_t credits)
+{
+    if (!rpc || !remote_uri || remote_tid >= ERMA_MAX_THREADS || credits > rpc->cfg.credits)
         return ERMA_EINVAL;
     char uri[512];
     struct erma_addr peer;
@@ -219,7 +225,7 @@ int erma_create_session(struct erma_rpc *rpc, const char *remote_uri, uint8_t re
     s->peer = peer;
     s->remote_tid = remote_tid;
     s->remote_num = NO_SESSION;
-    s->credits_max = rpc->cfg.credits;
+    s->credits_max = credits ? credits : rpc->cfg.credits;
     s->token = erma_rand_u64(&rpc->rng) | 1;
     const struct sm_msg m = sess_msg(s);
     sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);

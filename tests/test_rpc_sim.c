@@ -639,6 +639,54 @@ static void test_request_timeout(void **state)
     world_down(&w);
 }
 
+/* ---- a session's own credits ---- */
+
+/* Packets delivered client to server less those server to client: at most
+ * the session's credits, as each client packet (request or RFR) is
+ * answered by one (credit return or response). */
+struct imbalance {
+    int64_t now, max;
+};
+
+static void count_imbalance(void *ctx, const struct erma_sim_event *ev)
+{
+    struct imbalance *im = ctx;
+    if (ev->kind != ERMA_SIM_DELIVER)
+        return;
+    im->now += ev->src_host == 0 ? 1 : -1;
+    if (im->now > im->max)
+        im->max = im->now;
+}
+
+/* A fresh world each time, so that no other session's keepalive counts. */
+static int64_t max_in_flight(uint32_t credits)
+{
+    struct world w;
+    struct imbalance im = {0};
+    world_up(&w, "credits", 2, 0, 0);
+    world_start(&w);
+    assert_int_equal(erma_create_session_credits(w.rpc[0], w.uri[1], 0, ERMA_MAX_CREDITS + 1),
+                     ERMA_EINVAL);
+    const int s = erma_create_session_credits(w.rpc[0], w.uri[1], 0, credits);
+    assert_true(s >= 0);
+    erma_sim_set_trace(w.sim, count_imbalance, &im);
+    call_once(&w, 0, s, ECHO, 1 << 20, 1 << 20, 1, ERMA_OK); /* waits for the connection */
+    world_down(&w);
+    return im.max;
+}
+
+static void test_session_credits(void **state)
+{
+    (void)state;
+    assert_int_equal(erma_create_session_credits(NULL, "sim://x/0:1", 0, 1), ERMA_EINVAL);
+    const int64_t full = max_in_flight(0), two = max_in_flight(2), one = max_in_flight(1);
+    print_message("  1 MiB each way: at most %lld, %lld, %lld packets in flight with 32, 2 "
+                  "and 1 credits\n", (long long)full, (long long)two, (long long)one);
+    assert_true(full > 16);
+    assert_true(two <= 2);
+    assert_true(one <= 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -647,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_refusal),      cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_peer_failure), cmocka_unit_test(test_disconnect),
         cmocka_unit_test(test_request_timeout), cmocka_unit_test(test_inconsistent_sizes),
+        cmocka_unit_test(test_session_credits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
