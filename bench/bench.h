@@ -136,4 +136,24 @@ struct bench_incast_result {
 
 int bench_incast(const struct bench_incast_cfg *cfg, struct bench_incast_result *out);
 
+/* Point GETs beside SCANs on the kv service (erma/kv.h). The server (a
+ * nexus with one worker thread, SCAN on the worker) runs in another
+ * process; the client loads `keys` keys of value_size bytes, then runs
+ * `rounds` rounds of round_seconds, alternately quiet (closed-loop GETs,
+ * one at a time) and scanning (the same GETs, with a SCAN of scan_count
+ * keys always in flight on a second session, of scan_credits credits, 0:
+ * the endpoint's). Every value is checked. */
+struct bench_kv_scan_opts {
+    const char *uri, *server;
+    uint32_t keys, value_size, scan_count, rounds, scan_credits;
+    double round_seconds;
+};
+struct bench_kv_scan_result {
+    struct bench_lat quiet, scanning; /* GET latency */
+    uint64_t scans, wrong, failed;
+};
+int bench_kv_scan_server(const char *uri, uint64_t max_ns);
+pid_t bench_kv_scan_server_fork(const char *uri, int cpu, uint64_t max_ns);
+int bench_kv_scan(const struct bench_kv_scan_opts *o, struct bench_kv_scan_result *out);
+
 #endif

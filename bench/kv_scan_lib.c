@@ -1,0 +1,296 @@
+/* Point GETs beside long SCANs on the kv service (erma/kv.h): does a scan,
+ * which runs on a worker thread, hold up the event loop's point requests? */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "erma/clock.h"
+#include "erma/kv.h"
+#include "erma/log.h"
+#include "erma/rand.h"
+#include "erma/rpc.h"
+
+#define KV_BASE 10
+#define PUT_WINDOW 8
+
+int bench_kv_scan_server(const char *uri, uint64_t max_ns)
+{
+    struct erma_nexus *nx = NULL;
+    struct erma_rpc *rpc = NULL;
+    struct erma_kv *kv = NULL;
+    struct erma_kv_server *srv = NULL;
+    const struct erma_nexus_cfg ncfg = {.workers = 1};
+    int rc = erma_kv_create(1 << 16, 64u << 20, &kv);
+    if (rc == ERMA_OK)
+        rc = erma_nexus_create(uri, &ncfg, &nx);
+    if (rc == ERMA_OK)
+        rc = erma_kv_serve(nx, KV_BASE, kv, &srv);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(nx, 0, NULL, &rpc);
+    const uint64_t end = erma_now_ns() + max_ns;
+    while (rc == ERMA_OK && erma_now_ns() < end && getppid() != 1)
+        erma_rpc_run(rpc, 10000000);
+    if (rc != ERMA_OK)
+        ERMA_ERROR("kv server on %s: %s", uri, erma_strerror(rc));
+    if (rpc)
+        erma_rpc_destroy(rpc);
+    erma_kv_server_destroy(srv);
+    erma_nexus_destroy(nx);
+    erma_kv_destroy(kv);
+    return rc;
+}
+
+pid_t bench_kv_scan_server_fork(const char *uri, int cpu, uint64_t max_ns)
+{
+    const pid_t pid = fork();
+    if (pid == 0) {
+        bench_pin(cpu);
+        _exit(bench_kv_scan_server(uri, max_ns) == ERMA_OK ? 0 : 1);
+    }
+    return pid;
+}
+
+/* Keys "k000042" sort like their numbers; values are a function of the key. */
+static uint32_t make_key(uint32_t k, char *key)
+{
+    return (uint32_t)snprintf(key, 16, "k%06u", k % 1000000);
+}
+
+static uint32_t make_val(uint32_t k, uint32_t size, uint8_t *v)
+{
+    for (uint32_t i = 0; i < size; i++)
+        v[i] = (uint8_t)(k * 7 + i);
+    return size;
+}
+
+/* One request in flight on a session. */
+struct call {
+    struct erma_msgbuf req, resp;
+    uint64_t start;
+    uint32_t key;
+    int status;
+    bool busy;
+};
+
+struct client {
+    const struct bench_kv_scan_opts *o;
+    struct erma_nexus *nx;
+    struct erma_rpc *rpc;
+    int get_sess, scan_sess;
+    struct call get, scan, put[PUT_WINDOW];
+    uint64_t wrong, failed, scans;
+};
+
+static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)rpc;
+    (void)resp;
+    struct call *c = tag;
+    c->status = status;
+    c->busy = false;
+}
+
+static int issue(struct client *cl, int sess, uint8_t op, struct call *c)
+{
+    c->busy = true;
+    c->start = erma_now_ns();
+    const int rc = erma_enqueue_request(cl->rpc, sess, KV_BASE + op, &c->req, &c->resp, on_done, c);
+    c->busy = rc == ERMA_OK;
+    return rc;
+}
+
+/* Runs the loop until c is done or timeout_ns passes. */
+static int wait_call(struct client *cl, struct call *c, uint64_t timeout_ns)
+{
+    const uint64_t end = erma_now_ns() + timeout_ns;
+    while (c->busy && erma_now_ns() < end)
+        erma_rpc_run_once(cl->rpc);
+    return c->busy ? ERMA_ETIMEDOUT : c->status;
+}
+
+static int load(struct client *cl)
+{
+    char key[16];
+    uint8_t val[4096];
+    uint32_t next = 0, left = cl->o->keys;
+    const uint64_t end = erma_now_ns() + 30000000000ull;
+    while (left && erma_now_ns() < end) {
+        for (int i = 0; i < PUT_WINDOW; i++) {
+            struct call *c = &cl->put[i];
+            if (c->busy)
+                continue;
+            if (c->start && (c->status != ERMA_OK || erma_kv_resp(&c->resp, NULL, NULL) != ERMA_OK))
+                return c->status != ERMA_OK ? c->status : ERMA_EBADPKT;
+            if (c->start)
+                left--;
+            c->start = 0;
+            if (next == cl->o->keys)
+                continue;
+            const uint32_t kl = make_key(next, key), vl = make_val(next, cl->o->value_size, val);
+            int rc = erma_kv_req_put(&c->req, key, kl, val, vl);
+            if (rc == ERMA_OK)
+                rc = issue(cl, cl->get_sess, ERMA_KV_PUT, c);
+            if (rc != ERMA_OK)
+                return rc;
+            next++;
+        }
+        erma_rpc_run_once(cl->rpc);
+    }
+    return left ? ERMA_ETIMEDOUT : ERMA_OK;
+}
+
+static int start_get(struct client *cl, struct erma_rand *r)
+{
+    char key[16];
+    cl->get.key = (uint32_t)erma_rand_below(r, cl->o->keys);
+    const int rc = erma_kv_req_get(&cl->get.req, key, make_key(cl->get.key, key));
+    return rc == ERMA_OK ? issue(cl, cl->get_sess, ERMA_KV_GET, &cl->get) : rc;
+}
+
+static void check_get(struct client *cl)
+{
+    uint8_t want[4096];
+    const uint8_t *v;
+    uint32_t vl;
+    if (cl->get.status != ERMA_OK) {
+        cl->failed++;
+        return;
+    }
+    const uint32_t wl = make_val(cl->get.key, cl->o->value_size, want);
+    if (erma_kv_resp(&cl->get.resp, &v, &vl) != ERMA_OK || vl != wl || memcmp(v, want, wl) != 0) {
+        fprintf(stderr, "get %u rc %d\n", cl->get.key, erma_kv_resp(&cl->get.resp, &v, &vl));
+        cl->wrong++;
+    }
+}
+
+static int start_scan(struct client *cl, struct erma_rand *r)
+{
+    char key[16];
+    const uint32_t from = (uint32_t)erma_rand_below(r, cl->o->keys - cl->o->scan_count + 1);
+    const int rc = erma_kv_req_scan(&cl->scan.req, key, make_key(from, key), cl->o->scan_count);
+    return rc == ERMA_OK ? issue(cl, cl->scan_sess, ERMA_KV_SCAN, &cl->scan) : rc;
+}
+
+/* A scan must return scan_count keys in order, each with its value. */
+static void check_scan(struct client *cl)
+{
+    uint32_t cursor = 0, n = 0, klen, vlen, prev = 0;
+    const uint8_t *kp, *vp;
+    uint8_t want[4096];
+    if (cl->scan.status != ERMA_OK) {
+        cl->failed++;
+        return;
+    }
+    while (erma_kv_resp_scan(&cl->scan.resp, &cursor, &kp, &klen, &vp, &vlen) == ERMA_OK) {
+        char key[8] = {0};
+        memcpy(key, kp, klen == 7 ? 7 : 0);
+        const uint32_t k = (uint32_t)strtoul(key + 1, NULL, 10);
+        if (klen != 7 || (n && k != prev + 1) || vlen != make_val(k, cl->o->value_size, want) ||
+            memcmp(vp, want, vlen) != 0) {
+            fprintf(stderr, "scan k %u prev %u n %u vlen %u\n", k, prev, n, vlen);
+            cl->wrong++;
+        }
+        prev = k;
+        n++;
+    }
+    if (n != cl->o->scan_count) {
+        fprintf(stderr, "scan n %u\n", n);
+        cl->wrong++;
+    }
+    cl->scans++;
+}
+
+/* One round of round_seconds: closed-loop GETs, with one SCAN always in
+ * flight when scanning; each GET's latency goes to lat. */
+static int round_run(struct client *cl, struct erma_rand *r, bool scanning, uint64_t *lat,
+                     size_t cap, size_t *n)
+{
+    const uint64_t end = erma_now_ns() + (uint64_t)(cl->o->round_seconds * 1e9);
+    int rc = ERMA_OK;
+    while (rc == ERMA_OK && erma_now_ns() < end) {
+        if (!cl->get.busy) {
+            if (cl->get.start) {
+                if (*n < cap)
+                    lat[(*n)++] = erma_now_ns() - cl->get.start;
+                check_get(cl);
+            }
+            rc = start_get(cl, r);
+        }
+        if (rc == ERMA_OK && scanning && !cl->scan.busy) {
+            if (cl->scan.start)
+                check_scan(cl);
+            rc = start_scan(cl, r);
+        }
+        erma_rpc_run_once(cl->rpc);
+    }
+    /* the round's last requests finish here and are not counted, so that a
+     * quiet round never sees a scan */
+    if (rc == ERMA_OK && cl->scan.busy && (rc = wait_call(cl, &cl->scan, 10000000000ull)) == ERMA_OK)
+        check_scan(cl);
+    if (rc == ERMA_OK && cl->get.busy && (rc = wait_call(cl, &cl->get, 5000000000ull)) == ERMA_OK)
+        check_get(cl);
+    cl->get.start = cl->scan.start = 0;
+    return rc;
+}
+
+static int client_up(struct client *cl)
+{
+    const struct erma_rpc_cfg cfg = {.keepalive_ns = 50000000}; /* the server's failure_ns is 500 ms */
+    const size_t scan_resp = (size_t)cl->o->scan_count * (16 + cl->o->value_size) + 64;
+    int rc = erma_nexus_create(cl->o->uri, NULL, &cl->nx);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(cl->nx, 0, &cfg, &cl->rpc);
+    if (rc != ERMA_OK)
+        return rc;
+    cl->get_sess = erma_create_session(cl->rpc, cl->o->server, 0);
+    cl->scan_sess = erma_create_session_credits(cl->rpc, cl->o->server, 0, cl->o->scan_credits);
+    if (cl->get_sess < 0 || cl->scan_sess < 0)
+        return cl->get_sess < 0 ? cl->get_sess : cl->scan_sess;
+    const uint32_t item = 64 + cl->o->value_size;
+    rc = erma_alloc_msgbuf(cl->rpc, item, &cl->get.req);
+    if (rc == ERMA_OK)
+        rc = erma_alloc_msgbuf(cl->rpc, item, &cl->get.resp);
+    if (rc == ERMA_OK)
+        rc = erma_alloc_msgbuf(cl->rpc, 64, &cl->scan.req);
+    if (rc == ERMA_OK)
+        rc = erma_alloc_msgbuf(cl->rpc, scan_resp, &cl->scan.resp);
+    for (int i = 0; rc == ERMA_OK && i < PUT_WINDOW; i++) {
+        rc = erma_alloc_msgbuf(cl->rpc, item, &cl->put[i].req);
+        if (rc == ERMA_OK)
+            rc = erma_alloc_msgbuf(cl->rpc, 64, &cl->put[i].resp);
+    }
+    return rc;
+}
+
+int bench_kv_scan(const struct bench_kv_scan_opts *o, struct bench_kv_scan_result *out)
+{
+    if (!o || !out || o->keys == 0 || o->keys > 1000000 || o->scan_count == 0 ||
+        o->scan_count > o->keys || o->value_size > 2048 || o->rounds == 0)
+        return ERMA_EINVAL;
+    struct client cl = {.o = o};
+    const size_t cap = 4000000;
+    uint64_t *lat[2] = {calloc(cap, 8), calloc(cap, 8)};
+    size_t n[2] = {0, 0};
+    struct erma_rand r;
+    erma_rand_seed(&r, 11);
+    int rc = lat[0] && lat[1] ? client_up(&cl) : ERMA_ENOMEM;
+    if (rc == ERMA_OK)
+        rc = load(&cl);
+    for (unsigned i = 0; rc == ERMA_OK && i < o->rounds; i++) /* quiet, scanning, quiet, ... */
+        rc = round_run(&cl, &r, i % 2, lat[i % 2], cap, &n[i % 2]);
+    *out = (struct bench_kv_scan_result){.wrong = cl.wrong, .failed = cl.failed, .scans = cl.scans};
+    if (rc == ERMA_OK) {
+        bench_lat_from_ns(lat[0], n[0], &out->quiet);
+        bench_lat_from_ns(lat[1], n[1], &out->scanning);
+    }
+    free(lat[0]);
+    free(lat[1]);
+    if (cl.rpc)
+        erma_rpc_destroy(cl.rpc);
+    erma_nexus_destroy(cl.nx);
+    return rc;
+}
