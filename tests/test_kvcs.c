@@ -581,8 +581,20 @@ static void fail_workload(struct fail_run *r, struct servers *s, uint64_t kill_a
     }
 }
 
-/* The victim restarts at its URI: PUTs reach it again once its down mark
- * has passed and a session to it is opened again. */
+/* A key whose first replica is server, written at a new version. */
+static bool put_on(struct fail_run *r, unsigned server, uint32_t k, struct rec *rec)
+{
+    *rec = (struct rec){.c = r->c, .key = k % FKEYS, .version = ++r->keys[k % FKEYS].issued};
+    batch(r->c, rec, 1, 1, put_rec);
+    for (uint32_t i = 0; i < rec->info.nreplicas; i++)
+        if (rec->info.replicas[i] == server)
+            return rec->info.status[i] == ERMA_OK && i == 0;
+    return false;
+}
+
+/* The victim restarts at its URI: once the client's probe finds it back
+ * (new sessions, its new region key: the old one is refused), PUTs reach
+ * it again and one-sided GETs are answered by it. */
 static void check_rejoin(struct fail_run *r, struct servers *s)
 {
     static struct rec rec;
@@ -592,16 +604,23 @@ static void check_rejoin(struct fail_run *r, struct servers *s)
     if (s->pid[r->victim] == 0)
         server_main(s->uri[r->victim]);
     const uint64_t t0 = erma_now_ns();
-    bool back = false;
-    for (uint32_t k = 0; !back && erma_now_ns() < t0 + 5 * SEC; k++) {
-        rec = (struct rec){.c = r->c, .key = k % FKEYS, .version = ++r->keys[k % FKEYS].issued};
-        batch(r->c, &rec, 1, 1, put_rec);
-        for (uint32_t i = 0; i < rec.info.nreplicas; i++)
-            back = back || (rec.info.replicas[i] == r->victim && rec.info.status[i] == ERMA_OK);
+    uint64_t put_back = 0, read_back = 0;
+    erma_kvcs_client_set_method(r->c, ERMA_KVCS_READ);
+    for (uint32_t k = 0; !read_back && erma_now_ns() < t0 + 5 * SEC; k++) {
+        if (!put_on(r, r->victim, k, &rec))
+            continue;
+        put_back = put_back ? put_back : erma_now_ns();
+        rec.calls = 0;
+        batch(r->c, &rec, 1, 1, get_rec);
+        if (rec.status == ERMA_OK && rec.info.answered == r->victim) {
+            assert_true(rec.value_ok);
+            read_back = erma_now_ns();
+        }
     }
-    print_message("  the restarted server took PUTs again after %.0f ms\n",
-                  (erma_now_ns() - t0) / 1e6);
-    assert_true(back);
+    print_message("  the restarted server took PUTs again after %.0f ms, answered READs "
+                  "after %.0f ms\n", put_back ? (put_back - t0) / 1e6 : -1.0,
+                  read_back ? (read_back - t0) / 1e6 : -1.0);
+    assert_true(put_back && read_back);
 }
 
 /* One run: R replicas of 3 servers on port slot `slot`, server `victim`

@@ -57,8 +57,10 @@ struct server {
     int sess[MAX_SESS]; /* -1: failed */
     uint32_t next_sess;
     struct erma_kv_remote remote;
-    uint64_t down_until;
-    int region_rc; /* connecting: 1 asked, 0 known, < 0 to ask again */
+    struct erma_kvcs_client *c;
+    uint64_t down_until; /* when marked down: the next probe */
+    bool down, probing;
+    int region_rc; /* 1 asked, 0 known, < 0 to ask again */
     struct erma_msgbuf req, resp;
 };
 
@@ -101,14 +103,17 @@ static bool transport_failure(int st)
     }
 }
 
-/* Skips the server for down_ns from its first failure; failures while it
- * is down (tries already under way, PUTs) do not extend that, so that it
- * is tried again in time. */
+/* Ops pass a server marked down by; down_ns after its first failure a
+ * probe (the REGION request, which also fetches a restarted server's new
+ * key) asks whether it is back. Failures while it is down (tries already
+ * under way) do not delay that probe. */
 static void mark_down(struct erma_kvcs_client *c, uint32_t server)
 {
+    struct server *s = &c->srv[server];
     const uint64_t now = erma_now_ns();
-    if (c->srv[server].down_until <= now)
-        c->srv[server].down_until = now + c->cfg.down_ns;
+    if (!s->down || (s->down_until <= now && !s->probing))
+        s->down_until = now + c->cfg.down_ns;
+    s->down = true;
 }
 
 /* ---- finishing ops ---- */
@@ -169,6 +174,8 @@ static int write_result(const struct op *op)
     bool stored = false, absent = false;
     for (uint32_t i = 0; i < op->nrep; i++) {
         const int st = op->st[i];
+        if (st == ERMA_KVCS_NOT_TRIED)
+            continue;
         if (st == ERMA_OK)
             stored = true;
         else if (op->kind == DEL && st == ERMA_ENOENT)
@@ -231,15 +238,11 @@ static int fill_req(const struct op *op, struct erma_msgbuf *req, const void *va
 }
 
 /* The server's sessions in turn, so that its requests share their slots;
- * a failed one is opened again once the server's down mark has passed (its
- * requests wait for the connection); -1 when none is there. */
+ * -1 when none is there (failed ones are opened again by the probe). */
 static int session_of(struct erma_kvcs_client *c, struct server *s)
 {
-    const bool retry = s->down_until <= erma_now_ns();
     for (uint32_t k = 0; k < c->nsess; k++) {
         int *sess = &s->sess[s->next_sess++ % c->nsess];
-        if (*sess < 0 && retry)
-            *sess = erma_create_session(c->rpc, s->uri, 0);
         if (*sess >= 0)
             return *sess;
     }
@@ -273,23 +276,29 @@ static int start_rpc(struct erma_kvcs_client *c, struct try *t, struct server *s
     return rc == ERMA_ENOENT ? ERMA_ESESSRESET : rc; /* ENOENT: the session is gone */
 }
 
+static int ask_region(struct erma_kvcs_client *c, struct server *s);
+static void probe_servers(struct erma_kvcs_client *c);
+
 static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, const void *val,
                      uint32_t vlen)
 {
     struct server *s = &c->srv[op->rep[pos]];
+    const bool read = op->kind == GET && op->method == ERMA_KVCS_READ;
+    if (read && s->region_rc != 0)
+        return ERMA_ENOREGION; /* down, its key not fetched again yet */
     struct try *t = calloc(1, sizeof *t);
     if (!t)
         return ERMA_ENOMEM;
-    *t = (struct try){.c = c, .op = op, .pos = pos,
-                      .read = op->kind == GET && op->method == ERMA_KVCS_READ,
+    *t = (struct try){.c = c, .op = op, .pos = pos, .read = read,
                       .deadline = erma_now_ns() + c->cfg.attempt_timeout_ns};
     const int rc = t->read ? erma_kv_rget(c->reader, &s->remote, op->key, op->klen, on_read, t)
                            : start_rpc(c, t, s, val, vlen);
-    if (rc != ERMA_OK)
+    if (rc != ERMA_OK) {
         free(t);
-    else
-        op->tries[pos] = t;
-    return rc;
+        return rc;
+    }
+    op->tries[pos] = t;
+    return ERMA_OK;
 }
 
 /* RPC tries past their deadline (they may wait behind others for one of
@@ -320,12 +329,11 @@ static void expire_tries(struct erma_kvcs_client *c)
  * else the first untried one; -1 when every replica was tried. */
 static int pick(struct erma_kvcs_client *c, const struct op *op, bool *passed)
 {
-    const uint64_t now = erma_now_ns();
     int any = -1;
     for (uint32_t i = 0; i < op->nrep; i++) {
         if (op->st[i] != ERMA_KVCS_NOT_TRIED)
             continue;
-        if (c->srv[op->rep[i]].down_until <= now) {
+        if (!c->srv[op->rep[i]].down) {
             *passed = any >= 0;
             return (int)i;
         }
@@ -436,9 +444,16 @@ int erma_kvcs_get(struct erma_kvcs_client *c, const void *key, uint32_t klen, er
 /* PUT, DEL: a try to every replica at once. */
 static void write_all(struct erma_kvcs_client *c, struct op *op, const void *val, uint32_t vlen)
 {
+    bool all_down = true;
+    for (uint32_t i = 0; i < op->nrep; i++)
+        all_down = all_down && c->srv[op->rep[i]].down;
     c->starting++;
     op->pending = op->nrep;
     for (uint32_t i = 0; i < op->nrep; i++) {
+        if (c->srv[op->rep[i]].down && !all_down) {
+            op->pending--; /* passed by: ERMA_KVCS_NOT_TRIED */
+            continue;
+        }
         const int rc = start_try(c, op, i, val, vlen);
         if (rc == ERMA_OK)
             continue;
@@ -490,6 +505,7 @@ int erma_kvcs_client_run_once(struct erma_kvcs_client *c)
     for (int i = 0; i < 4 && erma_kv_reader_poll(c->reader) > 0; i++)
         ;
     expire_tries(c);
+    probe_servers(c);
     deliver_deferred(c);
     return c->completed;
 }
@@ -531,18 +547,26 @@ static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int 
             }
 }
 
+/* The answer to a REGION request, at start or as a probe. */
 static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
 {
     (void)rpc;
     struct server *s = tag;
+    if (s->c->destroying)
+        return;
     if (status == ERMA_OK)
         status = erma_kv_resp_region(resp, &s->remote);
     s->region_rc = status == ERMA_OK ? 0 : status;
+    s->probing = false;
+    if (status == ERMA_OK)
+        s->down = false;
+    else
+        mark_down(s->c, (uint32_t)(s - s->c->srv));
 }
 
 /* Opens the server's sessions that are not (or no longer) there, and asks
  * for its region over the first once the last answer failed. */
-static int server_connect(struct erma_kvcs_client *c, struct server *s)
+static int ask_region(struct erma_kvcs_client *c, struct server *s)
 {
     for (uint32_t k = 0; k < c->nsess; k++)
         if (s->sess[k] < 0 && (s->sess[k] = erma_create_session(c->rpc, s->uri, 0)) < 0)
@@ -556,6 +580,23 @@ static int server_connect(struct erma_kvcs_client *c, struct server *s)
     if (rc == ERMA_OK)
         s->region_rc = 1;
     return rc == ERMA_ENOMEM ? rc : ERMA_OK; /* else asked again next time */
+}
+
+/* Servers marked down whose mark has passed are asked for their region
+ * again: the probe. */
+static void probe_servers(struct erma_kvcs_client *c)
+{
+    const uint64_t now = erma_now_ns();
+    for (uint32_t i = 0; i < c->cfg.nservers; i++) {
+        struct server *s = &c->srv[i];
+        if (!s->down || s->probing || now < s->down_until)
+            continue;
+        s->region_rc = -1;
+        if (ask_region(c, s) == ERMA_OK && s->region_rc == 1)
+            s->probing = true;
+        else
+            mark_down(c, i); /* could not even ask: probe again later */
+    }
 }
 
 static bool server_ready(const struct erma_kvcs_client *c, const struct server *s)
@@ -574,7 +615,7 @@ static int fetch_regions(struct erma_kvcs_client *c)
         bool all = true;
         for (uint32_t i = 0; i < c->cfg.nservers; i++) {
             struct server *s = &c->srv[i];
-            const int rc = server_connect(c, s);
+            const int rc = ask_region(c, s);
             if (rc != ERMA_OK)
                 return rc;
             all = all && server_ready(c, s);
@@ -591,6 +632,7 @@ static int servers_up(struct erma_kvcs_client *c, const char *const *uris)
 {
     for (uint32_t i = 0; i < c->cfg.nservers; i++) {
         struct server *s = &c->srv[i];
+        s->c = c;
         for (uint32_t k = 0; k < MAX_SESS; k++)
             s->sess[k] = -1;
         s->region_rc = -1;
@@ -599,16 +641,12 @@ static int servers_up(struct erma_kvcs_client *c, const char *const *uris)
         s->remote.peer = erma_rma_peer(c->rma, s->uri, 0);
         if (s->remote.peer < 0)
             return s->remote.peer;
+        /* kept for asking again, after a restart (the endpoint frees them) */
         if (erma_alloc_msgbuf(c->rpc, 8, &s->req) != ERMA_OK ||
             erma_alloc_msgbuf(c->rpc, REGION_RESP, &s->resp) != ERMA_OK)
             return ERMA_ENOMEM;
     }
-    const int rc = fetch_regions(c);
-    for (uint32_t i = 0; rc == ERMA_OK && i < c->cfg.nservers; i++) {
-        erma_free_msgbuf(c->rpc, &c->srv[i].req);
-        erma_free_msgbuf(c->rpc, &c->srv[i].resp);
-    }
-    return rc;
+    return fetch_regions(c);
 }
 
 static void defaults(struct erma_kvcs_client_cfg *cfg)

@@ -35,7 +35,8 @@
  *   bounded); an RPC try still unanswered at its deadline, e.g. waiting
  *   behind others for one of its session's ERMA_SESSION_SLOTS, is abandoned
  *   as ERMA_ETIMEDOUT (its request completes later, to no op). So a dead
- *   replica costs a GET about one attempt timeout.
+ *   replica costs the GETs that find it dead about one attempt timeout;
+ *   later ops pass it by (below).
  *
  *   Ops start with erma_kvcs_get/put/del and complete in
  *   erma_kvcs_client_run_once(): cb(tag, status, val, vlen) runs exactly
@@ -53,15 +54,15 @@
  *        (ERMA_ETIMEDOUT, ERMA_EPEERFAILED, ERMA_ESESSRESET, ERMA_ECANCELLED,
  *        ERMA_EREFUSED, ERMA_ENACK, ERMA_EDISPATCH, and for READs
  *        ERMA_EAUTH and ERMA_ENOREGION, a restarted server's answers) marks
- *        its replica down for down_ns and the GET moves on to the next
- *        replica (a failover, as is passing over a replica marked down).
+ *        its replica down and the GET moves on to the next replica (a
+ *        failover, as is passing over a replica marked down).
  *        ERMA_EAGAIN (too many torn reads) moves on without marking it
  *        down. ERMA_ENOENT from a replica is a final answer: a cache miss. status: ERMA_OK with the value, ERMA_ENOENT,
  *        the last try's failure when every replica failed, or another
  *        failure (ERMA_ENOMEM, ERMA_EBADPKT...) at once.
- *   PUT, DEL  go to all the key's replicas at once, whatever their down
- *        marks (a dead one fails and is marked down). cb runs once every
- *        try has finished. PUT: ERMA_OK if at least one replica stored the
+ *   PUT, DEL  go to all the key's replicas at once but those marked down
+ *        (their status stays ERMA_KVCS_NOT_TRIED), or to all when every one
+ *        is down. cb runs once every try has finished. PUT: ERMA_OK if at least one replica stored the
  *        value and every other failed at the transport level; else the
  *        first other failure (e.g. ERMA_E2BIG), or the last transport
  *        failure when no replica answered. DEL: the same, where a replica
@@ -75,11 +76,14 @@
  *   only items whose stamp and SipHash check (kv.h). Replicas are not kept
  *   consistent with each other: a replica that missed a PUT (a try that
  *   failed) may serve the older value until it is written again, as in any
- *   cache. A server silent for failure_ns fails its sessions; they are
- *   opened again by the first RPC try after its down mark has passed, so a
- *   server back at the same URI serves RPCs again (a restarted one has a
- *   new region key: one-sided GETs to it fail with ERMA_EAUTH or
- *   ERMA_ENOREGION and fail over until the client is created again).
+ *   cache, and so may a replica that was marked down while it was not dead.
+ *
+ *   Down marks and probes: down_ns after a replica was marked down, the
+ *   client probes it in the background: it opens the sessions that failed
+ *   (a server silent for failure_ns fails them) and asks for its region
+ *   again, which also fetches a restarted server's new key. If the answer
+ *   comes, ops use the replica again; if not, it stays down for another
+ *   down_ns. No op ever waits on a probe.
  *
  *   Bad input is refused at once, nothing started: ERMA_EINVAL for a NULL
  *   client, key or callback, an empty key, or a NULL value of non-zero
@@ -152,8 +156,9 @@ struct erma_kvcs_client_cfg {
     enum erma_kvcs_method method;    /* how GETs are done */
     uint32_t max_ops;                /* ops in progress at once, default 256 */
     uint64_t attempt_timeout_ns;     /* per try at one replica, default 5 ms (udp) */
-    uint64_t down_ns;                /* a replica that failed is skipped this long,
-                                        default 200 ms */
+    uint64_t down_ns;                /* a replica that failed is probed after this
+                                        long (and after each failed probe), default
+                                        200 ms */
     uint64_t connect_timeout_ns;     /* default 5 s */
     uint64_t failure_ns;             /* a server silent this long fails its sessions
                                         (rpc cfg.failure_ns), default 500 ms */
