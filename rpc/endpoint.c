@@ -297,18 +297,39 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
     return work;
 }
 
+/* Once nothing happened for idle_wait_ns (no packet, nothing to send, no
+ * request at a worker, whose answer would not wake us), sleeps until a
+ * packet, the next timer or end. */
+static void idle_wait(struct erma_rpc *rpc, int work, uint64_t *idle_since, uint64_t end)
+{
+    const uint64_t now = rpc->loop_now;
+    if (work > 0 || rpc->ntx || rpc->in_workers) {
+        *idle_since = now;
+        return;
+    }
+    if (now - *idle_since < rpc->cfg.idle_wait_ns)
+        return;
+    uint64_t until = erma_rpc_next_timer(rpc);
+    until = until < end ? until : end;
+    if (until > now)
+        erma_transport_wait(rpc->tr, until - now);
+}
+
 void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
 {
     const uint64_t end = erma_now_ns() + ns;
-    do
-        erma_rpc_run_once(rpc);
-    while (rpc->loop_now < end);
+    uint64_t idle_since = erma_now_ns();
+    do {
+        const int work = erma_rpc_run_once(rpc);
+        if (rpc->cfg.idle_wait_ns)
+            idle_wait(rpc, work, &idle_since, end);
+    } while (rpc->loop_now < end);
 }
 
 uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc)
 {
-    uint64_t t = rpc->next_scan_ns < rpc->next_sm_scan_ns ? rpc->next_scan_ns
-                                                           : rpc->next_sm_scan_ns;
+    uint64_t t = rpc->nbusy && rpc->next_scan_ns < rpc->next_sm_scan_ns ? rpc->next_scan_ns
+                                                                         : rpc->next_sm_scan_ns;
     if (erma_wheel_count(&rpc->wheel)) { /* the next slot may hold due packets */
         const uint64_t w = rpc->wheel.cur_start_ns + rpc->wheel.slot_ns;
         t = w < t ? w : t;

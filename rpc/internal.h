@@ -139,6 +139,7 @@ struct erma_rpc {
     struct erma_tx_pkt tx[ERMA_MAX_BURST];
     uint8_t ctrl[ERMA_MAX_BURST][ERMA_HDR_SIZE + 64];
     unsigned ntx;
+    uint32_t in_workers; /* requests at worker threads */
     /* continuations run after the TX batch is flushed */
     struct completion *done;
     unsigned ndone, done_cap;

@@ -456,6 +456,7 @@ void worker_response(struct erma_rpc *rpc, struct erma_req *rq)
     struct session *s = rq->sess;
     rq->in_worker = false;
     s->in_worker--;
+    rpc->in_workers--;
     if (s->state == ZOMBIE || s->state == FREE) {
         server_slot_free(rpc, slot_of(rq));
         if (s->state == ZOMBIE && s->in_worker == 0)
@@ -498,6 +499,7 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
     if (h->mode == ERMA_WORKER) {
         rq->in_worker = true;
         s->in_worker++;
+        rpc->in_workers++;
         nexus_to_worker(rpc->nx, rq);
         return;
     }

@@ -23,6 +23,7 @@
 
 static char server_uri[64], client_uri[64];
 static pid_t server_pid;
+static uint64_t server_idle_wait; /* the server's cfg.idle_wait_ns */
 
 static struct echo_stats st;
 static struct proxy px = {.type = ECHO};
@@ -52,7 +53,7 @@ static void server_main(double drop, uint32_t rx_ring)
     struct erma_rpc *rpc;
     const struct erma_nexus_cfg ncfg = {.workers = 2};
     const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .fault_drop = drop, .seed = 99,
-                                     .rx_ring = rx_ring};
+                                     .rx_ring = rx_ring, .idle_wait_ns = server_idle_wait};
     if (erma_nexus_create(server_uri, &ncfg, &nx) != ERMA_OK ||
         erma_register_handler(nx, ECHO, echo_handler, ERMA_DISPATCH, &st) != ERMA_OK ||
         erma_register_handler(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st) != ERMA_OK ||
@@ -156,6 +157,19 @@ static void call_once(struct client *c, uint8_t type, uint32_t req_size, uint32_
     erma_free_msgbuf(c->rpc, &k.resp);
 }
 
+/* Dispatch and worker echoes of every size class, each checked; ids from
+ * first_id (28 of them). */
+static void call_sizes(struct client *c, uint32_t first_id)
+{
+    const uint32_t sizes[] = {REQ_HDR, 1000, 1456, 1457, 70000, 1 << 20, 8u << 20};
+    uint32_t id = first_id;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (uint8_t type = ECHO; type <= ECHO_WORKER; type++) {
+            call_once(c, type, sizes[i], sizes[i], id++);
+            call_once(c, type, REQ_HDR, sizes[i] - 1, id++);
+        }
+}
+
 static void test_sizes_dispatch_and_worker(void **state)
 {
     (void)state;
@@ -180,15 +194,62 @@ static void test_sizes_dispatch_and_worker(void **state)
         erma_free_msgbuf(c.rpc, &k.req);
         erma_free_msgbuf(c.rpc, &k.resp);
     }
-    const uint32_t sizes[] = {REQ_HDR, 1000, 1456, 1457, 70000, 1 << 20, 8u << 20};
-    uint32_t id = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        for (uint8_t type = ECHO; type <= ECHO_WORKER; type++) {
-            call_once(&c, type, sizes[i], sizes[i], id++);
-            call_once(&c, type, REQ_HDR, sizes[i] - 1, id++);
-        }
+    call_sizes(&c, 0);
     client_down(&c);
     kill_server();
+}
+
+/* CPU time the server process has used, in ms (clock ticks of 10 ms). */
+static double server_cpu_ms(void)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)server_pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    unsigned long utime = 0, stime = 0;
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    assert_non_null(p);
+    assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                            &stime), 2);
+    return (double)(utime + stime) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The server's CPU over 300 ms while its client, connected, sends nothing. */
+static double idle_cpu_ms(struct client *c)
+{
+    const double before = server_cpu_ms();
+    const uint64_t end = erma_now_ns() + 300000000ull;
+    while (erma_now_ns() < end)
+        erma_rpc_run_once(c->rpc);
+    return server_cpu_ms() - before;
+}
+
+/* A server with cfg.idle_wait_ns answers every size, dispatch and worker
+ * (whose answer comes while the loop may sleep), and sleeps when idle. */
+static void test_idle_server_sleeps(void **state)
+{
+    (void)state;
+    double cpu[2];
+    for (int sleeps = 0; sleeps < 2; sleeps++) {
+        server_idle_wait = sleeps ? 20000 : 0;
+        start_server(0);
+        struct client c;
+        client_up(&c, NULL);
+        c.sess = client_connect(&c);
+        call_sizes(&c, 0);
+        cpu[sleeps] = idle_cpu_ms(&c);
+        call_sizes(&c, 100); /* woken by packets again */
+        client_down(&c);
+        kill_server();
+    }
+    server_idle_wait = 0;
+    print_message("  an idle server used %.0f ms of CPU in 300 ms polling, %.0f ms sleeping\n",
+                  cpu[0], cpu[1]);
+    assert_true(cpu[1] <= 30);
+    assert_true(cpu[1] < cpu[0] / 3);
 }
 
 #define WINDOW 32
@@ -465,6 +526,7 @@ int main(void)
     snprintf(client_uri, sizeof client_uri, "udp://127.0.0.1:%d", base + 4);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes_dispatch_and_worker),
+        cmocka_unit_test(test_idle_server_sleeps),
         cmocka_unit_test(test_many_with_loss),
         cmocka_unit_test(test_server_killed_and_restarted),
         cmocka_unit_test(test_many_sessions),

@@ -135,3 +135,8 @@ int erma_transport_reg_mem(struct erma_transport *tr, void *addr, size_t len)
 {
     return tr->ops->reg_mem ? tr->ops->reg_mem(tr, addr, len) : ERMA_OK;
 }
+
+int erma_transport_wait(struct erma_transport *tr, uint64_t timeout_ns)
+{
+    return tr->ops->wait ? tr->ops->wait(tr, timeout_ns) : ERMA_ENOTSUP;
+}

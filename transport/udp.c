@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,12 +244,20 @@ static int udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, uns
     return (int)(tr->drop_threshold ? erma_transport_inject_loss(tr, pkts, n) : n);
 }
 
+static int udp_wait(struct erma_transport *tr, uint64_t timeout_ns)
+{
+    struct pollfd p = {.fd = ((struct udp *)tr)->fd, .events = POLLIN};
+    const struct timespec t = {(time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u)};
+    return ppoll(&p, 1, &t, NULL) < 0 && errno != EINTR ? ERMA_ESYS : ERMA_OK;
+}
+
 const struct erma_transport_ops erma_udp_ops = {
     .scheme = "udp",
     .open = udp_open,
     .close = udp_close,
     .tx_burst = udp_tx_burst,
     .rx_burst = udp_rx_burst,
+    .wait = udp_wait,
     .resolve = udp_resolve,
     .addr_str = udp_addr_str,
 };

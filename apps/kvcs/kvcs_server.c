@@ -2,7 +2,10 @@
  * kvcs_server - one kvcs cache server (erma/kvcs.h).
  *
  *   kvcs_server --uri udp://127.0.0.1:PORT [--buckets N] [--log-bytes N] [--seconds S]
+ *               [--idle-wait-us U]
  *
+ * --idle-wait-us: sleep in the socket once idle for U us (default: always
+ * poll), for servers that share cores with each other or with clients.
  * Serves its kv table by RPC and one-sided READ until SIGTERM or SIGINT, or
  * for S seconds (default: until a signal). Exits 0, or 1 when it cannot
  * start (bad arguments, address in use).
@@ -25,7 +28,8 @@ static void on_signal(int sig)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: kvcs_server --uri URI [--buckets N] [--log-bytes N] [--seconds S]\n");
+    fprintf(stderr, "usage: kvcs_server --uri URI [--buckets N] [--log-bytes N] [--seconds S] "
+                    "[--idle-wait-us U]\n");
     return 1;
 }
 
@@ -35,6 +39,7 @@ int main(int argc, char **argv)
                                          {"buckets", required_argument, NULL, 'b'},
                                          {"log-bytes", required_argument, NULL, 'l'},
                                          {"seconds", required_argument, NULL, 's'},
+                                         {"idle-wait-us", required_argument, NULL, 'i'},
                                          {NULL, 0, NULL, 0}};
     struct erma_kvcs_server_cfg cfg = {0};
     double seconds = 0;
@@ -47,6 +52,8 @@ int main(int argc, char **argv)
             cfg.log_bytes = strtoull(optarg, NULL, 0);
         else if (o == 's')
             seconds = strtod(optarg, NULL);
+        else if (o == 'i')
+            cfg.idle_wait_ns = strtoull(optarg, NULL, 0) * 1000;
         else
             return usage();
     }

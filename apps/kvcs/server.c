@@ -24,8 +24,9 @@ static int server_up(struct erma_kvcs_server *s, const struct erma_kvcs_server_c
         rc = erma_nexus_create(cfg->uri, &ncfg, &s->nx);
     if (rc == ERMA_OK)
         rc = erma_kv_serve(s->nx, ERMA_KVCS_TYPE_BASE, s->kv, &s->ks);
+    const struct erma_rpc_cfg rcfg = {.idle_wait_ns = cfg->idle_wait_ns};
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(s->nx, 0, NULL, &s->rpc);
+        rc = erma_rpc_create(s->nx, 0, &rcfg, &s->rpc);
     if (rc == ERMA_OK)
         rc = erma_rma_create(s->rpc, NULL, &s->rma);
     if (rc == ERMA_OK)

@@ -124,6 +124,10 @@ struct erma_rpc_cfg {
     uint64_t keepalive_ns;     /* ping an idle peer this often, default failure_ns / 5 */
     uint64_t connect_retry_ns; /* resend a connect request this often, default 20 ms */
     uint64_t req_timeout_ns;   /* fail a request after this long, 0 (default) = never */
+    /* erma_rpc_run() sleeps in the transport (udp) once its loop has found
+     * nothing to do for this long, until a packet or its next timer; 0
+     * (default): it always polls. For servers sharing cores with others. */
+    uint64_t idle_wait_ns;
     uint64_t seed;             /* session tokens; 0 = from the clock */
     double fault_drop;         /* test only: drop this fraction of received packets */
     struct erma_cc_switches cc;
@@ -171,7 +175,8 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t thread_id, const struct erma_
 void erma_rpc_destroy(struct erma_rpc *rpc);
 /* One pass of the event loop: RX, timers, TX. Returns packets handled. */
 int erma_rpc_run_once(struct erma_rpc *rpc);
-/* Runs the event loop for ns nanoseconds of erma_now_ns(). */
+/* Runs the event loop for ns nanoseconds of erma_now_ns() (sleeping when
+ * idle if cfg.idle_wait_ns says so). */
 void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns);
 /* The erma_now_ns() time at which this endpoint next has timer work. */
 uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc);

@@ -92,6 +92,9 @@ struct erma_transport_ops {
     int (*addr_str)(const struct erma_addr *addr, char *buf, size_t len);
     /* Registers memory for zero-copy I/O; may be NULL (nothing to do). */
     int (*reg_mem)(struct erma_transport *tr, void *addr, size_t len);
+    /* Blocks until a packet may be there to receive or timeout_ns passed;
+     * may be NULL (a polled device: no way to sleep). */
+    int (*wait)(struct erma_transport *tr, uint64_t timeout_ns);
 };
 
 struct erma_transport {
@@ -117,6 +120,10 @@ int erma_transport_resolve(struct erma_transport *tr, const char *uri, struct er
 int erma_transport_addr_str(const struct erma_transport *tr, const struct erma_addr *addr,
                             char *buf, size_t len);
 int erma_transport_reg_mem(struct erma_transport *tr, void *addr, size_t len);
+
+/* Sleeps until a packet may be there or timeout_ns passed (it may return
+ * early); ERMA_ENOTSUP at once for a transport that can only be polled. */
+int erma_transport_wait(struct erma_transport *tr, uint64_t timeout_ns);
 
 /* True when this build has a transport for scheme ("udp", "dpdk", ...). */
 bool erma_transport_available(const char *scheme);
