@@ -5,6 +5,7 @@
  *   kvcs [--servers S] [--replicas R] [--keys K] [--value B]
  *        [--loads L1,L2,...] [--seconds T] [--base-port P]
  *        [--kill-at SEC --method read|rpc --load L] [--idle-wait-us U]
+ *        [--attempt-ms A]
  *
  * Forks S kvcs servers on udp loopback (ports P, P+8, ...; servers on CPU
  * 1, the client on CPU 0), loads K keys of B-byte values, then:
@@ -22,6 +23,9 @@
  * then a summary line with the disruption: the time from the kill to the
  * end of the last bin holding a failed op or one that took longer than the
  * attempt timeout (it waited on the dead replica before failing over).
+ * A try at one replica lasts at most A ms (default 10; the client's
+ * attempt_timeout_ns), so a dead replica costs the lookups that find it
+ * dead about A ms, until the first of them marks it down.
  *
  * A GET whose value differs from what the loader PUT counts as wrong.
  *
@@ -47,11 +51,10 @@
 #define MAX_SERVERS 8
 #define BIN_NS 10000000ull
 #define MAX_BINS 4096
-#define ATTEMPT_NS 50000000ull /* per try at one replica */
 
 struct opts {
     unsigned servers, replicas, keys, value;
-    double seconds, kill_at, load, idle_wait_us;
+    double seconds, kill_at, load, idle_wait_us, attempt_ms;
     const char *loads;
     int base_port;
     enum erma_kvcs_method method;
@@ -278,7 +281,7 @@ static int failure(struct run *r, pid_t victim)
             bench_lat_from_ns(pre, npre, &pl);
             before = pl.median_us;
         }
-        if (b >= kill_bin && (r->bin_failed[b] || max * 1e3 >= (double)ATTEMPT_NS))
+        if (b >= kill_bin && (r->bin_failed[b] || max >= o->attempt_ms * 1e3))
             last_bad = b + 1;
         printf("kvcs,timeline,%s,%llu,%u,%.1f,%.1f,%.1f,%u\n", m, (unsigned long long)(b * 10),
                r->bin_n[b], l.median_us, l.p99_us, max, r->bin_failed[b]);
@@ -297,7 +300,8 @@ static int parse(int argc, char **argv, struct opts *o)
         {"servers", 1, 0, 's'}, {"replicas", 1, 0, 'r'}, {"keys", 1, 0, 'k'},
         {"value", 1, 0, 'v'},   {"loads", 1, 0, 'l'},    {"seconds", 1, 0, 't'},
         {"base-port", 1, 0, 'p'}, {"kill-at", 1, 0, 'K'}, {"method", 1, 0, 'm'},
-        {"load", 1, 0, 'L'},    {"idle-wait-us", 1, 0, 'i'}, {0, 0, 0, 0}};
+        {"load", 1, 0, 'L'},    {"idle-wait-us", 1, 0, 'i'}, {"attempt-ms", 1, 0, 'a'},
+        {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
         switch (c) {
         case 's': o->servers = (unsigned)atoi(optarg); break;
@@ -311,12 +315,14 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'm': o->method = strcmp(optarg, "rpc") == 0 ? ERMA_KVCS_RPC : ERMA_KVCS_READ; break;
         case 'L': o->load = atof(optarg); break;
         case 'i': o->idle_wait_us = atof(optarg); break;
+        case 'a': o->attempt_ms = atof(optarg); break;
         default: return -1;
         }
     }
     if (o->servers < 1 || o->servers > MAX_SERVERS || o->keys < 1 || o->value < 1 ||
         o->value > 4096 || o->seconds <= 0 || o->seconds > 600 ||
-        (o->kill_at > 0 && (o->kill_at >= o->seconds || o->load <= 0)))
+        (o->kill_at > 0 && (o->kill_at >= o->seconds || o->load <= 0)) || o->attempt_ms <= 0 ||
+        o->idle_wait_us < 0)
         return -1;
     return 0;
 }
@@ -325,7 +331,7 @@ int main(int argc, char **argv)
 {
     struct opts o = {.servers = 3, .replicas = 3, .keys = 10000, .value = 64, .seconds = 2,
                      .loads = "5000,20000,50000,100000", .base_port = 42100, .load = 10000,
-                     .idle_wait_us = 20};
+                     .idle_wait_us = 20, .attempt_ms = 10};
     if (parse(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: see the comment at the top of bench/kvcs.c\n");
         return 2;
@@ -343,7 +349,7 @@ int main(int argc, char **argv)
     snprintf(me, sizeof me, "udp://127.0.0.1:%d", o.base_port + (int)(o.servers * 8));
     const struct erma_kvcs_client_cfg cc = {
         .uri = me, .servers = srv, .nservers = o.servers, .replicas = o.replicas,
-        .max_ops = 1024, .attempt_timeout_ns = ATTEMPT_NS, .cc_off = true};
+        .max_ops = 1024, .attempt_timeout_ns = (uint64_t)(o.attempt_ms * 1e6), .cc_off = true};
     struct run *r = calloc(1, sizeof *r);
     int rc = r ? erma_kvcs_client_create(&cc, &r->c) : ERMA_ENOMEM;
     if (rc == ERMA_OK) {
