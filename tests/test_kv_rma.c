@@ -1,7 +1,8 @@
-/* kv GETs by one-sided READ beside GET/PUT/DELETE over RPC, on udp loopback:
- * 10^5 random ops with a writer and a reader running concurrently (one
- * thread polls the server, writer and reader endpoints), every GET checked
- * against the history of its key; and a small table whose log wraps under
+/* kv GETs by one-sided READ beside GET/PUT/DELETE/SCAN over RPC, on udp
+ * loopback: 10^5 random ops with a writer and a reader running concurrently
+ * (one thread polls the server, writer and reader endpoints), every GET and
+ * every scanned key checked against the history of its key, and no key
+ * present throughout a scan missing from it; and a small table whose log wraps under
  * the readers, where torn or overwritten items must be retried or reported
  * absent, never returned. */
 #include <stdarg.h>
@@ -26,6 +27,7 @@
 #define OPS 100000
 #define WRITE_DEPTH 8
 #define READ_DEPTH 16
+#define SCAN_COUNT 50
 
 struct write { uint32_t version; bool del; uint64_t issued, acked; };
 
@@ -35,6 +37,13 @@ struct op {
     struct world_ *wd;
     uint32_t key;
     bool write, one_sided, live;
+    uint64_t start;
+    struct erma_msgbuf req, resp;
+};
+
+struct scan_op {
+    bool live;
+    uint32_t from;
     uint64_t start;
     struct erma_msgbuf req, resp;
 };
@@ -51,8 +60,10 @@ struct world_ {
     uint64_t clock;           /* logical time: every start and end */
     struct history h[KEYS];
     struct op wops[WRITE_DEPTH], rops[READ_DEPTH];
-    uint64_t started, finished, ok_rpc, ok_rma, absent, bad;
+    struct scan_op sop; /* one SCAN at a time, beside the GETs */
+    uint64_t started, finished, ok_rpc, ok_rma, absent, bad, scans, scanned;
     bool lossy;               /* the log wraps: any key may be absent */
+    bool scan;                /* SCANs run beside the GETs */
     struct erma_rand rng;
 };
 
@@ -180,6 +191,82 @@ static void start_write(struct world_ *w, struct op *o)
     w->started++;
 }
 
+/* Was k present all through [start, end]: its last write acked before
+ * start a PUT, and none issued after it before end? */
+static bool present_throughout(const struct history *h, uint64_t start, uint64_t end)
+{
+    int b = -1;
+    for (uint32_t i = 0; i < h->n; i++)
+        if (h->w[i].acked && h->w[i].acked < start)
+            b = (int)i;
+    if (b < 0 || h->w[b].del)
+        return false;
+    for (uint32_t i = (uint32_t)b + 1; i < h->n; i++)
+        if (h->w[i].issued <= end)
+            return false;
+    return true;
+}
+
+static void scan_bad(struct world_ *w, const char *why, uint32_t k)
+{
+    if (w->bad++ < 5)
+        print_message("  bad SCAN: %s (key %u)\n", why, k);
+}
+
+/* Keys ascending from `from`, each with a value it had during the scan, and
+ * none skipped that was there all the time. */
+static void on_scan(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)rpc;
+    struct world_ *w = tag;
+    const uint64_t end = ++w->clock;
+    w->sop.live = false;
+    w->finished++;
+    w->scans++;
+    if (status != ERMA_OK || erma_kv_resp(resp, NULL, NULL) != ERMA_OK) {
+        scan_bad(w, "failed", w->sop.from);
+        return;
+    }
+    uint32_t cursor = 0, klen, vlen, next = w->sop.from, n = 0;
+    const uint8_t *kp, *vp;
+    while (erma_kv_resp_scan(resp, &cursor, &kp, &klen, &vp, &vlen) == ERMA_OK) {
+        char key[16] = {0};
+        memcpy(key, kp, klen < 15 ? klen : 15);
+        const uint32_t k = (uint32_t)strtoul(key + 3, NULL, 10);
+        if (klen != 8 || k < next || k >= KEYS) {
+            scan_bad(w, "out of order", k);
+            return;
+        }
+        for (; next < k; next++)
+            if (present_throughout(&w->h[next], w->sop.start, end))
+                scan_bad(w, "skipped a present key", next);
+        if (!consistent(&w->h[k], k, w->sop.start, end, vp, vlen))
+            scan_bad(w, "a value the key never had", k);
+        next = k + 1;
+        n++;
+    }
+    if (n < SCAN_COUNT) /* the end of the index: nothing present may follow */
+        for (; next < KEYS; next++)
+            if (present_throughout(&w->h[next], w->sop.start, end))
+                scan_bad(w, "stopped before a present key", next);
+    w->scanned += n;
+}
+
+static void start_scan(struct world_ *w)
+{
+    struct scan_op *s = &w->sop;
+    char key[16];
+    s->from = (uint32_t)erma_rand_below(&w->rng, KEYS);
+    key_of(s->from, key);
+    assert_int_equal(erma_kv_req_scan(&s->req, key, 8, SCAN_COUNT), ERMA_OK);
+    s->live = true;
+    s->start = ++w->clock;
+    assert_int_equal(erma_enqueue_request(w->rpc[2], w->sess[2], BASE + ERMA_KV_SCAN, &s->req,
+                                          &s->resp, on_scan, w),
+                     ERMA_OK);
+    w->started++;
+}
+
 static void start_read(struct world_ *w, struct op *o)
 {
     const uint32_t k = (uint32_t)erma_rand_below(&w->rng, KEYS);
@@ -271,6 +358,8 @@ static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes)
         assert_int_equal(erma_alloc_msgbuf(w->rpc[2], 512, &w->rops[i].req), ERMA_OK);
         assert_int_equal(erma_alloc_msgbuf(w->rpc[2], 512, &w->rops[i].resp), ERMA_OK);
     }
+    assert_int_equal(erma_alloc_msgbuf(w->rpc[2], 64, &w->sop.req), ERMA_OK);
+    assert_int_equal(erma_alloc_msgbuf(w->rpc[2], SCAN_COUNT * 512, &w->sop.resp), ERMA_OK);
     connect_all(w, uri);
 }
 
@@ -300,6 +389,8 @@ static void workload(struct world_ *w, uint64_t ops)
         for (int i = 0; i < READ_DEPTH && w->started < ops; i++)
             if (!w->rops[i].live)
                 start_read(w, &w->rops[i]);
+        if (w->scan && !w->sop.live && w->started < ops)
+            start_scan(w);
         run_once(w);
     }
     assert_int_equal(w->finished, w->started);
@@ -310,16 +401,18 @@ static void test_model(void **state)
     (void)state;
     static struct world_ w;
     world_up_kv(&w, 1 << 14, 64u << 20);
+    w.scan = true;
     workload(&w, OPS);
     struct erma_kv_reader_stats rs;
     erma_kv_reader_get_stats(w.reader, &rs);
-    print_message("  %lu ops: GET ok by RPC %lu, by READ %lu, absent %lu; %lu READs, %lu "
-                  "retries; inconsistent %lu\n",
+    print_message("  %lu ops: GET ok by RPC %lu, by READ %lu, absent %lu; %lu SCANs of %lu "
+                  "keys; %lu READs, %lu retries; inconsistent %lu\n",
                   (unsigned long)w.finished, (unsigned long)w.ok_rpc, (unsigned long)w.ok_rma,
-                  (unsigned long)w.absent, (unsigned long)rs.reads, (unsigned long)rs.retries,
-                  (unsigned long)w.bad);
+                  (unsigned long)w.absent, (unsigned long)w.scans, (unsigned long)w.scanned,
+                  (unsigned long)rs.reads, (unsigned long)rs.retries, (unsigned long)w.bad);
     assert_int_equal(w.bad, 0);
     assert_true(w.ok_rma > OPS / 5 && w.ok_rpc > OPS / 5);
+    assert_true(w.scans > 100 && w.scanned > w.scans * SCAN_COUNT / 2);
     world_down_kv(&w);
 }
 
