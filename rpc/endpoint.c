@@ -371,12 +371,14 @@ int erma_sim_run_rpcs(struct erma_sim *sim, struct erma_rpc **rpcs, unsigned n,
 {
     erma_sim_use_clock(sim);
     const uint64_t end = erma_sim_now(sim) + duration_ns;
+    if (done && done(ctx))
+        return ERMA_OK;
     for (;;) {
-        if (done && done(ctx))
-            return ERMA_OK;
         int work = 0;
         for (unsigned i = 0; i < n; i++)
             work += erma_rpc_run_once(rpcs[i]);
+        if (done && done(ctx))
+            return ERMA_OK; /* before time moves on: a completion need not count as work */
         if (work)
             continue;
         uint64_t t = erma_sim_next_event(sim);
