@@ -127,6 +127,7 @@ struct erma_rpc {
     struct erma_rand rng;
     struct session **sessions;
     uint32_t nsessions, sessions_cap, active_sessions;
+    uint32_t ring_credits; /* credits of the active sessions: at most cfg.rx_ring */
     uint16_t *free_nums;        /* stack of FREE session numbers */
     struct session **busy;      /* client sessions with requests in flight */
     uint32_t nbusy;

@@ -66,8 +66,18 @@ struct session *session_get(struct erma_rpc *rpc, uint16_t num)
 
 uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc)
 {
-    const uint32_t cap = rpc->cfg.rx_ring / rpc->cfg.credits;
-    return cap > rpc->active_sessions ? cap - rpc->active_sessions : 0;
+    return (rpc->cfg.rx_ring - rpc->ring_credits) / rpc->cfg.credits;
+}
+
+static bool ring_has_room(const struct erma_rpc *rpc, uint32_t credits)
+{
+    return (uint64_t)rpc->ring_credits + credits <= rpc->cfg.rx_ring;
+}
+
+static void set_credits(struct erma_rpc *rpc, struct session *s, uint32_t credits)
+{
+    rpc->ring_credits = rpc->ring_credits - s->credits_max + credits;
+    s->credits_max = s->credits = credits;
 }
 
 /* ---- server sessions by token ---- */
@@ -186,6 +196,7 @@ void session_release(struct erma_rpc *rpc, struct session *s)
     if (s->role == SERVER)
         token_remove(rpc, s);
     rpc->active_sessions--;
+    set_credits(rpc, s, 0);
     if (s->in_worker)
         s->state = ZOMBIE; /* freed by the last worker response */
     else
@@ -215,7 +226,9 @@ int erma_create_session_credits(struct erma_rpc *rpc, const char *remote_uri,
         rc = erma_transport_resolve(rpc->tr, uri, &peer);
     if (rc != ERMA_OK)
         return rc;
-    if (erma_rpc_free_sessions(rpc) == 0)
+    if (!credits)
+        credits = rpc->cfg.credits;
+    if (!ring_has_room(rpc, credits))
         return ERMA_ENOSLOTS;
     refresh_clock(rpc); /* called from outside the loop */
     struct session *s = session_alloc(rpc, CLIENT);
@@ -225,7 +238,7 @@ int erma_create_session_credits(struct erma_rpc *rpc, const char *remote_uri,
     s->peer = peer;
     s->remote_tid = remote_tid;
     s->remote_num = NO_SESSION;
-    s->credits_max = credits ? credits : rpc->cfg.credits;
+    set_credits(rpc, s, credits);
     s->token = erma_rand_u64(&rpc->rng) | 1;
     const struct sm_msg m = sess_msg(s);
     sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
@@ -277,7 +290,7 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
         const uint32_t grant = m->credits < rpc->cfg.credits ? m->credits : rpc->cfg.credits;
         if (m->server_tid != rpc->tid || grant == 0) {
             m->err = ERMA_ENOENT;
-        } else if ((uint64_t)(rpc->active_sessions + 1) * grant > rpc->cfg.rx_ring ||
+        } else if (!ring_has_room(rpc, grant) ||
                    (rpc->token_cap && rpc->by_token[token_slot(rpc, m->token)]) ||
                    !(s = session_alloc(rpc, SERVER))) {
             m->err = ERMA_EREFUSED; /* no room, or a token clash with another client */
@@ -287,7 +300,7 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
             s->peer = pkt->src;
             s->token = m->token;
             s->remote_num = m->client_session;
-            s->credits_max = s->credits = grant;
+            set_credits(rpc, s, grant);
             if (token_insert(rpc, s) != ERMA_OK) {
                 session_release(rpc, s);
                 s = NULL;
@@ -341,7 +354,7 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
             return;
         }
         s->remote_num = m->server_session;
-        s->credits = s->credits_max = m->credits;
+        set_credits(rpc, s, m->credits);
         s->state = CONNECTED;
         sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);
         client_kick(rpc, s);

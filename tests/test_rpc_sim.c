@@ -389,6 +389,16 @@ static void test_refusal(void **state)
     assert_true(erma_create_session(w.rpc[0], w.uri[1], 0) >= 0);
     assert_true(erma_create_session(w.rpc[0], w.uri[1], 0) >= 0);
     assert_int_equal(erma_create_session(w.rpc[0], w.uri[1], 0), ERMA_ENOSLOTS);
+    assert_int_equal(erma_create_session_credits(w.rpc[0], w.uri[1], 0, 1), ERMA_ENOSLOTS);
+    assert_int_equal(erma_rpc_free_sessions(w.rpc[0]), 0);
+    /* sessions of fewer credits take less of the ring: 1 x 32 + 32 x 1 fill 64 */
+    erma_rpc_destroy(w.rpc[0]);
+    world_rpc(&w, 0, &small);
+    assert_true(erma_create_session(w.rpc[0], w.uri[1], 0) >= 0);
+    assert_int_equal(erma_rpc_free_sessions(w.rpc[0]), 1);
+    for (int i = 0; i < 32; i++)
+        assert_true(erma_create_session_credits(w.rpc[0], w.uri[1], 0, 1) >= 0);
+    assert_int_equal(erma_create_session_credits(w.rpc[0], w.uri[1], 0, 1), ERMA_ENOSLOTS);
     /* bad arguments */
     assert_int_equal(erma_create_session(w.rpc[0], "sim://nofabric/0:1", 0), ERMA_EADDR);
     assert_int_equal(erma_create_session(w.rpc[0], "garbage", 0), ERMA_EADDR);
@@ -685,6 +695,25 @@ static void test_session_credits(void **state)
     assert_true(full > 16);
     assert_true(two <= 2);
     assert_true(one <= 1);
+    /* a server admits by credits: 1 x 32 and 32 x 1 fill a ring of 64, one more is refused */
+    struct world w;
+    world_up(&w, "admit", 2, 0, 0);
+    struct erma_rpc_cfg small = sim_cfg(&w);
+    small.rx_ring = 64;
+    world_rpc(&w, 0, NULL);
+    world_rpc(&w, 1, &small);
+    int s[34];
+    s[0] = erma_create_session(w.rpc[0], w.uri[1], 0);
+    for (int i = 1; i < 34; i++)
+        s[i] = erma_create_session_credits(w.rpc[0], w.uri[1], 0, 1);
+    int never = 0;
+    run_until(&w, &never, 10000000);
+    for (int i = 0; i < 33; i++)
+        assert_true(erma_session_connected(w.rpc[0], s[i]));
+    assert_false(erma_session_connected(w.rpc[0], s[33]));
+    assert_int_equal(w.sm_events[ERMA_SM_CONNECT_FAILED], 1);
+    assert_int_equal(w.sm_last_err, ERMA_EREFUSED);
+    world_down(&w);
 }
 
 int main(void)
