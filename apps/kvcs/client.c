@@ -106,14 +106,20 @@ static bool transport_failure(int st)
 /* Ops pass a server marked down by; down_ns after its first failure a
  * probe (the REGION request, which also fetches a restarted server's new
  * key) asks whether it is back. Failures while it is down (tries already
- * under way) do not delay that probe. */
+ * under way, ops whose replicas are all down) do not delay that probe. */
 static void mark_down(struct erma_kvcs_client *c, uint32_t server)
 {
     struct server *s = &c->srv[server];
-    const uint64_t now = erma_now_ns();
-    if (!s->down || (s->down_until <= now && !s->probing))
-        s->down_until = now + c->cfg.down_ns;
+    if (!s->down)
+        s->down_until = erma_now_ns() + c->cfg.down_ns;
     s->down = true;
+}
+
+/* The probe failed: the next one in down_ns. */
+static void probe_later(struct erma_kvcs_client *c, struct server *s)
+{
+    s->down = true;
+    s->down_until = erma_now_ns() + c->cfg.down_ns;
 }
 
 /* ---- finishing ops ---- */
@@ -442,6 +448,19 @@ int erma_kvcs_get(struct erma_kvcs_client *c, const void *key, uint32_t klen, er
 }
 
 /* PUT, DEL: a try to every replica at once. */
+/* A write to a replica marked down goes out if its sessions are there (it
+ * may be alive: a stall marked it down), so that it does not keep an old
+ * value, but the op does not wait for it: its status stays
+ * ERMA_KVCS_NOT_TRIED and its answer is dropped. */
+static void send_detached(struct erma_kvcs_client *c, struct op *op, uint32_t pos,
+                          const void *val, uint32_t vlen)
+{
+    if (start_try(c, op, pos, val, vlen) != ERMA_OK)
+        return;
+    op->tries[pos]->op = NULL;
+    op->tries[pos] = NULL;
+}
+
 static void write_all(struct erma_kvcs_client *c, struct op *op, const void *val, uint32_t vlen)
 {
     bool all_down = true;
@@ -451,7 +470,8 @@ static void write_all(struct erma_kvcs_client *c, struct op *op, const void *val
     op->pending = op->nrep;
     for (uint32_t i = 0; i < op->nrep; i++) {
         if (c->srv[op->rep[i]].down && !all_down) {
-            op->pending--; /* passed by: ERMA_KVCS_NOT_TRIED */
+            send_detached(c, op, i, val, vlen);
+            op->pending--;
             continue;
         }
         const int rc = start_try(c, op, i, val, vlen);
@@ -561,7 +581,7 @@ static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_m
     if (status == ERMA_OK)
         s->down = false;
     else
-        mark_down(s->c, (uint32_t)(s - s->c->srv));
+        probe_later(s->c, s);
 }
 
 /* Opens the server's sessions that are not (or no longer) there, and asks
@@ -595,7 +615,7 @@ static void probe_servers(struct erma_kvcs_client *c)
         if (ask_region(c, s) == ERMA_OK && s->region_rc == 1)
             s->probing = true;
         else
-            mark_down(c, i); /* could not even ask: probe again later */
+            probe_later(c, s); /* could not even ask */
     }
 }
 

@@ -60,9 +60,11 @@
  *        down. ERMA_ENOENT from a replica is a final answer: a cache miss. status: ERMA_OK with the value, ERMA_ENOENT,
  *        the last try's failure when every replica failed, or another
  *        failure (ERMA_ENOMEM, ERMA_EBADPKT...) at once.
- *   PUT, DEL  go to all the key's replicas at once but those marked down
- *        (their status stays ERMA_KVCS_NOT_TRIED), or to all when every one
- *        is down. cb runs once every try has finished. PUT: ERMA_OK if at least one replica stored the
+ *   PUT, DEL  go to all the key's replicas at once. The op waits for those
+ *        not marked down (for all, when every one is down); to a replica
+ *        marked down the write goes out too if its sessions are there, but
+ *        unwaited for, its status ERMA_KVCS_NOT_TRIED. cb runs once every
+ *        waited-for try has finished. PUT: ERMA_OK if at least one replica stored the
  *        value and every other failed at the transport level; else the
  *        first other failure (e.g. ERMA_E2BIG), or the last transport
  *        failure when no replica answered. DEL: the same, where a replica
@@ -76,14 +78,19 @@
  *   only items whose stamp and SipHash check (kv.h). Replicas are not kept
  *   consistent with each other: a replica that missed a PUT (a try that
  *   failed) may serve the older value until it is written again, as in any
- *   cache, and so may a replica that was marked down while it was not dead.
+ *   cache, and so may a replica that was marked down while it was not dead
+ *   and missed a write (its sessions had failed), a DEL included: the
+ *   deleted key can come back from it.
  *
  *   Down marks and probes: down_ns after a replica was marked down, the
  *   client probes it in the background: it opens the sessions that failed
  *   (a server silent for failure_ns fails them) and asks for its region
  *   again, which also fetches a restarted server's new key. If the answer
- *   comes, ops use the replica again; if not, it stays down for another
- *   down_ns. No op ever waits on a probe.
+ *   comes, ops use the replica again; if not, the next probe follows
+ *   down_ns later. A probe of a dead server ends when its request times out
+ *   (attempt_timeout_ns) or its sessions fail to connect (failure_ns), so
+ *   probes come every down_ns plus that. No op waits on a probe unless
+ *   every replica of its key is down.
  *
  *   Bad input is refused at once, nothing started: ERMA_EINVAL for a NULL
  *   client, key or callback, an empty key, or a NULL value of non-zero
