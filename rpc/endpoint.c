@@ -294,6 +294,8 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
     }
     run_completions(rpc);
     tx_flush(rpc);
+    if (rpc->rma_hook.flush) /* one-sided ops continuations submitted: before any sleep */
+        rpc->rma_hook.flush(rpc->rma_hook.ctx);
     return work;
 }
 
