@@ -18,6 +18,7 @@
 #include "erma/kv.h"
 #include "erma/kvcs.h"
 #include "erma/rand.h"
+#include "../apps/kvcs/value.h"
 
 #define NSERVERS 3
 #define KEYS 2000
@@ -137,28 +138,16 @@ static int kill_servers(void **state)
 
 /* ---- values: key and version inside, the rest a pattern ---- */
 
+#define VALUE_SPAN 6000 /* values of 16 to 6015 bytes: some need two READs */
+
 static uint32_t make_val(uint32_t k, uint32_t version, uint8_t *v)
 {
-    const uint32_t len = 16 + (k * 37 + version * 11) % 6000; /* some need two READs */
-    memcpy(v, &k, 4);
-    memcpy(v + 4, &version, 4);
-    for (uint32_t i = 8; i < len; i++)
-        v[i] = (uint8_t)(k * 3 + version * 7 + i);
-    return len;
+    return kvcs_value_make(k, version, VALUE_SPAN, v);
 }
 
-/* The version a value holds, or 0 when it is not one make_val(k, ...) made. */
 static uint32_t version_of(uint32_t k, const uint8_t *val, uint32_t vlen)
 {
-    static uint8_t expect[8192];
-    uint32_t kk, v;
-    if (vlen < 8)
-        return 0;
-    memcpy(&kk, val, 4);
-    memcpy(&v, val + 4, 4);
-    if (kk != k || v == 0 || make_val(k, v, expect) != vlen || memcmp(expect, val, vlen) != 0)
-        return 0;
-    return v;
+    return kvcs_value_version(k, VALUE_SPAN, val, vlen);
 }
 
 /* ---- driving a client ---- */

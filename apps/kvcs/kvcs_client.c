@@ -23,6 +23,7 @@
 #include "erma/clock.h"
 #include "erma/kvcs.h"
 #include "erma/rand.h"
+#include "value.h"
 
 #define MAX_SERVERS 64
 #define MAX_DEPTH 256
@@ -61,28 +62,16 @@ static void key_name(uint32_t k, char key[16])
     snprintf(key, 16, "k%08u", k);
 }
 
+#define VALUE_SPAN 1000 /* values of 16 to 1015 bytes */
+
 static uint32_t make_val(uint32_t k, uint32_t version, uint8_t *v)
 {
-    const uint32_t len = 16 + (k * 37 + version * 11) % 1000;
-    memcpy(v, &k, 4);
-    memcpy(v + 4, &version, 4);
-    for (uint32_t i = 8; i < len; i++)
-        v[i] = (uint8_t)(k * 3 + version * 7 + i);
-    return len;
+    return kvcs_value_make(k, version, VALUE_SPAN, v);
 }
 
-/* The version val holds, 0 when it is not a value of key k. */
 static uint32_t version_of(uint32_t k, const uint8_t *val, uint32_t vlen)
 {
-    uint8_t expect[1024];
-    uint32_t kk, v;
-    if (vlen < 8 || vlen > sizeof expect)
-        return 0;
-    memcpy(&kk, val, 4);
-    memcpy(&v, val + 4, 4);
-    if (kk != k || v == 0 || make_val(k, v, expect) != vlen || memcmp(expect, val, vlen) != 0)
-        return 0;
-    return v;
+    return kvcs_value_version(k, VALUE_SPAN, val, vlen);
 }
 
 static void report_wrong(struct prog *p, const struct op *o, const char *why, uint32_t v)
