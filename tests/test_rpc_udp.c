@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "../bench/bench.h"
 #include "erma/clock.h"
 #include "erma/rand.h"
 #include "erma/transport.h"
@@ -235,13 +236,7 @@ static double worker_after_quiet_ms(struct client *c, uint32_t first_id)
         call_once(c, SLOW_WORKER, REQ_HDR, 32, first_id + (uint32_t)i);
         t[i] = (double)(erma_now_ns() - t0) / 1e6;
     }
-    for (int i = 1; i < 21; i++) /* insertion sort */
-        for (int k = i; k > 0 && t[k] < t[k - 1]; k--) {
-            const double x = t[k];
-            t[k] = t[k - 1];
-            t[k - 1] = x;
-        }
-    return t[10];
+    return bench_median(t, 21);
 }
 
 /* The server's CPU over 300 ms while its client, connected, sends nothing. */
