@@ -81,7 +81,7 @@ struct erma_kvcs_client {
     struct erma_kvcs_op_info info;
     int completed;
     uint32_t nsess; /* per server */
-    uint64_t next_expiry, expiry_ns; /* scans for tries past their deadline */
+    uint64_t next_expiry, expiry_ns; /* timer work: expired tries, due probes */
     struct erma_kvcs_client_stats stats;
 };
 
@@ -283,7 +283,7 @@ static int start_rpc(struct erma_kvcs_client *c, struct try *t, struct server *s
 }
 
 static int ask_region(struct erma_kvcs_client *c, struct server *s);
-static void probe_servers(struct erma_kvcs_client *c);
+static void probe_servers(struct erma_kvcs_client *c, uint64_t now);
 
 static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, const void *val,
                      uint32_t vlen)
@@ -310,12 +310,8 @@ static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, co
 /* RPC tries past their deadline (they may wait behind others for one of
  * the session's slots, where the request timeout does not run yet) fail
  * as timed out; their requests complete later, to no op. */
-static void expire_tries(struct erma_kvcs_client *c)
+static void expire_tries(struct erma_kvcs_client *c, uint64_t now)
 {
-    const uint64_t now = erma_now_ns();
-    if (now < c->next_expiry)
-        return;
-    c->next_expiry = now + c->expiry_ns;
     for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
         struct op *op = &c->ops[i];
         for (uint32_t p = 0; op->live && p < op->nrep; p++) {
@@ -524,8 +520,12 @@ int erma_kvcs_client_run_once(struct erma_kvcs_client *c)
     erma_rpc_run_once(c->rpc);
     for (int i = 0; i < 4 && erma_kv_reader_poll(c->reader) > 0; i++)
         ;
-    expire_tries(c);
-    probe_servers(c);
+    const uint64_t now = erma_now_ns();
+    if (now >= c->next_expiry) { /* timer work, every expiry_ns */
+        c->next_expiry = now + c->expiry_ns;
+        expire_tries(c, now);
+        probe_servers(c, now);
+    }
     deliver_deferred(c);
     return c->completed;
 }
@@ -604,9 +604,8 @@ static int ask_region(struct erma_kvcs_client *c, struct server *s)
 
 /* Servers marked down whose mark has passed are asked for their region
  * again: the probe. */
-static void probe_servers(struct erma_kvcs_client *c)
+static void probe_servers(struct erma_kvcs_client *c, uint64_t now)
 {
-    const uint64_t now = erma_now_ns();
     for (uint32_t i = 0; i < c->cfg.nservers; i++) {
         struct server *s = &c->srv[i];
         if (!s->down || s->probing || now < s->down_until)
