@@ -82,16 +82,23 @@ static uint32_t make_val(uint32_t k, uint32_t version, uint8_t *v)
     return len;
 }
 
+/* The last of k's writes acknowledged before start, -1 if none. */
+static int acked_before(const struct history *h, uint64_t start)
+{
+    int b = -1;
+    for (uint32_t i = 0; i < h->n; i++)
+        if (h->w[i].acked && h->w[i].acked < start)
+            b = (int)i;
+    return b;
+}
+
 /* Is a GET of k over [start, end] that saw (val or absent) consistent with
  * k's writes? The writer has at most one write per key in flight, so
  * versions are in the order the server applied them. */
 static bool consistent(const struct history *h, uint32_t k, uint64_t start, uint64_t end,
                        const uint8_t *val, uint32_t vlen)
 {
-    int b = -1;
-    for (uint32_t i = 0; i < h->n; i++)
-        if (h->w[i].acked && h->w[i].acked < start)
-            b = (int)i;
+    const int b = acked_before(h, start);
     for (int i = b < 0 ? 0 : b; i < (int)h->n; i++) {
         const struct write *w = &h->w[i];
         if (w->issued > end)
@@ -195,10 +202,7 @@ static void start_write(struct world_ *w, struct op *o)
  * start a PUT, and none issued after it before end? */
 static bool present_throughout(const struct history *h, uint64_t start, uint64_t end)
 {
-    int b = -1;
-    for (uint32_t i = 0; i < h->n; i++)
-        if (h->w[i].acked && h->w[i].acked < start)
-            b = (int)i;
+    const int b = acked_before(h, start);
     if (b < 0 || h->w[b].del)
         return false;
     for (uint32_t i = (uint32_t)b + 1; i < h->n; i++)
