@@ -299,13 +299,13 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
     return work;
 }
 
-/* Once nothing happened for idle_wait_ns (no packet, nothing to send, no
- * request at a worker, whose answer would not wake us), sleeps until a
- * packet, the next timer or end. */
+/* Once nothing happened for idle_wait_ns (no packet, no request at a
+ * worker, whose answer would not wake us; a pass leaves nothing unsent),
+ * sleeps until a packet, the next timer or end. */
 static void idle_wait(struct erma_rpc *rpc, int work, uint64_t *idle_since, uint64_t end)
 {
     const uint64_t now = rpc->loop_now;
-    if (work > 0 || rpc->ntx || rpc->in_workers) {
+    if (work > 0 || rpc->in_workers) {
         *idle_since = now;
         return;
     }
@@ -319,8 +319,8 @@ static void idle_wait(struct erma_rpc *rpc, int work, uint64_t *idle_since, uint
 
 void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
 {
-    const uint64_t end = erma_now_ns() + ns;
     uint64_t idle_since = erma_now_ns();
+    const uint64_t end = idle_since + ns;
     do {
         const int work = erma_rpc_run_once(rpc);
         if (rpc->cfg.idle_wait_ns)
