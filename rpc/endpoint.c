@@ -28,6 +28,8 @@ static void cfg_defaults(struct erma_rpc_cfg *c)
         c->keepalive_ns = c->failure_ns / 5;
     if (!c->connect_retry_ns)
         c->connect_retry_ns = 20000000;
+    if (!c->idle_wait_ns)
+        c->idle_wait_ns = 50000;
 }
 
 static int reg_chunk(void *ctx, void *addr, size_t len)
@@ -301,7 +303,8 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
 
 /* Once nothing happened for idle_wait_ns (no packet, no request at a
  * worker, whose answer would not wake us; a pass leaves nothing unsent),
- * sleeps until a packet, the next timer or end. */
+ * sleeps until a packet, the next timer or end, at most
+ * ERMA_IDLE_SLEEP_MAX_NS. */
 static void idle_wait(struct erma_rpc *rpc, int work, uint64_t *idle_since, uint64_t end)
 {
     const uint64_t now = rpc->loop_now;
@@ -313,19 +316,32 @@ static void idle_wait(struct erma_rpc *rpc, int work, uint64_t *idle_since, uint
         return;
     uint64_t until = erma_rpc_next_timer(rpc);
     until = until < end ? until : end;
+    if (until > now + ERMA_IDLE_SLEEP_MAX_NS)
+        until = now + ERMA_IDLE_SLEEP_MAX_NS;
     if (until > now)
         erma_transport_wait(rpc->tr, until - now);
 }
 
-void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
+int erma_rpc_run_until(struct erma_rpc *rpc, bool (*done)(void *ctx), void *ctx,
+                       uint64_t timeout_ns)
 {
     uint64_t idle_since = erma_now_ns();
-    const uint64_t end = idle_since + ns;
-    do {
+    const uint64_t end = timeout_ns > UINT64_MAX - idle_since ? UINT64_MAX
+                                                              : idle_since + timeout_ns;
+    for (;;) {
         const int work = erma_rpc_run_once(rpc);
-        if (rpc->cfg.idle_wait_ns)
+        if (done && done(ctx))
+            return ERMA_OK;
+        if (rpc->loop_now >= end)
+            return ERMA_ETIMEDOUT;
+        if (!rpc->cfg.busy_poll)
             idle_wait(rpc, work, &idle_since, end);
-    } while (rpc->loop_now < end);
+    }
+}
+
+void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
+{
+    erma_rpc_run_until(rpc, NULL, NULL, ns);
 }
 
 uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc)

@@ -68,6 +68,7 @@
 #define ERMA_SESSION_SLOTS 8
 #define ERMA_MAX_CREDITS 32
 #define ERMA_MAX_THREADS 64
+#define ERMA_IDLE_SLEEP_MAX_NS 10000000 /* 10 ms */
 
 struct erma_nexus;
 struct erma_rpc;
@@ -124,10 +125,14 @@ struct erma_rpc_cfg {
     uint64_t keepalive_ns;     /* ping an idle peer this often, default failure_ns / 5 */
     uint64_t connect_retry_ns; /* resend a connect request this often, default 20 ms */
     uint64_t req_timeout_ns;   /* fail a request after this long, 0 (default) = never */
-    /* erma_rpc_run() sleeps in the transport (udp) once its loop has found
-     * nothing to do for this long, until a packet or its next timer; 0
-     * (default): it always polls. For servers sharing cores with others. */
+    /* erma_rpc_run() and erma_rpc_run_until() spin this long once the loop
+     * finds nothing to do, then sleep in the transport (udp: ppoll) until a
+     * packet or the next timer, as servers do; default 50 us. An idle
+     * endpoint then costs well under 1% of a core. */
     uint64_t idle_wait_ns;
+    /* Never sleep: poll the transport all the time (a whole core per
+     * endpoint, the lowest latency; latency benchmarks use it). */
+    bool busy_poll;
     uint64_t seed;             /* session tokens; 0 = from the clock */
     double fault_drop;         /* test only: drop this fraction of received packets */
     struct erma_cc_switches cc;
@@ -175,8 +180,17 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t thread_id, const struct erma_
 void erma_rpc_destroy(struct erma_rpc *rpc);
 /* One pass of the event loop: RX, timers, TX. Returns packets handled. */
 int erma_rpc_run_once(struct erma_rpc *rpc);
-/* Runs the event loop for ns nanoseconds of erma_now_ns() (sleeping when
- * idle if cfg.idle_wait_ns says so). */
+/* Runs the event loop until done(ctx) is true (asked after every pass) or
+ * timeout_ns of erma_now_ns() have passed; ERMA_OK when done, else
+ * ERMA_ETIMEDOUT. done may be NULL: run for timeout_ns. When idle the loop
+ * sleeps (cfg.idle_wait_ns, cfg.busy_poll) until a packet or its next timer,
+ * at most ERMA_IDLE_SLEEP_MAX_NS, so a done() that another thread makes true
+ * is seen within that. Typical client use:
+ *   erma_enqueue_request(rpc, sess, TYPE, &req, &resp, cont, &answered);
+ *   erma_rpc_run_until(rpc, flag_set, &answered, 1000000000);  */
+int erma_rpc_run_until(struct erma_rpc *rpc, bool (*done)(void *ctx), void *ctx,
+                       uint64_t timeout_ns);
+/* erma_rpc_run_until(rpc, NULL, NULL, ns): runs the loop for ns. */
 void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns);
 /* The erma_now_ns() time at which this endpoint next has timer work. */
 uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc);
