@@ -7,7 +7,7 @@
 
 static bool use_aes; /* AES-256-GCM where the CPU has AES-NI, set once */
 
-int rma_crypto_init(void)
+int erma_rma_crypto_init(void)
 {
     if (sodium_init() < 0)
         return ERMA_ENOTSUP;
@@ -15,7 +15,7 @@ int rma_crypto_init(void)
     return ERMA_OK;
 }
 
-void rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
+void erma_rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
              uint8_t kd[ERMA_RMA_KEY_BYTES])
 {
     uint8_t msg[16] = "erma-kd\0";
@@ -32,7 +32,7 @@ static void nonce_of(uint8_t n[12], uint8_t dir, uint64_t ctr)
 
 #define AD_LEN (ERMA_HDR_SIZE + RMA_OPHDR)
 
-void rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
+void erma_rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
               uint8_t *pkt, const void *m, uint32_t plen)
 {
     uint8_t n[12];
@@ -45,7 +45,7 @@ void rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_
                                                            NULL, n, kd);
 }
 
-int rma_open(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
+int erma_rma_open(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
              const uint8_t *pkt, uint32_t len, uint8_t *m)
 {
     if (len < RMA_OVERHEAD)
@@ -60,7 +60,7 @@ int rma_open(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_c
                                                               n, kd);
 }
 
-uint64_t rma_wallclock_ns(void)
+uint64_t erma_rma_wallclock_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

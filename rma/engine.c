@@ -9,7 +9,7 @@
 
 /* ---- op header codec ---- */
 
-void rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p)
+void erma_rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p)
 {
     p[0] = o->type;
     p[1] = o->status;
@@ -27,7 +27,7 @@ void rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p)
     erma_put_le(p + 48, o->nonce_ctr, 8);
 }
 
-void rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
+void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
 {
     o->type = p[0];
     o->status = p[1];
@@ -47,7 +47,7 @@ void rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
 
 /* ---- slot lists (queues by priority, in flight) linked by index ---- */
 
-void list_push(struct list *l, struct slot *slots, int32_t i)
+void erma_list_push(struct list *l, struct slot *slots, int32_t i)
 {
     slots[i].prev = l->tail;
     slots[i].next = -1;
@@ -58,7 +58,7 @@ void list_push(struct list *l, struct slot *slots, int32_t i)
     l->tail = i;
 }
 
-void list_remove(struct list *l, struct slot *slots, int32_t i)
+void erma_list_remove(struct list *l, struct slot *slots, int32_t i)
 {
     struct slot *e = &slots[i];
     if (e->prev >= 0)
@@ -74,16 +74,16 @@ void list_remove(struct list *l, struct slot *slots, int32_t i)
 
 /* ---- TX batch ---- */
 
-uint8_t *rma_tx_buf(struct erma_rma *rma, const struct erma_addr *dst)
+uint8_t *erma_rma_tx_buf(struct erma_rma *rma, const struct erma_addr *dst)
 {
     if (rma->ntx == ERMA_MAX_BURST)
-        rma_tx_flush(rma);
+        erma_rma_tx_flush(rma);
     rma->txdst[rma->ntx] = *dst; /* dst may point into the RX buffer or a table */
     rma->tx[rma->ntx] = (struct erma_tx_pkt){.dst = &rma->txdst[rma->ntx]};
     return rma->txbuf + (size_t)rma->ntx * rma->tr->max_pkt;
 }
 
-void rma_tx_commit(struct erma_rma *rma, uint32_t len)
+void erma_rma_tx_commit(struct erma_rma *rma, uint32_t len)
 {
     struct erma_tx_pkt *t = &rma->tx[rma->ntx];
     t->hdr = rma->txbuf + (size_t)rma->ntx * rma->tr->max_pkt;
@@ -91,7 +91,7 @@ void rma_tx_commit(struct erma_rma *rma, uint32_t len)
     rma->ntx++;
 }
 
-void rma_tx_flush(struct erma_rma *rma)
+void erma_rma_tx_flush(struct erma_rma *rma)
 {
     unsigned sent = 0;
     /* Kernel and NIC queues take a burst at once; a short count means a full
@@ -105,15 +105,15 @@ void rma_tx_flush(struct erma_rma *rma)
     rma->ntx = 0;
 }
 
-uint32_t rma_build(struct erma_rma *rma, uint8_t *pkt, struct rma_ophdr *h,
+uint32_t erma_rma_build(struct erma_rma *rma, uint8_t *pkt, struct rma_ophdr *h,
                    const uint8_t *kd, uint8_t dir, const void *m, uint32_t plen)
 {
     const struct erma_hdr eh = {.proto = ERMA_PROTO_RMA};
     h->nonce_ctr = ++rma->ctr;
     erma_hdr_encode(&eh, pkt);
-    rma_ophdr_encode(h, pkt + ERMA_HDR_SIZE);
+    erma_rma_ophdr_encode(h, pkt + ERMA_HDR_SIZE);
     if (kd)
-        rma_seal(kd, dir, h->nonce_ctr, pkt, m, plen);
+        erma_rma_seal(kd, dir, h->nonce_ctr, pkt, m, plen);
     else /* unsealed error: no payload, zero tag */
         memset(pkt + ERMA_HDR_SIZE + RMA_OPHDR, 0, RMA_TAG);
     return RMA_OVERHEAD + plen;
@@ -135,41 +135,41 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
         rma->stats.rx_bad++;
         return;
     }
-    rma_ophdr_decode(pkt->data + ERMA_HDR_SIZE, &h);
+    erma_rma_ophdr_decode(pkt->data + ERMA_HDR_SIZE, &h);
     if (h.type == 0 || h.type > RMA_TYPE_MAX || h.len == 0 || h.len > ERMA_RMA_MAX_OP) {
         rma->stats.rx_bad++;
         return;
     }
     rma_clock(rma, erma_now_ns());
     if (is_request(h.type))
-        serve_rx(rma, &h, pkt);
+        erma_serve_rx(rma, &h, pkt);
     else
-        portal_rx(rma, &h, pkt);
+        erma_portal_rx(rma, &h, pkt);
 }
 
 static void hook_flush(void *ctx)
 {
     struct erma_rma *rma = ctx;
     if (rma->ntx)
-        rma_tx_flush(rma);
+        erma_rma_tx_flush(rma);
 }
 
 static int hook_poll(void *ctx, uint64_t now)
 {
     struct erma_rma *rma = ctx;
     rma_clock(rma, now);
-    int work = serve_poll(rma);
-    work += exec_poll(rma);
-    work += portal_poll(rma);
-    rma_tx_flush(rma);
+    int work = erma_serve_poll(rma);
+    work += erma_exec_poll(rma);
+    work += erma_portal_poll(rma);
+    erma_rma_tx_flush(rma);
     return work;
 }
 
 static uint64_t hook_next_timer(void *ctx)
 {
     const struct erma_rma *rma = ctx;
-    uint64_t t = serve_next_timer(rma);
-    const uint64_t p = portal_next_timer(rma), e = exec_next_timer(rma);
+    uint64_t t = erma_serve_next_timer(rma);
+    const uint64_t p = erma_portal_next_timer(rma), e = erma_exec_next_timer(rma);
     t = p < t ? p : t;
     return e < t ? e : t;
 }
@@ -185,7 +185,7 @@ static void cfg_defaults(struct erma_rma_cfg *c, const struct erma_transport *tr
 {
     const uint64_t base = tr->base_rtt_ns ? tr->base_rtt_ns : 10000;
     if (!c->identity)
-        c->identity = rma_wallclock_ns() ^ ((uint64_t)(uintptr_t)c << 20) ^ (uint64_t)rand();
+        c->identity = erma_rma_wallclock_ns() ^ ((uint64_t)(uintptr_t)c << 20) ^ (uint64_t)rand();
     c->slots = c->slots ? c->slots : 256;
     c->inbound_window = c->inbound_window ? c->inbound_window : 1u << 20;
     if (!c->dispatch_timeout_ns) /* kernel UDP: a loop pass alone can take 10 us */
@@ -213,7 +213,7 @@ int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
 {
     if (!rpc || !out)
         return ERMA_EINVAL;
-    int rc = rma_crypto_init();
+    int rc = erma_rma_crypto_init();
     if (rc != ERMA_OK)
         return rc;
     struct erma_rma *rma = calloc(1, sizeof *rma);
@@ -228,21 +228,21 @@ int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
         return ERMA_EINVAL;
     }
     rma->pkt_data = rma->tr->max_pkt - RMA_OVERHEAD;
-    rma->ctr = rma_wallclock_ns();
+    rma->ctr = erma_rma_wallclock_ns();
     rma->now = erma_now_ns();
     rma->txbuf = malloc((size_t)ERMA_MAX_BURST * rma->tr->max_pkt);
-    rc = rma->txbuf ? serve_init(rma) : ERMA_ENOMEM;
+    rc = rma->txbuf ? erma_serve_init(rma) : ERMA_ENOMEM;
     if (rc == ERMA_OK)
-        rc = portal_init(rma);
+        rc = erma_portal_init(rma);
     if (rc == ERMA_OK)
-        rc = exec_init(rma);
+        rc = erma_exec_init(rma);
     const struct erma_proto_hook hook = {hook_rx, hook_poll, hook_next_timer, rma, hook_flush};
     if (rc == ERMA_OK)
         rc = erma_rpc_attach(rpc, ERMA_PROTO_RMA, &hook);
     if (rc != ERMA_OK) {
-        exec_fini(rma);
-        portal_fini(rma);
-        serve_fini(rma);
+        erma_exec_fini(rma);
+        erma_portal_fini(rma);
+        erma_serve_fini(rma);
         free(rma->txbuf);
         free(rma);
         return rc;
@@ -255,11 +255,11 @@ void erma_rma_destroy(struct erma_rma *rma)
 {
     if (!rma)
         return;
-    rma_tx_flush(rma);
+    erma_rma_tx_flush(rma);
     erma_rpc_attach(rma->rpc, ERMA_PROTO_RMA, NULL);
-    exec_fini(rma);
-    portal_fini(rma);
-    serve_fini(rma);
+    erma_exec_fini(rma);
+    erma_portal_fini(rma);
+    erma_serve_fini(rma);
     free(rma->peers);
     free(rma->txbuf);
     free(rma);

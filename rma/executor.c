@@ -7,7 +7,7 @@
 #include "erma/clock.h"
 #include "internal.h"
 
-int exec_init(struct erma_rma *rma)
+int erma_exec_init(struct erma_rma *rma)
 {
     rma->xfers = calloc(rma->cfg.transfers, sizeof *rma->xfers);
     if (!rma->xfers)
@@ -27,7 +27,7 @@ static void xfer_release(struct xfer *x)
     x->tries = NULL;
 }
 
-void exec_fini(struct erma_rma *rma)
+void erma_exec_fini(struct erma_rma *rma)
 {
     if (!rma->xfers)
         return;
@@ -104,7 +104,7 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
     const struct erma_rma_cmd c = {.op = x->op, .peer = x->peer, .rkey = x->rkey,
                                    .offset = x->offset + off, .local = x->local + off,
                                    .len = n, .priority = x->prio, .tag = id};
-    if (portal_submit(rma, &c, true) < 0)
+    if (erma_portal_submit(rma, &c, true) < 0)
         return false;
     if (!rma->cfg.cc_off)
         erma_window_on_issue(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->now);
@@ -116,7 +116,7 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
     return true;
 }
 
-int exec_poll(struct erma_rma *rma)
+int erma_exec_poll(struct erma_rma *rma)
 {
     if (rma->exec_wake_ns > rma->now)
         return 0;
@@ -140,7 +140,7 @@ int exec_poll(struct erma_rma *rma)
     return work;
 }
 
-uint64_t exec_next_timer(const struct erma_rma *rma)
+uint64_t erma_exec_next_timer(const struct erma_rma *rma)
 {
     return rma->exec_wake_ns;
 }
@@ -164,7 +164,7 @@ static int redo_push(struct xfer *x, uint64_t off)
     return ERMA_OK;
 }
 
-void exec_complete(struct erma_rma *rma, struct slot *s)
+void erma_exec_complete(struct erma_rma *rma, struct slot *s)
 {
     const uint32_t id = (uint32_t)s->tag;
     struct xfer *x = &rma->xfers[id];
@@ -199,7 +199,7 @@ void exec_complete(struct erma_rma *rma, struct slot *s)
                                           .total_delay_ns = rma->now - x->start_ns};
     xfer_release(x);
     x->state = XFER_DONE;
-    cq_push(rma, &c);
+    erma_cq_push(rma, &c);
 }
 
 const struct erma_window *erma_rma_window(struct erma_rma *rma, int peer,

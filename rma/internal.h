@@ -38,23 +38,23 @@ struct rma_ophdr {
     uint64_t nonce_ctr;                   /* the sender's counter for this packet */
 };
 
-void rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p);
-void rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o);
+void erma_rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p);
+void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o);
 
 /* ---- crypto.c ---- */
 
-int rma_crypto_init(void);
-void rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
+int erma_rma_crypto_init(void);
+void erma_rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
              uint8_t kd[ERMA_RMA_KEY_BYTES]);
 /* pkt holds both headers; seals payload (plen bytes from m) after them and
  * appends the tag. dir 0: initiator to target, 1: back. */
-void rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
+void erma_rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
               uint8_t *pkt, const void *m, uint32_t plen);
 /* Opens a sealed packet of len bytes into m (len - RMA_OVERHEAD bytes);
  * 0 when authentic, -1 otherwise (m may then hold garbage: pass scratch). */
-int rma_open(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
+int erma_rma_open(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
              const uint8_t *pkt, uint32_t len, uint8_t *m);
-uint64_t rma_wallclock_ns(void);
+uint64_t erma_rma_wallclock_ns(void);
 
 /* ---- state ---- */
 
@@ -188,46 +188,46 @@ static inline uint64_t rma_clock(struct erma_rma *rma, uint64_t t)
 {
     return rma->now = t > rma->now ? t : rma->now;
 }
-uint8_t *rma_tx_buf(struct erma_rma *rma, const struct erma_addr *dst);
-void rma_tx_commit(struct erma_rma *rma, uint32_t len);
-void rma_tx_flush(struct erma_rma *rma);
+uint8_t *erma_rma_tx_buf(struct erma_rma *rma, const struct erma_addr *dst);
+void erma_rma_tx_commit(struct erma_rma *rma, uint32_t len);
+void erma_rma_tx_flush(struct erma_rma *rma);
 /* Writes the erma header and h into pkt and seals plen payload bytes of m. */
-uint32_t rma_build(struct erma_rma *rma, uint8_t *pkt, struct rma_ophdr *h,
+uint32_t erma_rma_build(struct erma_rma *rma, uint8_t *pkt, struct rma_ophdr *h,
                    const uint8_t *kd, uint8_t dir, const void *m, uint32_t plen);
-void list_push(struct list *l, struct slot *slots, int32_t i);
-void list_remove(struct list *l, struct slot *slots, int32_t i);
+void erma_list_push(struct list *l, struct slot *slots, int32_t i);
+void erma_list_remove(struct list *l, struct slot *slots, int32_t i);
 
 /* region.c */
-struct region *region_find(struct erma_rma *rma, uint32_t id);
+struct region *erma_region_find(struct erma_rma *rma, uint32_t id);
 /* The key request h verifies under: kr of its key generation, or NULL. */
-const uint8_t *region_key(const struct region *r, uint32_t key_gen, uint64_t now);
+const uint8_t *erma_region_key(const struct region *r, uint32_t key_gen, uint64_t now);
 /* Kd for identity under r's key of generation key_gen (kr), from the cache. */
-const uint8_t *region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
+const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
                          uint32_t key_gen, uint64_t identity);
-void region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now);
+void erma_region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now);
 
 /* serve.c: the target */
-void serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt);
-int serve_poll(struct erma_rma *rma);
-uint64_t serve_next_timer(const struct erma_rma *rma);
-int serve_init(struct erma_rma *rma);
-void serve_fini(struct erma_rma *rma);
+void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt);
+int erma_serve_poll(struct erma_rma *rma);
+uint64_t erma_serve_next_timer(const struct erma_rma *rma);
+int erma_serve_init(struct erma_rma *rma);
+void erma_serve_fini(struct erma_rma *rma);
 
 /* portal.c: the initiator */
-void portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt);
-int portal_poll(struct erma_rma *rma);
-uint64_t portal_next_timer(const struct erma_rma *rma);
-int portal_init(struct erma_rma *rma);
-void portal_fini(struct erma_rma *rma);
-int portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd, bool internal);
-int portal_issue(struct erma_rma *rma, int work);
-void cq_push(struct erma_rma *rma, const struct erma_rma_completion *c);
+void erma_portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt);
+int erma_portal_poll(struct erma_rma *rma);
+uint64_t erma_portal_next_timer(const struct erma_rma *rma);
+int erma_portal_init(struct erma_rma *rma);
+void erma_portal_fini(struct erma_rma *rma);
+int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd, bool internal);
+int erma_portal_issue(struct erma_rma *rma, int work);
+void erma_cq_push(struct erma_rma *rma, const struct erma_rma_completion *c);
 
 /* executor.c */
-int exec_init(struct erma_rma *rma);
-void exec_fini(struct erma_rma *rma);
-int exec_poll(struct erma_rma *rma);
-void exec_complete(struct erma_rma *rma, struct slot *s);
-uint64_t exec_next_timer(const struct erma_rma *rma);
+int erma_exec_init(struct erma_rma *rma);
+void erma_exec_fini(struct erma_rma *rma);
+int erma_exec_poll(struct erma_rma *rma);
+void erma_exec_complete(struct erma_rma *rma, struct slot *s);
+uint64_t erma_exec_next_timer(const struct erma_rma *rma);
 
 #endif

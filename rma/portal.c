@@ -6,7 +6,7 @@
 #include "erma/clock.h"
 #include "internal.h"
 
-int portal_init(struct erma_rma *rma)
+int erma_portal_init(struct erma_rma *rma)
 {
     const uint32_t n = rma->cfg.slots;
     rma->slots = calloc(n, sizeof *rma->slots);
@@ -25,7 +25,7 @@ int portal_init(struct erma_rma *rma)
     return ERMA_OK;
 }
 
-void portal_fini(struct erma_rma *rma)
+void erma_portal_fini(struct erma_rma *rma)
 {
     free(rma->slots);
     free(rma->cq);
@@ -39,7 +39,7 @@ static void slot_free(struct erma_rma *rma, struct slot *s)
     rma->exec_wake_ns = 0; /* a transfer may have waited for a slot */
 }
 
-void cq_push(struct erma_rma *rma, const struct erma_rma_completion *c)
+void erma_cq_push(struct erma_rma *rma, const struct erma_rma_completion *c)
 {
     /* cannot overflow: a slot or transfer is reused only after its poll */
     rma->cq[(rma->cq_head + rma->cq_len++) % rma->cq_cap] = *c;
@@ -48,7 +48,7 @@ void cq_push(struct erma_rma *rma, const struct erma_rma_completion *c)
 static void finish(struct erma_rma *rma, struct slot *s, int status)
 {
     const int32_t i = (int32_t)(s - rma->slots);
-    list_remove(s->state == SLOT_QUEUED ? &rma->queued[s->prio] : &rma->inflight, rma->slots, i);
+    erma_list_remove(s->state == SLOT_QUEUED ? &rma->queued[s->prio] : &rma->inflight, rma->slots, i);
     if (s->op == ERMA_RMA_READ && s->state != SLOT_QUEUED) {
         rma->inbound -= s->len;
         rma->exec_wake_ns = 0; /* the inbound window opened */
@@ -59,7 +59,7 @@ static void finish(struct erma_rma *rma, struct slot *s, int status)
     s->status = status;
     rma->stats.completed++;
     if (s->internal) {
-        exec_complete(rma, s);
+        erma_exec_complete(rma, s);
         slot_free(rma, s);
         return;
     }
@@ -67,10 +67,10 @@ static void finish(struct erma_rma *rma, struct slot *s, int status)
     const struct erma_rma_completion c = {.tag = s->tag, .status = status, .id = (uint32_t)i,
                                           .issue_delay_ns = s->issue_ns - s->submit_ns,
                                           .total_delay_ns = rma->now - s->submit_ns};
-    cq_push(rma, &c);
+    erma_cq_push(rma, &c);
 }
 
-int portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool internal)
+int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool internal)
 {
     if (!rma || !c || c->peer < 0 || (uint32_t)c->peer >= rma->npeers || !c->local ||
         c->priority >= ERMA_RMA_PRIORITIES ||
@@ -90,18 +90,18 @@ int portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool inter
                        .len = c->op == ERMA_RMA_REKEY ? RMA_REKEY_DATA : c->len,
                        .grace_ns = c->grace_ns, .tag = c->tag,
                        .submit_ns = rma_clock(rma, erma_now_ns())};
-    list_push(&rma->queued[c->priority], rma->slots, i);
+    erma_list_push(&rma->queued[c->priority], rma->slots, i);
     if (s->op == ERMA_RMA_READ)
         rma->queued_in += s->len;
     rma->stats.submitted++;
     /* Into the TX batch now: the next loop pass sends it before its RX burst. */
-    portal_issue(rma, 0);
+    erma_portal_issue(rma, 0);
     return i;
 }
 
 int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd)
 {
-    return portal_submit(rma, cmd, false);
+    return erma_portal_submit(rma, cmd, false);
 }
 
 int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max)
@@ -137,18 +137,18 @@ static void issue(struct erma_rma *rma, struct slot *s)
         [ERMA_RMA_READ] = RMA_READ_REQ, [ERMA_RMA_WRITE] = RMA_WRITE_REQ,
         [ERMA_RMA_REKEY] = RMA_REKEY_REQ};
     const int32_t i = (int32_t)(s - rma->slots);
-    list_remove(&rma->queued[s->prio], rma->slots, i);
+    erma_list_remove(&rma->queued[s->prio], rma->slots, i);
     s->init_ctr = rma->ctr + 1; /* the request's own nonce counter */
     struct rma_ophdr h = op_header(rma, s, req_type[s->op]);
-    uint8_t *pkt = rma_tx_buf(rma, &rma->peers[s->peer].addr);
-    rma_tx_commit(rma, rma_build(rma, pkt, &h, s->rkey.kd, 0, NULL, 0));
+    uint8_t *pkt = erma_rma_tx_buf(rma, &rma->peers[s->peer].addr);
+    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &h, s->rkey.kd, 0, NULL, 0));
     s->state = SLOT_ISSUED;
     s->issue_ns = rma->now;
     if (s->op == ERMA_RMA_READ) {
         rma->inbound += s->len;
         rma->queued_in -= s->len;
     }
-    list_push(&rma->inflight, rma->slots, i);
+    erma_list_push(&rma->inflight, rma->slots, i);
     rma->stats.issued++;
 }
 
@@ -160,7 +160,7 @@ static bool can_issue(const struct erma_rma *rma, const struct slot *s)
 /* Issues queued ops in priority order; the first op the window cannot take
  * blocks the rest, so large reads are not starved by small ones. Returns
  * work + the ops issued, stopping at 2 bursts of work. */
-int portal_issue(struct erma_rma *rma, int work)
+int erma_portal_issue(struct erma_rma *rma, int work)
 {
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++)
         for (int32_t h; (h = rma->queued[p].head) >= 0 && work < 2 * ERMA_MAX_BURST; work++) {
@@ -171,7 +171,7 @@ int portal_issue(struct erma_rma *rma, int work)
     return work;
 }
 
-int portal_poll(struct erma_rma *rma)
+int erma_portal_poll(struct erma_rma *rma)
 {
     int work = 0;
     const uint64_t now = rma->now;
@@ -180,7 +180,7 @@ int portal_poll(struct erma_rma *rma)
                         now - rma->slots[h].submit_ns >= rma->cfg.dispatch_timeout_ns;
              work++)
             finish(rma, &rma->slots[h], ERMA_EDISPATCH);
-    work = portal_issue(rma, work);
+    work = erma_portal_issue(rma, work);
     for (int32_t h; (h = rma->inflight.head) >= 0 &&
                     now - rma->slots[h].issue_ns >= rma->cfg.op_timeout_ns;
          work++)
@@ -188,7 +188,7 @@ int portal_poll(struct erma_rma *rma)
     return work;
 }
 
-uint64_t portal_next_timer(const struct erma_rma *rma)
+uint64_t erma_portal_next_timer(const struct erma_rma *rma)
 {
     uint64_t t = UINT64_MAX;
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++) {
@@ -223,8 +223,8 @@ static void send_data(struct erma_rma *rma, struct slot *s, uint32_t token)
     for (uint32_t off = 0; off < s->len; off += rma->pkt_data, h.pkt_idx++) {
         const uint32_t n = s->len - off < rma->pkt_data ? s->len - off : rma->pkt_data;
         h.pkt_off = (uint16_t)off;
-        uint8_t *pkt = rma_tx_buf(rma, &rma->peers[s->peer].addr);
-        rma_tx_commit(rma, rma_build(rma, pkt, &h, s->rkey.kd, 0, src + off, n));
+        uint8_t *pkt = erma_rma_tx_buf(rma, &rma->peers[s->peer].addr);
+        erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &h, s->rkey.kd, 0, src + off, n));
     }
     s->state = SLOT_SENT_DATA;
 }
@@ -259,7 +259,7 @@ static void read_resp(struct erma_rma *rma, struct slot *s, const struct rma_oph
         finish(rma, s, ERMA_OK);
 }
 
-void portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
+void erma_portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
 {
     struct slot *s = match(rma, h, pkt);
     const uint32_t plen = pkt->len - RMA_OVERHEAD;
@@ -293,7 +293,7 @@ void portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erm
         return;
     }
     if (!(h->flags & RMA_FLAG_PLAIN) &&
-        rma_open(s->rkey.kd, 1, h->nonce_ctr, pkt->data, pkt->len, rma->scratch) != 0) {
+        erma_rma_open(s->rkey.kd, 1, h->nonce_ctr, pkt->data, pkt->len, rma->scratch) != 0) {
         rma->stats.rx_unsealed_bad++;
         return;
     }

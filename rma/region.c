@@ -7,7 +7,7 @@
 
 /* id = generation << 16 | (index + 1): a deregistered id never matches the
  * slot's next tenant, and 0 is never an id. */
-struct region *region_find(struct erma_rma *rma, uint32_t id)
+struct region *erma_region_find(struct erma_rma *rma, uint32_t id)
 {
     const uint32_t i = (id & 0xffff) - 1;
     if ((id & 0xffff) == 0 || i >= rma->cfg.max_regions || rma->regions[i].id != id)
@@ -15,7 +15,7 @@ struct region *region_find(struct erma_rma *rma, uint32_t id)
     return &rma->regions[i];
 }
 
-const uint8_t *region_key(const struct region *r, uint32_t key_gen, uint64_t now)
+const uint8_t *erma_region_key(const struct region *r, uint32_t key_gen, uint64_t now)
 {
     if (key_gen == r->key_gen)
         return r->kr;
@@ -24,14 +24,14 @@ const uint8_t *region_key(const struct region *r, uint32_t key_gen, uint64_t now
     return NULL;
 }
 
-const uint8_t *region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
+const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
                          uint32_t key_gen, uint64_t identity)
 {
     const uint64_t h = (identity ^ (uint64_t)r->id << 20 ^ key_gen) * 0x9e3779b97f4a7c15ull;
     struct kd_entry *e = &rma->kd_cache[h >> 58]; /* 6 bits: RMA_KD_CACHE entries */
     if (e->region != r->id || e->key_gen != key_gen || e->identity != identity) {
         *e = (struct kd_entry){.region = r->id, .key_gen = key_gen, .identity = identity};
-        rma_kdf(kr, identity, e->kd);
+        erma_rma_kdf(kr, identity, e->kd);
     }
     return e->kd;
 }
@@ -44,7 +44,7 @@ static void kd_forget(struct erma_rma *rma, uint32_t id)
             sodium_memzero(&rma->kd_cache[i], sizeof rma->kd_cache[i]);
 }
 
-void region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now)
+void erma_region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now)
 {
     memcpy(r->old_kr, r->kr, sizeof r->kr);
     r->old_until_ns = grace_ns ? now + grace_ns : 0;
@@ -78,7 +78,7 @@ int erma_region_register(struct erma_rma *rma, void *addr, size_t len, unsigned 
 
 int erma_region_deregister(struct erma_rma *rma, uint32_t region)
 {
-    struct region *r = rma ? region_find(rma, region) : NULL;
+    struct region *r = rma ? erma_region_find(rma, region) : NULL;
     if (!r)
         return ERMA_ENOREGION;
     sodium_memzero(r->kr, sizeof r->kr);
@@ -92,7 +92,7 @@ int erma_region_deregister(struct erma_rma *rma, uint32_t region)
 int erma_region_export(struct erma_rma *rma, uint32_t region, uint64_t identity,
                        struct erma_rkey *out)
 {
-    struct region *r = rma ? region_find(rma, region) : NULL;
+    struct region *r = rma ? erma_region_find(rma, region) : NULL;
     if (!out)
         return ERMA_EINVAL;
     if (!r)
@@ -104,10 +104,10 @@ int erma_region_export(struct erma_rma *rma, uint32_t region, uint64_t identity,
 int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
                       uint64_t grace_ns)
 {
-    struct region *r = rma ? region_find(rma, region) : NULL;
+    struct region *r = rma ? erma_region_find(rma, region) : NULL;
     if (!r)
         return ERMA_ENOREGION;
-    region_install(r, new_key, grace_ns, rma_clock(rma, erma_now_ns()));
+    erma_region_install(r, new_key, grace_ns, rma_clock(rma, erma_now_ns()));
     return ERMA_OK;
 }
 
@@ -116,5 +116,5 @@ void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint
 {
     out->region = region;
     out->key_gen = key_gen;
-    rma_kdf(kr, identity, out->kd);
+    erma_rma_kdf(kr, identity, out->kd);
 }

@@ -7,7 +7,7 @@
 
 #include "internal.h"
 
-int serve_init(struct erma_rma *rma)
+int erma_serve_init(struct erma_rma *rma)
 {
     const struct erma_rma_cfg *c = &rma->cfg;
     rma->regions = calloc(c->max_regions, sizeof *rma->regions);
@@ -24,7 +24,7 @@ int serve_init(struct erma_rma *rma)
     return ERMA_OK;
 }
 
-void serve_fini(struct erma_rma *rma)
+void erma_serve_fini(struct erma_rma *rma)
 {
     if (rma->regions)
         for (uint32_t i = 0; i < rma->cfg.max_regions; i++)
@@ -56,8 +56,8 @@ static void send_status(struct erma_rma *rma, const struct erma_addr *to,
     struct rma_ophdr a = answer_of(req, status ? RMA_ERROR : RMA_DONE);
     a.status = (uint8_t)-status;
     a.flags = kd ? 0 : RMA_FLAG_PLAIN;
-    uint8_t *pkt = rma_tx_buf(rma, to);
-    rma_tx_commit(rma, rma_build(rma, pkt, &a, kd, 1, NULL, 0));
+    uint8_t *pkt = erma_rma_tx_buf(rma, to);
+    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, kd, 1, NULL, 0));
     if (status == ERMA_ENACK)
         rma->stats.nacks_sent++;
 }
@@ -69,8 +69,8 @@ static void send_read(struct erma_rma *rma, const struct erma_addr *to,
     for (uint32_t off = 0; off < req->len; off += rma->pkt_data, a.pkt_idx++) {
         const uint32_t n = req->len - off < rma->pkt_data ? req->len - off : rma->pkt_data;
         a.pkt_off = (uint16_t)off;
-        uint8_t *pkt = rma_tx_buf(rma, to);
-        rma_tx_commit(rma, rma_build(rma, pkt, &a, kd, 1, src + off, n));
+        uint8_t *pkt = erma_rma_tx_buf(rma, to);
+        erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, kd, 1, src + off, n));
     }
 }
 
@@ -116,8 +116,8 @@ static void solicit(struct erma_rma *rma, const struct erma_addr *to,
     rma->sol_used++;
     struct rma_ophdr a = answer_of(req, RMA_SOLICIT);
     a.token = s->token;
-    uint8_t *pkt = rma_tx_buf(rma, to);
-    rma_tx_commit(rma, rma_build(rma, pkt, &a, kd, 1, NULL, 0));
+    uint8_t *pkt = erma_rma_tx_buf(rma, to);
+    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, kd, 1, NULL, 0));
 }
 
 static void sol_expire(struct erma_rma *rma)
@@ -150,16 +150,16 @@ static bool req_perm_ok(const struct region *r, uint8_t type)
 static void serve_one(struct erma_rma *rma, const struct queued_req *q)
 {
     struct rma_ophdr h;
-    rma_ophdr_decode(q->pkt + ERMA_HDR_SIZE, &h);
+    erma_rma_ophdr_decode(q->pkt + ERMA_HDR_SIZE, &h);
     rma->stats.served++;
-    struct region *r = region_find(rma, h.region);
+    struct region *r = erma_region_find(rma, h.region);
     if (!r) {
         send_status(rma, &q->src, &h, ERMA_ENOREGION, NULL);
         return;
     }
-    const uint8_t *kr = region_key(r, h.key_gen, rma->now);
-    const uint8_t *kd = kr ? region_kd(rma, r, kr, h.key_gen, h.identity) : NULL;
-    if (!kr || rma_open(kd, 0, h.nonce_ctr, q->pkt, sizeof q->pkt, rma->scratch) != 0) {
+    const uint8_t *kr = erma_region_key(r, h.key_gen, rma->now);
+    const uint8_t *kd = kr ? erma_region_kd(rma, r, kr, h.key_gen, h.identity) : NULL;
+    if (!kr || erma_rma_open(kd, 0, h.nonce_ctr, q->pkt, sizeof q->pkt, rma->scratch) != 0) {
         rma->stats.auth_failed++;
         send_status(rma, &q->src, &h, ERMA_EAUTH, NULL);
         return;
@@ -187,11 +187,11 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
         h->offset != s->req.offset || h->len != s->req.len || h->key_gen != s->req.key_gen ||
         h->pkt_idx >= 32 || (s->got >> h->pkt_idx & 1) || plen == 0 ||
         h->pkt_off + plen > s->req.len ||
-        rma_open(s->kd, 0, h->nonce_ctr, pkt->data, pkt->len, rma->scratch) != 0) {
+        erma_rma_open(s->kd, 0, h->nonce_ctr, pkt->data, pkt->len, rma->scratch) != 0) {
         rma->stats.data_rejected++;
         return;
     }
-    struct region *r = region_find(rma, s->req.region);
+    struct region *r = erma_region_find(rma, s->req.region);
     if (!r) { /* deregistered since */
         send_status(rma, &s->src, &s->req, ERMA_ENOREGION, s->kd);
         sol_free(rma, s);
@@ -206,12 +206,12 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
     if (s->bytes < s->req.len)
         return;
     if (s->op == ERMA_RMA_REKEY)
-        region_install(r, s->rekey, erma_get_le(s->rekey + ERMA_RMA_KEY_BYTES, 8), rma->now);
+        erma_region_install(r, s->rekey, erma_get_le(s->rekey + ERMA_RMA_KEY_BYTES, 8), rma->now);
     send_status(rma, &s->src, &s->req, ERMA_OK, s->kd);
     sol_free(rma, s);
 }
 
-void serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
+void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
 {
     if (h->type == RMA_DATA) {
         data_rx(rma, h, pkt);
@@ -232,7 +232,7 @@ void serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma
         rma->stats.max_queue = rma->q_len;
 }
 
-int serve_poll(struct erma_rma *rma)
+int erma_serve_poll(struct erma_rma *rma)
 {
     int work = 0;
     for (; rma->q_len && work < (int)rma->cfg.serve_batch && rma->now >= rma->busy_until_ns;
@@ -248,7 +248,7 @@ int serve_poll(struct erma_rma *rma)
     return work;
 }
 
-uint64_t serve_next_timer(const struct erma_rma *rma)
+uint64_t erma_serve_next_timer(const struct erma_rma *rma)
 {
     if (rma->q_len)
         return rma->busy_until_ns > rma->now ? rma->busy_until_ns : rma->now;

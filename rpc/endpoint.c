@@ -136,16 +136,16 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
     rpc->destroying = true; /* continuations cannot enqueue more */
     for (uint32_t i = 0; i < rpc->nsessions; i++)
         if (rpc->sessions[i] && rpc->sessions[i]->state != FREE)
-            session_fail(rpc, rpc->sessions[i], ERMA_ESESSRESET);
-    run_completions(rpc);
-    tx_flush(rpc); /* before the sessions and buffers it may point at go */
+            erma_session_fail(rpc, rpc->sessions[i], ERMA_ESESSRESET);
+    erma_run_completions(rpc);
+    erma_tx_flush(rpc); /* before the sessions and buffers it may point at go */
     /* Requests still on worker threads refer to their sessions: wait for them. */
     for (uint32_t i = 0; i < rpc->nsessions; i++) {
         struct session *s = rpc->sessions[i];
         for (unsigned spins = 0; s && s->in_worker && spins < 5000000; spins++) {
             struct erma_req *rq = erma_mpsc_pop(&rpc->worker_done);
             if (rq)
-                worker_response(rpc, rq);
+                erma_worker_response(rpc, rq);
             else
                 sched_yield();
         }
@@ -173,7 +173,7 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
 
 /* ---- TX batch ---- */
 
-void tx_flush(struct erma_rpc *rpc)
+void erma_tx_flush(struct erma_rpc *rpc)
 {
     if (rpc->ntx == 0)
         return;
@@ -189,11 +189,11 @@ void tx_flush(struct erma_rpc *rpc)
 static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc)
 {
     if (rpc->ntx == ERMA_MAX_BURST)
-        tx_flush(rpc);
+        erma_tx_flush(rpc);
     return &rpc->tx[rpc->ntx++];
 }
 
-uint8_t *tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len)
+uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len)
 {
     struct erma_tx_pkt *p = tx_next(rpc);
     uint8_t *buf = rpc->ctrl[p - rpc->tx];
@@ -201,7 +201,7 @@ uint8_t *tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len
     return buf;
 }
 
-void tx_data(struct erma_rpc *rpc, const struct erma_addr *dst, const uint8_t *hdr,
+void erma_tx_data(struct erma_rpc *rpc, const struct erma_addr *dst, const uint8_t *hdr,
              const uint8_t *data, uint32_t data_len)
 {
     struct erma_tx_pkt *p = tx_next(rpc);
@@ -214,7 +214,7 @@ void tx_data(struct erma_rpc *rpc, const struct erma_addr *dst, const uint8_t *h
 
 /* ---- continuations ---- */
 
-int complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
+int erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
              struct erma_msgbuf *resp)
 {
     if (status == ERMA_OK)
@@ -227,7 +227,7 @@ int complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
         const unsigned cap = rpc->done_cap ? 2 * rpc->done_cap : 64;
         struct completion *d = realloc(rpc->done, cap * sizeof *d);
         if (!d) { /* no memory to defer: flush so no packet refers to the buffers */
-            tx_flush(rpc);
+            erma_tx_flush(rpc);
             cont(rpc, tag, status, resp);
             return ERMA_OK;
         }
@@ -238,11 +238,11 @@ int complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
     return ERMA_OK;
 }
 
-void run_completions(struct erma_rpc *rpc)
+void erma_run_completions(struct erma_rpc *rpc)
 {
     if (rpc->ndone == 0)
         return;
-    tx_flush(rpc); /* a retransmitted request may still sit in the batch */
+    erma_tx_flush(rpc); /* a retransmitted request may still sit in the batch */
     for (unsigned i = 0; i < rpc->ndone; i++) {
         const struct completion c = rpc->done[i];
         c.cont(rpc, c.tag, c.status, c.resp);
@@ -255,7 +255,7 @@ void run_completions(struct erma_rpc *rpc)
 int erma_rpc_run_once(struct erma_rpc *rpc)
 {
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
-    tx_flush(rpc); /* what the application queued since the last pass goes first */
+    erma_tx_flush(rpc); /* what the application queued since the last pass goes first */
     if (rpc->rma_hook.flush)
         rpc->rma_hook.flush(rpc->rma_hook.ctx);
     const int n = erma_rx_burst(rpc->tr, rx, ERMA_MAX_BURST);
@@ -266,9 +266,9 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
         if (erma_hdr_check(rx[i].data, rx[i].len, &h) != ERMA_OK) {
             rpc->stats.rx_bad++;
         } else if (h.proto == ERMA_PROTO_RPC) {
-            rpc_rx(rpc, &h, &rx[i]);
+            erma_rpc_rx(rpc, &h, &rx[i]);
         } else if (h.proto == ERMA_PROTO_SM) {
-            sm_rx(rpc, &h, &rx[i]);
+            erma_sm_rx(rpc, &h, &rx[i]);
         } else if (rpc->rma_hook.rx) {
             rpc->rma_hook.rx(rpc->rma_hook.ctx, &h, &rx[i]);
         } else {
@@ -276,26 +276,26 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
         }
     }
     for (struct erma_req *rq; (rq = erma_mpsc_pop(&rpc->worker_done));)
-        worker_response(rpc, rq);
+        erma_worker_response(rpc, rq);
     const uint64_t now = rpc->loop_now; /* one clock reading per pass */
     int work = n;
     if (erma_wheel_count(&rpc->wheel)) {
         const uint32_t before = erma_wheel_count(&rpc->wheel);
-        wheel_release(rpc, now);
+        erma_wheel_release(rpc, now);
         work += (int)(before - erma_wheel_count(&rpc->wheel));
     }
     if (rpc->rma_hook.poll)
         work += rpc->rma_hook.poll(rpc->rma_hook.ctx, now);
     if (now >= rpc->next_scan_ns) {
-        busy_scan(rpc, now);
+        erma_busy_scan(rpc, now);
         rpc->next_scan_ns = now + rpc->scan_ns;
     }
     if (now >= rpc->next_sm_scan_ns) {
-        sessions_scan(rpc, now);
+        erma_sessions_scan(rpc, now);
         rpc->next_sm_scan_ns = now + rpc->sm_scan_ns;
     }
-    run_completions(rpc);
-    tx_flush(rpc);
+    erma_run_completions(rpc);
+    erma_tx_flush(rpc);
     if (rpc->rma_hook.flush) /* one-sided ops continuations submitted: before any sleep */
         rpc->rma_hook.flush(rpc->rma_hook.ctx);
     return work;

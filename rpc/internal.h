@@ -173,18 +173,18 @@ static inline uint64_t since(uint64_t now, uint64_t t)
 }
 
 /* endpoint.c */
-void tx_flush(struct erma_rpc *rpc);
-uint8_t *tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len);
-void tx_data(struct erma_rpc *rpc, const struct erma_addr *dst, const uint8_t *hdr,
+void erma_tx_flush(struct erma_rpc *rpc);
+uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len);
+void erma_tx_data(struct erma_rpc *rpc, const struct erma_addr *dst, const uint8_t *hdr,
              const uint8_t *data, uint32_t data_len);
-int complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
+int erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
              struct erma_msgbuf *resp);
-void run_completions(struct erma_rpc *rpc);
+void erma_run_completions(struct erma_rpc *rpc);
 
 /* msgbuf.c */
-uint32_t msg_pkts(uint32_t size, uint32_t pkt_data);
-uint8_t *msg_hdr(const struct erma_msgbuf *mb, uint32_t k);
-void msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
+uint32_t erma_msg_pkts(uint32_t size, uint32_t pkt_data);
+uint8_t *erma_msg_hdr(const struct erma_msgbuf *mb, uint32_t k);
+void erma_msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
                   uint32_t *len);
 
 /* session.c */
@@ -203,30 +203,30 @@ struct sm_msg {
     uint64_t req_num;
 };
 
-void sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,
+void erma_sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,
              uint16_t dest_session, const struct sm_msg *m);
-struct sm_msg sess_msg(const struct session *s);
-struct session *session_get(struct erma_rpc *rpc, uint16_t num);
-void sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
-void sessions_scan(struct erma_rpc *rpc, uint64_t now);
-void busy_scan(struct erma_rpc *rpc, uint64_t now);
-void session_fail(struct erma_rpc *rpc, struct session *s, int status);
-void session_release(struct erma_rpc *rpc, struct session *s);
-void session_free_num(struct erma_rpc *rpc, struct session *s);
+struct sm_msg erma_sess_msg(const struct session *s);
+struct session *erma_session_get(struct erma_rpc *rpc, uint16_t num);
+void erma_sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
+void erma_sessions_scan(struct erma_rpc *rpc, uint64_t now);
+void erma_busy_scan(struct erma_rpc *rpc, uint64_t now);
+void erma_session_fail(struct erma_rpc *rpc, struct session *s, int status);
+void erma_session_release(struct erma_rpc *rpc, struct session *s);
+void erma_session_free_num(struct erma_rpc *rpc, struct session *s);
 
 /* proto.c */
-void wheel_release(struct erma_rpc *rpc, uint64_t now);
-void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
-void client_kick(struct erma_rpc *rpc, struct session *s);
-void client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now);
-void server_slot_reset(struct erma_rpc *rpc, struct slot *sl);
-void worker_response(struct erma_rpc *rpc, struct erma_req *rq);
-void fail_client_slots(struct erma_rpc *rpc, struct session *s, int status);
-void client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num, int err);
-void server_slot_free(struct erma_rpc *rpc, struct slot *sl);
+void erma_wheel_release(struct erma_rpc *rpc, uint64_t now);
+void erma_rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
+void erma_client_kick(struct erma_rpc *rpc, struct session *s);
+void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now);
+void erma_server_slot_reset(struct erma_rpc *rpc, struct slot *sl);
+void erma_worker_response(struct erma_rpc *rpc, struct erma_req *rq);
+void erma_fail_client_slots(struct erma_rpc *rpc, struct session *s, int status);
+void erma_client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num, int err);
+void erma_server_slot_free(struct erma_rpc *rpc, struct slot *sl);
 
 /* nexus.c */
 /* The URI of endpoint tid of the nexus at base: its port plus tid. */
-void nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq);
+void erma_nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq);
 
 #endif

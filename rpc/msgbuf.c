@@ -3,7 +3,7 @@
 
 #include "internal.h"
 
-uint32_t msg_pkts(uint32_t size, uint32_t pkt_data)
+uint32_t erma_msg_pkts(uint32_t size, uint32_t pkt_data)
 {
     return size <= pkt_data ? 1 : (size + pkt_data - 1) / pkt_data;
 }
@@ -13,12 +13,12 @@ static size_t mem_size(uint32_t max_size, uint32_t max_pkts)
     return (size_t)ERMA_HDR_SIZE * max_pkts + max_size;
 }
 
-uint8_t *msg_hdr(const struct erma_msgbuf *mb, uint32_t k)
+uint8_t *erma_msg_hdr(const struct erma_msgbuf *mb, uint32_t k)
 {
     return k == 0 ? mb->mem : mb->data + mb->max_size + (size_t)(k - 1) * ERMA_HDR_SIZE;
 }
 
-void msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
+void erma_msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
                   uint32_t *len)
 {
     const uint32_t off = k * mb->pkt_data;
@@ -33,7 +33,7 @@ int erma_alloc_msgbuf(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf 
     memset(out, 0, sizeof *out);
     if (max_size > ERMA_MAX_MSG_SIZE)
         return ERMA_E2BIG;
-    const uint32_t pkts = msg_pkts((uint32_t)max_size, rpc->pkt_data);
+    const uint32_t pkts = erma_msg_pkts((uint32_t)max_size, rpc->pkt_data);
     if (rpc->pool_locked)
         pthread_mutex_lock(&rpc->pool_lock);
     out->mem = erma_pool_alloc(rpc->pool, mem_size((uint32_t)max_size, pkts));

@@ -67,7 +67,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-void nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq)
+void erma_nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq)
 {
     const unsigned i = atomic_fetch_add(&nx->next_worker, 1) % nx->nworkers;
     while (erma_mpsc_push(&nx->workers[i].queue, rq) != ERMA_OK)

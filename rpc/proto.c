@@ -46,11 +46,11 @@ static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *s
     if (i < sl->req_pkts) {
         const uint8_t *data;
         uint32_t len;
-        msg_pkt_span(sl->req, i, &data, &len);
-        tx_data(rpc, &s->peer, msg_hdr(sl->req, i), data, len);
+        erma_msg_pkt_span(sl->req, i, &data, &len);
+        erma_tx_data(rpc, &s->peer, erma_msg_hdr(sl->req, i), data, len);
         return ERMA_HDR_SIZE + len;
     }
-    uint8_t *h = tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
+    uint8_t *h = erma_tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
     hdr_put(h, sl->req_type, 0, s->remote_num, ERMA_PKT_RFR, i, sl->req_num);
     return rpc->tr->max_pkt;
 }
@@ -130,7 +130,7 @@ static void pace_release(struct erma_rpc *rpc, struct session *s, uint64_t due, 
     client_send(rpc, s); /* back in the wheel if more is pending, or direct at line rate */
 }
 
-void wheel_release(struct erma_rpc *rpc, uint64_t now)
+void erma_wheel_release(struct erma_rpc *rpc, uint64_t now)
 {
     struct erma_wheel_entry e[ERMA_MAX_BURST];
     size_t n;
@@ -174,11 +174,11 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     sl->resp = b->resp;
     sl->cont = b->cont;
     sl->tag = b->tag;
-    sl->req_pkts = msg_pkts(sl->req->size, rpc->pkt_data);
+    sl->req_pkts = erma_msg_pkts(sl->req->size, rpc->pkt_data);
     sl->resp_pkts = sl->num_tx = sl->num_rx = 0;
     sl->progress_ns = sl->start_ns = rpc->loop_now;
     for (uint32_t k = 0; k < sl->req_pkts; k++)
-        hdr_put(msg_hdr(sl->req, k), sl->req_type, sl->req->size, s->remote_num, ERMA_PKT_REQ,
+        hdr_put(erma_msg_hdr(sl->req, k), sl->req_type, sl->req->size, s->remote_num, ERMA_PKT_REQ,
                 k, sl->req_num);
 }
 
@@ -187,10 +187,10 @@ static void slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl
     s->credits += sl->num_tx - sl->num_rx;
     sl->busy = false;
     busy_remove(rpc, s);
-    complete(rpc, sl->cont, sl->tag, status, sl->resp);
+    erma_complete(rpc, sl->cont, sl->tag, status, sl->resp);
 }
 
-void client_kick(struct erma_rpc *rpc, struct session *s)
+void erma_client_kick(struct erma_rpc *rpc, struct session *s)
 {
     if (s->state != CONNECTED)
         return;
@@ -216,7 +216,7 @@ int erma_enqueue_request(struct erma_rpc *rpc, int num, uint8_t req_type,
         return ERMA_EINVAL;
     if (rpc->destroying)
         return ERMA_ESESSRESET;
-    struct session *s = num >= 0 && num < (int)MAX_SESSIONS ? session_get(rpc, (uint16_t)num)
+    struct session *s = num >= 0 && num < (int)MAX_SESSIONS ? erma_session_get(rpc, (uint16_t)num)
                                                             : NULL;
     if (!s || s->role != CLIENT || (s->state != CONNECTED && s->state != CONNECTING))
         return ERMA_ENOENT;
@@ -232,11 +232,11 @@ int erma_enqueue_request(struct erma_rpc *rpc, int num, uint8_t req_type,
     else
         s->backlog = b;
     s->backlog_tail = b;
-    client_kick(rpc, s);
+    erma_client_kick(rpc, s);
     return ERMA_OK;
 }
 
-void fail_client_slots(struct erma_rpc *rpc, struct session *s, int status)
+void erma_fail_client_slots(struct erma_rpc *rpc, struct session *s, int status)
 {
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
         if (s->slots[k].busy)
@@ -244,22 +244,22 @@ void fail_client_slots(struct erma_rpc *rpc, struct session *s, int status)
     while (s->backlog) {
         struct backlog *b = s->backlog;
         s->backlog = b->next;
-        complete(rpc, b->cont, b->tag, status, b->resp);
+        erma_complete(rpc, b->cont, b->tag, status, b->resp);
         b->next = rpc->free_backlog;
         rpc->free_backlog = b;
     }
 }
 
-void client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num, int err)
+void erma_client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num, int err)
 {
     struct slot *sl = &s->slots[req_num % ERMA_SESSION_SLOTS];
     if (!sl->busy || sl->req_num != req_num || err >= 0 || err <= ERMA_ERR_LAST)
         return;
     slot_finish(rpc, s, sl, err);
-    client_kick(rpc, s);
+    erma_client_kick(rpc, s);
 }
 
-void client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
+void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
 {
     bool kick = false;
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
@@ -279,7 +279,7 @@ void client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
         }
     }
     if (kick)
-        client_kick(rpc, s);
+        erma_client_kick(rpc, s);
 }
 
 /* Accepts response packet j (data in pkt) into the slot's response buffer. */
@@ -294,13 +294,13 @@ static int client_take_resp(struct erma_rpc *rpc, struct slot *sl, const struct 
                 return ERMA_ENOMEM;
         }
         resp->size = h->msg_size;
-        sl->resp_pkts = msg_pkts(h->msg_size, rpc->pkt_data);
+        sl->resp_pkts = erma_msg_pkts(h->msg_size, rpc->pkt_data);
     } else if (h->msg_size != resp->size || j >= sl->resp_pkts) {
         return ERMA_EBADPKT;
     }
     const uint8_t *dst;
     uint32_t want;
-    msg_pkt_span(resp, j, &dst, &want);
+    erma_msg_pkt_span(resp, j, &dst, &want);
     if (len != want)
         return ERMA_EBADPKT;
     memcpy((uint8_t *)dst, data, len);
@@ -360,7 +360,7 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     sl->progress_ns = rpc->loop_now;
     if (!is_cr && sl->num_rx == client_total_tx(sl))
         slot_finish(rpc, s, sl, ERMA_OK);
-    client_kick(rpc, s);
+    erma_client_kick(rpc, s);
 }
 
 /* ---- server ---- */
@@ -370,23 +370,23 @@ static void server_send_resp_pkt(struct erma_rpc *rpc, struct session *s, struct
 {
     const uint8_t *data;
     uint32_t len;
-    msg_pkt_span(rq->resp, j, &data, &len);
-    tx_data(rpc, &s->peer, msg_hdr(rq->resp, j), data, len);
+    erma_msg_pkt_span(rq->resp, j, &data, &len);
+    erma_tx_data(rpc, &s->peer, erma_msg_hdr(rq->resp, j), data, len);
 }
 
 static void server_send_cr(struct erma_rpc *rpc, struct session *s, const struct slot *sl,
                            uint32_t i)
 {
-    uint8_t *h = tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
+    uint8_t *h = erma_tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
     hdr_put(h, sl->rq.type, 0, s->remote_num, ERMA_PKT_CR, i, sl->req_num);
 }
 
 static void server_send_error(struct erma_rpc *rpc, struct session *s, const struct slot *sl)
 {
-    struct sm_msg m = sess_msg(s);
+    struct sm_msg m = erma_sess_msg(s);
     m.err = sl->rq.err;
     m.req_num = sl->req_num;
-    sm_send(rpc, &s->peer, REQ_ERROR, s->remote_num, &m);
+    erma_sm_send(rpc, &s->peer, REQ_ERROR, s->remote_num, &m);
 }
 
 static void free_req_buf(struct erma_rpc *rpc, struct erma_req *rq)
@@ -398,13 +398,13 @@ static void free_req_buf(struct erma_rpc *rpc, struct erma_req *rq)
 }
 
 /* Forgets the slot's last request and response (keeps pre_resp for reuse). */
-void server_slot_reset(struct erma_rpc *rpc, struct slot *sl)
+void erma_server_slot_reset(struct erma_rpc *rpc, struct slot *sl)
 {
     struct erma_req *rq = &sl->rq;
     if (rq->in_worker)
         return;
     if (rq->resp == &rq->own_resp) {
-        tx_flush(rpc); /* the batch may still point into it */
+        erma_tx_flush(rpc); /* the batch may still point into it */
         erma_free_msgbuf(rpc, &rq->own_resp);
     }
     free_req_buf(rpc, rq);
@@ -414,9 +414,9 @@ void server_slot_reset(struct erma_rpc *rpc, struct slot *sl)
     sl->srv_rx = 0;
 }
 
-void server_slot_free(struct erma_rpc *rpc, struct slot *sl)
+void erma_server_slot_free(struct erma_rpc *rpc, struct slot *sl)
 {
-    server_slot_reset(rpc, sl);
+    erma_server_slot_reset(rpc, sl);
     if (!sl->rq.in_worker)
         erma_free_msgbuf(rpc, &sl->rq.pre_resp);
 }
@@ -425,11 +425,11 @@ static void server_respond(struct erma_rpc *rpc, struct erma_req *rq)
 {
     struct session *s = rq->sess;
     struct slot *sl = slot_of(rq);
-    const uint32_t req_pkts = msg_pkts(rq->size, rpc->pkt_data);
+    const uint32_t req_pkts = erma_msg_pkts(rq->size, rpc->pkt_data);
     free_req_buf(rpc, rq);
-    rq->resp_pkts = msg_pkts(rq->resp->size, rpc->pkt_data);
+    rq->resp_pkts = erma_msg_pkts(rq->resp->size, rpc->pkt_data);
     for (uint32_t j = 0; j < rq->resp_pkts; j++)
-        hdr_put(msg_hdr(rq->resp, j), rq->type, rq->resp->size, s->remote_num, ERMA_PKT_RESP,
+        hdr_put(erma_msg_hdr(rq->resp, j), rq->type, rq->resp->size, s->remote_num, ERMA_PKT_RESP,
                 req_pkts - 1 + j, sl->req_num);
     server_send_resp_pkt(rpc, s, rq, 0);
 }
@@ -451,16 +451,16 @@ int erma_enqueue_response(struct erma_req *rq, struct erma_msgbuf *resp)
     return ERMA_OK;
 }
 
-void worker_response(struct erma_rpc *rpc, struct erma_req *rq)
+void erma_worker_response(struct erma_rpc *rpc, struct erma_req *rq)
 {
     struct session *s = rq->sess;
     rq->in_worker = false;
     s->in_worker--;
     rpc->in_workers--;
     if (s->state == ZOMBIE || s->state == FREE) {
-        server_slot_free(rpc, slot_of(rq));
+        erma_server_slot_free(rpc, slot_of(rq));
         if (s->state == ZOMBIE && s->in_worker == 0)
-            session_free_num(rpc, s);
+            erma_session_free_num(rpc, s);
         return;
     }
     server_respond(rpc, rq);
@@ -500,7 +500,7 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
         rq->in_worker = true;
         s->in_worker++;
         rpc->in_workers++;
-        nexus_to_worker(rpc->nx, rq);
+        erma_nexus_to_worker(rpc->nx, rq);
         return;
     }
     h->fn(rq, h->ctx);
@@ -513,7 +513,7 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
                            const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
     struct erma_req *rq = &sl->rq;
-    const uint32_t i = h->pkt_num, req_pkts = msg_pkts(rq->size, rpc->pkt_data);
+    const uint32_t i = h->pkt_num, req_pkts = erma_msg_pkts(rq->size, rpc->pkt_data);
     if (i > sl->srv_rx) {
         rpc->stats.rx_reordered++;
         return;
@@ -560,7 +560,7 @@ static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma
             rpc->stats.rx_reordered++;
             return;
         }
-        server_slot_reset(rpc, sl);
+        erma_server_slot_reset(rpc, sl);
         sl->req_num = h->req_num;
         rq->type = h->req_type;
         rq->size = h->msg_size;
@@ -574,7 +574,7 @@ static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma
         return;
     }
     /* RFR for response packet j */
-    const uint32_t req_pkts = msg_pkts(rq->size, rpc->pkt_data);
+    const uint32_t req_pkts = erma_msg_pkts(rq->size, rpc->pkt_data);
     const uint32_t j = h->pkt_num + 1 - req_pkts;
     if (!rq->responded || h->pkt_num < req_pkts || j >= rq->resp_pkts) {
         rpc->stats.rx_stale++;
@@ -589,7 +589,7 @@ static bool length_ok(const struct erma_hdr *h, uint32_t len, uint32_t pkt_data)
     const uint32_t data = len - ERMA_HDR_SIZE;
     if (h->pkt_type == ERMA_PKT_CR || h->pkt_type == ERMA_PKT_RFR)
         return data == 0;
-    if (h->pkt_type == ERMA_PKT_REQ && h->pkt_num >= msg_pkts(h->msg_size, pkt_data))
+    if (h->pkt_type == ERMA_PKT_REQ && h->pkt_num >= erma_msg_pkts(h->msg_size, pkt_data))
         return false;
     /* data packets: full except the last of their message */
     const uint32_t k = h->pkt_type == ERMA_PKT_REQ ? h->pkt_num : 0;
@@ -598,13 +598,13 @@ static bool length_ok(const struct erma_hdr *h, uint32_t len, uint32_t pkt_data)
     return h->pkt_type == ERMA_PKT_RESP || data == want;
 }
 
-void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
+void erma_rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
     if (!length_ok(h, pkt->len, rpc->pkt_data)) {
         rpc->stats.rx_bad++;
         return;
     }
-    struct session *s = session_get(rpc, h->dest_session);
+    struct session *s = erma_session_get(rpc, h->dest_session);
     const bool to_server = h->pkt_type == ERMA_PKT_REQ || h->pkt_type == ERMA_PKT_RFR;
     if (!s || s->state != CONNECTED || s->role != (to_server ? SERVER : CLIENT) ||
         !erma_addr_eq(&s->peer, &pkt->src)) {

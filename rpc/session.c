@@ -11,10 +11,10 @@
 #define SM_PAYLOAD 29
 #define SM_LEN (ERMA_HDR_SIZE + SM_PAYLOAD)
 
-void sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,
+void erma_sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,
              uint16_t dest_session, const struct sm_msg *m)
 {
-    uint8_t *p = tx_ctrl(rpc, dst, SM_LEN);
+    uint8_t *p = erma_tx_ctrl(rpc, dst, SM_LEN);
     const struct erma_hdr h = {.req_type = (uint8_t)type, .dest_session = dest_session,
                                .proto = ERMA_PROTO_SM};
     erma_hdr_encode(&h, p);
@@ -40,7 +40,7 @@ static void sm_decode(const uint8_t *p, struct sm_msg *m)
     m->req_num = erma_get_le(p + 21, 8);
 }
 
-struct sm_msg sess_msg(const struct session *s)
+struct sm_msg erma_sess_msg(const struct session *s)
 {
     const bool client = s->role == CLIENT;
     return (struct sm_msg){.token = s->token,
@@ -56,7 +56,7 @@ static void sm_notify(struct erma_rpc *rpc, struct session *s, enum erma_sm_even
         rpc->cfg.sm_handler(rpc, s->num, ev, err, rpc->cfg.sm_ctx);
 }
 
-struct session *session_get(struct erma_rpc *rpc, uint16_t num)
+struct session *erma_session_get(struct erma_rpc *rpc, uint16_t num)
 {
     if (num >= rpc->nsessions)
         return NULL;
@@ -181,18 +181,18 @@ static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
     return s;
 }
 
-void session_fail(struct erma_rpc *rpc, struct session *s, int status)
+void erma_session_fail(struct erma_rpc *rpc, struct session *s, int status)
 {
     if (s->role == CLIENT)
-        fail_client_slots(rpc, s, status);
+        erma_fail_client_slots(rpc, s, status);
 }
 
-void session_release(struct erma_rpc *rpc, struct session *s)
+void erma_session_release(struct erma_rpc *rpc, struct session *s)
 {
-    tx_flush(rpc); /* nothing in the batch may point at this session */
+    erma_tx_flush(rpc); /* nothing in the batch may point at this session */
     if (s->role == SERVER)
         for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
-            server_slot_free(rpc, &s->slots[k]);
+            erma_server_slot_free(rpc, &s->slots[k]);
     if (s->role == SERVER)
         token_remove(rpc, s);
     rpc->active_sessions--;
@@ -200,10 +200,10 @@ void session_release(struct erma_rpc *rpc, struct session *s)
     if (s->in_worker)
         s->state = ZOMBIE; /* freed by the last worker response */
     else
-        session_free_num(rpc, s);
+        erma_session_free_num(rpc, s);
 }
 
-void session_free_num(struct erma_rpc *rpc, struct session *s)
+void erma_session_free_num(struct erma_rpc *rpc, struct session *s)
 {
     s->state = FREE;
     rpc->free_nums[rpc->nfree_nums++] = s->num;
@@ -240,29 +240,29 @@ int erma_create_session_credits(struct erma_rpc *rpc, const char *remote_uri,
     s->remote_num = NO_SESSION;
     set_credits(rpc, s, credits);
     s->token = erma_rand_u64(&rpc->rng) | 1;
-    const struct sm_msg m = sess_msg(s);
-    sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
-    tx_flush(rpc);
+    const struct sm_msg m = erma_sess_msg(s);
+    erma_sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
+    erma_tx_flush(rpc);
     return s->num;
 }
 
 int erma_destroy_session(struct erma_rpc *rpc, int num)
 {
     struct session *s = rpc && num >= 0 && num < (int)MAX_SESSIONS
-                            ? session_get(rpc, (uint16_t)num) : NULL;
+                            ? erma_session_get(rpc, (uint16_t)num) : NULL;
     if (!s || s->role != CLIENT || s->state == DISCONNECTING)
         return ERMA_ENOENT;
-    fail_client_slots(rpc, s, ERMA_ECANCELLED);
+    erma_fail_client_slots(rpc, s, ERMA_ECANCELLED);
     if (s->state == CONNECTING) {
-        session_release(rpc, s);
+        erma_session_release(rpc, s);
         sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_OK);
         return ERMA_OK;
     }
     s->state = DISCONNECTING;
     s->start_ns = s->last_tx_sm_ns = refresh_clock(rpc);
     s->sm_retries = 0;
-    const struct sm_msg m = sess_msg(s);
-    sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
+    const struct sm_msg m = erma_sess_msg(s);
+    erma_sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
     return ERMA_OK;
 }
 
@@ -302,7 +302,7 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
             s->remote_num = m->client_session;
             set_credits(rpc, s, grant);
             if (token_insert(rpc, s) != ERMA_OK) {
-                session_release(rpc, s);
+                erma_session_release(rpc, s);
                 s = NULL;
                 m->err = ERMA_EREFUSED;
             }
@@ -313,23 +313,23 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
         m->credits = s->credits_max;
         m->err = ERMA_OK;
     }
-    sm_send(rpc, &pkt->src, CONNECT_RESP, m->client_session, m);
+    erma_sm_send(rpc, &pkt->src, CONNECT_RESP, m->client_session, m);
 }
 
 static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct erma_hdr *h,
                           const struct erma_rx_pkt *pkt, const struct sm_msg *m)
 {
-    struct session *s = session_get(rpc, h->dest_session);
+    struct session *s = erma_session_get(rpc, h->dest_session);
     const bool ours = s && s->role == SERVER && s->token == m->token &&
                       erma_addr_eq(&s->peer, &pkt->src);
     if (ours)
         s->last_rx_ns = rpc->loop_now;
     if (type == DISCONNECT_REQ) {
         if (ours)
-            session_release(rpc, s);
-        sm_send(rpc, &pkt->src, DISCONNECT_RESP, m->client_session, m);
+            erma_session_release(rpc, s);
+        erma_sm_send(rpc, &pkt->src, DISCONNECT_RESP, m->client_session, m);
     } else { /* PING */
-        sm_send(rpc, &pkt->src, ours ? PONG : RESET, m->client_session, m);
+        erma_sm_send(rpc, &pkt->src, ours ? PONG : RESET, m->client_session, m);
     }
 }
 
@@ -338,7 +338,7 @@ static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
 static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct erma_hdr *h,
                           const struct erma_rx_pkt *pkt, struct sm_msg *m)
 {
-    struct session *s = session_get(rpc, h->dest_session);
+    struct session *s = erma_session_get(rpc, h->dest_session);
     if (!s || s->role != CLIENT || s->token != m->token || !erma_addr_eq(&s->peer, &pkt->src)) {
         rpc->stats.rx_no_session++;
         return;
@@ -348,8 +348,8 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
         if (m->err == ERMA_OK && (m->credits == 0 || m->credits > s->credits_max))
             m->err = ERMA_EREFUSED; /* a grant we did not ask for */
         if (m->err != ERMA_OK) {
-            fail_client_slots(rpc, s, m->err);
-            session_release(rpc, s);
+            erma_fail_client_slots(rpc, s, m->err);
+            erma_session_release(rpc, s);
             sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, m->err);
             return;
         }
@@ -357,21 +357,21 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
         set_credits(rpc, s, m->credits);
         s->state = CONNECTED;
         sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);
-        client_kick(rpc, s);
+        erma_client_kick(rpc, s);
     } else if (type == DISCONNECT_RESP && s->state == DISCONNECTING) {
-        session_release(rpc, s);
+        erma_session_release(rpc, s);
         sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_OK);
     } else if (type == REQ_ERROR && s->state == CONNECTED) {
-        client_req_error(rpc, s, m->req_num, m->err);
+        erma_client_req_error(rpc, s, m->req_num, m->err);
     } else if (type == RESET && s->state == CONNECTED) {
         ERMA_INFO("rpc: session %u reset by its server (restarted?)", s->num);
-        session_fail(rpc, s, ERMA_EPEERFAILED);
-        session_release(rpc, s);
+        erma_session_fail(rpc, s, ERMA_EPEERFAILED);
+        erma_session_release(rpc, s);
         sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);
     }
 }
 
-void sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
+void erma_sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
     if (pkt->len != SM_LEN) {
         rpc->stats.rx_bad++;
@@ -414,48 +414,48 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
     struct sm_msg m;
     if (s->state == CONNECTING) {
         if (since(now, s->start_ns) > c->failure_ns) {
-            fail_client_slots(rpc, s, ERMA_ETIMEDOUT);
-            session_release(rpc, s);
+            erma_fail_client_slots(rpc, s, ERMA_ETIMEDOUT);
+            erma_session_release(rpc, s);
             sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, ERMA_ETIMEDOUT);
         } else if (since(now, s->last_tx_sm_ns) >= retry_ns(rpc, s)) {
             s->last_tx_sm_ns = now;
             s->sm_retries++;
-            m = sess_msg(s);
-            sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
+            m = erma_sess_msg(s);
+            erma_sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
         }
     } else if (s->state == DISCONNECTING) {
         if (since(now, s->start_ns) > c->failure_ns) {
-            session_release(rpc, s);
+            erma_session_release(rpc, s);
             sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_ETIMEDOUT);
         } else if (since(now, s->last_tx_sm_ns) >= retry_ns(rpc, s)) {
             s->last_tx_sm_ns = now;
             s->sm_retries++;
-            m = sess_msg(s);
-            sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
+            m = erma_sess_msg(s);
+            erma_sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
         }
     } else if (since(now, s->last_rx_ns) > c->failure_ns) {
         ERMA_INFO("rpc: session %u: peer silent for %llu ms, declared failed", s->num,
                   (unsigned long long)(since(now, s->last_rx_ns) / 1000000));
-        session_fail(rpc, s, ERMA_EPEERFAILED);
-        session_release(rpc, s);
+        erma_session_fail(rpc, s, ERMA_EPEERFAILED);
+        erma_session_release(rpc, s);
         sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);
     } else if (since(now, s->last_rx_ns) >= c->keepalive_ns &&
                since(now, s->last_tx_sm_ns) >= c->keepalive_ns) {
         s->last_tx_sm_ns = now;
-        m = sess_msg(s);
-        sm_send(rpc, &s->peer, PING, s->remote_num, &m);
+        m = erma_sess_msg(s);
+        erma_sm_send(rpc, &s->peer, PING, s->remote_num, &m);
     }
 }
 
-void busy_scan(struct erma_rpc *rpc, uint64_t now)
+void erma_busy_scan(struct erma_rpc *rpc, uint64_t now)
 {
     /* Backwards: a session leaving the list is replaced by one already seen. */
     for (uint32_t i = rpc->nbusy; i-- > 0;)
         if (i < rpc->nbusy)
-            client_scan(rpc, rpc->busy[i], now);
+            erma_client_scan(rpc, rpc->busy[i], now);
 }
 
-void sessions_scan(struct erma_rpc *rpc, uint64_t now)
+void erma_sessions_scan(struct erma_rpc *rpc, uint64_t now)
 {
     for (uint32_t i = 0; i < rpc->nsessions; i++) {
         struct session *s = rpc->sessions[i];
@@ -464,6 +464,6 @@ void sessions_scan(struct erma_rpc *rpc, uint64_t now)
         if (s->role == CLIENT)
             scan_client(rpc, s, now);
         else if (since(now, s->last_rx_ns) > rpc->cfg.failure_ns)
-            session_release(rpc, s); /* the client is gone */
+            erma_session_release(rpc, s); /* the client is gone */
     }
 }
