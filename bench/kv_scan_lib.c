@@ -10,7 +10,7 @@
 
 #include "bench.h"
 #include "erma/clock.h"
-#include "erma/kv.h"
+#include "kv/kv.h"
 #include "erma/log.h"
 #include "erma/rand.h"
 #include "erma/rpc.h"

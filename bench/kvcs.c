@@ -45,7 +45,7 @@
 
 #include "bench.h"
 #include "erma/clock.h"
-#include "erma/kvcs.h"
+#include "kvcs/kvcs.h"
 #include "erma/rand.h"
 
 #define MAX_SERVERS 8

@@ -16,7 +16,7 @@ static void init_level(void)
 {
     const char *env = getenv("ERMA_LOG");
     level_set = true;
-    erma_log_level = ERMA_LOG_NOTICE;
+    erma_log_level = ERMA_LOG_WARN;
     for (int i = 0; env && i <= ERMA_LOG_DEBUG; i++)
         if (strcmp(env, names[i]) == 0)
             erma_log_level = i;

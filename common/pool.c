@@ -82,7 +82,7 @@ static void *map_chunk(struct erma_pool *p, size_t len)
         p->huge_failed = true;
         if (!huge_notice_given) {
             huge_notice_given = true;
-            ERMA_NOTICE("pool: no 2 MiB hugepages available, using normal pages "
+            ERMA_INFO("pool: no 2 MiB hugepages available, using normal pages "
                         "(reserve some in /proc/sys/vm/nr_hugepages)");
         }
     }

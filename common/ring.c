@@ -1,4 +1,4 @@
-#include "erma/ring.h"
+#include "common/ring.h"
 
 #include <stdlib.h>
 

@@ -9,7 +9,7 @@
 #include "erma/clock.h"
 #include "erma/pool.h"
 #include "erma/rand.h"
-#include "erma/ring.h"
+#include "common/ring.h"
 #include "erma/rpc.h"
 #include "erma/transport.h"
 #include "erma/wire.h"

@@ -16,6 +16,7 @@
 #include "erma/rma.h"
 #include "erma/rpc.h"
 #include "erma/sim.h"
+#include "ports.h"
 
 #define MAX_HOSTS 8
 
@@ -53,7 +54,7 @@ static inline void world_up_cfg(struct world *w, bool on_sim, unsigned hosts,
     } else {
         erma_clock_set_source(NULL, NULL);
     }
-    const int base = 36000 + (getpid() % 400) * 64 + (int)(world_seq % 4) * 16;
+    const int base = test_port_base(64) + (int)(world_seq % 4) * 16;
     for (unsigned h = 0; h < hosts; h++) {
         if (on_sim)
             snprintf(w->uri[h], sizeof w->uri[h], "sim://%s/%u:31850", name, h);

@@ -16,7 +16,7 @@
 #include "erma/log.h"
 #include "erma/pool.h"
 #include "erma/rand.h"
-#include "erma/ring.h"
+#include "common/ring.h"
 
 /* ---- clock ---- */
 

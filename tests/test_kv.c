@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "erma/errors.h"
-#include "erma/kv.h"
+#include "kv/kv.h"
 #include "erma/rand.h"
 
 #define KEYS 2000

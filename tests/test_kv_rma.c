@@ -17,10 +17,11 @@
 #include <cmocka.h>
 
 #include "erma/clock.h"
-#include "erma/kv.h"
+#include "kv/kv.h"
 #include "erma/rand.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"
+#include "ports.h"
 
 #define BASE 20
 #define KEYS 2000
@@ -335,7 +336,7 @@ static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes)
     erma_rand_seed(&w->rng, 17);
     char uri[3][64];
     static int seq;
-    const int base = 37000 + (getpid() % 400) * 16 + 4 * (seq++ % 4);
+    const int base = test_port_base(16) + 4 * (seq++ % 4);
     for (int i = 0; i < 3; i++)
         snprintf(uri[i], sizeof uri[i], "udp://127.0.0.1:%d", base + i);
     assert_int_equal(erma_kv_create(buckets, log_bytes, &w->kv), ERMA_OK);

@@ -11,9 +11,10 @@
 #include <cmocka.h>
 
 #include "erma/clock.h"
-#include "erma/kv.h"
+#include "kv/kv.h"
 #include "erma/rand.h"
 #include "erma/rpc.h"
+#include "ports.h"
 
 #define BASE 10
 #define KEYS 10000
@@ -185,7 +186,7 @@ static void test_agrees_with_model(void **state)
 
 int main(void)
 {
-    const int base = 36000 + (getpid() % 500) * 8;
+    const int base = test_port_base(8);
     snprintf(server_uri, sizeof server_uri, "udp://127.0.0.1:%d", base);
     snprintf(client_uri, sizeof client_uri, "udp://127.0.0.1:%d", base + 4);
     server_pid = fork();

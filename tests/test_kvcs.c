@@ -15,10 +15,11 @@
 #include <cmocka.h>
 
 #include "erma/clock.h"
-#include "erma/kv.h"
-#include "erma/kvcs.h"
+#include "kv/kv.h"
+#include "kvcs/kvcs.h"
 #include "erma/rand.h"
 #include "../apps/kvcs/value.h"
+#include "ports.h"
 
 #define NSERVERS 3
 #define KEYS 2000
@@ -98,7 +99,7 @@ static void server_main(const char *uri)
 /* Servers on ports base.., the client on base + n. */
 static void servers_up(struct servers *s, int slot)
 {
-    const int base = 41000 + (getpid() % 500) * 8 + slot * 4;
+    const int base = test_port_base(8) + slot * 4;
     s->n = NSERVERS;
     for (unsigned i = 0; i < s->n; i++) {
         snprintf(s->uri[i], sizeof s->uri[i], "udp://127.0.0.1:%d", base + (int)i);

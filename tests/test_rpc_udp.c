@@ -16,6 +16,7 @@
 #include "erma/transport.h"
 #include "erma/wire.h"
 #include "rpc_util.h"
+#include "ports.h"
 
 #define ECHO 1
 #define ECHO_WORKER 2
@@ -547,7 +548,7 @@ static void test_refusal(void **state)
 
 int main(void)
 {
-    const int base = 34000 + (getpid() % 500) * 8;
+    const int base = test_port_base(8);
     snprintf(server_uri, sizeof server_uri, "udp://127.0.0.1:%d", base);
     snprintf(client_uri, sizeof client_uri, "udp://127.0.0.1:%d", base + 4);
     const struct CMUnitTest tests[] = {

@@ -21,7 +21,9 @@
 #include "erma/dpdk.h"
 #include "erma/errors.h"
 #include "erma/log.h"
-#include "erma/ring.h"
+#include "erma/version.h"
+#include "transport/module.h"
+#include "common/ring.h"
 
 #define MAX_EP 64
 #define MAX_TXQ 16
@@ -47,6 +49,8 @@ struct dpdk {
 };
 
 /* The process's one port. Set up under mu; the data path reads it freely. */
+static const struct erma_transport_ops erma_dpdk_ops;
+
 static struct {
     pthread_mutex_t mu;
     int init_rc; /* 1 until tried, then the outcome of the EAL/port setup */
@@ -677,7 +681,7 @@ static int dpdk_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, un
     return (int)n;
 }
 
-const struct erma_transport_ops erma_dpdk_ops = {
+static const struct erma_transport_ops erma_dpdk_ops = {
     .scheme = "dpdk",
     .open = dpdk_open,
     .close = dpdk_close,
@@ -686,3 +690,5 @@ const struct erma_transport_ops erma_dpdk_ops = {
     .resolve = dpdk_resolve,
     .addr_str = dpdk_addr_str,
 };
+
+ERMA_TRANSPORT_MODULE(erma_dpdk_ops);

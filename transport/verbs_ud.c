@@ -9,6 +9,8 @@
 
 #include "erma/errors.h"
 #include "erma/log.h"
+#include "erma/version.h"
+#include "transport/module.h"
 #include "erma/verbs.h"
 
 #define GRH 40
@@ -40,6 +42,8 @@ struct verbs {
     struct ah_slot *ahs; /* AH_SLOTS, open addressing, insert only */
     unsigned nah;
 };
+
+static const struct erma_transport_ops erma_verbs_ops;
 
 static int verbs_addr_str(const struct erma_addr *a, char *buf, size_t len)
 {
@@ -432,7 +436,7 @@ static int verbs_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, u
     return (int)n;
 }
 
-const struct erma_transport_ops erma_verbs_ops = {
+static const struct erma_transport_ops erma_verbs_ops = {
     .scheme = "verbs",
     .open = verbs_open,
     .close = verbs_close,
@@ -441,3 +445,5 @@ const struct erma_transport_ops erma_verbs_ops = {
     .resolve = verbs_resolve,
     .addr_str = verbs_addr_str,
 };
+
+ERMA_TRANSPORT_MODULE(erma_verbs_ops);

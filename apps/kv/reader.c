@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "erma/kv.h"
+#include "kv/kv.h"
 #include "erma/rma.h"
 
 #define MAX_KEY 256

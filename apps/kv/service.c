@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "erma/kv.h"
+#include "kv/kv.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"
 #include "erma/wire.h"

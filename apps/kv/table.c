@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "erma/errors.h"
-#include "erma/kv.h"
+#include "kv/kv.h"
 
 #define MAGIC 0x65726d614b56ull /* "ermaKV" */
 #define HDR 64

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "erma/clock.h"
-#include "erma/kv.h"
-#include "erma/kvcs.h"
+#include "kv/kv.h"
+#include "kvcs/kvcs.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"
 

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "erma/clock.h"
-#include "erma/kvcs.h"
+#include "kvcs/kvcs.h"
 #include "erma/rand.h"
 #include "value.h"
 

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "erma/clock.h"
-#include "erma/kvcs.h"
+#include "kvcs/kvcs.h"
 
 static volatile sig_atomic_t stop;
 

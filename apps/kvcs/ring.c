@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "erma/kvcs.h"
+#include "kvcs/kvcs.h"
 #include "erma/wire.h"
 
 struct point {

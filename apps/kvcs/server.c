@@ -2,8 +2,8 @@
  * for one-sided GETs, on one endpoint. */
 #include <stdlib.h>
 
-#include "erma/kv.h"
-#include "erma/kvcs.h"
+#include "kv/kv.h"
+#include "kvcs/kvcs.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"
 

@@ -265,6 +265,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "erma/api.h"
+
+ERMA_BEGIN_DECLS
+
 /* ----------------------------------------------------------------- Timely */
 
 struct erma_timely_cfg {
@@ -407,5 +411,7 @@ struct erma_window *erma_window_find(struct erma_window_cc *cc, uint64_t dst,
                                      enum erma_window_dir dir);
 double erma_window_limit(struct erma_window_cc *cc, uint64_t dst,
                          enum erma_window_dir dir);
+
+ERMA_END_DECLS
 
 #endif

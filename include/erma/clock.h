@@ -15,6 +15,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "erma/api.h"
+
+ERMA_BEGIN_DECLS
+
 typedef uint64_t (*erma_clock_fn)(void *ctx);
 
 struct erma_clock_source {
@@ -35,5 +39,7 @@ bool erma_clock_uses_tsc(void);
 
 /* CLOCK_MONOTONIC in ns, whatever the source. */
 uint64_t erma_mono_ns(void);
+
+ERMA_END_DECLS
 
 #endif

@@ -3,9 +3,11 @@
  * frames, built and parsed in userspace on a DPDK port.
  *
  * There is no function here: the transport is opened through
- * erma_transport_open() (transport.h) with a URI of scheme "dpdk". This
- * header documents that URI, the environment it reads and the behaviour.
- * erma_transport_available("dpdk") tells whether this build has it.
+ * erma_transport_open() (transport.h) with a URI of scheme "dpdk", from the
+ * module erma_dpdk.so that the first such open loads (transport.h says
+ * where it is looked for). This header documents that URI, the environment
+ * it reads and the behaviour. erma_transport_available("dpdk") tells
+ * whether the module is there and loads.
  *
  * URI
  *   dpdk://IP:PORT[?KEY=VALUE[&KEY=VALUE...]]
@@ -86,9 +88,5 @@
  */
 #ifndef ERMA_DPDK_H
 #define ERMA_DPDK_H
-
-#include "erma/transport.h"
-
-extern const struct erma_transport_ops erma_dpdk_ops;
 
 #endif

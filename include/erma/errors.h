@@ -9,6 +9,10 @@
 #ifndef ERMA_ERRORS_H
 #define ERMA_ERRORS_H
 
+#include "erma/api.h"
+
+ERMA_BEGIN_DECLS
+
 enum erma_err {
     ERMA_OK = 0,
     ERMA_EINVAL = -1,          /* invalid argument or configuration */
@@ -38,5 +42,7 @@ enum erma_err {
 
 /* A static, never-NULL description of err (0 or a negative code). */
 const char *erma_strerror(int err);
+
+ERMA_END_DECLS
 
 #endif

@@ -2,11 +2,17 @@
  * erma/log.h - a small leveled log to stderr.
  *
  * The level comes from the ERMA_LOG environment variable (error, warn,
- * notice, info, debug; default notice) at the first message, or from
- * erma_log_set_level(). Messages below the level cost one comparison.
+ * notice, info, debug; default warn: errors and warnings only) at the
+ * first message, or from erma_log_set_level(). Messages below the level
+ * cost one comparison. An error names what failed: the URI, the scheme or
+ * module, the phase.
  */
 #ifndef ERMA_LOG_H
 #define ERMA_LOG_H
+
+#include "erma/api.h"
+
+ERMA_BEGIN_DECLS
 
 enum erma_log_level {
     ERMA_LOG_ERROR,
@@ -32,5 +38,7 @@ void erma_log_write(enum erma_log_level level, const char *fmt, ...)
 #define ERMA_NOTICE(...) ERMA_LOG(ERMA_LOG_NOTICE, __VA_ARGS__)
 #define ERMA_INFO(...) ERMA_LOG(ERMA_LOG_INFO, __VA_ARGS__)
 #define ERMA_DEBUG(...) ERMA_LOG(ERMA_LOG_DEBUG, __VA_ARGS__)
+
+ERMA_END_DECLS
 
 #endif

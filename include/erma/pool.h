@@ -18,6 +18,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "erma/api.h"
+
+ERMA_BEGIN_DECLS
+
 #define ERMA_POOL_MIN_BUF ((size_t)64)
 #define ERMA_POOL_MAX_BUF ((size_t)16 << 20)
 #define ERMA_POOL_CHUNK ((size_t)2 << 20)
@@ -51,5 +55,7 @@ bool erma_pool_uses_hugepages(const struct erma_pool *pool);
 size_t erma_pool_live(const struct erma_pool *pool);
 /* Bytes mapped from the system. */
 size_t erma_pool_mapped(const struct erma_pool *pool);
+
+ERMA_END_DECLS
 
 #endif

@@ -9,6 +9,10 @@
 
 #include <stdint.h>
 
+#include "erma/api.h"
+
+ERMA_BEGIN_DECLS
+
 struct erma_rand {
     uint64_t s[4];
 };
@@ -56,5 +60,7 @@ static inline uint64_t erma_rand_below(struct erma_rand *r, uint64_t n)
 {
     return (uint64_t)(((unsigned __int128)erma_rand_u64(r) * n) >> 64);
 }
+
+ERMA_END_DECLS
 
 #endif

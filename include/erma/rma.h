@@ -90,8 +90,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "erma/api.h"
 #include "erma/cc.h"
 #include "erma/errors.h"
+
+ERMA_BEGIN_DECLS
 
 #define ERMA_RMA_MAX_OP 4096
 #define ERMA_RMA_KEY_BYTES 32
@@ -230,5 +233,7 @@ const struct erma_window *erma_rma_window(struct erma_rma *rma, int peer,
                                           enum erma_window_dir dir);
 /* The executor's local window. */
 const struct erma_window *erma_rma_local_window(const struct erma_rma *rma);
+
+ERMA_END_DECLS
 
 #endif

@@ -63,7 +63,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "erma/api.h"
 #include "erma/errors.h"
+
+ERMA_BEGIN_DECLS
 
 #define ERMA_SESSION_SLOTS 8
 #define ERMA_MAX_CREDITS 32
@@ -293,5 +296,7 @@ struct erma_sim;
  * Returns ERMA_OK when done, ERMA_ETIMEDOUT when time ran out. */
 int erma_sim_run_rpcs(struct erma_sim *sim, struct erma_rpc **rpcs, unsigned n,
                       uint64_t duration_ns, bool (*done)(void *ctx), void *ctx);
+
+ERMA_END_DECLS
 
 #endif

@@ -31,6 +31,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "erma/api.h"
+
+ERMA_BEGIN_DECLS
+
 #define ERMA_SIM_MAX_PATHS 16
 
 struct erma_sim_cfg {
@@ -109,5 +113,7 @@ void erma_sim_set_tap(struct erma_sim *sim, erma_sim_tap_fn fn, void *ctx);
 /* Sends a copy of data as if host:port src had sent it (replays, forgeries). */
 int erma_sim_inject(struct erma_sim *sim, uint16_t src_host, uint16_t src_port,
                     uint16_t dst_host, uint16_t dst_port, const void *data, uint32_t len);
+
+ERMA_END_DECLS
 
 #endif

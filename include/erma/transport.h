@@ -35,6 +35,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "erma/api.h"
+#include "erma/errors.h"
+
+ERMA_BEGIN_DECLS
+
 #define ERMA_ADDR_MAX 32
 #define ERMA_MAX_BURST 32
 #define ERMA_DEFAULT_MTU 1500
@@ -145,9 +150,20 @@ int erma_transport_cfg_resolve(const struct erma_transport_cfg *cfg,
                                struct erma_transport_cfg *out);
 /* Internal to transports: ERMA_E2BIG if a packet of pkts[0..n) is over
  * max_pkt, ERMA_EADDR if one has no destination or one of another length
- * than addr_len, else ERMA_OK. tx_burst checks everything before sending. */
-int erma_transport_check_tx(const struct erma_transport *tr, const struct erma_tx_pkt *pkts,
-                            unsigned n, uint8_t addr_len);
+ * than addr_len, else ERMA_OK. tx_burst checks everything before sending.
+ * Inline, so that transport modules need nothing of the core for it. */
+static inline int erma_transport_check_tx(const struct erma_transport *tr,
+                                          const struct erma_tx_pkt *pkts, unsigned n,
+                                          uint8_t addr_len)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt)
+            return ERMA_E2BIG;
+        if (!pkts[i].dst || pkts[i].dst->len != addr_len)
+            return ERMA_EADDR;
+    }
+    return ERMA_OK;
+}
 
 /* Internal to transports: drops the injected fraction of pkts[0..n) in
  * place and returns how many remain. */
@@ -156,5 +172,7 @@ unsigned erma_transport_inject_loss(struct erma_transport *tr, struct erma_rx_pk
 
 extern const struct erma_transport_ops erma_udp_ops;
 extern const struct erma_transport_ops erma_sim_ops;
+
+ERMA_END_DECLS
 
 #endif

@@ -2,7 +2,8 @@
  * erma/verbs.h - the verbs transport: erma packets as RDMA Unreliable
  * Datagram sends (rdma-core libibverbs), on InfiniBand or RoCE.
  *
- * Opened through erma_transport_open() (transport.h) with scheme "verbs";
+ * Opened through erma_transport_open() (transport.h) with scheme "verbs",
+ * from the module erma_verbs.so (loaded on first use, see transport.h);
  * erma_transport_available("verbs") tells whether this build has it.
  *
  * Local URI
@@ -40,10 +41,6 @@
 #ifndef ERMA_VERBS_H
 #define ERMA_VERBS_H
 
-#include "erma/transport.h"
-
 #define ERMA_VERBS_QKEY 0x11111111u
-
-extern const struct erma_transport_ops erma_verbs_ops;
 
 #endif

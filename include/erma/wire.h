@@ -18,6 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "erma/api.h"
+
+ERMA_BEGIN_DECLS
+
 #define ERMA_HDR_SIZE 16
 #define ERMA_HDR_MAGIC 0xEu
 #define ERMA_MAX_MSG_SIZE ((uint32_t)8 << 20) /* 8 MiB */
@@ -48,7 +52,9 @@ struct erma_hdr {
     uint8_t proto;         /* 4 bits */
 };
 
+#ifndef __cplusplus
 _Static_assert(ERMA_MAX_MSG_SIZE < (1u << 24), "msg_size must fit 24 bits");
+#endif
 
 static inline void erma_put_le(uint8_t *p, uint64_t v, int bytes)
 {
@@ -70,5 +76,7 @@ void erma_hdr_encode(const struct erma_hdr *h, void *buf);
 void erma_hdr_decode(const void *buf, struct erma_hdr *h);
 /* Decodes and validates a received packet of len bytes: ERMA_OK or ERMA_EBADPKT. */
 int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h);
+
+ERMA_END_DECLS
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * erma/ring.h - bounded lock-free rings of pointers.
+ * common/ring.h - bounded lock-free rings of pointers (internal: not installed).
  *
  * erma_spsc: one producer thread, one consumer thread.
  * erma_mpsc: any number of producer threads, one consumer thread (the

@@ -1,0 +1,6 @@
+#include "erma/version.h"
+
+const char *erma_version(void)
+{
+    return ERMA_VERSION;
+}

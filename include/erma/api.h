@@ -1,0 +1,20 @@
+/*
+ * erma/api.h - what every public erma header opens and closes with: C
+ * linkage for C++ programs, and default visibility for the declarations in
+ * between (erma's own sources compile with hidden visibility, so only the
+ * API that these headers declare is exported from liberma.so).
+ *
+ * Included by the other headers; an application has no need to include it.
+ */
+#ifndef ERMA_API_H
+#define ERMA_API_H
+
+#ifdef __cplusplus
+#define ERMA_BEGIN_DECLS extern "C" { _Pragma("GCC visibility push(default)")
+#define ERMA_END_DECLS _Pragma("GCC visibility pop") }
+#else
+#define ERMA_BEGIN_DECLS _Pragma("GCC visibility push(default)")
+#define ERMA_END_DECLS _Pragma("GCC visibility pop")
+#endif
+
+#endif

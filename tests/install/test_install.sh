@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# test_install.sh BUILD_DIR SOURCE_DIR PORT [EXTRA_FLAGS] - erma as a user gets it:
+# installs BUILD_DIR into a temporary prefix, checks what liberma.so exports
+# and needs, builds consumer.c out of tree as C with pkg-config and as C++
+# with find_package(erma) and as C with add_subdirectory, runs each (an RPC
+# and a one-sided READ over udp on 127.0.0.1, ports PORT..PORT+5), and checks
+# that a program runs without the transport modules: dpdk:// fails naming
+# the missing module, udp:// works. EXTRA_FLAGS (the sanitizer flags of an
+# ASan build) go to every compile and link.
+set -euo pipefail
+build=$1 src=$2 port=$3 extra=${4:-}
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+prefix=$tmp/prefix
+# Installed paths as the consumer's build will see them
+cmake --install "$build" --prefix "$prefix" > "$tmp/install.log"
+lib=$(dirname "$(find "$prefix" -name liberma.so -print -quit)")
+[ -n "$lib" ] || fail "no liberma.so installed"
+for f in "$lib/liberma.a" "$lib/liberma.so.0" "$lib/pkgconfig/erma.pc" \
+         "$lib/cmake/erma/erma-config.cmake" "$prefix/include/erma/erma.h" \
+         "$prefix/include/erma/version.h"; do
+  [ -e "$f" ] || fail "$f not installed"
+done
+echo "installed into $prefix: $(cd "$prefix" && find . -type f | wc -l) files"
+
+# Only erma_ symbols leave the shared library; it needs neither DPDK nor rdma-core.
+others=$(nm -D --defined-only "$lib/liberma.so" | awk '$3 !~ /^erma_/ {print $3}')
+[ -z "$others" ] || fail "liberma.so exports non-erma symbols: $others"
+echo "liberma.so exports $(nm -D --defined-only "$lib/liberma.so" | wc -l) symbols, all erma_"
+needed=$(readelf -d "$lib/liberma.so" | awk '/NEEDED/ {print $5}' | tr -d '[]' | tr '\n' ' ')
+case "$needed" in *dpdk*|*rte_*|*ibverbs*) fail "liberma.so needs $needed";; esac
+readelf -d "$lib/liberma.so" | grep -q 'SONAME.*liberma.so.0' || fail "no soname liberma.so.0"
+echo "liberma.so needs: $needed"
+
+bin=$prefix/bin # lib/erma beside it is where an installed program finds modules
+mkdir -p "$bin"
+export PKG_CONFIG_PATH=$lib/pkgconfig
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Wextra -Werror $extra "$here/consumer.c" -o "$bin/consumer_c" \
+  $(pkg-config --cflags --libs erma) -Wl,-rpath,"$lib"
+echo "== C, pkg-config"
+"$bin/consumer_c" 127.0.0.1 "$port" $((port + 1))
+
+echo "== C++, find_package(erma)"
+cmake -S "$here" -B "$tmp/cxx" -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_LANG=CXX \
+  -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror $extra" -DCMAKE_EXE_LINKER_FLAGS="$extra" \
+  -DCMAKE_BUILD_RPATH="$lib" > "$tmp/cxx.log" || { cat "$tmp/cxx.log"; fail "cmake (C++)"; }
+cmake --build "$tmp/cxx" > "$tmp/cxx_build.log" 2>&1 || { cat "$tmp/cxx_build.log"; fail "build (C++)"; }
+cp "$tmp/cxx/consumer" "$bin/consumer_cxx"
+"$bin/consumer_cxx" 127.0.0.1 $((port + 2)) $((port + 3))
+
+echo "== modules"
+"$bin/consumer_c" --available verbs || fail "the verbs module does not load from $lib/erma"
+mv "$lib/erma" "$lib/erma.hidden"
+(unset ERMA_MODULE_DIR; "$bin/consumer_c" --open "dpdk://10.0.0.1:7000" 2> "$tmp/open.err") ||
+  { cat "$tmp/open.err"; fail "dpdk:// without its module did not fail with ERMA_ENOTSUP"; }
+grep -q 'erma_dpdk.so' "$tmp/open.err" || { cat "$tmp/open.err"; fail "the error does not name erma_dpdk.so"; }
+sed 's/^/  stderr: /' "$tmp/open.err"
+"$bin/consumer_c" 127.0.0.1 $((port + 4)) $((port + 5))
+mv "$lib/erma.hidden" "$lib/erma"
+
+echo "== C, add_subdirectory(erma)"
+cmake -S "$here" -B "$tmp/sub" -DERMA_SOURCE="$src" -DCONSUMER_LANG=C \
+  -DCMAKE_C_FLAGS="$extra" -DCMAKE_EXE_LINKER_FLAGS="$extra" > "$tmp/sub.log" ||
+  { cat "$tmp/sub.log"; fail "cmake (add_subdirectory)"; }
+cmake --build "$tmp/sub" -j "$(nproc)" --target consumer > "$tmp/sub_build.log" 2>&1 ||
+  { cat "$tmp/sub_build.log"; fail "build (add_subdirectory)"; }
+"$tmp/sub/consumer" 127.0.0.1 "$port" $((port + 1))
+echo "ok"
