@@ -28,6 +28,13 @@ void erma_log_set_level(enum erma_log_level level)
     erma_log_level = (int)level;
 }
 
+enum erma_log_level erma_log_get_level(void)
+{
+    if (!level_set)
+        init_level();
+    return (enum erma_log_level)erma_log_level;
+}
+
 void erma_log_write(enum erma_log_level level, const char *fmt, ...)
 {
     if (!level_set)

@@ -125,6 +125,7 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
     refresh_clock(rpc);
     rpc->next_scan_ns = rpc->loop_now + rpc->scan_ns;
     rpc->next_sm_scan_ns = rpc->loop_now + rpc->sm_scan_ns;
+    rpc->idle_since = rpc->loop_now;
     *out = rpc;
     return ERMA_OK;
 }
@@ -304,15 +305,16 @@ int erma_rpc_run_once(struct erma_rpc *rpc)
 /* Once nothing happened for idle_wait_ns (no packet, no request at a
  * worker, whose answer would not wake us; a pass leaves nothing unsent),
  * sleeps until a packet, the next timer or end, at most
- * ERMA_IDLE_SLEEP_MAX_NS. */
-static void idle_wait(struct erma_rpc *rpc, int work, uint64_t *idle_since, uint64_t end)
+ * ERMA_IDLE_SLEEP_MAX_NS. Idleness carries over from one run call to the
+ * next, so a loop of short erma_rpc_run() calls sleeps as one long one. */
+static void idle_wait(struct erma_rpc *rpc, int work, uint64_t end)
 {
     const uint64_t now = rpc->loop_now;
     if (work > 0 || rpc->in_workers) {
-        *idle_since = now;
+        rpc->idle_since = now;
         return;
     }
-    if (now - *idle_since < rpc->cfg.idle_wait_ns)
+    if (now - rpc->idle_since < rpc->cfg.idle_wait_ns)
         return;
     uint64_t until = erma_rpc_next_timer(rpc);
     until = until < end ? until : end;
@@ -325,9 +327,8 @@ static void idle_wait(struct erma_rpc *rpc, int work, uint64_t *idle_since, uint
 int erma_rpc_run_until(struct erma_rpc *rpc, bool (*done)(void *ctx), void *ctx,
                        uint64_t timeout_ns)
 {
-    uint64_t idle_since = erma_now_ns();
-    const uint64_t end = timeout_ns > UINT64_MAX - idle_since ? UINT64_MAX
-                                                              : idle_since + timeout_ns;
+    const uint64_t start = erma_now_ns();
+    const uint64_t end = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;
     for (;;) {
         const int work = erma_rpc_run_once(rpc);
         if (done && done(ctx))
@@ -335,7 +336,7 @@ int erma_rpc_run_until(struct erma_rpc *rpc, bool (*done)(void *ctx), void *ctx,
         if (rpc->loop_now >= end)
             return ERMA_ETIMEDOUT;
         if (!rpc->cfg.busy_poll)
-            idle_wait(rpc, work, &idle_since, end);
+            idle_wait(rpc, work, end);
     }
 }
 
@@ -346,8 +347,9 @@ void erma_rpc_run(struct erma_rpc *rpc, uint64_t ns)
 
 uint64_t erma_rpc_next_timer(const struct erma_rpc *rpc)
 {
-    uint64_t t = rpc->nbusy && rpc->next_scan_ns < rpc->next_sm_scan_ns ? rpc->next_scan_ns
-                                                                         : rpc->next_sm_scan_ns;
+    /* Session management has nothing to time without sessions. */
+    const uint64_t sm = rpc->active_sessions ? rpc->next_sm_scan_ns : UINT64_MAX;
+    uint64_t t = rpc->nbusy && rpc->next_scan_ns < sm ? rpc->next_scan_ns : sm;
     if (erma_wheel_count(&rpc->wheel)) { /* the next slot may hold due packets */
         const uint64_t w = rpc->wheel.cur_start_ns + rpc->wheel.slot_ns;
         t = w < t ? w : t;
@@ -372,6 +374,11 @@ int erma_rpc_attach(struct erma_rpc *rpc, uint8_t proto, const struct erma_proto
 struct erma_transport *erma_rpc_transport(struct erma_rpc *rpc)
 {
     return rpc->tr;
+}
+
+int erma_rpc_uri(const struct erma_rpc *rpc, char *out, size_t len)
+{
+    return erma_transport_addr_str(rpc->tr, &rpc->tr->local, out, len);
 }
 
 uint8_t erma_rpc_thread_id(const struct erma_rpc *rpc)

@@ -152,6 +152,7 @@ struct erma_rpc {
     struct erma_timely_cfg timely_cfg;
     struct erma_wheel wheel;
     uint64_t loop_now; /* the clock read once per loop pass (batch clock) */
+    uint64_t idle_since; /* when the loop last found work (idle_wait) */
     bool pool_locked; /* worker threads allocate too */
     bool destroying;  /* erma_rpc_destroy() is failing what is pending */
     pthread_mutex_t pool_lock;

@@ -177,6 +177,8 @@ int erma_endpoint_uri(const char *base, uint8_t tid, char *out, size_t len)
     unsigned port;
     if (split_uri(base, &colon, &query, &port) != ERMA_OK || port + tid > 65535)
         return ERMA_EADDR;
-    const int n = snprintf(out, len, "%.*s:%u%s", (int)(colon - base), base, port + tid, query);
+    if (port != 0) /* port 0: every endpoint takes a free port of its own */
+        port += tid;
+    const int n = snprintf(out, len, "%.*s:%u%s", (int)(colon - base), base, port, query);
     return n < 0 || (size_t)n >= len ? ERMA_EADDR : ERMA_OK;
 }

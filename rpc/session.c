@@ -414,6 +414,11 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
     struct sm_msg m;
     if (s->state == CONNECTING) {
         if (since(now, s->start_ns) > c->failure_ns) {
+            char peer[128] = "?";
+            erma_transport_addr_str(rpc->tr, &s->peer, peer, sizeof peer);
+            ERMA_INFO("rpc: session %u: no answer to %u connect requests from %s (endpoint "
+                      "%u) in %llu ms", s->num, s->sm_retries + 1, peer, s->remote_tid,
+                      (unsigned long long)(since(now, s->start_ns) / 1000000));
             erma_fail_client_slots(rpc, s, ERMA_ETIMEDOUT);
             erma_session_release(rpc, s);
             sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, ERMA_ETIMEDOUT);

@@ -546,6 +546,55 @@ static void test_refusal(void **state)
     client_down(&c);
 }
 
+static bool call_done(void *ctx)
+{
+    return ((struct call *)ctx)->done;
+}
+
+/* Endpoints of a nexus on port 0 take free ports of their own (endpoint 1
+ * once bound port 1); a client on one calls the server and waits for the
+ * answer with erma_rpc_run_until(), which times out when nothing comes. */
+static void test_port_zero_and_run_until(void **state)
+{
+    (void)state;
+    start_server(0);
+    struct erma_nexus *nx;
+    struct erma_rpc *rpc[2];
+    char uri[2][64];
+    assert_int_equal(erma_nexus_create("udp://127.0.0.1:0", NULL, &nx), ERMA_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(erma_rpc_create(nx, (uint8_t)i, NULL, &rpc[i]), ERMA_OK);
+        assert_int_equal(erma_rpc_uri(rpc[i], uri[i], sizeof uri[i]), ERMA_OK);
+        const char *colon = strrchr(uri[i], ':');
+        assert_non_null(colon);
+        assert_true(atoi(colon + 1) >= 1024); /* a free port, not 0 + i */
+    }
+    assert_string_not_equal(uri[0], uri[1]);
+    assert_int_equal(erma_rpc_uri(rpc[0], uri[0], 8), ERMA_EINVAL);
+
+    struct call k = {0};
+    const int sess = erma_create_session(rpc[1], server_uri, 0);
+    assert_true(sess >= 0);
+    assert_int_equal(erma_alloc_msgbuf(rpc[1], REQ_HDR, &k.req), ERMA_OK);
+    assert_int_equal(erma_alloc_msgbuf(rpc[1], 64, &k.resp), ERMA_OK);
+    fill_req(&k.req, 7, 40);
+    assert_int_equal(erma_enqueue_request(rpc[1], sess, ECHO, &k.req, &k.resp, on_call, &k),
+                     ERMA_OK);
+    assert_int_equal(erma_rpc_run_until(rpc[1], call_done, &k, 30000000000ull), ERMA_OK);
+    assert_int_equal(k.status, ERMA_OK);
+    assert_int_equal(check_resp(&k.resp, 7, 40), 0);
+    k.done = 0; /* nothing more will come: the call times out, near its timeout */
+    const uint64_t t0 = erma_now_ns();
+    assert_int_equal(erma_rpc_run_until(rpc[1], call_done, &k, 20000000), ERMA_ETIMEDOUT);
+    assert_true(erma_now_ns() - t0 >= 20000000);
+    erma_free_msgbuf(rpc[1], &k.req);
+    erma_free_msgbuf(rpc[1], &k.resp);
+    for (int i = 0; i < 2; i++)
+        erma_rpc_destroy(rpc[i]);
+    erma_nexus_destroy(nx);
+    kill_server();
+}
+
 int main(void)
 {
     const int base = test_port_base(8);
@@ -559,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_many_sessions),
         cmocka_unit_test(test_nested_malformed),
         cmocka_unit_test(test_refusal),
+        cmocka_unit_test(test_port_zero_and_run_until),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

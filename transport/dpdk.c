@@ -171,6 +171,20 @@ static void default_lcores(char *buf, size_t len)
     snprintf(buf + n, len - n, ")");
 }
 
+/* HugePages_Free of /proc/meminfo (of the default size), 0 if unknown. */
+static unsigned long free_hugepages(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long n = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "HugePages_Free: %lu", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
 static int eal_init(const char *query)
 {
     enum { MAX_ARGS = 64 };
@@ -226,6 +240,10 @@ static int eal_init(const char *query)
     memcpy(args, argv, sizeof args);
     if (rte_eal_init(argc, args) < 0) {
         ERMA_ERROR("dpdk: EAL init failed (%s):%s", rte_strerror(rte_errno), line);
+        if (!strstr(line, "--no-huge") && free_hugepages() == 0)
+            ERMA_ERROR("dpdk: no free hugepages: reserve some (echo 256 > "
+                       "/proc/sys/vm/nr_hugepages, hugetlbfs mounted; scripts/netns up does "
+                       "both) or set ERMA_DPDK_EAL=\"--no-huge -m 512\"");
         return ERMA_ENOTSUP;
     }
     return ERMA_OK;

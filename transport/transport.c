@@ -49,7 +49,7 @@ static const struct erma_transport_ops *module_open(const char *dir, const char 
         dlclose(h);
         return NULL;
     }
-    m->set_log_level((enum erma_log_level)erma_log_level);
+    m->set_log_level(erma_log_get_level());
     return m->ops; /* the module stays loaded for the life of the process */
 }
 
@@ -222,9 +222,15 @@ void erma_transport_close(struct erma_transport *tr)
 int erma_transport_resolve(struct erma_transport *tr, const char *uri, struct erma_addr *out)
 {
     const char *rest = NULL;
-    if (find(uri, &rest) != tr->ops)
+    if (!uri || find(uri, &rest) != tr->ops) {
+        ERMA_ERROR("transport: cannot reach '%s' from a %s:// endpoint (peers have the "
+                   "endpoint's own scheme)", uri ? uri : "(null)", tr->ops->scheme);
         return ERMA_EADDR;
-    return tr->ops->resolve(tr, rest, out);
+    }
+    const int rc = tr->ops->resolve(tr, rest, out);
+    if (rc != ERMA_OK)
+        ERMA_ERROR("transport: cannot resolve %s: %s", uri, erma_strerror(rc));
+    return rc;
 }
 
 int erma_transport_addr_str(const struct erma_transport *tr, const struct erma_addr *addr,

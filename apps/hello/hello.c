@@ -1,21 +1,36 @@
 /*
- * hello - the smallest erma program: a server thread answers "hello, NAME"
- * to a client thread, over kernel UDP on loopback (or any URI given).
+ * hello - the smallest erma program: a server answers "hello, NAME" to a
+ * client, over kernel UDP (or any URI).
  *
- *   hello [SERVER_URI [CLIENT_URI]]     defaults udp://127.0.0.1:31900 and :31910
+ *   hello                          server and client in one process, on
+ *                                  udp://127.0.0.1:31900 and :31910
+ *   hello SERVER_URI CLIENT_URI    the same on other URIs
+ *   hello --server URI             a server alone, until SIGINT or SIGTERM
+ *   hello --client SERVER_URI [--uri CLIENT_URI] [--name NAME]
+ *                                  one call to a server elsewhere
  *
- * Exits 0 when the client got the expected answer.
+ * Exits 0 when the client got the expected answer (or the server stopped
+ * cleanly), 1 when something failed (the message says what), 2 on bad
+ * arguments. An idle server sleeps in its socket: it uses no CPU to speak of.
  */
+#include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "erma/rpc.h"
+#include "erma/erma.h"
 
 #define HELLO 1
 
-static atomic_bool stop;
+static atomic_bool stop; /* set by a signal or by the client thread */
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&stop, true);
+}
 
 /* A dispatch handler: runs in the server's event loop, answers at once. */
 static void hello_handler(struct erma_req *req, void *ctx)
@@ -24,11 +39,18 @@ static void hello_handler(struct erma_req *req, void *ctx)
     struct erma_msgbuf *resp = erma_req_resp_buf(req);
     const int n = snprintf((char *)resp->data, resp->max_size, "hello, %.*s",
                            (int)erma_req_size(req), (const char *)erma_req_data(req));
-    erma_resize_msgbuf(resp, (size_t)n);
+    erma_resize_msgbuf(resp, n < (int)resp->max_size ? (size_t)n : resp->max_size);
     erma_enqueue_response(req, resp);
 }
 
-static void *server(void *uri)
+static bool stopped(void *ctx)
+{
+    (void)ctx;
+    return atomic_load(&stop);
+}
+
+/* Serves until stop is set; NULL or what failed. */
+static const char *serve(const char *uri)
 {
     struct erma_nexus *nx;
     struct erma_rpc *rpc;
@@ -37,17 +59,22 @@ static void *server(void *uri)
     erma_register_handler(nx, HELLO, hello_handler, ERMA_DISPATCH, NULL);
     if (erma_rpc_create(nx, 0, NULL, &rpc) != ERMA_OK) {
         erma_nexus_destroy(nx);
-        return "cannot create the server endpoint";
+        return "cannot create the server endpoint (is the port in use?)";
     }
-    while (!atomic_load(&stop))
-        erma_rpc_run(rpc, 1000000);
+    erma_rpc_run_until(rpc, stopped, NULL, UINT64_MAX);
     erma_rpc_destroy(rpc);
     erma_nexus_destroy(nx);
     return NULL;
 }
 
+static void *server_thread(void *uri)
+{
+    return (void *)serve(uri);
+}
+
 struct answer {
-    int done, status;
+    bool done;
+    int status;
 };
 
 static void on_response(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
@@ -55,32 +82,40 @@ static void on_response(struct erma_rpc *rpc, void *tag, int status, struct erma
     (void)rpc;
     struct answer *a = tag;
     a->status = status;
-    a->done = 1;
+    a->done = true;
     if (status == ERMA_OK)
         printf("%.*s\n", (int)resp->size, (const char *)resp->data);
 }
 
-static int client(const char *server_uri, const char *uri)
+static bool answered(void *ctx)
+{
+    return ((struct answer *)ctx)->done;
+}
+
+/* Calls the server once with name; ERMA_OK when the answer is right. */
+static int call(const char *server_uri, const char *uri, const char *name)
 {
     struct erma_nexus *nx;
     struct erma_rpc *rpc;
     struct erma_msgbuf req, resp;
     struct answer a = {0};
+    const size_t len = strlen(name);
     int rc = erma_nexus_create(uri, NULL, &nx);
     if (rc != ERMA_OK)
         return rc;
     if ((rc = erma_rpc_create(nx, 0, NULL, &rpc)) == ERMA_OK) {
         const int sess = erma_create_session(rpc, server_uri, 0);
-        erma_alloc_msgbuf(rpc, 5, &req);
-        erma_alloc_msgbuf(rpc, 64, &resp);
-        memcpy(req.data, "world", 5);
+        erma_alloc_msgbuf(rpc, len, &req);
+        erma_alloc_msgbuf(rpc, len + 16, &resp);
+        memcpy(req.data, name, len);
         /* Requests may be queued before the session is up; they wait for it. */
         rc = sess < 0 ? sess : erma_enqueue_request(rpc, sess, HELLO, &req, &resp, on_response, &a);
-        for (int i = 0; rc == ERMA_OK && !a.done && i < 5000; i++)
-            erma_rpc_run(rpc, 1000000);
         if (rc == ERMA_OK)
-            rc = a.done ? a.status : ERMA_ETIMEDOUT;
-        if (rc == ERMA_OK && (resp.size != 12 || memcmp(resp.data, "hello, world", 12) != 0))
+            rc = erma_rpc_run_until(rpc, answered, &a, 5000000000ull);
+        if (rc == ERMA_OK)
+            rc = a.status;
+        if (rc == ERMA_OK && (resp.size != len + 7 || memcmp(resp.data, "hello, ", 7) != 0 ||
+                              memcmp(resp.data + 7, name, len) != 0))
             rc = ERMA_EBADPKT;
         erma_free_msgbuf(rpc, &req);
         erma_free_msgbuf(rpc, &resp);
@@ -90,19 +125,79 @@ static int client(const char *server_uri, const char *uri)
     return rc;
 }
 
-int main(int argc, char **argv)
+static const char usage_text[] =
+    "usage: hello [SERVER_URI CLIENT_URI]      server and client in one process\n"
+    "       hello --server URI                 a server alone, until SIGINT/SIGTERM\n"
+    "       hello --client SERVER_URI [--uri CLIENT_URI] [--name NAME]\n"
+    "URIs look like udp://127.0.0.1:31900 (defaults: :31900 server, :31910 client).\n";
+
+static void report(const char *server_uri, const char *uri, int rc)
 {
-    const char *server_uri = argc > 1 ? argv[1] : "udp://127.0.0.1:31900";
-    const char *client_uri = argc > 2 ? argv[2] : "udp://127.0.0.1:31910";
+    fprintf(stderr, "hello: call to %s (endpoint 0) from %s failed: %s%s\n", server_uri, uri,
+            erma_strerror(rc),
+            rc == ERMA_ETIMEDOUT ? " (no answer: is a server running there?)" : "");
+}
+
+static int usage(FILE *f, int rc)
+{
+    fputs(usage_text, f);
+    return rc;
+}
+
+static int both(const char *server_uri, const char *client_uri)
+{
     pthread_t t;
-    pthread_create(&t, NULL, server, (void *)server_uri);
-    const int rc = client(server_uri, client_uri);
+    pthread_create(&t, NULL, server_thread, (void *)server_uri);
+    const int rc = call(server_uri, client_uri, "world");
     atomic_store(&stop, true);
     void *err;
     pthread_join(t, &err);
     if (err)
-        fprintf(stderr, "hello: %s\n", (const char *)err);
+        fprintf(stderr, "hello: server %s: %s\n", server_uri, (const char *)err);
     if (rc != ERMA_OK)
-        fprintf(stderr, "hello: %s\n", erma_strerror(rc));
+        report(server_uri, client_uri, rc);
     return rc == ERMA_OK && !err ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"server", required_argument, NULL, 's'},
+                                         {"client", required_argument, NULL, 'c'},
+                                         {"uri", required_argument, NULL, 'u'},
+                                         {"name", required_argument, NULL, 'n'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *server = NULL, *client = NULL, *uri = "udp://127.0.0.1:31910", *name = "world";
+    for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        if (o == 's')
+            server = optarg;
+        else if (o == 'c')
+            client = optarg;
+        else if (o == 'u')
+            uri = optarg;
+        else if (o == 'n')
+            name = optarg;
+        else
+            return usage(o == 'h' ? stdout : stderr, o == 'h' ? 0 : 2);
+    }
+    const int rest = argc - optind;
+    if ((server && client) || ((server || client) && rest) || (rest != 0 && rest != 2))
+        return usage(stderr, 2);
+    if (server) {
+        const struct sigaction sa = {.sa_handler = on_signal};
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        const char *err = serve(server);
+        if (err)
+            fprintf(stderr, "hello: server %s: %s\n", server, err);
+        return err ? 1 : 0;
+    }
+    if (client) {
+        const int rc = call(client, uri, name);
+        if (rc != ERMA_OK)
+            report(client, uri, rc);
+        return rc == ERMA_OK ? 0 : 1;
+    }
+    return both(rest ? argv[optind] : "udp://127.0.0.1:31900",
+                rest ? argv[optind + 1] : "udp://127.0.0.1:31910");
 }

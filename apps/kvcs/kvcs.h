@@ -139,8 +139,9 @@ struct erma_kvcs_server_cfg {
     uint32_t buckets; /* kv buckets, default 2^16 */
     uint64_t log_bytes; /* kv item log, default 64 MiB */
     unsigned workers; /* nexus worker threads (kv SCAN), default 1 */
-    uint64_t idle_wait_ns; /* sleep once idle this long (rpc cfg.idle_wait_ns): for
-                              servers sharing cores; 0 (default): always poll */
+    uint64_t idle_wait_ns; /* spin this long once idle, then sleep until a packet
+                              (rpc cfg.idle_wait_ns); 0: the rpc default, 50 us */
+    bool busy_poll;        /* never sleep: a core per server, the lowest latency */
 };
 
 struct erma_kvcs_server;

@@ -24,7 +24,8 @@ static int server_up(struct erma_kvcs_server *s, const struct erma_kvcs_server_c
         rc = erma_nexus_create(cfg->uri, &ncfg, &s->nx);
     if (rc == ERMA_OK)
         rc = erma_kv_serve(s->nx, ERMA_KVCS_TYPE_BASE, s->kv, &s->ks);
-    const struct erma_rpc_cfg rcfg = {.idle_wait_ns = cfg->idle_wait_ns};
+    const struct erma_rpc_cfg rcfg = {.idle_wait_ns = cfg->idle_wait_ns,
+                                      .busy_poll = cfg->busy_poll};
     if (rc == ERMA_OK)
         rc = erma_rpc_create(s->nx, 0, &rcfg, &s->rpc);
     if (rc == ERMA_OK)

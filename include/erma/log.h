@@ -25,6 +25,8 @@ enum erma_log_level {
 extern int erma_log_level;
 
 void erma_log_set_level(enum erma_log_level level);
+/* The level in force (ERMA_LOG read if nothing set it yet). */
+enum erma_log_level erma_log_get_level(void);
 void erma_log_write(enum erma_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -10,6 +10,8 @@
  *                only its owner thread calls it (worker handlers excepted,
  *                see erma_enqueue_response). Endpoint t of a nexus at
  *                udp://H:P listens on udp://H:(P+t); likewise sim://F/H:(P+t).
+ *                With P = 0 each endpoint takes a free port (erma_rpc_uri()
+ *                tells which): right for clients, which nobody calls.
  *   session      a client/server pair of endpoints, named by a small integer
  *                on each side. ERMA_SESSION_SLOTS requests are in flight per
  *                session; more queue transparently and start as slots free.
@@ -71,7 +73,7 @@ ERMA_BEGIN_DECLS
 #define ERMA_SESSION_SLOTS 8
 #define ERMA_MAX_CREDITS 32
 #define ERMA_MAX_THREADS 64
-#define ERMA_IDLE_SLEEP_MAX_NS 10000000 /* 10 ms */
+#define ERMA_IDLE_SLEEP_MAX_NS 100000000 /* 100 ms */
 
 struct erma_nexus;
 struct erma_rpc;
@@ -281,9 +283,13 @@ struct erma_proto_hook {
 int erma_rpc_attach(struct erma_rpc *rpc, uint8_t proto, const struct erma_proto_hook *hook);
 /* The endpoint's transport (shared TX/RX queue; use from its thread only). */
 struct erma_transport *erma_rpc_transport(struct erma_rpc *rpc);
-/* Writes the URI of endpoint tid of the nexus at base (port + tid) into
- * out; ERMA_EADDR when base is malformed or out too short. */
+/* Writes the URI of endpoint tid of the nexus at base (port + tid; port 0
+ * stays 0, a free port) into out; ERMA_EADDR when base is malformed or out
+ * too short. */
 int erma_endpoint_uri(const char *base, uint8_t tid, char *out, size_t len);
+/* Writes the URI this endpoint listens on, its real port included (for a
+ * nexus on port 0), into out; ERMA_EINVAL when out is too short. */
+int erma_rpc_uri(const struct erma_rpc *rpc, char *out, size_t len);
 /* The endpoint's thread id within its nexus. */
 uint8_t erma_rpc_thread_id(const struct erma_rpc *rpc);
 

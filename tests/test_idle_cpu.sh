@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# test_idle_cpu.sh HELLO KVCS_SERVER PORT [SECONDS] - servers with default settings
+# sleep when idle: `hello --server` and `kvcs_server`, started side by side and
+# left idle for SECONDS (default 10), must each use under 1% of a core
+# (the CPU time of all their threads, from /proc/PID/task/*/schedstat, in ns).
+# They poll a whole core if they never sleep; sleeping, they use about 0.05%.
+set -uo pipefail
+hello=$1 kvcs=$2 port=$3 secs=${4:-10}
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
+cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ns += $1} END {print ns}'; }
+
+"$hello" --server "udp://127.0.0.1:$port" & pids+=($!)
+"$kvcs" --uri "udp://127.0.0.1:$((port + 1))" --buckets 1024 --log-bytes 1048576 & pids+=($!)
+sleep 1 # start-up (table allocation, first timers) is not idleness
+for p in "${pids[@]}"; do
+  kill -0 "$p" 2>/dev/null || { echo "FAIL: a server did not start"; exit 1; }
+done
+before=($(cpu_ns "${pids[0]}") $(cpu_ns "${pids[1]}"))
+sleep "$secs"
+after=($(cpu_ns "${pids[0]}") $(cpu_ns "${pids[1]}"))
+status=0
+names=("hello --server" "kvcs_server")
+for i in 0 1; do
+  ns=$((after[i] - before[i]))
+  pct=$(awk -v ns="$ns" -v s="$secs" 'BEGIN {printf "%.3f", 100 * ns / 1e9 / s}')
+  echo "${names[i]}: ${pct}% of a core over ${secs} s idle ($((ns / 1000)) us)"
+  awk -v p="$pct" 'BEGIN {exit !(p < 1.0)}' || { echo "FAIL: ${names[i]} is not idle"; status=1; }
+done
+exit $status
