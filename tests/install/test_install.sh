@@ -3,7 +3,8 @@
 # installs BUILD_DIR into a temporary prefix, checks what liberma.so exports
 # and needs, builds consumer.c out of tree as C with pkg-config and as C++
 # with find_package(erma) and as C with add_subdirectory, runs each (an RPC
-# and a one-sided READ over udp on 127.0.0.1, ports PORT..PORT+5), and checks
+# and a one-sided READ over udp on 127.0.0.1, ports PORT..PORT+5), builds and
+# runs the program in README.md (port 31850), and checks
 # that a program runs without the transport modules: dpdk:// fails naming
 # the missing module, udp:// works. EXTRA_FLAGS (the sanitizer flags of an
 # ASan build) go to every compile and link.
@@ -42,6 +43,13 @@ cc -std=c11 -Wall -Wextra -Werror $extra "$here/consumer.c" -o "$bin/consumer_c"
   $(pkg-config --cflags --libs erma) -Wl,-rpath,"$lib"
 echo "== C, pkg-config"
 "$bin/consumer_c" 127.0.0.1 "$port" $((port + 1))
+
+echo "== the README's program, pkg-config"
+sed -n '/^```c$/,/^```$/p' "$src/README.md" | sed '1d;$d' > "$tmp/readme.c"
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Wextra -Werror $extra "$tmp/readme.c" -o "$bin/readme" \
+  $(pkg-config --cflags --libs erma) -Wl,-rpath,"$lib"
+"$bin/readme"
 
 echo "== C++, find_package(erma)"
 cmake -S "$here" -B "$tmp/cxx" -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_LANG=CXX \
