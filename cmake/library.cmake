@@ -10,7 +10,7 @@ set_target_properties(erma_static PROPERTIES OUTPUT_NAME erma POSITION_INDEPENDE
   ARCHIVE_OUTPUT_DIRECTORY ${ERMA_BUILD_LIBDIR} EXPORT_NAME erma_static)
 # Nothing but erma_ names leaves the shared library, whatever a header declares.
 target_link_options(erma_shared PRIVATE -Wl,--version-script=${PROJECT_SOURCE_DIR}/cmake/erma.map)
-if(NOT ERMA_SANITIZE) # sanitizer runtimes come from the program
+if(NOT ERMA_SANITIZE AND NOT ERMA_TSAN) # sanitizer runtimes come from the program
   target_link_options(erma_shared PRIVATE -Wl,--no-undefined)
 endif()
 set_property(TARGET erma_shared APPEND PROPERTY LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/erma.map)

@@ -141,20 +141,21 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
     erma_run_completions(rpc);
     erma_tx_flush(rpc); /* before the sessions and buffers it may point at go */
     /* Requests still on worker threads refer to their sessions: wait for them. */
-    for (uint32_t i = 0; i < rpc->nsessions; i++) {
-        struct session *s = rpc->sessions[i];
-        for (unsigned spins = 0; s && s->in_worker && spins < 5000000; spins++) {
-            struct erma_req *rq = erma_mpsc_pop(&rpc->worker_done);
-            if (rq)
-                erma_worker_response(rpc, rq);
-            else
-                sched_yield();
-        }
-        if (s && s->in_worker)
-            ERMA_ERROR("rpc: worker handler did not return; leaking its session");
+    for (unsigned spins = 0; rpc->in_workers && spins < 5000000; spins++) {
+        struct erma_req *rq = erma_mpsc_pop(&rpc->worker_done);
+        if (rq)
+            erma_worker_response(rpc, rq);
         else
-            free(s);
+            sched_yield();
     }
+    if (rpc->in_workers) /* their requests stay allocated: the workers still use them */
+        ERMA_ERROR("rpc: %u worker handlers did not return", rpc->in_workers);
+    for (struct erma_req *rq = rpc->all_reqs, *next; rq && !rpc->in_workers; rq = next) {
+        next = rq->all;
+        free(rq);
+    }
+    for (uint32_t i = 0; i < rpc->nsessions; i++)
+        free(rpc->sessions[i]);
     for (struct backlog *b = rpc->free_backlog, *next; b; b = next) {
         next = b->next;
         free(b);

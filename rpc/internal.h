@@ -27,10 +27,11 @@ struct worker {
     pthread_t thread;
     struct erma_mpsc queue; /* of struct erma_req * */
     struct erma_nexus *nx;
-    /* An idle worker sleeps on wake; sleeping tells the loop to signal it. */
+    /* An idle worker sleeps on wake; sleeping (under lock) tells the loop to
+     * signal it. */
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    _Atomic bool sleeping;
+    bool sleeping;
 };
 
 struct erma_nexus {
@@ -44,15 +45,22 @@ struct erma_nexus {
     _Atomic bool stop;
 };
 
-/* The server's view of one request: also the handle handlers get. */
+/* The server's view of one request: also the handle handlers get. It
+ * belongs to its slot until a handler holds it past a new request on that
+ * slot or past its session: then it is an orphan (slot NULL), kept only
+ * until the handler answers, and its answer goes nowhere. */
 struct erma_req {
     struct erma_rpc *rpc;
     struct session *sess;
+    struct slot *slot;      /* NULL: an orphan */
+    struct erma_req *next;  /* the endpoint's free list */
+    struct erma_req *all;   /* every request object of the endpoint */
     const uint8_t *data;    /* request bytes (RX buffer or own msgbuf) */
     uint32_t size;
     uint8_t type;
     bool owns_req;          /* req_buf holds the request */
-    bool in_worker;
+    bool in_worker;         /* at a worker thread */
+    bool held;              /* a handler holds it (worker, or dispatch answering later) */
     bool responded;
     struct erma_msgbuf req_buf;
     struct erma_msgbuf pre_resp; /* preallocated, one packet of data */
@@ -76,7 +84,7 @@ struct slot {
     uint32_t tx_ns[ERMA_MAX_CREDITS]; /* send time of packet i, mod 2^32 ns, at [i % 32] */
     /* server */
     uint32_t srv_rx;              /* request packets received in order */
-    struct erma_req rq;
+    struct erma_req *rq;          /* the current request, NULL before the first */
 };
 
 struct backlog {
@@ -88,13 +96,12 @@ struct backlog {
 };
 
 enum sess_role { CLIENT, SERVER };
-enum sess_state { FREE, CONNECTING, CONNECTED, DISCONNECTING, ZOMBIE };
+enum sess_state { FREE, CONNECTING, CONNECTED, DISCONNECTING };
 
 struct session {
     uint16_t num, remote_num;
     uint8_t role, state, remote_tid;
     uint32_t credits, credits_max;
-    uint32_t in_worker;       /* requests a worker holds */
     uint32_t busy_slots;      /* client: slots with a request; listed in rpc->busy if > 0 */
     uint32_t busy_idx;
     uint32_t sm_retries;      /* connect/disconnect requests resent, for backoff */
@@ -140,7 +147,8 @@ struct erma_rpc {
     struct erma_tx_pkt tx[ERMA_MAX_BURST];
     uint8_t ctrl[ERMA_MAX_BURST][ERMA_HDR_SIZE + 64];
     unsigned ntx;
-    uint32_t in_workers; /* requests at worker threads */
+    uint32_t in_workers; /* requests at worker threads (their answers do not wake the loop) */
+    struct erma_req *free_reqs, *all_reqs; /* request objects (erma_req.next, .all) */
     /* continuations run after the TX batch is flushed */
     struct completion *done;
     unsigned ndone, done_cap;
@@ -213,14 +221,12 @@ void erma_sessions_scan(struct erma_rpc *rpc, uint64_t now);
 void erma_busy_scan(struct erma_rpc *rpc, uint64_t now);
 void erma_session_fail(struct erma_rpc *rpc, struct session *s, int status);
 void erma_session_release(struct erma_rpc *rpc, struct session *s);
-void erma_session_free_num(struct erma_rpc *rpc, struct session *s);
 
 /* proto.c */
 void erma_wheel_release(struct erma_rpc *rpc, uint64_t now);
 void erma_rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
 void erma_client_kick(struct erma_rpc *rpc, struct session *s);
 void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now);
-void erma_server_slot_reset(struct erma_rpc *rpc, struct slot *sl);
 void erma_worker_response(struct erma_rpc *rpc, struct erma_req *rq);
 void erma_fail_client_slots(struct erma_rpc *rpc, struct session *s, int status);
 void erma_client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num, int err);

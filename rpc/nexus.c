@@ -13,30 +13,27 @@
 #define WORKER_SPINS 2000 /* empty polls before an idle worker sleeps */
 
 /* Sleeps until the queue may hold work or the nexus stops; returns a
- * request if one came meanwhile. The loop pushes, then reads sleeping; we
- * set sleeping, then look at the queue: with both fences one of the two
- * sees the other, so no push goes unnoticed. */
+ * request if one came meanwhile. sleeping is read and written under the
+ * lock: the loop pushes, then takes the lock to look at it; we look at the
+ * queue under the lock after setting it, so no push goes unnoticed. */
 static struct erma_req *worker_sleep(struct worker *w)
 {
     pthread_mutex_lock(&w->lock);
-    atomic_store(&w->sleeping, true);
-    atomic_thread_fence(memory_order_seq_cst);
+    w->sleeping = true;
     struct erma_req *rq = erma_mpsc_pop(&w->queue);
     if (!rq && !atomic_load(&w->nx->stop))
         pthread_cond_wait(&w->wake, &w->lock);
-    atomic_store(&w->sleeping, false);
+    w->sleeping = false;
     pthread_mutex_unlock(&w->lock);
     return rq;
 }
 
 static void worker_signal(struct worker *w)
 {
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load(&w->sleeping)) {
-        pthread_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock);
+    if (w->sleeping)
         pthread_cond_signal(&w->wake);
-        pthread_mutex_unlock(&w->lock);
-    }
+    pthread_mutex_unlock(&w->lock);
 }
 
 static void *worker_main(void *arg)

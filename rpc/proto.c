@@ -20,11 +20,6 @@ static void hdr_put(uint8_t *buf, uint8_t type, uint32_t msg_size, uint16_t dest
     erma_hdr_encode(&h, buf);
 }
 
-static struct slot *slot_of(struct erma_req *rq)
-{
-    return (struct slot *)((char *)rq - offsetof(struct slot, rq));
-}
-
 /* ---- client ---- */
 
 static uint32_t client_total_tx(const struct slot *sl)
@@ -378,13 +373,13 @@ static void server_send_cr(struct erma_rpc *rpc, struct session *s, const struct
                            uint32_t i)
 {
     uint8_t *h = erma_tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
-    hdr_put(h, sl->rq.type, 0, s->remote_num, ERMA_PKT_CR, i, sl->req_num);
+    hdr_put(h, sl->rq->type, 0, s->remote_num, ERMA_PKT_CR, i, sl->req_num);
 }
 
 static void server_send_error(struct erma_rpc *rpc, struct session *s, const struct slot *sl)
 {
     struct sm_msg m = erma_sess_msg(s);
-    m.err = sl->rq.err;
+    m.err = sl->rq->err;
     m.req_num = sl->req_num;
     erma_sm_send(rpc, &s->peer, REQ_ERROR, s->remote_num, &m);
 }
@@ -397,12 +392,9 @@ static void free_req_buf(struct erma_rpc *rpc, struct erma_req *rq)
     rq->data = NULL;
 }
 
-/* Forgets the slot's last request and response (keeps pre_resp for reuse). */
-void erma_server_slot_reset(struct erma_rpc *rpc, struct slot *sl)
+/* Forgets rq's request and response (keeps pre_resp for reuse). */
+static void req_clear(struct erma_rpc *rpc, struct erma_req *rq)
 {
-    struct erma_req *rq = &sl->rq;
-    if (rq->in_worker)
-        return;
     if (rq->resp == &rq->own_resp) {
         erma_tx_flush(rpc); /* the batch may still point into it */
         erma_free_msgbuf(rpc, &rq->own_resp);
@@ -411,20 +403,50 @@ void erma_server_slot_reset(struct erma_rpc *rpc, struct slot *sl)
     rq->resp = NULL;
     rq->responded = false;
     rq->err = ERMA_OK;
-    sl->srv_rx = 0;
 }
 
+static void req_put(struct erma_rpc *rpc, struct erma_req *rq)
+{
+    req_clear(rpc, rq);
+    rq->slot = NULL;
+    rq->next = rpc->free_reqs;
+    rpc->free_reqs = rq;
+}
+
+static struct erma_req *req_get(struct erma_rpc *rpc, struct session *s, struct slot *sl)
+{
+    struct erma_req *rq = rpc->free_reqs;
+    if (rq) {
+        rpc->free_reqs = rq->next;
+    } else {
+        if (!(rq = calloc(1, sizeof *rq)))
+            return NULL;
+        rq->rpc = rpc;
+        rq->all = rpc->all_reqs;
+        rpc->all_reqs = rq;
+    }
+    rq->sess = s;
+    rq->slot = sl;
+    return rq;
+}
+
+/* Lets the slot's current request go: back to the free list, or, while a
+ * handler holds it, on as an orphan whose answer goes nowhere. */
 void erma_server_slot_free(struct erma_rpc *rpc, struct slot *sl)
 {
-    erma_server_slot_reset(rpc, sl);
-    if (!sl->rq.in_worker)
-        erma_free_msgbuf(rpc, &sl->rq.pre_resp);
+    struct erma_req *rq = sl->rq;
+    sl->rq = NULL;
+    sl->srv_rx = 0;
+    if (rq && rq->held)
+        rq->slot = NULL;
+    else if (rq)
+        req_put(rpc, rq);
 }
 
 static void server_respond(struct erma_rpc *rpc, struct erma_req *rq)
 {
     struct session *s = rq->sess;
-    struct slot *sl = slot_of(rq);
+    struct slot *sl = rq->slot;
     const uint32_t req_pkts = erma_msg_pkts(rq->size, rpc->pkt_data);
     free_req_buf(rpc, rq);
     rq->resp_pkts = erma_msg_pkts(rq->resp->size, rpc->pkt_data);
@@ -432,6 +454,17 @@ static void server_respond(struct erma_rpc *rpc, struct erma_req *rq)
         hdr_put(erma_msg_hdr(rq->resp, j), rq->type, rq->resp->size, s->remote_num, ERMA_PKT_RESP,
                 req_pkts - 1 + j, sl->req_num);
     server_send_resp_pkt(rpc, s, rq, 0);
+}
+
+/* The handler that held rq has answered: send the response, unless rq is
+ * an orphan (its slot took a newer request, or its session went). */
+static void let_go(struct erma_rpc *rpc, struct erma_req *rq)
+{
+    rq->held = false;
+    if (rq->slot)
+        server_respond(rpc, rq);
+    else
+        req_put(rpc, rq);
 }
 
 int erma_enqueue_response(struct erma_req *rq, struct erma_msgbuf *resp)
@@ -446,24 +479,20 @@ int erma_enqueue_response(struct erma_req *rq, struct erma_msgbuf *resp)
     }
     rq->resp = resp;
     rq->responded = true;
-    if (!rq->in_worker)
-        server_respond(rq->rpc, rq);
+    if (rq->in_worker)
+        return ERMA_OK; /* the loop sends it (erma_worker_response) */
+    if (rq->held)
+        let_go(rq->rpc, rq);
+    else
+        server_respond(rq->rpc, rq); /* answered inside the handler call */
     return ERMA_OK;
 }
 
 void erma_worker_response(struct erma_rpc *rpc, struct erma_req *rq)
 {
-    struct session *s = rq->sess;
     rq->in_worker = false;
-    s->in_worker--;
     rpc->in_workers--;
-    if (s->state == ZOMBIE || s->state == FREE) {
-        erma_server_slot_free(rpc, slot_of(rq));
-        if (s->state == ZOMBIE && s->in_worker == 0)
-            erma_session_free_num(rpc, s);
-        return;
-    }
-    server_respond(rpc, rq);
+    let_go(rpc, rq);
 }
 
 /* Keeps the request bytes past the RX buffer's lifetime. */
@@ -482,7 +511,7 @@ static int own_request(struct erma_rpc *rpc, struct erma_req *rq)
 
 static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl)
 {
-    struct erma_req *rq = &sl->rq;
+    struct erma_req *rq = sl->rq;
     const struct handler *h = &rpc->nx->handlers[rq->type];
     if (!rq->pre_resp.mem && erma_alloc_msgbuf(rpc, rpc->pkt_data, &rq->pre_resp) != ERMA_OK)
         rq->err = ERMA_ENOMEM;
@@ -497,22 +526,29 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
     rq->pre_resp.size = rq->pre_resp.max_size;
     rpc->stats.handler_calls++;
     if (h->mode == ERMA_WORKER) {
-        rq->in_worker = true;
-        s->in_worker++;
+        /* The worker writes pre_resp: no packet in the batch may still be
+         * reading this slot's last response from it. */
+        erma_tx_flush(rpc);
+        rq->in_worker = rq->held = true;
         rpc->in_workers++;
         erma_nexus_to_worker(rpc->nx, rq);
         return;
     }
     h->fn(rq, h->ctx);
-    if (!rq->responded && own_request(rpc, rq) != ERMA_OK)
+    if (rq->responded)
+        return;
+    /* Answered later: the handler holds the request and its slot until then;
+     * the bytes move out of the RX buffer (erma_req_data() follows them). */
+    if (own_request(rpc, rq) != ERMA_OK)
         ERMA_WARN("rpc: no memory to keep a deferred request");
+    rq->held = true;
 }
 
 /* A request packet i for the slot's current request. */
 static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl,
                            const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
-    struct erma_req *rq = &sl->rq;
+    struct erma_req *rq = sl->rq;
     const uint32_t i = h->pkt_num, req_pkts = erma_msg_pkts(rq->size, rpc->pkt_data);
     if (i > sl->srv_rx) {
         rpc->stats.rx_reordered++;
@@ -524,7 +560,7 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
             server_send_cr(rpc, s, sl, i);
         else if (rq->err != ERMA_OK)
             server_send_error(rpc, s, sl);
-        else if (rq->responded && !rq->in_worker)
+        else if (!rq->held && rq->responded) /* a worker may be writing responded */
             server_send_resp_pkt(rpc, s, rq, 0);
         return;
     }
@@ -546,24 +582,41 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
         server_call(rpc, s, sl);
 }
 
+/* A new request on sl: the last one was delivered (or given up on). */
+static struct erma_req *server_new_req(struct erma_rpc *rpc, struct session *s, struct slot *sl,
+                                       const struct erma_hdr *h)
+{
+    struct erma_req *rq = sl->rq;
+    if (rq && !rq->held) {
+        req_clear(rpc, rq);
+        sl->srv_rx = 0;
+    } else {
+        erma_server_slot_free(rpc, sl);
+        if (!(rq = sl->rq = req_get(rpc, s, sl)))
+            return NULL; /* dropped; the client will retransmit */
+    }
+    sl->req_num = h->req_num;
+    rq->type = h->req_type;
+    rq->size = h->msg_size;
+    return rq;
+}
+
 static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma_hdr *h,
                       const struct erma_rx_pkt *pkt)
 {
     struct slot *sl = &s->slots[h->req_num % ERMA_SESSION_SLOTS];
-    struct erma_req *rq = &sl->rq;
-    if (rq->in_worker || h->req_num < sl->req_num) {
+    struct erma_req *rq = sl->rq;
+    if (h->req_num < sl->req_num || (!rq && h->req_num == sl->req_num)) {
         rpc->stats.rx_stale++;
         return;
     }
-    if (h->req_num > sl->req_num) { /* a new request: the last one was delivered */
+    if (h->req_num > sl->req_num) {
         if (h->pkt_type != ERMA_PKT_REQ || h->pkt_num != 0) {
             rpc->stats.rx_reordered++;
             return;
         }
-        erma_server_slot_reset(rpc, sl);
-        sl->req_num = h->req_num;
-        rq->type = h->req_type;
-        rq->size = h->msg_size;
+        if (!(rq = server_new_req(rpc, s, sl, h)))
+            return;
     }
     if (h->msg_size != rq->size && h->pkt_type == ERMA_PKT_REQ) {
         rpc->stats.rx_bad++; /* its size disagrees with the request's first packet */

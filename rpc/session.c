@@ -61,7 +61,7 @@ struct session *erma_session_get(struct erma_rpc *rpc, uint16_t num)
     if (num >= rpc->nsessions)
         return NULL;
     struct session *s = rpc->sessions[num];
-    return s && s->state != FREE && s->state != ZOMBIE ? s : NULL;
+    return s && s->state != FREE ? s : NULL;
 }
 
 uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc)
@@ -172,11 +172,8 @@ static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
     const uint64_t base = (erma_rand_u64(&rpc->rng) & (ERMA_MAX_REQ_NUM >> 8)) * ERMA_SESSION_SLOTS;
     if (role == CLIENT)
         erma_timely_init(&s->timely, &rpc->timely_cfg, s->start_ns);
-    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
         s->slots[k].req_num = role == CLIENT ? base + k : 0; /* server: 0 is none yet */
-        s->slots[k].rq.rpc = rpc;
-        s->slots[k].rq.sess = s;
-    }
     rpc->active_sessions++;
     return s;
 }
@@ -197,14 +194,6 @@ void erma_session_release(struct erma_rpc *rpc, struct session *s)
         token_remove(rpc, s);
     rpc->active_sessions--;
     set_credits(rpc, s, 0);
-    if (s->in_worker)
-        s->state = ZOMBIE; /* freed by the last worker response */
-    else
-        erma_session_free_num(rpc, s);
-}
-
-void erma_session_free_num(struct erma_rpc *rpc, struct session *s)
-{
     s->state = FREE;
     rpc->free_nums[rpc->nfree_nums++] = s->num;
 }
@@ -464,7 +453,7 @@ void erma_sessions_scan(struct erma_rpc *rpc, uint64_t now)
 {
     for (uint32_t i = 0; i < rpc->nsessions; i++) {
         struct session *s = rpc->sessions[i];
-        if (!s || s->state == FREE || s->state == ZOMBIE)
+        if (!s || s->state == FREE)
             continue;
         if (s->role == CLIENT)
             scan_client(rpc, s, now);

@@ -649,6 +649,100 @@ static void test_request_timeout(void **state)
     world_down(&w);
 }
 
+/* A handler that answers later: it keeps its request, and the test answers. */
+#define DEFER 4
+static struct erma_req *deferred;
+static uint8_t deferred_bytes[REQ_HDR];
+static int deferred_calls;
+static void defer_handler(struct erma_req *req, void *ctx)
+{
+    (void)ctx;
+    deferred = req;
+    deferred_calls++;
+    memcpy(deferred_bytes, erma_req_data(req), sizeof deferred_bytes);
+}
+
+/* Answers the held request with its own bytes, checking they are still there. */
+static void answer_deferred(void)
+{
+    assert_non_null(deferred);
+    assert_int_equal(erma_req_size(deferred), REQ_HDR);
+    assert_memory_equal(erma_req_data(deferred), deferred_bytes, REQ_HDR);
+    struct erma_msgbuf *r = erma_req_resp_buf(deferred);
+    memcpy(r->data, "LATE", 4);
+    assert_int_equal(erma_resize_msgbuf(r, 4), ERMA_OK);
+    assert_int_equal(erma_enqueue_response(deferred, r), ERMA_OK);
+    deferred = NULL;
+}
+
+static void start_call(struct world *w, int sess, uint8_t type, uint32_t id, struct call *c)
+{
+    memset(c, 0, sizeof *c);
+    assert_int_equal(erma_alloc_msgbuf(w->rpc[0], REQ_HDR, &c->req), ERMA_OK);
+    assert_int_equal(erma_alloc_msgbuf(w->rpc[0], 16, &c->resp), ERMA_OK);
+    fill_req(&c->req, id, 8);
+    assert_int_equal(erma_enqueue_request(w->rpc[0], sess, type, &c->req, &c->resp, on_call, c),
+                     ERMA_OK);
+}
+
+static void end_call(struct world *w, struct call *c)
+{
+    erma_free_msgbuf(w->rpc[0], &c->req);
+    erma_free_msgbuf(w->rpc[0], &c->resp);
+}
+
+/* A request whose handler answers later keeps its bytes until it does, but
+ * not its slot: requests the client sends on that slot after giving up on
+ * it (an unknown type among them) are served at once, and the late answer
+ * goes nowhere. (The slot was once reset under the handler: the held bytes
+ * freed, the late answer refused or taken for the next request's.) */
+static void test_deferred_request(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "deferred", 2, 0, 0);
+    assert_int_equal(erma_register_handler(w.nx[1], DEFER, defer_handler, ERMA_DISPATCH, NULL),
+                     ERMA_OK);
+    struct erma_rpc_cfg c = sim_cfg(&w);
+    c.req_timeout_ns = 3000000;
+    world_rpc(&w, 0, &c);
+    world_rpc(&w, 1, NULL);
+    const int s = connect(&w, 0, 1);
+    struct call held, unknown, next;
+    start_call(&w, s, DEFER, 1, &held);
+    assert_int_equal(run_until(&w, &held.done, 1000000000ull), ERMA_OK);
+    assert_int_equal(held.status, ERMA_ETIMEDOUT); /* the client gave up; the handler holds it */
+    assert_int_equal(deferred_calls, 1);
+    start_call(&w, s, 99, 2, &unknown); /* the same slot, no handler: the ERMA_ENOENT path */
+    assert_int_equal(run_until(&w, &unknown.done, 1000000000ull), ERMA_OK);
+    assert_int_equal(unknown.status, ERMA_ENOENT);
+    start_call(&w, s, ECHO, 3, &next);
+    assert_int_equal(run_until(&w, &next.done, 1000000000ull), ERMA_OK);
+    assert_int_equal(next.status, ERMA_OK);
+    answer_deferred(); /* its bytes are intact; the answer reaches no request */
+    int never = 0;
+    run_until(&w, &never, 10000000);
+    assert_int_equal(held.done, 1);
+    assert_int_equal(next.done, 1);
+    assert_int_equal(check_resp(&next.resp, 3, 8), 0);
+    end_call(&w, &held);
+    end_call(&w, &unknown);
+    end_call(&w, &next);
+    /* held when its session goes: the answer after that frees what it kept */
+    start_call(&w, s, DEFER, 4, &held);
+    run_until(&w, &never, 1000000);
+    assert_non_null(deferred);
+    assert_int_equal(erma_destroy_session(w.rpc[0], s), ERMA_OK);
+    run_until(&w, &never, 100000000);
+    answer_deferred();
+    run_until(&w, &never, 1000000);
+    end_call(&w, &held);
+    const int s2 = connect(&w, 0, 1);
+    call_once(&w, 0, s2, ECHO, 50, 50, 5, ERMA_OK);
+    assert_int_equal(deferred_calls, 2);
+    world_down(&w);
+}
+
 /* ---- a session's own credits ---- */
 
 /* Packets delivered client to server less those server to client: at most
@@ -725,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_peer_failure), cmocka_unit_test(test_disconnect),
         cmocka_unit_test(test_request_timeout), cmocka_unit_test(test_inconsistent_sizes),
         cmocka_unit_test(test_session_credits),
+        cmocka_unit_test(test_deferred_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
