@@ -37,12 +37,18 @@
  *   capacity. req and resp belong to erma until cont runs: do not free,
  *   resize or reuse them for another request meanwhile.
  *
- *   Server: a handler registered for a request type gets an erma_req. Its
- *   request data (erma_req_data/erma_req_size) stays valid until the
- *   response is enqueued. It answers with erma_enqueue_response(req, resp),
- *   now or later (e.g. from the continuation of a nested RPC), where resp is
- *   erma_req_resp_buf(req) (preallocated, one packet of data) or a msgbuf of
- *   its own, which erma frees once the response has been delivered.
+ *   Server: a handler registered for a request type gets an erma_req. It
+ *   answers with erma_enqueue_response(req, resp), now or later (e.g. from
+ *   the continuation of a nested RPC), where resp is erma_req_resp_buf(req)
+ *   (preallocated, one packet of data) or a msgbuf of its own, which erma
+ *   frees once the response has been delivered. req and its data stay valid
+ *   until then. A one-packet request reaches a dispatch handler in the
+ *   receive buffer (no copy): a handler that returns without answering must
+ *   call erma_req_data() again afterwards (erma has moved the bytes into a
+ *   buffer of its own). A request a handler holds does not hold its slot:
+ *   when the client gives up on it and sends another on that slot, or the
+ *   session ends, the held request's answer is dropped, never delivered to
+ *   another request.
  *   Dispatch-mode handlers run in the event loop and must not block;
  *   worker-mode handlers run on the nexus's worker threads. A request is
  *   executed at most once, whatever the network does.
