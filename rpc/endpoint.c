@@ -5,6 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "erma/clock.h"
 #include "erma/log.h"
 #include "erma/sim.h"
@@ -28,6 +30,10 @@ static void cfg_defaults(struct erma_rpc_cfg *c)
         c->keepalive_ns = c->failure_ns / 5;
     if (!c->connect_retry_ns)
         c->connect_retry_ns = 20000000;
+    if (!c->connect_timeout_ns)
+        c->connect_timeout_ns = 3000000000ull;
+    if (!c->max_sessions_per_peer)
+        c->max_sessions_per_peer = 64;
     if (!c->idle_wait_ns)
         c->idle_wait_ns = 50000;
 }
@@ -73,7 +79,7 @@ int erma_rpc_set_cc(struct erma_rpc *rpc, const struct erma_cc_switches *sw)
 int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cfg *cfg,
                     struct erma_rpc **out)
 {
-    if (!nx || !out || tid >= ERMA_MAX_THREADS)
+    if (!nx || !out || tid >= ERMA_MAX_THREADS || sodium_init() < 0)
         return ERMA_EINVAL;
     struct erma_rpc *rpc = calloc(1, sizeof *rpc);
     if (!rpc)
@@ -115,6 +121,7 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
     const uint64_t seed = rpc->cfg.seed ? rpc->cfg.seed
                                         : erma_mono_ns() ^ (uint64_t)getpid() << 32;
     erma_rand_seed(&rpc->rng, seed ^ (uint64_t)tid << 56);
+    randombytes_buf(rpc->cookie_key, sizeof rpc->cookie_key);
     rpc->scan_ns = rpc->cfg.rto_ns / 4 < 1000000 ? rpc->cfg.rto_ns / 4 : 1000000;
     if (rpc->scan_ns == 0)
         rpc->scan_ns = 1;
@@ -164,6 +171,7 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
     free(rpc->free_nums);
     free(rpc->busy);
     free(rpc->by_token);
+    free(rpc->by_peer);
     free(rpc->done);
     erma_mpsc_destroy(&rpc->worker_done);
     erma_wheel_destroy(&rpc->wheel);

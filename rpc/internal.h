@@ -106,6 +106,7 @@ struct session {
     uint32_t busy_idx;
     uint32_t sm_retries;      /* connect/disconnect requests resent, for backoff */
     uint64_t token;           /* chosen by the client, names the session on both ends */
+    uint64_t cookie;          /* client: the server's cookie, echoed in connect requests */
     struct erma_addr peer;
     uint64_t last_rx_ns, last_tx_sm_ns, start_ns;
     struct backlog *backlog, *backlog_tail;
@@ -115,6 +116,11 @@ struct session {
     uint8_t rr;               /* round robin over slots */
     uint64_t rtt_samples, paced_pkts, direct_pkts;
     struct slot slots[ERMA_SESSION_SLOTS];
+};
+
+struct peer_count {
+    struct erma_addr addr;
+    uint32_t n; /* 0: an empty entry */
 };
 
 struct completion {
@@ -141,6 +147,9 @@ struct erma_rpc {
     uint32_t nfree_nums;
     struct session **by_token;  /* server sessions by token, open addressing */
     uint32_t token_cap, token_len;
+    struct peer_count *by_peer; /* server sessions per peer address, open addressing */
+    uint32_t peer_cap, peer_len;
+    uint8_t cookie_key[16];     /* keys the connect cookies (crypto_shorthash) */
     uint64_t next_scan_ns, scan_ns;       /* retransmission scan of rpc->busy */
     uint64_t next_sm_scan_ns, sm_scan_ns; /* session-management scan of all sessions */
     /* TX batch; control packets keep their header in ctrl[] */
@@ -200,6 +209,7 @@ void erma_msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t *
 enum sm_type {
     CONNECT_REQ = 1, CONNECT_RESP, DISCONNECT_REQ, DISCONNECT_RESP, PING, PONG, RESET,
     REQ_ERROR, /* server to client: the request in req_num failed with err */
+    COOKIE,    /* server to client: send the connect request again with this cookie */
 };
 
 /* A session-management message: the payload after the header (docs/PROTOCOL.md). */
@@ -210,6 +220,7 @@ struct sm_msg {
     int32_t err;
     uint8_t server_tid;
     uint64_t req_num;
+    uint64_t cookie; /* CONNECT_REQ: the server's cookie echoed (0: none yet) */
 };
 
 void erma_sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,

@@ -3,12 +3,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "erma/clock.h"
 #include "erma/log.h"
 #include "internal.h"
 
 
-#define SM_PAYLOAD 29
+#define SM_PAYLOAD 37
 #define SM_LEN (ERMA_HDR_SIZE + SM_PAYLOAD)
 
 void erma_sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,
@@ -26,6 +28,7 @@ void erma_sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_typ
     erma_put_le(p + 16, (uint32_t)m->err, 4);
     p[20] = m->server_tid;
     erma_put_le(p + 21, m->req_num, 8);
+    erma_put_le(p + 29, m->cookie, 8);
 }
 
 static void sm_decode(const uint8_t *p, struct sm_msg *m)
@@ -38,6 +41,7 @@ static void sm_decode(const uint8_t *p, struct sm_msg *m)
     m->err = (int32_t)(uint32_t)erma_get_le(p + 16, 4);
     m->server_tid = p[20];
     m->req_num = erma_get_le(p + 21, 8);
+    m->cookie = erma_get_le(p + 29, 8);
 }
 
 struct sm_msg erma_sess_msg(const struct session *s)
@@ -48,6 +52,14 @@ struct sm_msg erma_sess_msg(const struct session *s)
                            .server_session = client ? s->remote_num : s->num,
                            .credits = s->credits_max,
                            .server_tid = s->remote_tid};
+}
+
+static void send_connect(struct erma_rpc *rpc, struct session *s, uint64_t now)
+{
+    struct sm_msg m = erma_sess_msg(s);
+    m.cookie = s->cookie;
+    s->last_tx_sm_ns = now;
+    erma_sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
 }
 
 static void sm_notify(struct erma_rpc *rpc, struct session *s, enum erma_sm_event ev, int err)
@@ -127,6 +139,85 @@ static void token_remove(struct erma_rpc *rpc, struct session *s)
     }
 }
 
+/* ---- server sessions per peer address ---- */
+
+static uint32_t peer_slot(const struct erma_rpc *rpc, const struct erma_addr *a)
+{
+    uint64_t x = 0;
+    for (uint8_t i = 0; i < a->len; i++)
+        x = x * 131 + a->raw[i];
+    uint32_t i = (uint32_t)erma_splitmix64(&x) & (rpc->peer_cap - 1);
+    while (rpc->by_peer[i].n && !erma_addr_eq(&rpc->by_peer[i].addr, a))
+        i = (i + 1) & (rpc->peer_cap - 1);
+    return i;
+}
+
+static uint32_t peer_sessions(const struct erma_rpc *rpc, const struct erma_addr *a)
+{
+    return rpc->peer_cap ? rpc->by_peer[peer_slot(rpc, a)].n : 0;
+}
+
+static int peer_add(struct erma_rpc *rpc, const struct erma_addr *a)
+{
+    if (2 * (rpc->peer_len + 1) > rpc->peer_cap) {
+        const uint32_t old_cap = rpc->peer_cap, cap = old_cap ? 2 * old_cap : 64;
+        struct peer_count *old = rpc->by_peer, *t = calloc(cap, sizeof *t);
+        if (!t)
+            return ERMA_ENOMEM;
+        rpc->by_peer = t;
+        rpc->peer_cap = cap;
+        for (uint32_t i = 0; i < old_cap; i++)
+            if (old[i].n)
+                t[peer_slot(rpc, &old[i].addr)] = old[i];
+        free(old);
+    }
+    struct peer_count *e = &rpc->by_peer[peer_slot(rpc, a)];
+    if (e->n++ == 0) {
+        e->addr = *a;
+        rpc->peer_len++;
+    }
+    return ERMA_OK;
+}
+
+static void peer_remove(struct erma_rpc *rpc, const struct erma_addr *a)
+{
+    uint32_t i = rpc->peer_cap ? peer_slot(rpc, a) : 0;
+    if (!rpc->peer_cap || !rpc->by_peer[i].n || --rpc->by_peer[i].n)
+        return;
+    rpc->peer_len--;
+    for (i = (i + 1) & (rpc->peer_cap - 1); rpc->by_peer[i].n; i = (i + 1) & (rpc->peer_cap - 1)) {
+        const struct peer_count q = rpc->by_peer[i];
+        rpc->by_peer[i].n = 0;
+        rpc->by_peer[peer_slot(rpc, &q.addr)] = q;
+    }
+}
+
+/* ---- connect cookies ---- */
+
+#define COOKIE_EPOCH_SHIFT 30 /* a cookie is good for 1 to 2 epochs of 1.07 s */
+
+/* The cookie for a connect request from peer with token in an epoch: no
+ * state is kept before a client echoes it, which proves it receives at
+ * its source address. Never 0 (0 means none). */
+static uint64_t cookie_for(const struct erma_rpc *rpc, const struct erma_addr *peer,
+                           uint64_t token, uint64_t epoch)
+{
+    uint8_t in[ERMA_ADDR_MAX + 16], out[crypto_shorthash_BYTES];
+    memcpy(in, peer->raw, peer->len);
+    erma_put_le(in + peer->len, token, 8);
+    erma_put_le(in + peer->len + 8, epoch, 8);
+    crypto_shorthash(out, in, peer->len + 16u, rpc->cookie_key);
+    return erma_get_le(out, 8) | 1;
+}
+
+static bool cookie_ok(const struct erma_rpc *rpc, const struct erma_addr *peer,
+                      const struct sm_msg *m)
+{
+    const uint64_t epoch = rpc->loop_now >> COOKIE_EPOCH_SHIFT;
+    return m->cookie && (m->cookie == cookie_for(rpc, peer, m->token, epoch) ||
+                         m->cookie == cookie_for(rpc, peer, m->token, epoch - 1));
+}
+
 /* A FREE session number: a reused one, else a new one. */
 static int session_num(struct erma_rpc *rpc)
 {
@@ -190,8 +281,10 @@ void erma_session_release(struct erma_rpc *rpc, struct session *s)
     if (s->role == SERVER)
         for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
             erma_server_slot_free(rpc, &s->slots[k]);
-    if (s->role == SERVER)
+    if (s->role == SERVER) {
         token_remove(rpc, s);
+        peer_remove(rpc, &s->peer);
+    }
     rpc->active_sessions--;
     set_credits(rpc, s, 0);
     s->state = FREE;
@@ -229,8 +322,7 @@ int erma_create_session_credits(struct erma_rpc *rpc, const char *remote_uri,
     s->remote_num = NO_SESSION;
     set_credits(rpc, s, credits);
     s->token = erma_rand_u64(&rpc->rng) | 1;
-    const struct sm_msg m = erma_sess_msg(s);
-    erma_sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
+    send_connect(rpc, s, rpc->loop_now);
     erma_tx_flush(rpc);
     return s->num;
 }
@@ -271,31 +363,55 @@ static struct session *find_server_session(struct erma_rpc *rpc, const struct er
     return s && erma_addr_eq(&s->peer, peer) ? s : NULL;
 }
 
+/* Why a connect request with a good cookie gets no session (ERMA_OK: it may). */
+static int admit(struct erma_rpc *rpc, const struct erma_addr *peer, const struct sm_msg *m,
+                 uint32_t grant)
+{
+    if (m->server_tid != rpc->tid || grant == 0)
+        return ERMA_ENOENT;
+    if (!ring_has_room(rpc, grant) || peer_sessions(rpc, peer) >= rpc->cfg.max_sessions_per_peer ||
+        (rpc->token_cap && rpc->by_token[token_slot(rpc, m->token)]))
+        return ERMA_EREFUSED; /* no room, too many from this peer, or a token clash */
+    return ERMA_OK;
+}
+
+static struct session *server_session_new(struct erma_rpc *rpc, const struct erma_addr *peer,
+                                          const struct sm_msg *m, uint32_t grant)
+{
+    struct session *s = session_alloc(rpc, SERVER);
+    if (!s)
+        return NULL;
+    s->state = CONNECTED;
+    s->peer = *peer;
+    s->token = m->token;
+    s->remote_num = m->client_session;
+    set_credits(rpc, s, grant);
+    if (token_insert(rpc, s) != ERMA_OK || peer_add(rpc, peer) != ERMA_OK) {
+        erma_session_release(rpc, s);
+        return NULL;
+    }
+    return s;
+}
+
 static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
                            struct sm_msg *m)
 {
     struct session *s = find_server_session(rpc, &pkt->src, m->token);
+    if (!s && !cookie_ok(rpc, &pkt->src, m)) { /* keep nothing until it proves its address */
+        if (m->cookie)
+            rpc->stats.bad_cookies++;
+        m->cookie = cookie_for(rpc, &pkt->src, m->token, rpc->loop_now >> COOKIE_EPOCH_SHIFT);
+        rpc->stats.cookies_sent++;
+        erma_sm_send(rpc, &pkt->src, COOKIE, m->client_session, m);
+        return;
+    }
     if (!s) {
         const uint32_t grant = m->credits < rpc->cfg.credits ? m->credits : rpc->cfg.credits;
-        if (m->server_tid != rpc->tid || grant == 0) {
-            m->err = ERMA_ENOENT;
-        } else if (!ring_has_room(rpc, grant) ||
-                   (rpc->token_cap && rpc->by_token[token_slot(rpc, m->token)]) ||
-                   !(s = session_alloc(rpc, SERVER))) {
-            m->err = ERMA_EREFUSED; /* no room, or a token clash with another client */
+        m->err = admit(rpc, &pkt->src, m, grant);
+        if (m->err == ERMA_OK && !(s = server_session_new(rpc, &pkt->src, m, grant)))
+            m->err = ERMA_EREFUSED;
+        if (m->err == ERMA_EREFUSED)
             rpc->stats.sessions_refused++;
-        } else {
-            s->state = CONNECTED;
-            s->peer = pkt->src;
-            s->token = m->token;
-            s->remote_num = m->client_session;
-            set_credits(rpc, s, grant);
-            if (token_insert(rpc, s) != ERMA_OK) {
-                erma_session_release(rpc, s);
-                s = NULL;
-                m->err = ERMA_EREFUSED;
-            }
-        }
     }
     if (s) {
         m->server_session = s->num;
@@ -347,6 +463,9 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
         s->state = CONNECTED;
         sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);
         erma_client_kick(rpc, s);
+    } else if (type == COOKIE && s->state == CONNECTING) {
+        s->cookie = m->cookie; /* prove our address: ask again with it, now */
+        send_connect(rpc, s, rpc->loop_now);
     } else if (type == DISCONNECT_RESP && s->state == DISCONNECTING) {
         erma_session_release(rpc, s);
         sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_OK);
@@ -377,6 +496,7 @@ void erma_sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erm
         on_server_msg(rpc, (enum sm_type)h->req_type, h, pkt, &m);
         break;
     case CONNECT_RESP:
+    case COOKIE:
     case DISCONNECT_RESP:
     case PONG:
     case RESET:
@@ -402,7 +522,7 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
     const struct erma_rpc_cfg *c = &rpc->cfg;
     struct sm_msg m;
     if (s->state == CONNECTING) {
-        if (since(now, s->start_ns) > c->failure_ns) {
+        if (since(now, s->start_ns) > c->connect_timeout_ns) {
             char peer[128] = "?";
             erma_transport_addr_str(rpc->tr, &s->peer, peer, sizeof peer);
             ERMA_INFO("rpc: session %u: no answer to %u connect requests from %s (endpoint "
@@ -412,10 +532,8 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
             erma_session_release(rpc, s);
             sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, ERMA_ETIMEDOUT);
         } else if (since(now, s->last_tx_sm_ns) >= retry_ns(rpc, s)) {
-            s->last_tx_sm_ns = now;
             s->sm_retries++;
-            m = erma_sess_msg(s);
-            erma_sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
+            send_connect(rpc, s, now);
         }
     } else if (s->state == DISCONNECTING) {
         if (since(now, s->start_ns) > c->failure_ns) {

@@ -342,6 +342,7 @@ static void test_many_sessions(void **state)
     struct erma_rpc_cfg c = sim_cfg(&w);
     c.credits = 4;
     c.rx_ring = 4096; /* room for 1024 sessions of 4 credits */
+    c.max_sessions_per_peer = 1024; /* all from one client endpoint */
     world_rpc(&w, 0, &c);
     world_rpc(&w, 1, &c);
     enum { N = 1000 };
@@ -810,6 +811,129 @@ static void test_session_credits(void **state)
     world_down(&w);
 }
 
+/* ---- connects ---- */
+
+#define SM_CONNECT_REQ 1
+#define SM_COOKIE 9
+#define SM_LEN (ERMA_HDR_SIZE + 37)
+
+/* A connect request as a flooder sends it (docs/PROTOCOL.md). */
+static void sm_connect(uint8_t *p, uint64_t token, uint64_t cookie)
+{
+    memset(p, 0, SM_LEN);
+    const struct erma_hdr h = {.req_type = SM_CONNECT_REQ, .dest_session = 0xffff,
+                               .proto = ERMA_PROTO_SM};
+    erma_hdr_encode(&h, p);
+    erma_put_le(p + ERMA_HDR_SIZE, token, 8);
+    erma_put_le(p + ERMA_HDR_SIZE + 12, 32, 4); /* credits */
+    erma_put_le(p + ERMA_HDR_SIZE + 29, cookie, 8);
+}
+
+static void flood(struct world *w, struct erma_transport *tr, const struct erma_addr *dst,
+                  uint64_t first, unsigned n, const uint64_t *cookies)
+{
+    uint8_t pkt[SM_LEN];
+    for (unsigned i = 0; i < n; i++) {
+        sm_connect(pkt, first + i, cookies ? cookies[i] : 0);
+        const struct erma_tx_pkt t = {.dst = dst, .hdr = pkt, .hdr_len = SM_LEN};
+        assert_int_equal(erma_tx_burst(tr, &t, 1), 1);
+        if (i % 32 == 31) {
+            int never = 0;
+            run_until(w, &never, 20000);
+        }
+    }
+    int never = 0;
+    run_until(w, &never, 1000000);
+}
+
+/* Takes the cookies the server answered with, by token - first. */
+static unsigned take_cookies(struct erma_transport *tr, uint64_t first, uint64_t *cookies,
+                             unsigned n)
+{
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    unsigned got = 0;
+    for (int k; (k = erma_rx_burst(tr, rx, ERMA_MAX_BURST)) > 0;)
+        for (int i = 0; i < k; i++) {
+            struct erma_hdr h;
+            if (erma_hdr_check(rx[i].data, rx[i].len, &h) != ERMA_OK || h.req_type != SM_COOKIE)
+                continue;
+            const uint64_t t = erma_get_le(rx[i].data + ERMA_HDR_SIZE, 8) - first;
+            if (t < n) {
+                cookies[t] = erma_get_le(rx[i].data + ERMA_HDR_SIZE + 29, 8);
+                got++;
+            }
+        }
+    return got;
+}
+
+/* 5000 connect requests from one address keep no state until they echo the
+ * server's cookie, and then take at most max_sessions_per_peer sessions;
+ * cookies from another address are worth nothing; a client elsewhere still
+ * connects and calls. (The flood once took every session the RX ring
+ * allowed: 128 here.) */
+static void test_connect_flood(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    struct world w;
+    world_up(&w, "flood", 3, 0, 0);
+    world_start(&w);
+    struct erma_transport *evil, *other;
+    struct erma_addr server;
+    const struct erma_transport_cfg big = {.rx_ring = 2 * N}; /* room for every cookie */
+    assert_int_equal(erma_transport_open("sim://flood/2:40000", &big, &evil), ERMA_OK);
+    assert_int_equal(erma_transport_open("sim://flood/2:40001", NULL, &other), ERMA_OK);
+    assert_int_equal(erma_transport_resolve(evil, w.uri[1], &server), ERMA_OK);
+    const uint32_t room = erma_rpc_free_sessions(w.rpc[1]);
+    static uint64_t cookies[N];
+    flood(&w, evil, &server, 1000, N, NULL);
+    assert_int_equal(erma_rpc_free_sessions(w.rpc[1]), room); /* no state kept */
+    assert_int_equal(take_cookies(evil, 1000, cookies, N), N);
+    flood(&w, other, &server, 1000, N, cookies); /* good cookies, wrong address */
+    assert_int_equal(erma_rpc_free_sessions(w.rpc[1]), room);
+    flood(&w, evil, &server, 1000, N, cookies);
+    struct erma_rpc_stats st;
+    erma_rpc_get_stats(w.rpc[1], &st);
+    print_message("  %u connects from one address: %u sessions (room for %u), %llu refused, "
+                  "%llu cookies sent, %llu bad\n", (unsigned)N,
+                  room - erma_rpc_free_sessions(w.rpc[1]), room,
+                  (unsigned long long)st.sessions_refused, (unsigned long long)st.cookies_sent,
+                  (unsigned long long)st.bad_cookies);
+    assert_int_equal(room - erma_rpc_free_sessions(w.rpc[1]), 64);
+    assert_true(st.bad_cookies >= N);
+    const int s = connect(&w, 0, 1);
+    call_once(&w, 0, s, ECHO, 100, 100, 1, ERMA_OK);
+    erma_transport_close(evil);
+    erma_transport_close(other);
+    world_down(&w);
+}
+
+/* Connecting has its own budget (connect_timeout_ns), apart from the
+ * failure timeout: at 35% loss each way, 200 sessions all connect (with
+ * only failure_ns = 50 ms to try in, 28 of 200 gave up). */
+static void test_connect_under_loss(void **state)
+{
+    (void)state;
+    enum { N = 200 };
+    struct world w;
+    world_up(&w, "lossyconnect", 2, 0.35, 0);
+    struct erma_rpc_cfg c = sim_cfg(&w);
+    c.credits = 4;
+    c.max_sessions_per_peer = N;
+    world_rpc(&w, 0, &c);
+    world_rpc(&w, 1, &c);
+    for (int i = 0; i < N; i++)
+        assert_true(erma_create_session(w.rpc[0], w.uri[1], 0) >= 0);
+    int never = 0;
+    for (int i = 0; i < 100 && w.sm_events[ERMA_SM_CONNECTED] +
+                                   w.sm_events[ERMA_SM_CONNECT_FAILED] < N; i++)
+        run_until(&w, &never, 50000000);
+    print_message("  %d of %d sessions connected at 35%% loss, %d gave up\n",
+                  w.sm_events[ERMA_SM_CONNECTED], N, w.sm_events[ERMA_SM_CONNECT_FAILED]);
+    assert_int_equal(w.sm_events[ERMA_SM_CONNECTED], N);
+    world_down(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -820,6 +944,8 @@ int main(void)
         cmocka_unit_test(test_request_timeout), cmocka_unit_test(test_inconsistent_sizes),
         cmocka_unit_test(test_session_credits),
         cmocka_unit_test(test_deferred_request),
+        cmocka_unit_test(test_connect_flood),
+        cmocka_unit_test(test_connect_under_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

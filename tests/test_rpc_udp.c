@@ -66,7 +66,7 @@ static void server_main(double drop, uint32_t rx_ring)
      * sanitizer: a failure timeout of 5 s keeps their sessions */
     const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .fault_drop = drop, .seed = 99,
                                      .rx_ring = rx_ring, .busy_poll = server_polls,
-                                     .failure_ns = 5000000000ull};
+                                     .failure_ns = 5000000000ull, .max_sessions_per_peer = 256};
     if (erma_nexus_create(server_uri, &ncfg, &nx) != ERMA_OK ||
         erma_register_handler(nx, ECHO, echo_handler, ERMA_DISPATCH, &st) != ERMA_OK ||
         erma_register_handler(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st) != ERMA_OK ||

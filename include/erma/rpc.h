@@ -134,7 +134,10 @@ struct erma_rpc_cfg {
     uint64_t rto_ns;           /* go-back-N timeout, default 5 ms */
     uint64_t failure_ns;       /* peer declared dead after this silence, default 500 ms */
     uint64_t keepalive_ns;     /* ping an idle peer this often, default failure_ns / 5 */
-    uint64_t connect_retry_ns; /* resend a connect request this often, default 20 ms */
+    uint64_t connect_retry_ns; /* first resend of a connect request, default 20 ms;
+                                  each later one waits twice as long, at most 32x */
+    uint64_t connect_timeout_ns; /* give up connecting after this, default 3 s */
+    uint32_t max_sessions_per_peer; /* server sessions one address may hold, default 64 */
     uint64_t req_timeout_ns;   /* fail a request after this long, 0 (default) = never */
     /* erma_rpc_run() and erma_rpc_run_until() spin this long once the loop
      * finds nothing to do, then sleep in the transport (udp: ppoll) until a
@@ -168,6 +171,8 @@ struct erma_rpc_stats {
     uint64_t retransmits;   /* go-back-N rollbacks */
     uint64_t handler_calls, rpcs_done, rpcs_failed;
     uint64_t sessions_refused;
+    uint64_t cookies_sent;  /* connect requests answered with a cookie, no state kept */
+    uint64_t bad_cookies;   /* connect requests with a wrong or stale cookie */
 };
 
 /* ---- nexus ---- */
