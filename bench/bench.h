@@ -1,15 +1,83 @@
 /*
- * bench/bench.h - helpers shared by erma's benchmark programs: percentiles,
- * CSV, process pinning, and the raw-transport baseline that every benchmark
- * measures beside itself in the same run.
+ * bench/bench.h - helpers shared by erma's benchmark programs: the command
+ * line and output conventions, percentiles, process pinning, and the
+ * raw-transport baseline that every benchmark measures beside itself in the
+ * same run.
  */
 #ifndef ERMA_BENCH_H
 #define ERMA_BENCH_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* ---- command line (perftest / ucx_perftest conventions) ----
+ * Every program takes --help (-h: usage on stdout, exit 0; a bad option or
+ * value prints why and the usage on stderr, exit 2), --csv (CSV for scripts
+ * instead of the aligned table), --cpu LIST (this process on the first CPU,
+ * the processes it starts on the others in turn; default: no pinning) and
+ * --sizes LIST (message sizes to sweep, e.g. 32,1K,4K,64K; --size B is a
+ * list of one). Programs put BENCH_COMMON_OPTIONS first in their option
+ * array and read their own options from bench_cli_next(). */
+#define BENCH_MAX_SIZES 64
+#define BENCH_MAX_CPUS 64
+#define BENCH_MAX_COLS 32
+enum { BENCH_OPT_HELP = 0x1000, BENCH_OPT_CSV, BENCH_OPT_CPU, BENCH_OPT_SIZES };
+#define BENCH_COMMON_OPTIONS                                                              \
+    {"help", 0, 0, BENCH_OPT_HELP}, {"csv", 0, 0, BENCH_OPT_CSV},                         \
+        {"cpu", 1, 0, BENCH_OPT_CPU}, {"sizes", 1, 0, BENCH_OPT_SIZES},                   \
+        {"size", 1, 0, BENCH_OPT_SIZES}
+
+struct bench_cli {
+    const char *prog, *usage;
+    const struct option *opts;
+    int idx; /* the long option being parsed */
+    bool csv;
+    unsigned ncpus, nsizes; /* nsizes 0: the program's default size */
+    int cpus[BENCH_MAX_CPUS];
+    uint32_t sizes[BENCH_MAX_SIZES];
+};
+
+void bench_cli_init(struct bench_cli *c, const char *prog, const char *usage,
+                    const struct option *opts);
+/* getopt_long over opts; handles the common options itself and returns the
+ * program's next option, or -1 at the end (exit 2 on a stray argument). */
+int bench_cli_next(struct bench_cli *c, int argc, char **argv);
+/* Prints "PROG: why" (fmt may be NULL) and the usage on stderr; exits 2. */
+void bench_cli_fail(const struct bench_cli *c, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 2, 3)));
+/* Option values; a malformed one fails with the option's name. */
+uint64_t bench_cli_u64(const struct bench_cli *c, const char *arg);
+double bench_cli_real(const struct bench_cli *c, const char *arg);
+uint32_t bench_cli_size(const struct bench_cli *c, const char *arg); /* 4096, 4K, 8M */
+unsigned bench_cli_sizes(const struct bench_cli *c, const char *arg, uint32_t *out,
+                         unsigned max);
+/* The CPU of process `who` (0: this one, 1..: those it starts, cycling over
+ * the list's later entries); -1: not pinned. */
+int bench_cli_cpu(const struct bench_cli *c, unsigned who);
+
+/* ---- output: an aligned table, or CSV with --csv ----
+ * header and rows are CSV lines; a column named "bench" (the program) is
+ * left out of the table, a "name:W" header entry makes its column at least
+ * W wide, empty cells show as "-". Each row is flushed. */
+struct bench_table {
+    bool csv;
+    unsigned ncols;
+    unsigned width[BENCH_MAX_COLS];
+    bool hidden[BENCH_MAX_COLS];
+};
+void bench_table_start(struct bench_table *t, bool csv, const char *header);
+void bench_table_row(const struct bench_table *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void bench_table_print(const struct bench_table *t, const char *line);
+/* Default iterations of a ping-pong: base up to 4 KB, fewer above
+ * (base x 4 KB / size, at least 1000), so a sweep's large sizes end. */
+uint64_t bench_iters_for(uint64_t base, uint32_t size);
+
+/* "# ..." on stdout beside a table, on stderr beside CSV. */
+void bench_note(bool csv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 struct bench_lat {
     uint64_t samples;
@@ -22,7 +90,8 @@ void bench_lat_from_ns(uint64_t *v, size_t n, struct bench_lat *out);
 /* Sorts v[0..n) (n >= 1) and returns its median. */
 double bench_median(double *v, unsigned n);
 
-/* Pins the calling thread to cpu (ignored when cpu < 0 or not possible). */
+/* Pins the calling thread to cpu (nothing when cpu < 0; a warning when
+ * not possible). */
 void bench_pin(int cpu);
 
 /* Raw baseline: an echo server and clients over any transport URI. Packets
@@ -33,11 +102,11 @@ struct bench_raw_rate {
     double seconds, mpps;
 };
 
-/* Runs side(ctx, true, ...) in a forked child pinned to CPU 1 and
+/* Runs side(ctx, true, ...) in a forked child pinned to peer_cpu and
  * side(ctx, false, ...) here, then adds the child's counts to *out; the
  * rate is over `seconds`. For the symmetric benchmarks. */
 int bench_both_sides(int (*side)(void *ctx, bool peer, struct bench_raw_rate *out), void *ctx,
-                     double seconds, struct bench_raw_rate *out);
+                     double seconds, int peer_cpu, struct bench_raw_rate *out);
 
 /* Echoes every packet to its sender until a stop packet or max_ns passes. */
 int bench_raw_server(const char *uri, uint64_t max_ns);
@@ -46,8 +115,15 @@ pid_t bench_raw_server_fork(const char *uri, int cpu, uint64_t max_ns);
 /* Tells the server at peer to exit and reaps child (if > 0). */
 void bench_raw_server_stop(const char *uri, const char *peer, pid_t child);
 
-int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint64_t iters,
-                       struct bench_lat *out);
+/* size-byte requests answered by resp_size bytes, one at a time. When both
+ * fit one packet and are equal, the server echoes the packet; otherwise
+ * the request goes in packets with at most 32 unacknowledged (each but the
+ * last answered by a bare header, as erma's credit returns), and the
+ * server sends the response's first 32 packets at once and each later one
+ * when the client asks (as erma's request-for-response packets). Both up
+ * to ERMA_MAX_MSG_SIZE. */
+int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint32_t resp_size,
+                       uint64_t iters, struct bench_lat *out);
 /* Keeps `window` packets in flight, sent in batches of `batch`, for seconds. */
 int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
                    uint32_t batch, double seconds, struct bench_raw_rate *out);
@@ -56,7 +132,7 @@ int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t wi
  * in flight to the other and echo the other's, for seconds; out counts
  * both sides' echoes. uri is this side's address, peer the forked side's. */
 int bench_raw_rate_sym(const char *uri, const char *peer, uint32_t size, uint32_t window,
-                       uint32_t batch, double seconds, struct bench_raw_rate *out);
+                       uint32_t batch, double seconds, int peer_cpu, struct bench_raw_rate *out);
 
 /* Streams full packets (each acknowledged by a bare header, like a credit
  * return) with `window` in flight; *gbps counts data bytes only. */
@@ -74,6 +150,7 @@ struct bench_rpc_opts {
     double seconds;
     const struct erma_rpc_cfg *cfg; /* client endpoint configuration, may be NULL */
     bool symmetric; /* rate: both processes send and serve (the peer is forked) */
+    int peer_cpu;   /* symmetric: the forked peer's CPU, -1 none */
 };
 
 /* Serves echo requests (response size in the request's first 4 bytes). */
@@ -136,24 +213,31 @@ struct bench_incast_result {
 
 int bench_incast(const struct bench_incast_cfg *cfg, struct bench_incast_result *out);
 
-/* Point GETs beside SCANs on the kv service (erma/kv.h). The server (a
+/* Point GETs beside SCANs on the kv service (kv/kv.h). The server (a
  * nexus with one worker thread, SCAN on the worker) runs in another
  * process; the client loads `keys` keys of value_size bytes, then runs
  * `rounds` rounds of round_seconds, alternately quiet (closed-loop GETs,
  * one at a time) and scanning (the same GETs, with a SCAN of scan_count
  * keys always in flight on a second session, of scan_credits credits, 0:
- * the endpoint's). Every value is checked. */
+ * the endpoint's). Every value is checked; each round ends by waiting for
+ * (and checking) its last GET and SCAN, so every round checks at least one
+ * GET and every scanning round at least one SCAN. */
 struct bench_kv_scan_opts {
     const char *uri, *server;
     uint32_t keys, value_size, scan_count, rounds, scan_credits;
     double round_seconds;
+    bool busy_poll; /* the client endpoint's cfg.busy_poll */
 };
 struct bench_kv_scan_result {
-    struct bench_lat quiet, scanning; /* GET latency */
-    uint64_t scans, wrong, failed;
+    struct bench_lat quiet, scanning; /* GET latency, all rounds of each kind */
+    uint64_t scans, gets, wrong, failed; /* checked SCANs and GETs, wrong and failed ones */
+    /* The median over pairs of rounds (quiet, then scanning) of the ratio
+     * scanning / quiet of each round's GET p50 and p99. */
+    double p50_ratio, p99_ratio;
+    unsigned pairs;
 };
-int bench_kv_scan_server(const char *uri, uint64_t max_ns);
-pid_t bench_kv_scan_server_fork(const char *uri, int cpu, uint64_t max_ns);
+int bench_kv_scan_server(const char *uri, uint64_t max_ns, bool busy_poll);
+pid_t bench_kv_scan_server_fork(const char *uri, int cpu, uint64_t max_ns, bool busy_poll);
 int bench_kv_scan(const struct bench_kv_scan_opts *o, struct bench_kv_scan_result *out);
 
 #endif

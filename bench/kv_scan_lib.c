@@ -18,20 +18,21 @@
 #define KV_BASE 10
 #define PUT_WINDOW 8
 
-int bench_kv_scan_server(const char *uri, uint64_t max_ns)
+int bench_kv_scan_server(const char *uri, uint64_t max_ns, bool busy_poll)
 {
     struct erma_nexus *nx = NULL;
     struct erma_rpc *rpc = NULL;
     struct erma_kv *kv = NULL;
     struct erma_kv_server *srv = NULL;
     const struct erma_nexus_cfg ncfg = {.workers = 1};
+    const struct erma_rpc_cfg cfg = {.busy_poll = busy_poll};
     int rc = erma_kv_create(1 << 16, 64u << 20, &kv);
     if (rc == ERMA_OK)
         rc = erma_nexus_create(uri, &ncfg, &nx);
     if (rc == ERMA_OK)
         rc = erma_kv_serve(nx, KV_BASE, kv, &srv);
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(nx, 0, NULL, &rpc);
+        rc = erma_rpc_create(nx, 0, &cfg, &rpc);
     const uint64_t end = erma_now_ns() + max_ns;
     while (rc == ERMA_OK && erma_now_ns() < end && getppid() != 1)
         erma_rpc_run(rpc, 10000000);
@@ -45,13 +46,13 @@ int bench_kv_scan_server(const char *uri, uint64_t max_ns)
     return rc;
 }
 
-pid_t bench_kv_scan_server_fork(const char *uri, int cpu, uint64_t max_ns)
+pid_t bench_kv_scan_server_fork(const char *uri, int cpu, uint64_t max_ns, bool busy_poll)
 {
     const pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the client */
         bench_pin(cpu);
-        _exit(bench_kv_scan_server(uri, max_ns) == ERMA_OK ? 0 : 1);
+        _exit(bench_kv_scan_server(uri, max_ns, busy_poll) == ERMA_OK ? 0 : 1);
     }
     return pid;
 }
@@ -84,7 +85,7 @@ struct client {
     struct erma_rpc *rpc;
     int get_sess, scan_sess;
     struct call get, scan, put[PUT_WINDOW];
-    uint64_t wrong, failed, scans;
+    uint64_t wrong, failed, scans, gets;
 };
 
 static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
@@ -105,13 +106,16 @@ static int issue(struct client *cl, int sess, uint8_t op, struct call *c)
     return rc;
 }
 
+static bool call_idle(void *ctx)
+{
+    return !((const struct call *)ctx)->busy;
+}
+
 /* Runs the loop until c is done or timeout_ns passes. */
 static int wait_call(struct client *cl, struct call *c, uint64_t timeout_ns)
 {
-    const uint64_t end = erma_now_ns() + timeout_ns;
-    while (c->busy && erma_now_ns() < end)
-        erma_rpc_run_once(cl->rpc);
-    return c->busy ? ERMA_ETIMEDOUT : ERMA_OK; /* its status is checked by the caller */
+    /* its status is checked by the caller */
+    return erma_rpc_run_until(cl->rpc, call_idle, c, timeout_ns);
 }
 
 static int load(struct client *cl)
@@ -125,8 +129,11 @@ static int load(struct client *cl)
             struct call *c = &cl->put[i];
             if (c->busy)
                 continue;
-            if (c->start && (c->status != ERMA_OK || erma_kv_resp(&c->resp, NULL, NULL) != ERMA_OK))
-                return c->status != ERMA_OK ? c->status : ERMA_EBADPKT;
+            if (c->start && (c->status != ERMA_OK || erma_kv_resp(&c->resp, NULL, NULL) != ERMA_OK)) {
+                const int rc = c->status != ERMA_OK ? c->status : erma_kv_resp(&c->resp, NULL, NULL);
+                fprintf(stderr, "kv_scan: loading keys: PUT k%06u: %s\n", c->key, erma_strerror(rc));
+                return rc;
+            }
             if (c->start)
                 left--;
             c->start = 0;
@@ -134,6 +141,7 @@ static int load(struct client *cl)
                 continue;
             const uint32_t kl = make_key(next, key), vl = make_val(next, cl->o->value_size, val);
             int rc = erma_kv_req_put(&c->req, key, kl, val, vl);
+            c->key = next;
             if (rc == ERMA_OK)
                 rc = issue(cl, cl->get_sess, ERMA_KV_PUT, c);
             if (rc != ERMA_OK)
@@ -142,6 +150,9 @@ static int load(struct client *cl)
         }
         erma_rpc_run_once(cl->rpc);
     }
+    if (left)
+        fprintf(stderr, "kv_scan: loading keys: %u of %u keys stored after 30 s\n",
+                cl->o->keys - left, cl->o->keys);
     return left ? ERMA_ETIMEDOUT : ERMA_OK;
 }
 
@@ -158,13 +169,16 @@ static void check_get(struct client *cl)
     uint8_t want[4096];
     const uint8_t *v;
     uint32_t vl;
+    cl->gets++;
     if (cl->get.status != ERMA_OK) {
+        fprintf(stderr, "kv_scan: GET k%06u: %s\n", cl->get.key, erma_strerror(cl->get.status));
         cl->failed++;
         return;
     }
     const uint32_t wl = make_val(cl->get.key, cl->o->value_size, want);
     if (erma_kv_resp(&cl->get.resp, &v, &vl) != ERMA_OK || vl != wl || memcmp(v, want, wl) != 0) {
-        fprintf(stderr, "get %u rc %d\n", cl->get.key, erma_kv_resp(&cl->get.resp, &v, &vl));
+        fprintf(stderr, "kv_scan: GET k%06u: wrong answer (%s, %u B)\n", cl->get.key,
+                erma_strerror(erma_kv_resp(&cl->get.resp, &v, &vl)), vl);
         cl->wrong++;
     }
 }
@@ -184,6 +198,8 @@ static void check_scan(struct client *cl)
     const uint8_t *kp, *vp;
     uint8_t want[4096];
     if (cl->scan.status != ERMA_OK) {
+        fprintf(stderr, "kv_scan: SCAN of %u keys: %s\n", cl->o->scan_count,
+                erma_strerror(cl->scan.status));
         cl->failed++;
         return;
     }
@@ -193,14 +209,15 @@ static void check_scan(struct client *cl)
         const uint32_t k = (uint32_t)strtoul(key + 1, NULL, 10);
         if (klen != 7 || (n && k != prev + 1) || vlen != make_val(k, cl->o->value_size, want) ||
             memcmp(vp, want, vlen) != 0) {
-            fprintf(stderr, "scan k %u prev %u n %u vlen %u\n", k, prev, n, vlen);
+            fprintf(stderr, "kv_scan: SCAN: key k%06u (after k%06u, #%u, %u B) is wrong\n", k,
+                    prev, n, vlen);
             cl->wrong++;
         }
         prev = k;
         n++;
     }
     if (n != cl->o->scan_count) {
-        fprintf(stderr, "scan n %u\n", n);
+        fprintf(stderr, "kv_scan: SCAN: %u keys, %u expected\n", n, cl->o->scan_count);
         cl->wrong++;
     }
     cl->scans++;
@@ -241,7 +258,8 @@ static int round_run(struct client *cl, struct erma_rand *r, bool scanning, uint
 
 static int client_up(struct client *cl)
 {
-    const struct erma_rpc_cfg cfg = {.keepalive_ns = 50000000}; /* the server's failure_ns is 500 ms */
+    /* the server's failure_ns is 500 ms */
+    const struct erma_rpc_cfg cfg = {.keepalive_ns = 50000000, .busy_poll = cl->o->busy_poll};
     const size_t scan_resp = (size_t)cl->o->scan_count * (16 + cl->o->value_size) + 64;
     int rc = erma_nexus_create(cl->o->uri, NULL, &cl->nx);
     if (rc == ERMA_OK)
@@ -268,26 +286,49 @@ static int client_up(struct client *cl)
     return rc;
 }
 
+/* Median over pairs of rounds (quiet 2j, scanning 2j + 1) of the ratio
+ * scanning / quiet of v. */
+static double pair_ratio(const double *v, unsigned rounds)
+{
+    double r[256];
+    unsigned n = 0;
+    for (unsigned j = 0; j + 1 < rounds && n < 256; j += 2)
+        if (v[j] > 0)
+            r[n++] = v[j + 1] / v[j];
+    return n ? bench_median(r, n) : 0;
+}
+
 int bench_kv_scan(const struct bench_kv_scan_opts *o, struct bench_kv_scan_result *out)
 {
     if (!o || !out || o->keys == 0 || o->keys > 1000000 || o->scan_count == 0 ||
-        o->scan_count > o->keys || o->value_size > 2048 || o->rounds == 0)
+        o->scan_count > o->keys || o->value_size > 2048 || o->rounds == 0 || o->rounds > 256)
         return ERMA_EINVAL;
     struct client cl = {.o = o};
     const size_t cap = 4000000;
     uint64_t *lat[2] = {calloc(cap, 8), calloc(cap, 8)};
     size_t n[2] = {0, 0};
+    double p50[256], p99[256];
     struct erma_rand r;
     erma_rand_seed(&r, 11);
     int rc = lat[0] && lat[1] ? client_up(&cl) : ERMA_ENOMEM;
     if (rc == ERMA_OK)
         rc = load(&cl);
-    for (unsigned i = 0; rc == ERMA_OK && i < o->rounds; i++) /* quiet, scanning, quiet, ... */
+    for (unsigned i = 0; rc == ERMA_OK && i < o->rounds; i++) { /* quiet, scanning, ... */
+        const size_t from = n[i % 2];
         rc = round_run(&cl, &r, i % 2, lat[i % 2], cap, &n[i % 2]);
-    *out = (struct bench_kv_scan_result){.wrong = cl.wrong, .failed = cl.failed, .scans = cl.scans};
+        struct bench_lat l;
+        bench_lat_from_ns(lat[i % 2] + from, n[i % 2] - from, &l);
+        p50[i] = l.median_us;
+        p99[i] = l.p99_us;
+    }
+    *out = (struct bench_kv_scan_result){.wrong = cl.wrong, .failed = cl.failed,
+                                         .scans = cl.scans, .gets = cl.gets};
     if (rc == ERMA_OK) {
         bench_lat_from_ns(lat[0], n[0], &out->quiet);
         bench_lat_from_ns(lat[1], n[1], &out->scanning);
+        out->pairs = o->rounds / 2;
+        out->p50_ratio = pair_ratio(p50, o->rounds);
+        out->p99_ratio = pair_ratio(p99, o->rounds);
     }
     free(lat[0]);
     free(lat[1]);

@@ -2,44 +2,48 @@
  * kvcs - the key-value caching service under open-loop load: one-sided
  * READ lookups beside RPC lookups, as in 1RMA's KVCS evaluation.
  *
- *   kvcs [--servers S] [--replicas R] [--keys K] [--value B]
- *        [--loads L1,L2,...] [--seconds T] [--base-port P]
- *        [--kill-at SEC --method read|rpc --load L] [--idle-wait-us U]
- *        [--attempt-ms A]
+ *   kvcs [--loads L1,L2,...] [--seconds T] [--sizes LIST] [options]        (sweep)
+ *   kvcs --kill-at SEC --method read|rpc --load L [options]             (failure)
+ *   kvcs --role server --server URI                  (one server, on each server host)
+ *   kvcs --role client --server URI1,URI2,... [...]  (the client, on another)
  *
- * Forks S kvcs servers on udp loopback (ports P, P+8, ...; servers on CPU
- * 1, the client on CPU 0), loads K keys of B-byte values, then:
+ * `kvcs --help` lists every option. By default (--role both) it forks
+ * --servers kvcs servers on udp loopback (ports P, P+8, ...), loads --keys
+ * keys of each --sizes value size (default 64 B) with 64 PUTs in flight (the
+ * keys a PUT could not store on every replica are PUT again in a later
+ * pass, 5 passes in all), then:
  *
  * sweep (default): for each offered load L (GETs per second, Poisson
  * arrivals, uniform keys), T seconds by one-sided READ, then T seconds by
  * RPC. Latency is from an op's scheduled arrival to its callback, so
- * queueing in the client counts (open loop). CSV line per (load, method):
- *   kvcs,sweep,METHOD,offered,achieved,p50_us,p99_us,p999_us,failed,wrong
- * and per load the ratios READ / RPC of p50 and p99.
+ * queueing in the client counts (open loop). A row per (size, load,
+ * method): achieved GETs/s, p50, p99, p99.9, failed and wrong GETs; the RPC
+ * row also has READ / RPC of p50 and p99.
  *
- * failure (--kill-at): one method at one load for T seconds; at SEC the
- * primary-serving server 0 is killed (SIGKILL). CSV per 10 ms bin:
- *   kvcs,timeline,METHOD,t_ms,ops,p50_us,p99_us,max_us,failed
- * then a summary line with the disruption: the time from the kill to the
- * end of the last bin holding a failed op or one that took longer than the
- * attempt timeout (it waited on the dead replica before failing over).
- * A try at one replica lasts at most A ms (default 10; the client's
- * attempt_timeout_ns), so a dead replica costs the lookups that find it
- * dead about A ms, until the first of them marks it down.
+ * failure (--kill-at): one method at one load for T seconds; at SEC server
+ * 0 is killed (SIGKILL; only with --role both). With --csv, a row per 10 ms
+ * bin (ops, p50, p99, max, failed); then a summary: the median before the
+ * kill and the disruption, the time from the kill to the end of the last bin
+ * holding a failed op or one that took longer than the attempt timeout (it
+ * waited on the dead replica before failing over). A try at one replica
+ * lasts at most --attempt-ms (default 10; the client's attempt_timeout_ns).
  *
- * A GET whose value differs from what the loader PUT counts as wrong.
+ * A GET whose value differs from what the loader PUT counts as wrong and
+ * ends the run (exit 1); failed GETs (every replica timed out, say) are
+ * counted and named on stderr, and the run goes on.
  *
- * The servers share one core, so each sleeps in its socket once idle for
- * U us (default 20; kvcs server cfg.idle_wait_ns). With 0 they poll all
- * the time and take turns in the kernel's time slices: lookups then wait
- * for the right server's turn (p50 about 2 ms, p99 about 9 ms here).
+ * The servers sleep in their sockets once idle for --idle-wait-us
+ * (default 20; kvcs server cfg.idle_wait_ns), so that three of them can
+ * share one core; the client polls. --cpu LIST pins this process to the
+ * first CPU and the servers to the others in turn (default: no pinning).
  */
-#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,14 +52,39 @@
 #include "kvcs/kvcs.h"
 #include "erma/rand.h"
 
+static const char usage[] =
+    "usage: kvcs [options]\n"
+    "  KVCS lookups by one-sided READ and by RPC under open-loop load (bench/kvcs.c)\n"
+    "  --loads LIST       sweep: offered GETs/s (default 5000,20000,50000,100000)\n"
+    "  --seconds T        per load and method, or the failure run (default 2)\n"
+    "  --sizes LIST       value sizes in bytes, 1..4096 (--size B: one; default 64)\n"
+    "  --kill-at SEC      failure run: kill server 0 at SEC (with --method, --load)\n"
+    "  --method M         failure run: read (default) or rpc\n"
+    "  --load L           failure run: offered GETs/s (default 10000)\n"
+    "  --servers S        servers to fork (default 3, at most 8)\n"
+    "  --replicas R       replicas per key (default 3)\n"
+    "  --keys K           keys loaded (default 10000)\n"
+    "  --attempt-ms A     a try at one replica lasts at most A ms (default 10)\n"
+    "  --idle-wait-us U   servers sleep once idle U us (default 20)\n"
+    "  --base-port P      forked servers on udp://127.0.0.1:P, P+8, ... (default 42100)\n"
+    "  --cpu LIST         CPUs: this process, then the servers in turn (default: none)\n"
+    "  --csv              CSV instead of the table (failure: with the 10 ms timeline)\n"
+    "  --role R           both (default: fork the servers), server (one server at\n"
+    "                     --server until killed), client (servers elsewhere)\n"
+    "  --server URI[,..]  server: its URI; client: every server's URI, in ring order\n"
+    "  --uri URI          the client's URI (default: the port after the servers')\n"
+    "  -h, --help         this text\n";
+
 #define MAX_SERVERS 8
 #define BIN_NS 10000000ull
 #define MAX_BINS 4096
+#define PUT_TRIES 5
+#define PUT_WINDOW 64
 
 struct opts {
     unsigned servers, replicas, keys, value;
     double seconds, kill_at, load, idle_wait_us, attempt_ms;
-    const char *loads;
+    const char *loads, *role, *uri, *server_list;
     int base_port;
     enum erma_kvcs_method method;
 };
@@ -64,8 +93,13 @@ struct run {
     const struct opts *o;
     struct erma_kvcs_client *c;
     uint64_t *lat, nlat, cap;
-    uint64_t failed, wrong, done;
+    uint64_t failed, wrong, done, started;
     uint64_t start_ns;
+    uint32_t last_fail_key; /* for the message naming the failures */
+    int last_fail;
+    /* loading: the keys of a pass, and those to PUT again */
+    uint32_t *list, *again, nagain;
+    int put_error; /* of the last PUT stored nowhere */
     /* timeline: per bin */
     uint64_t *bin_lat[MAX_BINS];
     uint32_t bin_n[MAX_BINS], bin_cap[MAX_BINS];
@@ -90,22 +124,38 @@ static void value_of(uint32_t k, uint32_t len, uint8_t *out)
         out[i] = (uint8_t)(k * 31 + i);
 }
 
-static pid_t server_fork(const char *uri, uint64_t idle_wait_ns)
+static const char *method_name(enum erma_kvcs_method m)
+{
+    return m == ERMA_KVCS_READ ? "read" : "rpc";
+}
+
+/* Runs one kvcs server here until the parent dies (forked: getppid() == 1)
+ * or, with forever, until killed. */
+static int server_run(const char *uri, uint64_t idle_wait_ns, bool forever)
+{
+    struct erma_kvcs_server *s;
+    const struct erma_kvcs_server_cfg cfg = {.uri = uri, .buckets = 1u << 14,
+                                             .log_bytes = 64u << 20,
+                                             .idle_wait_ns = idle_wait_ns};
+    const int rc = erma_kvcs_server_create(&cfg, &s);
+    if (rc != ERMA_OK) {
+        fprintf(stderr, "kvcs: server on %s: %s\n", uri, erma_strerror(rc));
+        return 1;
+    }
+    while (forever || getppid() != 1)
+        erma_kvcs_server_run(s, 100000000);
+    erma_kvcs_server_destroy(s);
+    return 0;
+}
+
+static pid_t server_fork(const char *uri, uint64_t idle_wait_ns, int cpu)
 {
     const pid_t pid = fork();
     if (pid != 0)
         return pid;
-    bench_pin(1);
-    struct erma_kvcs_server *s;
-    const struct erma_kvcs_server_cfg cfg = {.uri = uri, .buckets = 1u << 14,
-                                             .log_bytes = 16u << 20,
-                                             .idle_wait_ns = idle_wait_ns};
-    if (erma_kvcs_server_create(&cfg, &s) != ERMA_OK)
-        _exit(1);
-    while (getppid() != 1)
-        erma_kvcs_server_run(s, 100000000);
-    erma_kvcs_server_destroy(s);
-    _exit(0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
+    bench_pin(cpu);
+    _exit(server_run(uri, idle_wait_ns, false));
 }
 
 static void record(struct run *r, uint64_t arrival, uint64_t now, bool failed)
@@ -137,11 +187,19 @@ static void on_get(void *tag, int status, const uint8_t *val, uint32_t vlen)
     struct pending *p = tag;
     struct run *r = p->r;
     uint8_t want[4096];
-    bool bad = status != ERMA_OK;
+    const bool bad = status != ERMA_OK;
     if (!bad) {
         value_of(p->key, r->o->value, want);
-        if (vlen != r->o->value || memcmp(val, want, vlen) != 0)
+        if (vlen != r->o->value || memcmp(val, want, vlen) != 0) {
+            char k[16];
+            key_of(p->key, k);
+            fprintf(stderr, "kvcs: GET %s: wrong value (%u B, %u B expected)\n", k, vlen,
+                    r->o->value);
             r->wrong++;
+        }
+    } else {
+        r->last_fail_key = p->key;
+        r->last_fail = status;
     }
     r->failed += bad;
     r->done++;
@@ -149,33 +207,126 @@ static void on_get(void *tag, int status, const uint8_t *val, uint32_t vlen)
     free(p);
 }
 
+/* The replicas of the op whose callback runs that did not store it; *why:
+ * the status of the last of them. */
+static uint32_t replicas_missed(const struct run *r, int *why)
+{
+    struct erma_kvcs_op_info info;
+    uint32_t missed = 0;
+    if (erma_kvcs_op_info(r->c, &info) == ERMA_OK)
+        for (uint32_t i = 0; i < info.nreplicas; i++)
+            if (info.status[i] != ERMA_OK) {
+                missed++;
+                *why = info.status[i];
+            }
+    return missed;
+}
+
+/* A PUT that failed, or that some replica missed (it timed out there, or
+ * the replica was marked down), goes into the next pass's list. */
 static void on_put(void *tag, int status, const uint8_t *val, uint32_t vlen)
 {
     (void)val;
     (void)vlen;
-    struct run *r = tag;
+    struct pending *p = tag;
+    struct run *r = p->r;
+    int why = status;
+    const uint32_t missed = status == ERMA_OK ? replicas_missed(r, &why) : 0;
     r->done++;
-    r->failed += status != ERMA_OK;
+    if (status != ERMA_OK || missed) {
+        r->again[r->nagain++] = p->key;
+        r->last_fail_key = p->key;
+        r->last_fail = why;
+        r->failed += status != ERMA_OK;
+        r->put_error = status != ERMA_OK ? status : r->put_error;
+    }
+    free(p);
 }
 
-/* Loads every key, at most 64 PUTs in flight. */
+static int put_key(struct run *r, uint32_t key)
+{
+    char k[16];
+    uint8_t v[4096];
+    struct pending *p = malloc(sizeof *p);
+    if (!p)
+        return ERMA_ENOMEM;
+    *p = (struct pending){r, 0, key};
+    key_of(key, k);
+    value_of(key, r->o->value, v);
+    const int rc = erma_kvcs_put(r->c, k, (uint32_t)strlen(k), v, r->o->value, on_put, p);
+    if (rc != ERMA_OK)
+        free(p);
+    return rc;
+}
+
+static void nap(long ns)
+{
+    const struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* PUTs keys list[0..n) (list NULL: 0..n), PUT_WINDOW in flight; those
+ * that fail or miss a replica end up in r->again. */
+static int load_pass(struct run *r, const uint32_t *list, uint32_t n, uint64_t end)
+{
+    uint32_t next = 0;
+    r->done = r->failed = r->nagain = 0;
+    r->put_error = ERMA_OK;
+    while (next < n || r->done < next) {
+        while (next - r->done < PUT_WINDOW && next < n && put_key(r, list ? list[next] : next) ==
+                                                              ERMA_OK)
+            next++;
+        /* nothing to do but wait: leave the CPU to the servers */
+        if (erma_kvcs_client_run_once(r->c) == 0 && next - r->done == PUT_WINDOW)
+            nap(20000);
+        if (erma_now_ns() > end)
+            return ERMA_ETIMEDOUT;
+    }
+    return ERMA_OK;
+}
+
+/* Loads every key in up to PUT_TRIES passes: each pass PUTs again the keys
+ * the one before could not store on every replica, after a pause of 200 ms
+ * per pass (time for the client's probe to bring a replica marked down
+ * back). Fails only for keys stored nowhere. */
 static int load_keys(struct run *r)
 {
-    uint8_t v[4096];
-    uint64_t started = 0;
-    const uint64_t end = erma_now_ns() + 60000000000ull;
-    while (r->done < r->o->keys && erma_now_ns() < end) {
-        while (started < r->o->keys && started - r->done < 64) {
-            char k[16];
-            key_of((uint32_t)started, k);
-            value_of((uint32_t)started, r->o->value, v);
-            if (erma_kvcs_put(r->c, k, (uint32_t)strlen(k), v, r->o->value, on_put, r) != ERMA_OK)
-                break;
-            started++;
+    const uint32_t keys = r->o->keys;
+    const uint64_t end = erma_now_ns() + 120000000000ull;
+    uint32_t n = keys;
+    int rc = ERMA_OK;
+    for (int pass = 1; pass <= PUT_TRIES && rc == ERMA_OK; pass++) {
+        if (pass > 1) {
+            memcpy(r->list, r->again, n * sizeof *r->list);
+            for (uint64_t t = erma_now_ns() + 200000000ull * (unsigned)(pass - 1);
+                 erma_now_ns() < t;)
+                if (erma_kvcs_client_run_once(r->c) == 0)
+                    nap(1000000);
         }
-        erma_kvcs_client_run_once(r->c);
+        const uint32_t tried = n;
+        rc = load_pass(r, pass > 1 ? r->list : NULL, tried, end);
+        n = r->nagain;
+        if (rc != ERMA_OK) {
+            fprintf(stderr, "kvcs: loading keys, pass %d: PUTs unanswered after 120 s\n", pass);
+            break;
+        }
+        if (n == 0)
+            return ERMA_OK;
+        char k[16];
+        key_of(r->last_fail_key, k);
+        fprintf(stderr, "kvcs: loading keys, pass %d of %d: %u of %u keys missed a replica, "
+                "%u of them every replica; the last, %s: %s%s\n", pass, PUT_TRIES, n, tried,
+                (unsigned)r->failed, k,
+                r->last_fail == ERMA_KVCS_NOT_TRIED ? "replica marked down, not waited for"
+                                                    : erma_strerror(r->last_fail),
+                pass < PUT_TRIES ? "; PUTting them again" : "");
     }
-    return r->done == r->o->keys && r->failed == 0 ? ERMA_OK : ERMA_ETIMEDOUT;
+    if (rc == ERMA_OK && r->failed)
+        rc = r->put_error;
+    else if (rc == ERMA_OK)
+        fprintf(stderr, "kvcs: loading keys: going on; GETs of keys a replica missed may miss "
+                "there\n");
+    return rc;
 }
 
 /* Open-loop GETs at `load` per second for `seconds`; kill server 0 at
@@ -187,7 +338,7 @@ static void drive(struct run *r, double load, double seconds, double kill_at, pi
     r->start_ns = erma_now_ns();
     const uint64_t end = r->start_ns + (uint64_t)(seconds * 1e9);
     const uint64_t kill_ns = r->start_ns + (uint64_t)(kill_at * 1e9);
-    uint64_t next = r->start_ns, started = 0;
+    uint64_t next = r->start_ns;
     for (uint64_t now = next; now < end; now = erma_now_ns()) {
         if (kill_pid > 0 && now >= kill_ns) {
             kill(kill_pid, SIGKILL);
@@ -204,65 +355,88 @@ static void drive(struct run *r, double load, double seconds, double kill_at, pi
                 free(p); /* no free op slot: the arrival waits, its latency grows */
                 break;
             }
-            started++;
+            r->started++;
             const double u = (double)(erma_rand_u64(&rng) >> 11) / 9007199254740992.0;
             next += (uint64_t)(-log(1 - u) / load * 1e9);
         }
         erma_kvcs_client_run_once(r->c);
     }
     const uint64_t stop = erma_now_ns() + 2000000000ull;
-    while (r->done < started && erma_now_ns() < stop)
+    while (r->done < r->started && erma_now_ns() < stop)
         erma_kvcs_client_run_once(r->c);
 }
 
-static int run_reset(struct run *r)
+static void run_reset(struct run *r)
 {
-    r->nlat = r->failed = r->wrong = r->done = 0;
+    r->nlat = r->failed = r->wrong = r->done = r->started = 0;
+    r->last_fail = ERMA_OK;
     for (unsigned b = 0; b < MAX_BINS; b++)
         r->bin_n[b] = r->bin_failed[b] = 0;
-    return ERMA_OK;
 }
 
-static int sweep(struct run *r)
+/* Names the GETs of a phase that failed or were never answered (no end). */
+static void report_failed(const struct run *r, const char *phase)
+{
+    const uint64_t unanswered = r->started - r->done;
+    if (!r->failed && !unanswered)
+        return;
+    char k[16];
+    key_of(r->last_fail_key, k);
+    fprintf(stderr, "kvcs: %s: %llu of %llu GETs failed", phase, (unsigned long long)r->failed,
+            (unsigned long long)r->started);
+    if (r->failed)
+        fprintf(stderr, ", the last (%s) with: %s", k, erma_strerror(r->last_fail));
+    if (unanswered)
+        fprintf(stderr, "; %llu unanswered 2 s after the last arrival",
+                (unsigned long long)unanswered);
+    fputs("\n", stderr);
+}
+
+static int sweep(struct run *r, const struct bench_table *t)
 {
     const struct opts *o = r->o;
     char list[512];
     snprintf(list, sizeof list, "%s", o->loads);
-    printf("bench,kind,method,offered,achieved,p50_us,p99_us,p999_us,failed,wrong\n");
-    for (char *t = strtok(list, ","); t; t = strtok(NULL, ",")) {
-        const double load = atof(t);
+    for (char *save, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const double load = atof(tok);
         struct bench_lat l[2] = {{0}};
         for (int m = 0; m < 2; m++) {
             const enum erma_kvcs_method meth = m == 0 ? ERMA_KVCS_READ : ERMA_KVCS_RPC;
             run_reset(r);
             erma_kvcs_client_set_method(r->c, meth);
             drive(r, load, o->seconds, 0, 0);
+            char phase[96];
+            snprintf(phase, sizeof phase, "sweep at %.0f GETs/s by %s, %u B values", load,
+                     method_name(meth), o->value);
+            report_failed(r, phase);
             if (r->nlat)
                 bench_lat_from_ns(r->lat, r->nlat, &l[m]);
-            printf("kvcs,sweep,%s,%.0f,%.0f,%.1f,%.1f,%.1f,%llu,%llu\n", m ? "rpc" : "read", load,
-                   (double)r->nlat / o->seconds, l[m].median_us, l[m].p99_us, l[m].p999_us,
-                   (unsigned long long)r->failed, (unsigned long long)r->wrong);
-            fflush(stdout);
+            char ratios[64] = ",";
+            if (m == 1)
+                snprintf(ratios, sizeof ratios, "%.3f,%.3f", l[0].median_us / l[1].median_us,
+                         l[0].p99_us / l[1].p99_us);
+            bench_table_row(t, "kvcs,sweep,%s,%u,%.0f,%.0f,%.1f,%.1f,%.1f,%llu,%llu,%s",
+                            method_name(meth), o->value, load, (double)r->nlat / o->seconds,
+                            l[m].median_us, l[m].p99_us, l[m].p999_us,
+                            (unsigned long long)(r->failed + r->started - r->done),
+                            (unsigned long long)r->wrong, ratios);
             if (r->wrong)
                 return ERMA_EBADPKT;
         }
-        printf("kvcs,ratio,read/rpc,%.0f,,%.3f,%.3f,,,\n", load,
-               l[0].median_us / l[1].median_us, l[0].p99_us / l[1].p99_us);
     }
     return ERMA_OK;
 }
 
-static int failure(struct run *r, pid_t victim)
+/* The 10 ms timeline of a failure run (CSV only); returns the median
+ * latency before the kill and sets *disrupted_ms. */
+static double timeline(struct run *r, bool csv, uint64_t *disrupted_ms)
 {
     const struct opts *o = r->o;
-    run_reset(r);
-    r->timeline = true;
-    erma_kvcs_client_set_method(r->c, o->method);
-    drive(r, o->load, o->seconds, o->kill_at, victim);
-    const char *m = o->method == ERMA_KVCS_READ ? "read" : "rpc";
     const uint64_t kill_bin = (uint64_t)(o->kill_at * 1e9) / BIN_NS;
     const uint64_t nbins = (uint64_t)(o->seconds * 1e9) / BIN_NS;
-    printf("bench,kind,method,t_ms,ops,p50_us,p99_us,max_us,failed\n");
+    struct bench_table t;
+    if (csv)
+        bench_table_start(&t, true, "bench,kind,method,value,t_ms,ops,p50_us,p99_us,max_us,failed");
     double before = 0;
     uint64_t last_bad = kill_bin;
     uint64_t *pre = malloc((r->nlat + 1) * sizeof *pre), npre = 0;
@@ -283,96 +457,193 @@ static int failure(struct run *r, pid_t victim)
         }
         if (b >= kill_bin && (r->bin_failed[b] || max >= o->attempt_ms * 1e3))
             last_bad = b + 1;
-        printf("kvcs,timeline,%s,%llu,%u,%.1f,%.1f,%.1f,%u\n", m, (unsigned long long)(b * 10),
-               r->bin_n[b], l.median_us, l.p99_us, max, r->bin_failed[b]);
+        if (csv)
+            bench_table_row(&t, "kvcs,timeline,%s,%u,%llu,%u,%.1f,%.1f,%.1f,%u",
+                            method_name(o->method), o->value, (unsigned long long)(b * 10),
+                            r->bin_n[b], l.median_us, l.p99_us, max, r->bin_failed[b]);
     }
     free(pre);
-    printf("kvcs,failure,%s,load %.0f,kill at %.0f ms,pre-kill median %.1f us,"
-           "disrupted %llu ms,failed %llu,wrong %llu\n", m, o->load, o->kill_at * 1e3, before,
-           (unsigned long long)((last_bad - kill_bin) * 10), (unsigned long long)r->failed,
-           (unsigned long long)r->wrong);
+    *disrupted_ms = (last_bad - kill_bin) * 10;
+    return before;
+}
+
+static int failure(struct run *r, pid_t victim, bool csv)
+{
+    const struct opts *o = r->o;
+    run_reset(r);
+    r->timeline = true;
+    erma_kvcs_client_set_method(r->c, o->method);
+    drive(r, o->load, o->seconds, o->kill_at, victim);
+    char phase[96];
+    snprintf(phase, sizeof phase, "failure run by %s at %.0f GETs/s, %u B values",
+             method_name(o->method), o->load, o->value);
+    report_failed(r, phase);
+    uint64_t disrupted;
+    const double before = timeline(r, csv, &disrupted);
+    struct bench_table t;
+    bench_table_start(&t, csv, "bench,kind,method,value,load,kill_ms,pre_kill_p50_us:15,"
+                               "disrupted_ms:12,failed,wrong");
+    bench_table_row(&t, "kvcs,failure,%s,%u,%.0f,%.0f,%.1f,%llu,%llu,%llu", method_name(o->method),
+                    o->value, o->load, o->kill_at * 1e3, before, (unsigned long long)disrupted,
+                    (unsigned long long)(r->failed + r->started - r->done),
+                    (unsigned long long)r->wrong);
     return r->wrong ? ERMA_EBADPKT : ERMA_OK;
 }
 
-static int parse(int argc, char **argv, struct opts *o)
+static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"servers", 1, 0, 's'}, {"replicas", 1, 0, 'r'}, {"keys", 1, 0, 'k'},
-        {"value", 1, 0, 'v'},   {"loads", 1, 0, 'l'},    {"seconds", 1, 0, 't'},
-        {"base-port", 1, 0, 'p'}, {"kill-at", 1, 0, 'K'}, {"method", 1, 0, 'm'},
-        {"load", 1, 0, 'L'},    {"idle-wait-us", 1, 0, 'i'}, {"attempt-ms", 1, 0, 'a'},
+        BENCH_COMMON_OPTIONS,
+        {"servers", 1, 0, 's'},   {"replicas", 1, 0, 'r'},     {"keys", 1, 0, 'k'},
+        {"value", 1, 0, 'v'},     {"loads", 1, 0, 'l'},        {"seconds", 1, 0, 't'},
+        {"base-port", 1, 0, 'p'}, {"kill-at", 1, 0, 'K'},      {"method", 1, 0, 'm'},
+        {"load", 1, 0, 'L'},      {"idle-wait-us", 1, 0, 'i'}, {"attempt-ms", 1, 0, 'a'},
+        {"role", 1, 0, 'R'},      {"server", 1, 0, 'S'},       {"uri", 1, 0, 'u'},
         {0, 0, 0, 0}};
-    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+    bench_cli_init(cli, "kvcs", usage, lo);
+    for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
-        case 's': o->servers = (unsigned)atoi(optarg); break;
-        case 'r': o->replicas = (unsigned)atoi(optarg); break;
-        case 'k': o->keys = (unsigned)atoi(optarg); break;
-        case 'v': o->value = (unsigned)atoi(optarg); break;
+        case 's': o->servers = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'r': o->replicas = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'k': o->keys = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'v': cli->sizes[0] = bench_cli_size(cli, optarg); cli->nsizes = 1; break;
         case 'l': o->loads = optarg; break;
-        case 't': o->seconds = atof(optarg); break;
-        case 'p': o->base_port = atoi(optarg); break;
-        case 'K': o->kill_at = atof(optarg); break;
-        case 'm': o->method = strcmp(optarg, "rpc") == 0 ? ERMA_KVCS_RPC : ERMA_KVCS_READ; break;
-        case 'L': o->load = atof(optarg); break;
-        case 'i': o->idle_wait_us = atof(optarg); break;
-        case 'a': o->attempt_ms = atof(optarg); break;
-        default: return -1;
+        case 't': o->seconds = bench_cli_real(cli, optarg); break;
+        case 'p': o->base_port = (int)bench_cli_u64(cli, optarg); break;
+        case 'K': o->kill_at = bench_cli_real(cli, optarg); break;
+        case 'm':
+            if (strcmp(optarg, "rpc") && strcmp(optarg, "read"))
+                bench_cli_fail(cli, "unknown method '%s'", optarg);
+            o->method = strcmp(optarg, "rpc") == 0 ? ERMA_KVCS_RPC : ERMA_KVCS_READ;
+            break;
+        case 'L': o->load = bench_cli_real(cli, optarg); break;
+        case 'i': o->idle_wait_us = bench_cli_real(cli, optarg); break;
+        case 'a': o->attempt_ms = bench_cli_real(cli, optarg); break;
+        case 'R': o->role = optarg; break;
+        case 'S': o->server_list = optarg; break;
+        case 'u': o->uri = optarg; break;
+        default: bench_cli_fail(cli, NULL);
         }
     }
-    if (o->servers < 1 || o->servers > MAX_SERVERS || o->keys < 1 || o->value < 1 ||
-        o->value > 4096 || o->seconds <= 0 || o->seconds > 600 ||
-        (o->kill_at > 0 && (o->kill_at >= o->seconds || o->load <= 0)) || o->attempt_ms <= 0 ||
-        o->idle_wait_us < 0)
-        return -1;
-    return 0;
+}
+
+static void check(const struct bench_cli *cli, const struct opts *o)
+{
+    if (strcmp(o->role, "both") && strcmp(o->role, "server") && strcmp(o->role, "client"))
+        bench_cli_fail(cli, "unknown role '%s'", o->role);
+    if (strcmp(o->role, "both") && !o->server_list)
+        bench_cli_fail(cli, "--role %s needs --server", o->role);
+    if (strcmp(o->role, "client") == 0 && o->kill_at > 0)
+        bench_cli_fail(cli, "--kill-at kills a server this program forked: not with --role client");
+    if (o->servers < 1 || o->servers > MAX_SERVERS || o->keys < 1 || o->keys > 10000000 ||
+        o->seconds <= 0 || o->seconds > 600 || o->attempt_ms <= 0)
+        bench_cli_fail(cli, "--servers (1..8), --keys, --seconds (up to 600) or --attempt-ms "
+                            "out of range");
+    if (o->kill_at > 0 && (o->kill_at >= o->seconds || o->load <= 0))
+        bench_cli_fail(cli, "--kill-at must come before --seconds end, with --load above 0");
+    for (unsigned i = 0; i < cli->nsizes; i++)
+        if (cli->sizes[i] < 1 || cli->sizes[i] > 4096)
+            bench_cli_fail(cli, "value size %u: 1..4096 B", cli->sizes[i]);
+}
+
+/* Connects the client, three tries (a server on a loaded host may be slow
+ * to start). */
+static int client_up(struct run *r, const struct erma_kvcs_client_cfg *cc)
+{
+    int rc = ERMA_OK;
+    for (int a = 1; a <= 3; a++) {
+        if ((rc = erma_kvcs_client_create(cc, &r->c)) == ERMA_OK)
+            return rc;
+        fprintf(stderr, "kvcs: connecting %s to %u servers (%s, ...): %s (attempt %d of 3)\n",
+                cc->uri, cc->nservers, cc->servers[0], erma_strerror(rc), a);
+    }
+    return rc;
+}
+
+/* Loads the keys at each value size, then sweeps or runs the failure. */
+static int run_sizes(struct run *r, struct opts *o, const struct bench_cli *cli, pid_t victim)
+{
+    struct bench_table t;
+    if (o->kill_at <= 0)
+        bench_table_start(&t, cli->csv, "bench,kind,method,value,offered,achieved,p50_us,"
+                                        "p99_us,p999_us,failed,wrong,read_rpc_p50:12,"
+                                        "read_rpc_p99:12");
+    int rc = ERMA_OK;
+    for (unsigned i = 0; i < cli->nsizes && rc == ERMA_OK; i++) {
+        o->value = cli->sizes[i];
+        if ((rc = load_keys(r)) != ERMA_OK)
+            break;
+        rc = o->kill_at > 0 ? failure(r, victim, cli->csv) : sweep(r, &t);
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.servers = 3, .replicas = 3, .keys = 10000, .value = 64, .seconds = 2,
+    struct opts o = {.servers = 3, .replicas = 3, .keys = 10000, .seconds = 2,
                      .loads = "5000,20000,50000,100000", .base_port = 42100, .load = 10000,
-                     .idle_wait_us = 20, .attempt_ms = 10};
-    if (parse(argc, argv, &o) != 0) {
-        fprintf(stderr, "usage: see the comment at the top of bench/kvcs.c\n");
-        return 2;
-    }
-    char uris[MAX_SERVERS][64];
+                     .idle_wait_us = 20, .attempt_ms = 10, .role = "both",
+                     .method = ERMA_KVCS_READ};
+    struct bench_cli cli;
+    parse(&cli, &o, argc, argv);
+    check(&cli, &o);
+    if (cli.nsizes == 0)
+        cli.sizes[cli.nsizes++] = 64;
+    const uint64_t idle_ns = (uint64_t)(o.idle_wait_us * 1000);
+    bench_pin(bench_cli_cpu(&cli, 0));
+    if (strcmp(o.role, "server") == 0)
+        return server_run(o.server_list, idle_ns, true);
+    char uris[MAX_SERVERS][128], list[1024], me[64];
     const char *srv[MAX_SERVERS];
-    pid_t pids[MAX_SERVERS];
-    for (unsigned i = 0; i < o.servers; i++) {
-        snprintf(uris[i], sizeof uris[i], "udp://127.0.0.1:%d", o.base_port + (int)(i * 8));
-        srv[i] = uris[i];
-        pids[i] = server_fork(uris[i], (uint64_t)(o.idle_wait_us * 1000));
+    pid_t pids[MAX_SERVERS] = {0};
+    if (strcmp(o.role, "client") == 0) {
+        snprintf(list, sizeof list, "%s", o.server_list);
+        o.servers = 0;
+        for (char *save, *tok = strtok_r(list, ",", &save); tok && o.servers < MAX_SERVERS;
+             tok = strtok_r(NULL, ",", &save))
+            srv[o.servers++] = tok;
+    } else {
+        for (unsigned i = 0; i < o.servers; i++) {
+            snprintf(uris[i], sizeof uris[i], "udp://127.0.0.1:%d", o.base_port + (int)(i * 8));
+            srv[i] = uris[i];
+            pids[i] = server_fork(uris[i], idle_ns, bench_cli_cpu(&cli, 1 + i));
+        }
     }
-    bench_pin(0);
-    char me[64];
     snprintf(me, sizeof me, "udp://127.0.0.1:%d", o.base_port + (int)(o.servers * 8));
     const struct erma_kvcs_client_cfg cc = {
-        .uri = me, .servers = srv, .nservers = o.servers, .replicas = o.replicas,
-        .max_ops = 1024, .attempt_timeout_ns = (uint64_t)(o.attempt_ms * 1e6), .cc_off = true};
+        .uri = o.uri ? o.uri : me, .servers = srv, .nservers = o.servers,
+        .replicas = o.replicas, .max_ops = 1024,
+        .attempt_timeout_ns = (uint64_t)(o.attempt_ms * 1e6), .cc_off = true};
+    bench_note(cli.csv, "kvcs: %u servers (%s, ...), %u replicas, %u keys; servers sleep once "
+               "idle %.0f us, the client polls", o.servers, srv[0], o.replicas, o.keys,
+               o.idle_wait_us);
     struct run *r = calloc(1, sizeof *r);
-    int rc = r ? erma_kvcs_client_create(&cc, &r->c) : ERMA_ENOMEM;
+    int rc = r ? client_up(r, &cc) : ERMA_ENOMEM;
     if (rc == ERMA_OK) {
         r->o = &o;
         r->cap = 4000000;
         r->lat = malloc(r->cap * sizeof *r->lat);
-        rc = r->lat ? load_keys(r) : ERMA_ENOMEM;
+        r->list = malloc(o.keys * sizeof *r->list);
+        r->again = malloc(o.keys * sizeof *r->again);
+        rc = r->lat && r->list && r->again ? run_sizes(r, &o, &cli, pids[0]) : ERMA_ENOMEM;
     }
-    if (rc == ERMA_OK)
-        rc = o.kill_at > 0 ? failure(r, pids[0]) : sweep(r);
-    if (rc != ERMA_OK)
-        fprintf(stderr, "kvcs: %s\n", erma_strerror(rc));
+    if (rc != ERMA_OK && rc != ERMA_EBADPKT)
+        fprintf(stderr, "kvcs: ended: %s\n", erma_strerror(rc));
     if (r && r->c)
         erma_kvcs_client_destroy(r->c);
     if (r) {
         for (unsigned b = 0; b < MAX_BINS; b++)
             free(r->bin_lat[b]);
         free(r->lat);
+        free(r->list);
+        free(r->again);
     }
     free(r);
     for (unsigned i = 0; i < o.servers; i++) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], NULL, 0);
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+        }
     }
     return rc == ERMA_OK ? 0 : 1;
 }

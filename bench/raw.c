@@ -1,12 +1,19 @@
 /*
  * raw - the physical-limit baseline: a ping-pong and a batched echo rate of
  * bare erma-headed packets over one transport, client and server in two
- * processes (the server is forked unless --role says otherwise). CSV out.
+ * processes, both busy-polling the transport (no erma endpoint).
  *
- *   raw [--uri CLIENT_URI] [--server SERVER_URI] [--role both|client|server]
- *       [--size BYTES] [--iters N] [--window W] [--batch B] [--seconds S]
+ *   raw [--sizes LIST] [--iters N] [--window W] [--batch B] [--seconds S]
+ *       [--cpu LIST] [--csv] [--uri URI] [--server URI]
+ *   raw --role server --server URI           (on one host: serves until killed)
+ *   raw --role client --server URI [...]     (on another)
+ *
+ * By default (--role both) the server is forked here. The ping-pong sends
+ * --size bytes each way: one echoed packet when it fits one, else the
+ * windowed messages of bench_raw_pingpong (bench.h). The rate keeps
+ * --window packets in flight, sent in batches of --batch; it needs a
+ * one-packet size and is left empty above. `raw --help` lists the options.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,52 +21,112 @@
 #include "bench.h"
 #include "erma/errors.h"
 
-int main(int argc, char **argv)
+static const char usage[] =
+    "usage: raw [options]\n"
+    "  bare packets over one transport: ping-pong RTT and echo rate, busy-polling\n"
+    "  --sizes LIST     data bytes per message, e.g. 32,1K,4K (--size B: one; default 32);\n"
+    "                   the rate is measured only for one-packet sizes (<= 1456 B)\n"
+    "  --iters N        ping-pongs per size (default 100000, fewer above 4 KB)\n"
+    "  --window W       rate: packets in flight (default 60)\n"
+    "  --batch B        rate: packets per send call (default 3)\n"
+    "  --seconds S      rate: seconds per size (default 2)\n"
+    "  --cpu LIST       CPUs: this process, then the forked server (default: none)\n"
+    "  --csv            CSV instead of the table\n"
+    "  --role R         both (default: fork the server), server (serve --server until\n"
+    "                   killed), client (the server runs elsewhere)\n"
+    "  --uri URI        the client's URI (default udp://127.0.0.1:0)\n"
+    "  --server URI     the server's URI (default udp://127.0.0.1:31850)\n"
+    "  -h, --help       this text\n";
+
+#define ONE_PACKET 1456
+
+struct opts {
+    const char *uri, *server, *role;
+    uint32_t window, batch;
+    uint64_t iters;
+    bool iters_set;
+    double seconds;
+};
+
+static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
 {
-    const char *uri = "udp://127.0.0.1:0", *server = "udp://127.0.0.1:31850", *role = "both";
-    uint32_t size = 32, window = 60, batch = 3;
-    uint64_t iters = 100000;
-    double seconds = 2;
-    static const struct option opts[] = {
-        {"uri", 1, 0, 'u'},    {"server", 1, 0, 's'}, {"role", 1, 0, 'r'},
-        {"size", 1, 0, 'z'},   {"iters", 1, 0, 'i'},  {"window", 1, 0, 'w'},
-        {"batch", 1, 0, 'b'},  {"seconds", 1, 0, 't'}, {0, 0, 0, 0}};
-    for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    static const struct option lo[] = {
+        BENCH_COMMON_OPTIONS,   {"uri", 1, 0, 'u'},    {"server", 1, 0, 's'},
+        {"role", 1, 0, 'r'},    {"iters", 1, 0, 'i'},  {"window", 1, 0, 'w'},
+        {"batch", 1, 0, 'b'},   {"seconds", 1, 0, 't'}, {0, 0, 0, 0}};
+    bench_cli_init(cli, "raw", usage, lo);
+    for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
-        case 'u': uri = optarg; break;
-        case 's': server = optarg; break;
-        case 'r': role = optarg; break;
-        case 'z': size = (uint32_t)atoi(optarg); break;
-        case 'i': iters = strtoull(optarg, NULL, 10); break;
-        case 'w': window = (uint32_t)atoi(optarg); break;
-        case 'b': batch = (uint32_t)atoi(optarg); break;
-        case 't': seconds = atof(optarg); break;
-        default:
-            fprintf(stderr, "usage: raw [--uri U] [--server U] [--role both|client|server] "
-                            "[--size B] [--iters N] [--window W] [--batch B] [--seconds S]\n");
-            return 2;
+        case 'u': o->uri = optarg; break;
+        case 's': o->server = optarg; break;
+        case 'r': o->role = optarg; break;
+        case 'i': o->iters = bench_cli_u64(cli, optarg); o->iters_set = true; break;
+        case 'w': o->window = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 'b': o->batch = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 't': o->seconds = bench_cli_real(cli, optarg); break;
+        default: bench_cli_fail(cli, NULL);
         }
     }
-    if (strcmp(role, "server") == 0)
-        return bench_raw_server(server, (uint64_t)3600e9) == ERMA_OK ? 0 : 1;
-    const pid_t child = strcmp(role, "both") == 0
-                            ? bench_raw_server_fork(server, 1, (uint64_t)(seconds * 4e9 + 60e9))
-                            : 0;
-    bench_pin(0);
+    if (strcmp(o->role, "both") && strcmp(o->role, "server") && strcmp(o->role, "client"))
+        bench_cli_fail(cli, "unknown role '%s'", o->role);
+    if (o->iters == 0 || o->window == 0 || o->batch == 0 || o->batch > 32 || o->seconds <= 0)
+        bench_cli_fail(cli, "--iters, --window, --batch (<= 32) and --seconds must be above 0");
+    if (cli->nsizes == 0)
+        cli->sizes[cli->nsizes++] = 32;
+}
+
+/* Measures one size; prints its row or says what failed. */
+static int run_size(const struct opts *o, const struct bench_table *t, uint32_t size)
+{
     struct bench_lat lat;
-    struct bench_raw_rate rate;
-    int rc = bench_raw_pingpong(uri, server, size, iters, &lat);
-    if (rc == ERMA_OK)
-        rc = bench_raw_rate(uri, server, size, window, batch, seconds, &rate);
-    bench_raw_server_stop(uri, server, child);
+    struct bench_raw_rate rate = {0};
+    const uint64_t iters = o->iters_set ? o->iters : bench_iters_for(o->iters, size);
+    int rc = bench_raw_pingpong(o->uri, o->server, size, size, iters, &lat);
+    const char *phase = "ping-pong";
+    if (rc == ERMA_OK && size <= ONE_PACKET) {
+        phase = "echo rate";
+        rc = bench_raw_rate(o->uri, o->server, size, o->window, o->batch, o->seconds, &rate);
+    }
     if (rc != ERMA_OK) {
-        fprintf(stderr, "raw: %s\n", erma_strerror(rc));
+        fprintf(stderr, "raw: %s of %u B, %s -> %s: %s\n", phase, size, o->uri, o->server,
+                erma_strerror(rc));
         return 1;
     }
-    printf("bench,transport,size,samples,median_us,p99_us,p999_us,window,batch,mpps,lost\n");
-    printf("raw,%.*s,%u,%llu,%.2f,%.2f,%.2f,%u,%u,%.3f,%llu\n",
-           (int)(strstr(server, "://") ? strstr(server, "://") - server : 0), server, size,
-           (unsigned long long)lat.samples, lat.median_us, lat.p99_us, lat.p999_us, window,
-           batch, rate.mpps, (unsigned long long)rate.lost);
+    const char *sep = strstr(o->server, "://");
+    char mpps[32] = "", lost[32] = "";
+    if (size <= ONE_PACKET) {
+        snprintf(mpps, sizeof mpps, "%.3f", rate.mpps);
+        snprintf(lost, sizeof lost, "%llu", (unsigned long long)rate.lost);
+    }
+    bench_table_row(t, "raw,%.*s,%u,%llu,%.2f,%.2f,%.2f,%u,%u,%s,%s",
+                    sep ? (int)(sep - o->server) : 0, o->server, size,
+                    (unsigned long long)lat.samples, lat.median_us, lat.p99_us, lat.p999_us,
+                    o->window, o->batch, mpps, lost);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.uri = "udp://127.0.0.1:0", .server = "udp://127.0.0.1:31850",
+                     .role = "both", .window = 60, .batch = 3, .iters = 100000, .seconds = 2};
+    struct bench_cli cli;
+    parse(&cli, &o, argc, argv);
+    bench_pin(bench_cli_cpu(&cli, 0));
+    if (strcmp(o.role, "server") == 0)
+        return bench_raw_server(o.server, 100ull * 24 * 3600 * 1000000000ull) == ERMA_OK ? 0 : 1;
+    const double longest = o.seconds * cli.nsizes * 2 + 60;
+    const pid_t child = strcmp(o.role, "both") == 0
+                            ? bench_raw_server_fork(o.server, bench_cli_cpu(&cli, 1),
+                                                    (uint64_t)(longest * 60e9))
+                            : 0;
+    bench_note(cli.csv, "raw: %s -> %s, both sides busy-poll the transport", o.uri, o.server);
+    struct bench_table t;
+    bench_table_start(&t, cli.csv, "bench,transport:9,size,samples,median_us,p99_us,p999_us,"
+                                   "window,batch,mpps,lost");
+    int rc = 0;
+    for (unsigned i = 0; i < cli.nsizes && rc == 0; i++)
+        rc = run_size(&o, &t, cli.sizes[i]);
+    if (child > 0)
+        bench_raw_server_stop(o.uri, o.server, child);
+    return rc;
 }

@@ -46,7 +46,7 @@ run() {
     "$raw" --role server --server "$server" >&2 &
   server_pid=$!
   ip netns exec "$NS_A" timeout 300 sh -c "$setup && exec \"\$@\"" sh \
-    "$raw" --role client --uri "$client" --server "$peer" "$@"
+    "$raw" --role client --cpu 0 --uri "$client" --server "$peer" "$@"
   for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
   kill "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,39 +25,119 @@ static void make_pkt(uint8_t *buf, uint64_t seq, uint8_t type, uint32_t size)
     memset(buf + ERMA_HDR_SIZE, 0xab, size);
 }
 
+/* Messages above one packet (bench_raw_pingpong): a request packet has
+ * req_type MSG_TYPE, pkt_num its index, dest_session the request's packet
+ * count and msg_size the response's size. The server answers each request
+ * packet but the last with a bare header (CR_TYPE, like a credit return),
+ * the last with the response's first RAW_WINDOW packets (RESP_TYPE), and
+ * each RFR_TYPE packet (pkt_num j) with response packet j. */
+#define MSG_TYPE 4
+#define RFR_TYPE 5
+#define CR_TYPE 6
+#define RESP_TYPE 7
+#define RAW_WINDOW 32 /* as an erma session's credits */
+
+struct server {
+    struct erma_transport *tr;
+    uint32_t dmax; /* data bytes per packet */
+    struct erma_tx_pkt tx[ERMA_MAX_BURST];
+    uint8_t hdr[ERMA_MAX_BURST][ERMA_HDR_SIZE];
+    unsigned ntx;
+    uint8_t data[MAX_DATA];
+};
+
+static void server_flush(struct server *s)
+{
+    if (s->ntx)
+        erma_tx_burst(s->tr, s->tx, s->ntx);
+    s->ntx = 0;
+}
+
+/* Queues the header h with len bytes of data (from s->data). */
+static void server_send(struct server *s, const struct erma_addr *dst, const struct erma_hdr *h,
+                        uint32_t len)
+{
+    if (s->ntx == ERMA_MAX_BURST)
+        server_flush(s);
+    const unsigned i = s->ntx++;
+    erma_hdr_encode(h, s->hdr[i]);
+    s->tx[i] = (struct erma_tx_pkt){.dst = dst, .hdr = s->hdr[i], .hdr_len = ERMA_HDR_SIZE,
+                                    .data = len ? s->data : NULL, .data_len = len};
+}
+
+/* Queues the first len bytes of a received packet back to its sender. */
+static void server_echo(struct server *s, const struct erma_rx_pkt *pkt, uint32_t len)
+{
+    if (s->ntx == ERMA_MAX_BURST)
+        server_flush(s);
+    s->tx[s->ntx++] = (struct erma_tx_pkt){.dst = &pkt->src, .hdr = pkt->data, .hdr_len = len};
+}
+
+static uint32_t pkts_of(uint32_t bytes, uint32_t dmax)
+{
+    return bytes ? (bytes + dmax - 1) / dmax : 1;
+}
+
+/* Response packet j of a msg_size-byte response to h's request. */
+static void send_resp(struct server *s, const struct erma_addr *dst, const struct erma_hdr *h,
+                      uint32_t j)
+{
+    const uint32_t left = h->msg_size - (h->msg_size < j * s->dmax ? h->msg_size : j * s->dmax);
+    const struct erma_hdr r = {.req_type = RESP_TYPE, .msg_size = h->msg_size, .pkt_num = (uint16_t)j,
+                               .req_num = h->req_num, .proto = ERMA_PROTO_RPC};
+    server_send(s, dst, &r, left < s->dmax ? left : s->dmax);
+}
+
+/* Handles one packet; returns false on the stop packet. */
+static bool serve_one(struct server *s, const struct erma_rx_pkt *pkt)
+{
+    struct erma_hdr h;
+    if (erma_hdr_check(pkt->data, pkt->len, &h) != ERMA_OK)
+        return true;
+    if (h.req_type == STOP_TYPE)
+        return false;
+    if (h.req_type == MSG_TYPE && h.pkt_num + 1u < h.dest_session) {
+        struct erma_hdr cr = h;
+        cr.req_type = CR_TYPE;
+        server_send(s, &pkt->src, &cr, 0);
+    } else if (h.req_type == MSG_TYPE) {
+        const uint32_t n = pkts_of(h.msg_size, s->dmax);
+        for (uint32_t j = 0; j < n && j < RAW_WINDOW; j++)
+            send_resp(s, &pkt->src, &h, j);
+    } else if (h.req_type == RFR_TYPE) {
+        send_resp(s, &pkt->src, &h, h.pkt_num);
+    } else {
+        server_echo(s, pkt, h.req_type == ACK_TYPE ? ERMA_HDR_SIZE : pkt->len);
+    }
+    return true;
+}
+
 int bench_raw_server(const char *uri, uint64_t max_ns)
 {
-    struct erma_transport *tr;
-    int rc = erma_transport_open(uri, NULL, &tr);
+    struct server *s = calloc(1, sizeof *s);
+    if (!s)
+        return ERMA_ENOMEM;
+    int rc = erma_transport_open(uri, NULL, &s->tr);
     if (rc != ERMA_OK) {
         ERMA_ERROR("raw server: cannot open %s: %s", uri, erma_strerror(rc));
+        free(s);
         return rc;
     }
+    s->dmax = s->tr->max_pkt - ERMA_HDR_SIZE;
+    memset(s->data, 0xab, sizeof s->data);
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
-    struct erma_tx_pkt tx[ERMA_MAX_BURST];
     const uint64_t end = erma_now_ns() + max_ns;
-    bool stop = false;
-    for (uint64_t iter = 0; !stop; iter++) {
-        const int n = erma_rx_burst(tr, rx, ERMA_MAX_BURST);
-        unsigned m = 0;
-        for (int i = 0; i < n; i++) {
-            struct erma_hdr h;
-            if (erma_hdr_check(rx[i].data, rx[i].len, &h) != ERMA_OK)
-                continue;
-            if (h.req_type == STOP_TYPE) {
-                stop = true;
-                continue;
-            }
-            tx[m++] = (struct erma_tx_pkt){
-                .dst = &rx[i].src, .hdr = rx[i].data,
-                .hdr_len = h.req_type == ACK_TYPE ? ERMA_HDR_SIZE : rx[i].len};
-        }
-        if (m)
-            erma_tx_burst(tr, tx, m);
+    bool run = true;
+    for (uint64_t iter = 0; run; iter++) {
+        const int n = erma_rx_burst(s->tr, rx, ERMA_MAX_BURST);
+        for (int i = 0; i < n && run; i++)
+            run = serve_one(s, &rx[i]);
+        server_flush(s);
         if ((iter & 1023) == 0 && erma_now_ns() > end)
             break;
     }
-    erma_transport_close(tr);
+    erma_transport_close(s->tr);
+    free(s);
     return ERMA_OK;
 }
 
@@ -64,6 +145,7 @@ pid_t bench_raw_server_fork(const char *uri, int cpu, uint64_t max_ns)
 {
     const pid_t pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
         bench_pin(cpu);
         _exit(bench_raw_server(uri, max_ns) == ERMA_OK ? 0 : 1);
     }
@@ -100,6 +182,10 @@ struct client {
     struct erma_addr dst;
     uint8_t buf[ERMA_HDR_SIZE + MAX_DATA];
     uint32_t size;
+    /* bench_raw_pingpong above one packet (see MSG_TYPE) */
+    bool msg;
+    uint32_t resp_size, dmax;
+    uint8_t hdr[ERMA_MAX_BURST][ERMA_HDR_SIZE];
 };
 
 static int client_open(struct client *c, const char *uri, const char *peer, uint32_t size)
@@ -107,6 +193,7 @@ static int client_open(struct client *c, const char *uri, const char *peer, uint
     if (size > MAX_DATA)
         return ERMA_E2BIG;
     c->size = size;
+    c->msg = false;
     int rc = erma_transport_open(uri, NULL, &c->tr);
     if (rc != ERMA_OK)
         return rc;
@@ -115,6 +202,7 @@ static int client_open(struct client *c, const char *uri, const char *peer, uint
         erma_transport_close(c->tr);
         return rc != ERMA_OK ? rc : ERMA_E2BIG;
     }
+    memset(c->buf + ERMA_HDR_SIZE, 0xab, size);
     return ERMA_OK;
 }
 
@@ -143,28 +231,125 @@ static uint64_t await_echo(struct client *c, uint64_t seq, uint64_t t0, uint64_t
     }
 }
 
-int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint64_t iters,
-                       struct bench_lat *out)
+/* Request packets [*sent, until) of message seq, in one burst. */
+static void msg_send_req(struct client *c, uint64_t seq, uint32_t *sent, uint32_t until)
 {
-    struct client c;
-    int rc = client_open(&c, uri, peer, size);
+    const uint32_t k = pkts_of(c->size, c->dmax);
+    struct erma_tx_pkt tx[ERMA_MAX_BURST];
+    unsigned m = 0;
+    for (; *sent < until && *sent < k && m < ERMA_MAX_BURST; (*sent)++, m++) {
+        const uint32_t off = *sent * c->dmax, len = c->size - off < c->dmax ? c->size - off : c->dmax;
+        const struct erma_hdr h = {.req_type = MSG_TYPE, .msg_size = c->resp_size,
+                                   .dest_session = (uint16_t)k, .pkt_num = (uint16_t)*sent,
+                                   .req_num = seq, .proto = ERMA_PROTO_RPC};
+        erma_hdr_encode(&h, c->hdr[m]);
+        tx[m] = (struct erma_tx_pkt){.dst = &c->dst, .hdr = c->hdr[m], .hdr_len = ERMA_HDR_SIZE,
+                                     .data = len ? c->buf + ERMA_HDR_SIZE : NULL, .data_len = len};
+    }
+    if (m)
+        erma_tx_burst(c->tr, tx, m);
+}
+
+/* Asks for response packets [*next, until) of message seq. */
+static void msg_send_rfr(struct client *c, uint64_t seq, uint32_t *next, uint32_t until)
+{
+    struct erma_tx_pkt tx[ERMA_MAX_BURST];
+    unsigned m = 0;
+    for (; *next < until && m < ERMA_MAX_BURST; (*next)++, m++) {
+        const struct erma_hdr h = {.req_type = RFR_TYPE, .msg_size = c->resp_size,
+                                   .pkt_num = (uint16_t)*next, .req_num = seq,
+                                   .proto = ERMA_PROTO_RPC};
+        erma_hdr_encode(&h, c->hdr[m]);
+        tx[m] = (struct erma_tx_pkt){.dst = &c->dst, .hdr = c->hdr[m], .hdr_len = ERMA_HDR_SIZE};
+    }
+    if (m)
+        erma_tx_burst(c->tr, tx, m);
+}
+
+/* One message exchange (see MSG_TYPE): at most RAW_WINDOW request packets
+ * unacknowledged, then one RFR per response packet past the first window.
+ * Returns the RTT or 0 after timeout_ns. */
+static uint64_t msg_exchange(struct client *c, uint64_t seq, uint64_t timeout_ns)
+{
+    const uint32_t k = pkts_of(c->size, c->dmax), n = pkts_of(c->resp_size, c->dmax);
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    const uint64_t t0 = erma_now_ns();
+    uint32_t sent = 0, acked = 0, got = 0, asked = n < RAW_WINDOW ? n : RAW_WINDOW;
+    for (;;) {
+        if (sent < k)
+            msg_send_req(c, seq, &sent, acked + RAW_WINDOW);
+        const int m = erma_rx_burst(c->tr, rx, ERMA_MAX_BURST);
+        const uint64_t now = erma_now_ns();
+        uint32_t want = asked;
+        for (int i = 0; i < m; i++) {
+            struct erma_hdr h;
+            if (erma_hdr_check(rx[i].data, rx[i].len, &h) != ERMA_OK || h.req_num != seq)
+                continue;
+            acked += h.req_type == CR_TYPE;
+            if (h.req_type == RESP_TYPE) {
+                got++;
+                want += want < n;
+            }
+        }
+        msg_send_rfr(c, seq, &asked, want);
+        if (got == n)
+            return now - t0 ? now - t0 : 1;
+        if (now - t0 > timeout_ns)
+            return 0;
+    }
+}
+
+static uint64_t exchange(struct client *c, uint64_t seq, uint64_t timeout_ns)
+{
+    if (c->msg)
+        return msg_exchange(c, seq, timeout_ns);
+    const uint64_t t0 = erma_now_ns();
+    send_seq(c, seq);
+    return await_echo(c, seq, t0, timeout_ns);
+}
+
+/* One packet each way when both fit one, else messages (MSG_TYPE). */
+static int pingpong_open(struct client *c, const char *uri, const char *peer, uint32_t size,
+                         uint32_t resp_size)
+{
+    if (size > ERMA_MAX_MSG_SIZE || resp_size > ERMA_MAX_MSG_SIZE)
+        return ERMA_E2BIG;
+    int rc = client_open(c, uri, peer, 0);
     if (rc != ERMA_OK)
         return rc;
+    c->dmax = c->tr->max_pkt - ERMA_HDR_SIZE;
+    c->size = size;
+    c->resp_size = resp_size;
+    c->msg = size != resp_size || size > c->dmax;
+    memset(c->buf + ERMA_HDR_SIZE, 0xab, size < c->dmax ? size : c->dmax);
+    return ERMA_OK;
+}
+
+int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint32_t resp_size,
+                       uint64_t iters, struct bench_lat *out)
+{
+    struct client *c = calloc(1, sizeof *c);
+    int rc = c ? pingpong_open(c, uri, peer, size, resp_size) : ERMA_ENOMEM;
+    if (rc != ERMA_OK) {
+        free(c);
+        return rc;
+    }
     uint64_t *rtt = malloc(iters * sizeof *rtt), n = 0, seq = 0, lost = 0;
     const uint64_t warmup = iters / 10 + 1;
     rc = rtt ? ERMA_OK : ERMA_ENOMEM;
     /* Until the first echo the server may still be starting: retry for 2 s. */
     for (int i = 0; rc == ERMA_OK && i < 2000; i++) {
-        send_seq(&c, ++seq);
-        if (await_echo(&c, seq, erma_now_ns(), 1000000))
+        const uint32_t size = c->size;
+        c->size = 0; /* a bare header */
+        send_seq(c, ++seq);
+        c->size = size;
+        if (await_echo(c, seq, erma_now_ns(), 1000000))
             break;
         if (i == 1999)
             rc = ERMA_ETIMEDOUT;
     }
     for (uint64_t i = 0; rc == ERMA_OK && i < iters + warmup && lost < 100; i++) {
-        const uint64_t t0 = erma_now_ns();
-        send_seq(&c, ++seq);
-        const uint64_t d = await_echo(&c, seq, t0, 100000000);
+        const uint64_t d = exchange(c, ++seq, 100000000);
         if (d == 0)
             lost++;
         else if (i >= warmup)
@@ -175,7 +360,8 @@ int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint64_
     if (rc == ERMA_OK)
         bench_lat_from_ns(rtt, n, out);
     free(rtt);
-    erma_transport_close(c.tr);
+    erma_transport_close(c->tr);
+    free(c);
     return rc;
 }
 
@@ -316,10 +502,10 @@ static int raw_sym(void *ctx, bool peer, struct bench_raw_rate *out)
 }
 
 int bench_raw_rate_sym(const char *uri, const char *peer, uint32_t size, uint32_t window,
-                       uint32_t batch, double seconds, struct bench_raw_rate *out)
+                       uint32_t batch, double seconds, int peer_cpu, struct bench_raw_rate *out)
 {
     if (window == 0 || batch == 0 || batch > ERMA_MAX_BURST)
         return ERMA_EINVAL;
     struct sym_args a = {uri, peer, size, window, batch, seconds};
-    return bench_both_sides(raw_sym, &a, seconds, out);
+    return bench_both_sides(raw_sym, &a, seconds, peer_cpu, out);
 }

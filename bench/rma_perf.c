@@ -1,31 +1,38 @@
 /*
  * rma_perf - one-sided READ and WRITE beside an RPC of the same size, in one run.
  *
- *   rma_perf --mode lat|rate|bw [--op read|write] [--uri CLIENT] [--server SERVER]
- *            [--size B] [--iters N] [--window W] [--seconds S] [--rounds R]
- *            [--cc-off]
+ *   rma_perf [--mode lat|rate|bw] [--op read|write] [--sizes LIST] [options]
+ *   rma_perf --role server [--server URI]                   (on one host)
+ *   rma_perf --role client --server URI [--mode ...]        (on another)
  *
- * lat: one --size op at a time (default 32 B); round-trip percentiles.
- * rate: --window ops of --size in flight (default 60 of 32 B); Mops.
- * bw: one --size transfer at a time through the executor (default 8 MiB,
- * chunks of 4 KB under the window CC, or bounded only by the command slots
- * with --cc-off); Gb/s of data. ERMA_BENCH_CC=1 prints the windows.
+ * `rma_perf --help` lists every option. lat: one op of --size at a time
+ * (default 32 B; above ERMA_RMA_MAX_OP, 4 KB, one transfer through the
+ * executor); round-trip percentiles. rate: --window ops in flight (default
+ * 60 of 32 B, at most 4 KB each); Mops. bw: one transfer at a time through
+ * the executor (default 8 MiB, chunks of 4 KB under the window CC, or
+ * bounded only by the command slots with --cc-off); Gb/s of data.
+ * ERMA_BENCH_CC=1 prints the windows.
  *
  * The RPC of the same size is bench/rpc_perf's: for a READ of B bytes, a
  * request of 8 B answered by B bytes (a GET); for a WRITE, a request of B
- * bytes answered by 8 B (a PUT). One server process (pinned to CPU 1,
- * client on CPU 0) serves both in each round: the RPC echo handler, a
- * REGION RPC that hands the client its derived key, and a registered
- * read-write region its event loop serves one-sided. Within a round the
- * order of the two alternates, and every round starts a fresh server.
+ * bytes answered by 8 B (a PUT). One server process serves both: the RPC
+ * echo handler, a REGION RPC that hands the client its derived key, and a
+ * registered read-write region (64 MiB with --role server, else as large as
+ * the largest size needs) its event loop serves one-sided.
+ * Within a round the order of the two alternates. By default (--role both)
+ * every round forks a fresh server; with --role client the server is a
+ * `rma_perf --role server` on another host. Every endpoint busy-polls
+ * (cfg.busy_poll, the measurement condition); --no-poll measures the
+ * default idle sleep on both sides.
  *
- * CSV: one line per round and a median line; ratio = one-sided / RPC, the
- * median line's ratio is the median of the per-round ratios (latency:
- * lower is better; rate and bandwidth: higher is better). A READ's data is
- * checked against the region's pattern, and a WRITE writes the pattern
- * back, so a wrong byte fails the run.
+ * Output: a line per size and round and a median line per size; ratio =
+ * one-sided / RPC, the median line's is the median of the per-round ratios
+ * (latency: lower is better; rate and bandwidth: higher is better). A
+ * READ's data is checked against the region's pattern, and a WRITE writes
+ * the pattern back, so a wrong byte fails the run. Failed ops (a timeout
+ * when a process stalls) are counted and named on stderr, not timed; more
+ * than 1% fails the measurement, which is tried again (3 attempts).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,15 +43,40 @@
 #include "erma/rma.h"
 #include "erma/rpc.h"
 
+static const char usage[] =
+    "usage: rma_perf [--mode lat|rate|bw] [--op read|write] [options]\n"
+    "  one-sided READ/WRITE beside an RPC of the same size (see bench/rma_perf.c)\n"
+    "  --mode M         lat (default): one op at a time, RTT percentiles;\n"
+    "                   rate: --window ops in flight, Mops; bw: Gb/s of transfers\n"
+    "  --op O           read (default) or write\n"
+    "  --sizes LIST     data bytes, e.g. 32,1K,4K,64K (--size B: one); default 32\n"
+    "                   (bw: 8M); rate: at most 4K; lat above 4K: executor transfers\n"
+    "  --iters N        lat: ops per measurement (default 50000, fewer above 4 KB)\n"
+    "  --window W       rate: ops in flight (default 60)\n"
+    "  --seconds S      rate and bw: seconds per measurement (default 2)\n"
+    "  --rounds R       rounds, 1..50 (default 3)\n"
+    "  --cc-off         bw: no window CC in the executor\n"
+    "  --no-poll        endpoints sleep when idle (default: busy-poll)\n"
+    "  --cpu LIST       CPUs: this process, then the server (default: no pinning)\n"
+    "  --csv            CSV instead of the table\n"
+    "  --role R         both (default: fork a server per round), server (serve\n"
+    "                   --server until killed), client (the server runs elsewhere)\n"
+    "  --uri URI        this client's URI (default udp://127.0.0.1:31880)\n"
+    "  --server URI     the server's URI (default udp://127.0.0.1:31890)\n"
+    "  -h, --help       this text\n";
+
 #define REGION_RPC 2
 #define SMALL 8 /* the other direction of the comparable RPC */
+#define REGION_BYTES (64u << 20)
+#define ATTEMPTS 3
 
 struct opts {
-    const char *mode;
+    const char *mode, *role;
     enum erma_rma_op op;
     struct bench_rpc_opts rpc;
-    unsigned rounds;
-    bool cc_off;
+    struct erma_rpc_cfg cfg;
+    unsigned rounds, round;
+    bool cc_off, iters_set, lat, bw, remote;
 };
 
 static uint8_t pattern(uint64_t i)
@@ -52,13 +84,17 @@ static uint8_t pattern(uint64_t i)
     return (uint8_t)(i * 7 + 3);
 }
 
-/* Region bytes: the largest op or transfer, and a window of ops side by side. */
-static size_t region_len(const struct opts *o)
+/* Initiator buffer bytes: the largest op or transfer, or a window of ops. */
+static size_t buf_len(const struct opts *o)
 {
     const uint64_t op = o->rpc.size < ERMA_RMA_MAX_OP ? o->rpc.size : ERMA_RMA_MAX_OP;
     const uint64_t window = (uint64_t)o->rpc.window * op;
-    const uint64_t len = o->rpc.size > window ? o->rpc.size : window;
-    return len > (1u << 20) ? len : (1u << 20);
+    return o->rpc.size > window ? o->rpc.size : window;
+}
+
+static const char *op_name(const struct opts *o)
+{
+    return o->op == ERMA_RMA_READ ? "read" : "write";
 }
 
 /* ---- the server's one-sided side ---- */
@@ -143,13 +179,9 @@ static void on_key(struct erma_rpc *rpc, void *tag, int status, struct erma_msgb
     c->has_done = true;
 }
 
-/* Runs the loop until an answer (c->has_done) or 10 s. */
-static int wait_done(struct initiator *c)
+static bool key_done(void *ctx)
 {
-    const uint64_t end = erma_now_ns() + 10000000000ull;
-    while (!c->has_done && erma_now_ns() < end)
-        erma_rpc_run_once(c->rpc);
-    return c->has_done ? c->done.status : ERMA_ETIMEDOUT;
+    return ((const struct initiator *)ctx)->has_done;
 }
 
 /* Asks the server for the region's key by RPC (waiting for it to start). */
@@ -171,7 +203,9 @@ static int fetch_key(struct initiator *c, const char *server)
     c->has_done = false;
     rc = erma_enqueue_request(c->rpc, s, REGION_RPC, &req, &resp, on_key, c);
     if (rc == ERMA_OK)
-        rc = wait_done(c);
+        rc = erma_rpc_run_until(c->rpc, key_done, c, 10000000000ull);
+    if (rc == ERMA_OK)
+        rc = c->done.status;
     erma_free_msgbuf(c->rpc, &req);
     erma_free_msgbuf(c->rpc, &resp);
     erma_destroy_session(c->rpc, s);
@@ -195,14 +229,14 @@ static int initiator_open(struct initiator *c, const struct opts *o)
     const struct erma_rma_cfg cfg = {.slots = o->rpc.window + 16, .cc_off = o->cc_off};
     int rc = erma_nexus_create(o->rpc.uri, NULL, &c->nx);
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(c->nx, 0, NULL, &c->rpc);
+        rc = erma_rpc_create(c->nx, 0, &o->cfg, &c->rpc);
     if (rc == ERMA_OK)
         rc = erma_rma_create(c->rpc, &cfg, &c->rma);
     if (rc == ERMA_OK)
         rc = fetch_key(c, o->rpc.server);
     if (rc == ERMA_OK && (c->peer = erma_rma_peer(c->rma, o->rpc.server, 0)) < 0)
         rc = c->peer;
-    const size_t len = region_len(o);
+    const size_t len = buf_len(o);
     if (rc == ERMA_OK && !(c->buf = malloc(len)))
         rc = ERMA_ENOMEM;
     if (rc == ERMA_OK) /* what a WRITE writes back: the region's own bytes */
@@ -213,11 +247,19 @@ static int initiator_open(struct initiator *c, const struct opts *o)
     return rc;
 }
 
-/* Polls one completion into c->done; false when there is none. */
-static bool poll_one(struct initiator *c)
+/* A completion into c->done; for erma_rpc_run_until. */
+static bool polled(void *ctx)
 {
-    erma_rpc_run_once(c->rpc);
+    struct initiator *c = ctx;
     return erma_rma_poll(c->rma, &c->done, 1) == 1;
+}
+
+/* Waits for the one op or transfer in flight (10 s at most). */
+static int wait_one(struct initiator *c)
+{
+    if (erma_rpc_run_until(c->rpc, polled, c, 10000000000ull) != ERMA_OK)
+        return ERMA_ETIMEDOUT;
+    return c->done.status;
 }
 
 /* A READ of [off, off + len) must have brought the region's pattern. */
@@ -231,18 +273,6 @@ static int check_read(const struct opts *o, const struct initiator *c, uint64_t 
     return ERMA_OK;
 }
 
-static int op_sync(struct initiator *c, const struct erma_rma_cmd *cmd)
-{
-    const int slot = erma_rma_submit(c->rma, cmd);
-    if (slot < 0)
-        return slot;
-    const uint64_t end = erma_now_ns() + 10000000000ull;
-    while (!poll_one(c))
-        if (erma_now_ns() > end)
-            return ERMA_ETIMEDOUT;
-    return c->done.status;
-}
-
 static struct erma_rma_cmd cmd_at(const struct opts *o, struct initiator *c, uint64_t off,
                                   uint32_t len)
 {
@@ -250,25 +280,54 @@ static struct erma_rma_cmd cmd_at(const struct opts *o, struct initiator *c, uin
                                  .local = c->buf + off, .len = len, .tag = off};
 }
 
-/* Failed ops (a timeout when a process stalls) are counted, not timed;
- * more than 1% of them fails the run. */
+/* One op of o->rpc.size, or above ERMA_RMA_MAX_OP one transfer; waits for it. */
+static int op_sync(const struct opts *o, struct initiator *c)
+{
+    int rc;
+    if (o->rpc.size <= ERMA_RMA_MAX_OP) {
+        const struct erma_rma_cmd cmd = cmd_at(o, c, 0, o->rpc.size);
+        rc = erma_rma_submit(c->rma, &cmd);
+    } else {
+        const struct erma_rma_xfer x = {.op = o->op, .peer = c->peer, .rkey = c->rkey,
+                                        .local = c->buf, .len = o->rpc.size, .max_retries = 8};
+        rc = erma_rma_transfer(c->rma, &x);
+    }
+    return rc < 0 ? rc : wait_one(c);
+}
+
+/* "lat read 32 B, round 1, U -> S" into buf, for messages. */
+static const char *where(const struct opts *o, const char *what, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s %s %s %u B, round %u, %s -> %s", o->mode, what, op_name(o),
+             o->rpc.size, o->round, o->rpc.uri, o->rpc.server);
+    return buf;
+}
+
+/* Names the failed ops of a measurement (they are counted, not timed). */
+static void report_failed(const struct opts *o, uint64_t failed, uint64_t total, int last)
+{
+    char w[256];
+    if (failed)
+        fprintf(stderr, "rma_perf: %s: %llu of %llu ops failed, the last with: %s\n",
+                where(o, "one-sided", w, sizeof w), (unsigned long long)failed,
+                (unsigned long long)total, erma_strerror(last));
+}
+
 static int rma_lat(const struct opts *o, struct initiator *c, struct bench_lat *out)
 {
-    const uint64_t warmup = o->rpc.iters / 10 + 1;
-    uint64_t *rtt = malloc(o->rpc.iters * sizeof *rtt), n = 0, failed = 0;
-    int rc = rtt ? ERMA_OK : ERMA_ENOMEM;
-    const struct erma_rma_cmd cmd = cmd_at(o, c, 0, o->rpc.size);
-    for (uint64_t i = 0; rc == ERMA_OK && i < o->rpc.iters + warmup; i++) {
+    const uint64_t iters = o->rpc.iters, warmup = iters / 10 + 1;
+    uint64_t *rtt = malloc(iters * sizeof *rtt), n = 0, failed = 0, i = 0;
+    int rc = rtt ? ERMA_OK : ERMA_ENOMEM, last = ERMA_OK;
+    for (; rc == ERMA_OK && i < iters + warmup; i++) {
         const uint64_t t0 = erma_now_ns();
-        const int st = op_sync(c, &cmd);
-        if (st != ERMA_OK && ++failed * 100 > o->rpc.iters)
+        const int st = op_sync(o, c);
+        if (st != ERMA_OK && ++failed * 100 > iters)
             rc = st;
         else if (st == ERMA_OK && i >= warmup)
             rtt[n++] = erma_now_ns() - t0;
+        last = st != ERMA_OK ? st : last;
     }
-    if (failed)
-        fprintf(stderr, "rma_perf: lat: %llu ops failed (%s)\n", (unsigned long long)failed,
-                erma_strerror(c->done.status));
+    report_failed(o, failed, i, last);
     if (rc == ERMA_OK)
         rc = check_read(o, c, 0, o->rpc.size);
     if (rc == ERMA_OK)
@@ -286,7 +345,7 @@ static int rma_rate(const struct opts *o, struct initiator *c, double *mops)
     uint32_t inflight = 0, next = 0;
     const uint64_t start = erma_now_ns(), end = start + (uint64_t)(o->rpc.seconds * 1e9);
     uint64_t now = start;
-    int rc = ERMA_OK;
+    int rc = ERMA_OK, last = ERMA_OK;
     while (now < end && rc == ERMA_OK) {
         for (; inflight < w; inflight++, next = (next + 1) % w) {
             const struct erma_rma_cmd cmd = cmd_at(o, c, (uint64_t)next * size, size);
@@ -299,33 +358,25 @@ static int rma_rate(const struct opts *o, struct initiator *c, double *mops)
             const bool good = done[i].status == ERMA_OK;
             ok += good;
             failed += !good;
+            last = good ? last : done[i].status;
             rc = good ? check_read(o, c, done[i].tag, size) : ERMA_OK;
         }
         inflight -= (uint32_t)(n > 0 ? n : 0);
         now = erma_now_ns();
     }
     *mops = (double)ok / ((double)(now - start) / 1e9) / 1e6;
-    if (failed)
-        fprintf(stderr, "rma_perf: rate: %llu of %llu ops failed\n", (unsigned long long)failed,
-                (unsigned long long)(ok + failed));
-    return rc == ERMA_OK && ok == 0 ? ERMA_ETIMEDOUT : rc;
+    report_failed(o, failed, ok + failed, last);
+    return rc == ERMA_OK && ok == 0 ? last != ERMA_OK ? last : ERMA_ETIMEDOUT : rc;
 }
 
 static int rma_bw(const struct opts *o, struct initiator *c, double *gbps)
 {
-    const struct erma_rma_xfer x = {.op = o->op, .peer = c->peer, .rkey = c->rkey,
-                                    .local = c->buf, .len = o->rpc.size, .max_retries = 8};
     uint64_t bytes = 0;
     const uint64_t start = erma_now_ns(), end = start + (uint64_t)(o->rpc.seconds * 1e9);
     uint64_t now = start;
     int rc = ERMA_OK;
     while (rc == ERMA_OK && now < end) {
-        rc = erma_rma_transfer(c->rma, &x);
-        const uint64_t limit = erma_now_ns() + 10000000000ull;
-        while (rc >= 0 && !poll_one(c))
-            if (erma_now_ns() > limit)
-                rc = ERMA_ETIMEDOUT;
-        rc = rc < 0 ? rc : c->done.status;
+        rc = op_sync(o, c);
         bytes += o->rpc.size;
         now = erma_now_ns();
     }
@@ -333,135 +384,204 @@ static int rma_bw(const struct opts *o, struct initiator *c, double *gbps)
         rc = check_read(o, c, 0, o->rpc.size);
     struct erma_rma_stats st;
     erma_rma_get_stats(c->rma, &st);
+    char w[256];
     if (st.retries)
-        fprintf(stderr, "rma_perf: bw: %llu chunk retries\n", (unsigned long long)st.retries);
+        fprintf(stderr, "rma_perf: %s: %llu chunks timed out or were refused and were retried\n",
+                where(o, "one-sided", w, sizeof w), (unsigned long long)st.retries);
     const struct erma_window *lw = erma_rma_local_window(c->rma),
-                             *rw = erma_rma_window(c->rma, c->peer, o->op == ERMA_RMA_READ ? ERMA_WINDOW_IN : ERMA_WINDOW_OUT);
+                             *rw = erma_rma_window(c->rma, c->peer, o->op == ERMA_RMA_READ
+                                                                        ? ERMA_WINDOW_IN
+                                                                        : ERMA_WINDOW_OUT);
     if (getenv("ERMA_BENCH_CC") && lw && rw)
         fprintf(stderr, "rma_perf: windows local %.2f remote %.2f ops\n", lw->cwnd, rw->cwnd);
     *gbps = rc == ERMA_OK ? (double)bytes * 8 / (double)(now - start) : 0;
     return rc;
 }
 
-/* Measures one-sided (rma) or the RPC once; returns the metric or < 0. */
-static double measure(const struct opts *o, bool rma, struct bench_lat *lat)
+/* Measures one-sided (rma) or the comparable RPC (r) once; an erma status. */
+static int measure_once(const struct opts *o, const struct opts *r, bool rma,
+                        struct bench_lat *lat, double *v)
 {
-    double v = -1;
-    int rc;
     if (!rma) {
         struct bench_raw_rate rate = {0};
-        if (strcmp(o->mode, "lat") == 0)
-            rc = bench_rpc_lat(&o->rpc, lat), v = lat->median_us;
-        else if (strcmp(o->mode, "bw") == 0)
-            rc = bench_rpc_bw(&o->rpc, &v);
+        int rc;
+        if (r->lat)
+            rc = bench_rpc_lat(&r->rpc, lat), *v = lat->median_us;
+        else if (r->bw)
+            rc = bench_rpc_bw(&r->rpc, v);
         else
-            rc = bench_rpc_rate(&o->rpc, &rate), v = rate.mpps;
-    } else {
-        struct initiator c;
-        if ((rc = initiator_open(&c, o)) != ERMA_OK)
-            goto out;
-        if (strcmp(o->mode, "lat") == 0)
-            rc = rma_lat(o, &c, lat), v = lat->median_us;
-        else if (strcmp(o->mode, "bw") == 0)
-            rc = rma_bw(o, &c, &v);
-        else
-            rc = rma_rate(o, &c, &v);
-        initiator_close(&c);
+            rc = bench_rpc_rate(&r->rpc, &rate), *v = rate.mpps;
+        return rc;
     }
-out:
-    if (rc != ERMA_OK) {
-        fprintf(stderr, "rma_perf: %s %s: %s\n", o->mode, rma ? "one-sided" : "rpc",
-                erma_strerror(rc));
-        return -1;
-    }
-    return v;
+    struct initiator c;
+    int rc = initiator_open(&c, o);
+    if (rc != ERMA_OK)
+        return rc;
+    if (o->lat)
+        rc = rma_lat(o, &c, lat), *v = lat->median_us;
+    else if (o->bw)
+        rc = rma_bw(o, &c, v);
+    else
+        rc = rma_rate(o, &c, v);
+    initiator_close(&c);
+    return rc;
 }
 
-static int parse(int argc, char **argv, struct opts *o)
+/* measure_once, tried ATTEMPTS times; the metric or < 0. */
+static double measure(const struct opts *o, const struct opts *r, bool rma, struct bench_lat *lat)
+{
+    for (int a = 1; a <= ATTEMPTS; a++) {
+        double v = -1;
+        const int rc = measure_once(o, r, rma, lat, &v);
+        if (rc == ERMA_OK)
+            return v;
+        char w[256];
+        fprintf(stderr, "rma_perf: %s: %s (attempt %d of %d%s)\n",
+                where(o, rma ? "one-sided" : "rpc", w, sizeof w),
+                rc == ERMA_EBADPKT ? "wrong data read" : erma_strerror(rc), a, ATTEMPTS,
+                a < ATTEMPTS ? ", trying again" : ", giving up");
+        if (rc == ERMA_EBADPKT)
+            break;
+    }
+    return -1;
+}
+
+/* The comparable RPC: B bytes back for a READ, B bytes out for a WRITE. */
+static struct opts rpc_like(const struct opts *o)
+{
+    struct opts r = *o;
+    const bool read = o->op == ERMA_RMA_READ;
+    r.rpc.size = read ? SMALL : o->rpc.size;
+    r.rpc.resp_size = read ? o->rpc.size : SMALL;
+    r.rpc.cfg = &o->cfg;
+    if (!o->lat && !o->bw)
+        return r;
+    r.rpc.sessions = 1;
+    return r;
+}
+
+static int run_size(struct opts *o, const struct bench_table *t, const struct bench_server_ext *ext,
+                    int server_cpu)
+{
+    const struct opts r = rpc_like(o);
+    const uint64_t max_ns = (uint64_t)(o->rpc.seconds * 1e9) * 8 + 60000000000ull;
+    const char *metric = o->lat ? "median_us" : o->bw ? "gbps" : "mops";
+    const char *poll = o->cfg.busy_poll ? "busy" : "sleep";
+    double vr[50], vm[50], ratio[50];
+    for (unsigned i = 0; i < o->rounds; i++) {
+        o->round = i;
+        const pid_t child =
+            o->remote ? 0 : bench_rpc_server_fork_ext(o->rpc.server, &o->cfg, server_cpu, max_ns, ext);
+        struct bench_lat lm = {0}, lr = {0};
+        const bool rma_first = i % 2 == 0;
+        vm[i] = rma_first ? measure(o, &r, true, &lm) : 0;
+        vr[i] = vm[i] < 0 ? -1 : measure(o, &r, false, &lr);
+        if (!rma_first && vr[i] >= 0)
+            vm[i] = measure(o, &r, true, &lm);
+        bench_rpc_server_stop(child);
+        if (vm[i] < 0 || vr[i] < 0)
+            return 1;
+        ratio[i] = vm[i] / vr[i];
+        char p99[64] = ",";
+        if (o->lat)
+            snprintf(p99, sizeof p99, "%.2f,%.2f", lm.p99_us, lr.p99_us);
+        bench_table_row(t, "rma_perf,%s,%s,%u,%u,%s,%.3f,%.3f,%.3f,%s,%s", o->mode, op_name(o),
+                        o->rpc.size, i, metric, vm[i], vr[i], ratio[i], p99, poll);
+    }
+    bench_table_row(t, "rma_perf,%s,%s,%u,median,%s,%.3f,%.3f,%.3f,,,%s", o->mode, op_name(o),
+                    o->rpc.size, metric, bench_median(vm, o->rounds), bench_median(vr, o->rounds),
+                    bench_median(ratio, o->rounds), poll);
+    return 0;
+}
+
+static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
 {
     static const struct option lo[] = {
-        {"mode", 1, 0, 'm'},  {"op", 1, 0, 'o'},     {"uri", 1, 0, 'u'},
-        {"server", 1, 0, 's'}, {"size", 1, 0, 'z'},  {"iters", 1, 0, 'i'},
-        {"window", 1, 0, 'w'}, {"seconds", 1, 0, 't'}, {"rounds", 1, 0, 'r'},
-        {"cc-off", 0, 0, 'c'},
-        {0, 0, 0, 0}};
-    bool size_set = false;
+        BENCH_COMMON_OPTIONS,
+        {"mode", 1, 0, 'm'},  {"op", 1, 0, 'o'},      {"uri", 1, 0, 'u'},
+        {"server", 1, 0, 's'}, {"iters", 1, 0, 'i'},  {"window", 1, 0, 'w'},
+        {"seconds", 1, 0, 't'}, {"rounds", 1, 0, 'r'}, {"cc-off", 0, 0, 'c'},
+        {"role", 1, 0, 'R'},  {"no-poll", 0, 0, 'P'}, {0, 0, 0, 0}};
     const char *op = "read";
-    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
+    bench_cli_init(cli, "rma_perf", usage, lo);
+    for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
         case 'm': o->mode = optarg; break;
         case 'o': op = optarg; break;
         case 'u': o->rpc.uri = optarg; break;
         case 's': o->rpc.server = optarg; break;
-        case 'z': o->rpc.size = (uint32_t)atoi(optarg); size_set = true; break;
-        case 'i': o->rpc.iters = strtoull(optarg, NULL, 10); break;
-        case 'w': o->rpc.window = (uint32_t)atoi(optarg); break;
-        case 't': o->rpc.seconds = atof(optarg); break;
-        case 'r': o->rounds = (unsigned)atoi(optarg); break;
+        case 'i': o->rpc.iters = bench_cli_u64(cli, optarg); o->iters_set = true; break;
+        case 'w': o->rpc.window = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 't': o->rpc.seconds = bench_cli_real(cli, optarg); break;
+        case 'r': o->rounds = (unsigned)bench_cli_u64(cli, optarg); break;
         case 'c': o->cc_off = true; break;
-        default: return -1;
+        case 'R': o->role = optarg; break;
+        case 'P': o->cfg.busy_poll = false; break;
+        default: bench_cli_fail(cli, NULL);
         }
     }
-    const bool bw = strcmp(o->mode, "bw") == 0, lat = strcmp(o->mode, "lat") == 0;
-    if (!bw && !lat && strcmp(o->mode, "rate"))
-        return -1;
-    o->op = strcmp(op, "write") == 0 ? ERMA_RMA_WRITE : ERMA_RMA_READ;
+    o->lat = strcmp(o->mode, "lat") == 0;
+    o->bw = strcmp(o->mode, "bw") == 0;
+    if (!o->bw && !o->lat && strcmp(o->mode, "rate"))
+        bench_cli_fail(cli, "unknown mode '%s'", o->mode);
     if (strcmp(op, "write") && strcmp(op, "read"))
-        return -1;
-    if (bw && !size_set)
-        o->rpc.size = 8u << 20;
-    const uint32_t max = bw ? (64u << 20) : ERMA_RMA_MAX_OP;
-    if (o->rpc.size == 0 || o->rpc.size > max || o->rpc.window == 0 ||
-        o->rpc.window > 4096 || o->rounds == 0 || o->rounds > 50 || o->rpc.iters == 0)
-        return -1;
-    return 0;
+        bench_cli_fail(cli, "unknown op '%s'", op);
+    o->op = strcmp(op, "write") == 0 ? ERMA_RMA_WRITE : ERMA_RMA_READ;
+    if (strcmp(o->role, "both") && strcmp(o->role, "server") && strcmp(o->role, "client"))
+        bench_cli_fail(cli, "unknown role '%s'", o->role);
+    if (o->rpc.window == 0 || o->rpc.window > 4096 || o->rounds == 0 || o->rounds > 50 ||
+        o->rpc.iters == 0 || o->rpc.seconds <= 0)
+        bench_cli_fail(cli, "--window (1..4096), --rounds (1..50), --iters and --seconds "
+                            "must be in range");
+    if (cli->nsizes == 0)
+        cli->sizes[cli->nsizes++] = o->bw ? 8u << 20 : 32;
+    const uint32_t max = o->lat || o->bw ? REGION_BYTES : ERMA_RMA_MAX_OP;
+    for (unsigned i = 0; i < cli->nsizes; i++)
+        if (cli->sizes[i] == 0 || cli->sizes[i] > max)
+            bench_cli_fail(cli, "size %u: %s takes 1..%u B", cli->sizes[i], o->mode, max);
+    if (!o->lat && !o->bw && (uint64_t)o->rpc.window * ERMA_RMA_MAX_OP > REGION_BYTES)
+        bench_cli_fail(cli, "--window too large for the region");
 }
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.mode = "lat", .rounds = 3};
+    struct opts o = {.mode = "lat", .role = "both", .rounds = 3};
     o.rpc = (struct bench_rpc_opts){.uri = "udp://127.0.0.1:31880",
                                     .server = "udp://127.0.0.1:31890", .size = 32,
                                     .window = 60, .batch = 1, .sessions = 8, .iters = 50000,
                                     .seconds = 2};
-    if (parse(argc, argv, &o) != 0) {
-        fprintf(stderr, "usage: see the comment at the top of bench/rma_perf.c\n");
-        return 2;
+    o.cfg.busy_poll = true;
+    struct bench_cli cli;
+    parse(&cli, &o, argc, argv);
+    bench_pin(bench_cli_cpu(&cli, 0));
+    struct target tgt = {.len = 1u << 20}; /* for the largest size; a server for any */
+    for (unsigned i = 0; i < cli.nsizes; i++) {
+        o.rpc.size = cli.sizes[i];
+        tgt.len = buf_len(&o) > tgt.len ? buf_len(&o) : tgt.len;
     }
-    const uint32_t size = o.rpc.size;
-    const bool read = o.op == ERMA_RMA_READ;
-    /* The comparable RPC: B bytes back for a READ, B bytes out for a WRITE. */
-    struct opts r = o;
-    r.rpc.size = read ? SMALL : size;
-    r.rpc.resp_size = read ? size : SMALL;
-    if (strcmp(o.mode, "rate") != 0)
-        r.rpc.sessions = 1;
-    struct target t = {.len = region_len(&o)};
-    const struct bench_server_ext ext = {target_before, target_after, target_fini, &t};
-    const uint64_t max_ns = (uint64_t)(o.rpc.seconds * 1e9) * 8 + 60000000000ull;
-    const char *metric = strcmp(o.mode, "lat") == 0 ? "median_us"
-                         : strcmp(o.mode, "bw") == 0 ? "gbps" : "mops";
-    const char *op = read ? "read" : "write";
-    double vr[50], vm[50], ratio[50];
-    bench_pin(0);
-    printf("bench,mode,op,size,round,metric,value,rpc,ratio,p99_us,rpc_p99_us\n");
-    for (unsigned i = 0; i < o.rounds; i++) {
-        const pid_t child = bench_rpc_server_fork_ext(o.rpc.server, NULL, 1, max_ns, &ext);
-        struct bench_lat lm = {0}, lr = {0};
-        const bool rma_first = i % 2 == 0;
-        vm[i] = rma_first ? measure(&o, true, &lm) : -1;
-        vr[i] = measure(&r, false, &lr);
-        if (!rma_first)
-            vm[i] = measure(&o, true, &lm);
-        bench_rpc_server_stop(child);
-        if (vm[i] < 0 || vr[i] < 0)
+    const struct bench_server_ext ext = {target_before, target_after, target_fini, &tgt};
+    if (strcmp(o.role, "server") == 0) {
+        tgt.len = REGION_BYTES;
+        bench_note(cli.csv, "rma_perf server on %s: RPC echo and a %u MiB region, %s", o.rpc.server,
+                   REGION_BYTES >> 20, o.cfg.busy_poll ? "busy-polling" : "sleeping when idle");
+        const uint64_t forever = 100ull * 24 * 3600 * 1000000000ull;
+        return bench_rpc_server_ext(o.rpc.server, &o.cfg, forever, &ext) == ERMA_OK ? 0 : 1;
+    }
+    o.remote = strcmp(o.role, "client") == 0;
+    bench_note(cli.csv, "rma_perf %s %s: %s -> %s; %s; %u rounds", o.mode, op_name(&o), o.rpc.uri,
+               o.rpc.server,
+               o.cfg.busy_poll ? "every endpoint busy-polls (cfg.busy_poll)"
+                               : "endpoints sleep when idle (--no-poll)",
+               o.rounds);
+    struct bench_table t;
+    bench_table_start(&t, cli.csv, "bench,mode,op,size,round:6,metric:9,value,rpc,ratio,p99_us,"
+                                   "rpc_p99_us:10,poll:5");
+    const uint64_t iters = o.rpc.iters;
+    for (unsigned i = 0; i < cli.nsizes; i++) {
+        o.rpc.size = cli.sizes[i];
+        o.rpc.iters = o.iters_set ? iters : bench_iters_for(iters, o.rpc.size);
+        if (run_size(&o, &t, &ext, bench_cli_cpu(&cli, 1)) != 0)
             return 1;
-        ratio[i] = vm[i] / vr[i];
-        printf("rma_perf,%s,%s,%u,%u,%s,%.3f,%.3f,%.3f,%.2f,%.2f\n", o.mode, op, size, i, metric,
-               vm[i], vr[i], ratio[i], lm.p99_us, lr.p99_us);
-        fflush(stdout);
     }
-    printf("rma_perf,%s,%s,%u,median,%s,%.3f,%.3f,%.3f,,\n", o.mode, op, size, metric,
-           bench_median(vm, o.rounds), bench_median(vr, o.rounds), bench_median(ratio, o.rounds));
     return 0;
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +72,7 @@ pid_t bench_rpc_server_fork_ext(const char *uri, const struct erma_rpc_cfg *cfg,
 {
     const pid_t pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
         bench_pin(cpu);
         _exit(bench_rpc_server_ext(uri, cfg, max_ns, ext) == ERMA_OK ? 0 : 1);
     }
@@ -193,17 +195,22 @@ static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
     k->done = 1;
 }
 
-/* Runs one request to completion; returns its status. */
+static bool call_done(void *ctx)
+{
+    return ((const struct call *)ctx)->done;
+}
+
+/* Runs one request to completion; returns its status. The loop polls or
+ * sleeps while waiting as the endpoint's cfg.busy_poll says. */
 static int call_sync(struct client *c, struct call *k, int sess)
 {
     k->done = 0;
     int rc = erma_enqueue_request(c->rpc, sess, BENCH_ECHO, &k->req, &k->resp, on_done, k);
     if (rc != ERMA_OK)
         return rc;
-    const uint64_t end = erma_now_ns() + 10000000000ull;
-    while (!k->done && erma_now_ns() < end)
-        erma_rpc_run_once(c->rpc);
-    return k->done ? k->status : ERMA_ETIMEDOUT;
+    if (erma_rpc_run_until(c->rpc, call_done, k, 10000000000ull) != ERMA_OK)
+        return ERMA_ETIMEDOUT;
+    return k->status;
 }
 
 int bench_rpc_lat(const struct bench_rpc_opts *o, struct bench_lat *out)
@@ -328,7 +335,7 @@ int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out)
         return ERMA_EINVAL;
     if (!o->symmetric)
         return rate_side(o, 0, out);
-    return bench_both_sides(rate_both, (void *)o, o->seconds, out);
+    return bench_both_sides(rate_both, (void *)o, o->seconds, o->peer_cpu, out);
 }
 
 int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps)

@@ -1,43 +1,39 @@
 /*
  * rpc_perf - erma RPC performance beside the raw transport, in one run.
  *
- *   rpc_perf --mode lat|rate|bw|sessions [--uri CLIENT] [--server SERVER]
- *            [--raw-server RAW_SERVER] [--size B] [--resp-size B] [--iters N]
- *            [--window W] [--batch B] [--sessions N] [--credits C]
- *            [--seconds S] [--rounds R] [--factors] [--symmetric]
- *            [--spawn PREFIX --listen-server URI --listen-raw URI]
- *   rpc_perf --role rpc-server|raw-server --server URI   (a server alone)
+ *   rpc_perf [--mode lat|rate|bw|sessions] [--sizes LIST] [--rounds R] [options]
+ *   rpc_perf --role server [--server URI] [--raw-server URI]     (on one host)
+ *   rpc_perf --role client --server URI --raw-server URI [...]   (on another)
  *
- * lat: one 32 B request at a time. rate: `window` requests in flight in
- * batches of `batch` to random sessions of `sessions`. bw: one --size
- * request at a time with a small response. sessions: rate's load spread over
- * --sessions sessions (use a small --credits so they fit the RX ring).
+ * `rpc_perf --help` lists every option. lat: one request at a time (a
+ * ping-pong of --size bytes each way unless --resp-size). rate: --window
+ * requests in flight in batches of --batch to random sessions of
+ * --sessions. bw: one --size request at a time (default 8 MiB) with a 32 B
+ * response. sessions: rate's load over --sessions sessions.
  *
- * Each round measures the raw baseline and then erma over the same transport,
- * each against a server process it forks (pinned to CPU 1, client on CPU 0);
- * rounds alternate so that both see the same machine. CSV: one line per round
- * and a median line: the medians of the values and the median of the
- * per-round ratios erma / raw (for latency, lower is better; for rate and
- * bandwidth, higher is better).
+ * Each round measures the raw baseline (bench/raw's packets, bench.h) and
+ * then erma over the same transport; rounds alternate so that both see the
+ * same machine. By default (--role both) each measurement gets a freshly
+ * forked server; with --role client the servers are the ones a
+ * `rpc_perf --role server` runs on another host. Every endpoint busy-polls
+ * (cfg.busy_poll, the measurement condition); --no-poll measures erma with
+ * the default idle sleep (the raw baseline always polls). The output has
+ * one line per size and round and a median line per size: the medians of
+ * the values and the median of the per-round ratios erma / raw (latency:
+ * lower is better; rate and bandwidth: higher is better).
  *
- * Servers are forked by default. With --spawn, each is started as this
- * program with --role, behind the blank-separated command PREFIX, e.g.
+ * --spawn PREFIX starts each server as this program with --role
+ * rpc-server|raw-server behind the blank-separated command PREFIX, e.g.
  * "ip netns exec NS taskset -c 1" for a transport that cannot loop back
- * (dpdk between namespaces); the servers then listen on --listen-server and
- * --listen-raw (default: --server and --raw-server) while the client sends
- * to --server and --raw-server. bench/rpc_perf_dpdk.sh does this.
+ * (bench/rpc_perf_dpdk.sh); the servers then listen on --listen-server and
+ * --listen-raw while the client sends to --server and --raw-server.
  *
- * --symmetric (rate mode): as eRPC's benchmark, every endpoint is client and
- * server at once: this process and a forked peer (at --server, or
- * --raw-server for the raw rounds) each keep the window in flight to the
- * other and answer the other's requests; the rate counts both directions.
- *
- * --factors (rate mode): also measures erma with congestion control off and
- * with each common-case bypass off (Timely bypass, wheel bypass, batch
- * clock), in the same alternating rounds; the ratio column of those lines
- * is against erma with everything on, so 1 - ratio(cc_off) is the CC cost.
+ * --symmetric (rate mode): as eRPC's benchmark, this process and a forked
+ * peer each keep the window in flight to the other and answer the other's
+ * requests; the rate counts both directions. --factors (rate mode): also
+ * erma with congestion control off and with each common-case bypass off;
+ * the ratio of those lines is against erma with everything on.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,14 +42,50 @@
 #include "bench.h"
 #include "erma/errors.h"
 #include "erma/rpc.h"
+#include "erma/wire.h"
+
+static const char usage[] =
+    "usage: rpc_perf [--mode lat|rate|bw|sessions] [options]\n"
+    "  erma RPCs beside the raw transport, alternating rounds (see bench/rpc_perf.c)\n"
+    "  --mode M          lat (default): one request at a time, RTT percentiles;\n"
+    "                    rate: --window in flight, Mrps; bw: Gb/s of --size requests;\n"
+    "                    sessions: rate's load over --sessions sessions\n"
+    "  --sizes LIST      request sizes to sweep, e.g. 32,1K,4K,64K (--size B: one);\n"
+    "                    default 32 B (bw: 8M); rate and sessions: at most 1456 B\n"
+    "  --resp-size B     response size (default: the request's; bw: 32)\n"
+    "  --iters N         lat: requests per measurement (default 50000, above 4 KB\n"
+    "                    50000 x 4K / size, at least 1000)\n"
+    "  --seconds S       rate and bw: seconds per measurement (default 2)\n"
+    "  --rounds R        alternating rounds, 1..50 (default 3)\n"
+    "  --window W --batch B --sessions N --credits C\n"
+    "                    rate: in flight (60), batch (3), sessions (8), credits (32)\n"
+    "  --factors         rate: also CC off and each bypass off\n"
+    "  --symmetric       rate: both processes send and serve\n"
+    "  --no-poll         erma endpoints sleep when idle (default: busy-poll)\n"
+    "  --cpu LIST        CPUs: this process, then its servers (default: no pinning;\n"
+    "                    docs/PERFORMANCE.md uses --cpu 0,1)\n"
+    "  --csv             CSV instead of the table\n"
+    "  --role R          both (default: fork the servers here), server (serve\n"
+    "                    --server and --raw-server until killed), client (use\n"
+    "                    servers another host runs)\n"
+    "  --uri URI         this client's URI (default udp://127.0.0.1:31870)\n"
+    "  --server URI      erma server (default udp://127.0.0.1:31850)\n"
+    "  --raw-server URI  raw server (default udp://127.0.0.1:31860)\n"
+    "  --spawn PREFIX --listen-server URI --listen-raw URI\n"
+    "                    start servers behind a command prefix (rpc_perf_dpdk.sh)\n"
+    "  -h, --help        this text\n";
+
+#define ONE_PACKET 1456 /* data bytes in a 1472-byte packet, every transport */
+#define ATTEMPTS 3
 
 struct opts {
-    const char *mode, *raw_server;
+    const char *mode, *raw_server, *role;
     struct bench_rpc_opts rpc;
     struct erma_rpc_cfg cfg;
     unsigned rounds;
-    bool factors;
+    bool factors, resp_set, iters_set, lat, bw, remote;
     const char *spawn, *listen_server, *listen_raw;
+    int server_cpu;
 };
 
 /* Starts "PREFIX... /proc/self/exe --role ROLE --server URI" as a child. */
@@ -69,7 +101,8 @@ static pid_t spawn_server(const struct opts *o, const char *role, const char *ur
     int argc = 0;
     for (char *t = strtok(prefix, " "); t && argc < 32; t = strtok(NULL, " "))
         argv[argc++] = t;
-    char *tail[] = {self, "--role", (char *)role, "--server", (char *)uri, NULL};
+    char *tail[] = {self, "--role", (char *)role, "--server", (char *)uri,
+                    o->cfg.busy_poll ? NULL : "--no-poll", NULL};
     memcpy(argv + argc, tail, sizeof tail);
     const pid_t pid = fork();
     if (pid == 0) {
@@ -92,150 +125,246 @@ static const struct {
     {"no_batch_clock", {.no_batch_clock = true}},
 };
 
-/* Measures erma (rpc = true) or raw once; returns the metric or < 0. */
-static double measure(const struct opts *o, bool rpc, struct bench_lat *lat)
+static pid_t server_start(const struct opts *o, bool rpc, uint64_t max_ns)
 {
     const struct bench_rpc_opts *r = &o->rpc;
-    const uint64_t max_ns = (uint64_t)(r->seconds * 1e9) * 4 + 60000000000ull;
-    pid_t child;
-    if (r->symmetric)
-        child = 0; /* the rate functions fork their own peer */
-    else if (o->spawn)
-        child = spawn_server(o, rpc ? "rpc-server" : "raw-server",
-                             rpc ? o->listen_server : o->listen_raw);
+    if (r->symmetric || o->remote)
+        return 0; /* the rate functions fork their own peer; or it runs elsewhere */
+    if (o->spawn)
+        return spawn_server(o, rpc ? "rpc-server" : "raw-server",
+                            rpc ? o->listen_server : o->listen_raw);
+    return rpc ? bench_rpc_server_fork(r->server, &o->cfg, o->server_cpu, max_ns)
+               : bench_raw_server_fork(o->raw_server, o->server_cpu, max_ns);
+}
+
+static void server_stop(const struct opts *o, bool rpc, pid_t child)
+{
+    if (o->remote || o->rpc.symmetric)
+        return;
+    if (rpc || o->spawn) /* a spawned raw server dies by signal too */
+        bench_rpc_server_stop(child);
     else
-        child = rpc ? bench_rpc_server_fork(r->server, &o->cfg, 1, max_ns)
-                    : bench_raw_server_fork(o->raw_server, 1, max_ns);
+        bench_raw_server_stop(o->rpc.uri, o->raw_server, child);
+}
+
+/* Measures erma (rpc = true) or raw once; returns an erma status. */
+static int measure_once(const struct opts *o, bool rpc, struct bench_lat *lat, double *v)
+{
+    const struct bench_rpc_opts *r = &o->rpc;
+    const pid_t child = server_start(o, rpc, (uint64_t)(r->seconds * 4e9) + 60000000000ull);
     struct bench_raw_rate rate = {0};
-    double v = -1;
     int rc;
-    if (strcmp(o->mode, "lat") == 0) {
+    if (o->lat) {
         rc = rpc ? bench_rpc_lat(r, lat)
-                 : bench_raw_pingpong(r->uri, o->raw_server, r->size, r->iters, lat);
-        v = lat->median_us;
-    } else if (strcmp(o->mode, "bw") == 0) {
-        rc = rpc ? bench_rpc_bw(r, &v) : bench_raw_stream(r->uri, o->raw_server, 32, r->seconds, &v);
+                 : bench_raw_pingpong(r->uri, o->raw_server, r->size, r->resp_size, r->iters, lat);
+        *v = lat->median_us;
+    } else if (o->bw) {
+        rc = rpc ? bench_rpc_bw(r, v) : bench_raw_stream(r->uri, o->raw_server, 32, r->seconds, v);
     } else {
         rc = rpc ? bench_rpc_rate(r, &rate)
              : r->symmetric ? bench_raw_rate_sym(r->uri, o->raw_server, r->size, r->window,
-                                                 r->batch, r->seconds, &rate)
+                                                 r->batch, r->seconds, r->peer_cpu, &rate)
                             : bench_raw_rate(r->uri, o->raw_server, r->size, r->window, r->batch,
                                              r->seconds, &rate);
-        v = rate.mpps;
+        *v = rate.mpps;
     }
-    if (rpc || o->spawn) /* a spawned raw server dies by signal too */
-        bench_rpc_server_stop(child);
-    else if (!r->symmetric)
-        bench_raw_server_stop(r->uri, o->raw_server, child);
-    if (rc != ERMA_OK) {
-        fprintf(stderr, "rpc_perf: %s %s: %s\n", o->mode, rpc ? "erma" : "raw", erma_strerror(rc));
-        return -1;
+    server_stop(o, rpc, child);
+    return rc;
+}
+
+/* measure_once, tried again after a failure (a stalled VM, a lost server),
+ * ATTEMPTS times in all; returns the metric or < 0. */
+static double measure(const struct opts *o, const char *variant, unsigned round,
+                      struct bench_lat *lat)
+{
+    const bool rpc = strcmp(variant, "raw") != 0;
+    const char *peer = rpc ? o->rpc.server : o->raw_server;
+    for (int a = 1; a <= ATTEMPTS; a++) {
+        double v = -1;
+        const int rc = measure_once(o, rpc, lat, &v);
+        if (rc == ERMA_OK)
+            return v;
+        fprintf(stderr, "rpc_perf: %s %s, %u B request, round %u, %s -> %s: %s (attempt %d of %d%s)\n",
+                o->mode, variant, o->rpc.size, round, o->rpc.uri, peer, erma_strerror(rc), a,
+                ATTEMPTS, a < ATTEMPTS ? ", trying again" : ", giving up");
     }
-    return v;
+    return -1;
+}
+
+/* Runs o->rounds rounds at o->rpc.size; prints a line per round and a median line. */
+static int run_size(struct opts *o, const struct bench_table *t)
+{
+    const char *metric = o->lat ? "median_us" : o->bw ? "gbps" : "mrps";
+    const char *srv = o->rpc.server, *sep = strstr(srv, "://");
+    const int tlen = sep ? (int)(sep - srv) : 0;
+    const char *poll = o->cfg.busy_poll ? "busy" : "sleep";
+    const unsigned nvar = o->factors ? sizeof variants / sizeof *variants : 2;
+    double v[6][50], ratio[6][50];
+    for (unsigned i = 0; i < o->rounds; i++) {
+        struct bench_lat lr = {0};
+        if ((v[0][i] = measure(o, "raw", i, &lr)) < 0)
+            return 1;
+        for (unsigned k = 1; k < nvar; k++) {
+            struct bench_lat le = {0};
+            o->cfg.cc = variants[k].cc;
+            if ((v[k][i] = measure(o, variants[k].name, i, &le)) < 0)
+                return 1;
+            const double base = k == 1 ? v[0][i] : v[1][i];
+            ratio[k][i] = v[k][i] / base;
+            char p99[64] = ",";
+            if (o->lat)
+                snprintf(p99, sizeof p99, "%.2f,%.2f", le.p99_us, lr.p99_us);
+            bench_table_row(t, "rpc_perf,%s,%.*s,%u,%u,%u,%u,%s,%s,%.3f,%.3f,%.3f,%s,%s", o->mode,
+                            tlen, srv, o->rpc.size, o->rpc.resp_size, o->rpc.sessions, i, metric,
+                            variants[k].name, v[k][i], base, ratio[k][i], p99, poll);
+        }
+    }
+    const double mr = bench_median(v[0], o->rounds), me = bench_median(v[1], o->rounds);
+    for (unsigned k = 1; k < nvar; k++) {
+        const double m = bench_median(v[k], o->rounds), base = k == 1 ? mr : me;
+        bench_table_row(t, "rpc_perf,%s,%.*s,%u,%u,%u,median,%s,%s,%.3f,%.3f,%.3f,,,%s", o->mode,
+                        tlen, srv, o->rpc.size, o->rpc.resp_size, o->rpc.sessions, metric,
+                        variants[k].name, m, base, bench_median(ratio[k], o->rounds), poll);
+    }
+    return 0;
+}
+
+static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
+{
+    static const struct option lo[] = {
+        BENCH_COMMON_OPTIONS,
+        {"mode", 1, 0, 'm'},     {"uri", 1, 0, 'u'},     {"server", 1, 0, 's'},
+        {"raw-server", 1, 0, 'R'}, {"resp-size", 1, 0, 'Z'}, {"iters", 1, 0, 'i'},
+        {"window", 1, 0, 'w'},   {"batch", 1, 0, 'b'},   {"sessions", 1, 0, 'n'},
+        {"credits", 1, 0, 'c'},  {"seconds", 1, 0, 't'}, {"rounds", 1, 0, 'r'},
+        {"factors", 0, 0, 'f'},  {"role", 1, 0, 'o'},    {"spawn", 1, 0, 'p'},
+        {"listen-server", 1, 0, 'L'}, {"listen-raw", 1, 0, 'W'}, {"symmetric", 0, 0, 'y'},
+        {"no-poll", 0, 0, 'P'},  {0, 0, 0, 0}};
+    bench_cli_init(cli, "rpc_perf", usage, lo);
+    for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
+        switch (c) {
+        case 'm': o->mode = optarg; break;
+        case 'u': o->rpc.uri = optarg; break;
+        case 's': o->rpc.server = optarg; break;
+        case 'R': o->raw_server = optarg; break;
+        case 'Z': o->rpc.resp_size = bench_cli_size(cli, optarg); o->resp_set = true; break;
+        case 'i': o->rpc.iters = bench_cli_u64(cli, optarg); o->iters_set = true; break;
+        case 'w': o->rpc.window = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 'b': o->rpc.batch = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 'n': o->rpc.sessions = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 'c': o->cfg.credits = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 't': o->rpc.seconds = bench_cli_real(cli, optarg); break;
+        case 'r': o->rounds = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'f': o->factors = true; break;
+        case 'o': o->role = optarg; break;
+        case 'p': o->spawn = optarg; break;
+        case 'y': o->rpc.symmetric = true; break;
+        case 'L': o->listen_server = optarg; break;
+        case 'W': o->listen_raw = optarg; break;
+        case 'P': o->cfg.busy_poll = false; break;
+        default: bench_cli_fail(cli, NULL);
+        }
+    }
+}
+
+/* Checks the options against the mode; fails with the reason. */
+static void check(const struct bench_cli *cli, struct opts *o)
+{
+    o->lat = strcmp(o->mode, "lat") == 0;
+    o->bw = strcmp(o->mode, "bw") == 0;
+    const bool rate = !o->lat && !o->bw;
+    if (rate && strcmp(o->mode, "rate") && strcmp(o->mode, "sessions"))
+        bench_cli_fail(cli, "unknown mode '%s'", o->mode);
+    if (o->rounds == 0 || o->rounds > 50)
+        bench_cli_fail(cli, "--rounds must be 1..50");
+    if (o->rpc.iters == 0 || o->rpc.window == 0 || o->rpc.window > 4096 || o->rpc.batch == 0 ||
+        o->rpc.sessions == 0 || o->rpc.seconds <= 0)
+        bench_cli_fail(cli, "--iters, --window (<= 4096), --batch, --sessions and --seconds "
+                            "must be above 0");
+    for (unsigned i = 0; i < cli->nsizes; i++) {
+        if (cli->sizes[i] > ERMA_MAX_MSG_SIZE)
+            bench_cli_fail(cli, "size %u is above the 8 MiB message limit", cli->sizes[i]);
+        if (rate && (cli->sizes[i] > ONE_PACKET || (o->resp_set && o->rpc.resp_size > ONE_PACKET)))
+            bench_cli_fail(cli, "%s mode compares one-packet messages (at most %u B); "
+                                "use --mode lat or bw above", o->mode, ONE_PACKET);
+    }
+    if (o->remote && (o->rpc.symmetric || o->spawn))
+        bench_cli_fail(cli, "--role client runs against servers elsewhere: no --symmetric, "
+                            "no --spawn");
+    if (o->rpc.symmetric && !(strcmp(o->mode, "rate") == 0))
+        bench_cli_fail(cli, "--symmetric is for --mode rate");
+}
+
+/* The per-size settings: response size and iterations. */
+static void set_size(struct opts *o, uint32_t size)
+{
+    o->rpc.size = size;
+    if (!o->resp_set)
+        o->rpc.resp_size = o->bw ? 32 : size;
+    if (!o->iters_set)
+        o->rpc.iters = bench_iters_for(50000, size);
+}
+
+/* --role server|rpc-server|raw-server: serves until killed. */
+static int serve(const struct bench_cli *cli, const struct opts *o)
+{
+    const uint64_t forever = 100ull * 24 * 3600 * 1000000000ull;
+    bench_pin(bench_cli_cpu(cli, 0));
+    if (strcmp(o->role, "raw-server") == 0)
+        return bench_raw_server(o->rpc.server, forever) == ERMA_OK ? 0 : 1;
+    if (strcmp(o->role, "rpc-server") == 0)
+        return bench_rpc_server(o->rpc.server, &o->cfg, forever) == ERMA_OK ? 0 : 1;
+    const pid_t raw = bench_raw_server_fork(o->raw_server, bench_cli_cpu(cli, 1), forever);
+    bench_note(cli->csv, "rpc_perf server: erma RPCs on %s, raw packets on %s, %s; Ctrl-C ends",
+               o->rpc.server, o->raw_server, o->cfg.busy_poll ? "busy-polling" : "sleeping when idle");
+    const int rc = bench_rpc_server(o->rpc.server, &o->cfg, forever);
+    bench_rpc_server_stop(raw);
+    return rc == ERMA_OK ? 0 : 1;
 }
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.mode = "lat", .raw_server = "udp://127.0.0.1:31860", .rounds = 3};
+    struct opts o = {.mode = "lat", .raw_server = "udp://127.0.0.1:31860", .rounds = 3,
+                     .role = "both"};
     o.rpc = (struct bench_rpc_opts){.uri = "udp://127.0.0.1:31870",
                                     .server = "udp://127.0.0.1:31850", .size = 32,
                                     .resp_size = 32, .window = 60, .batch = 3, .sessions = 8,
                                     .iters = 50000, .seconds = 2, .cfg = &o.cfg};
-    bool size_set = false, resp_set = false;
-    static const struct option lo[] = {
-        {"mode", 1, 0, 'm'},     {"uri", 1, 0, 'u'},     {"server", 1, 0, 's'},
-        {"raw-server", 1, 0, 'R'}, {"size", 1, 0, 'z'},  {"resp-size", 1, 0, 'Z'},
-        {"iters", 1, 0, 'i'},    {"window", 1, 0, 'w'},  {"batch", 1, 0, 'b'},
-        {"sessions", 1, 0, 'n'}, {"credits", 1, 0, 'c'}, {"seconds", 1, 0, 't'},
-        {"rounds", 1, 0, 'r'},   {"factors", 0, 0, 'f'},  {"role", 1, 0, 'o'},
-        {"spawn", 1, 0, 'p'},    {"listen-server", 1, 0, 'L'}, {"listen-raw", 1, 0, 'W'},
-        {"symmetric", 0, 0, 'y'},
-        {0, 0, 0, 0}};
-    const char *role = NULL;
-    for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
-        switch (c) {
-        case 'm': o.mode = optarg; break;
-        case 'u': o.rpc.uri = optarg; break;
-        case 's': o.rpc.server = optarg; break;
-        case 'R': o.raw_server = optarg; break;
-        case 'z': o.rpc.size = (uint32_t)atoi(optarg); size_set = true; break;
-        case 'Z': o.rpc.resp_size = (uint32_t)atoi(optarg); resp_set = true; break;
-        case 'i': o.rpc.iters = strtoull(optarg, NULL, 10); break;
-        case 'w': o.rpc.window = (uint32_t)atoi(optarg); break;
-        case 'b': o.rpc.batch = (uint32_t)atoi(optarg); break;
-        case 'n': o.rpc.sessions = (uint32_t)atoi(optarg); break;
-        case 'c': o.cfg.credits = (uint32_t)atoi(optarg); break;
-        case 't': o.rpc.seconds = atof(optarg); break;
-        case 'r': o.rounds = (unsigned)atoi(optarg); break;
-        case 'f': o.factors = true; break;
-        case 'o': role = optarg; break;
-        case 'p': o.spawn = optarg; break;
-        case 'y': o.rpc.symmetric = true; break;
-        case 'L': o.listen_server = optarg; break;
-        case 'W': o.listen_raw = optarg; break;
-        default: fprintf(stderr, "usage: see the comment at the top of bench/rpc_perf.c\n"); return 2;
-        }
-    }
-    if (role && strcmp(role, "raw-server") == 0)
-        return bench_raw_server(o.rpc.server, 600000000000ull) == ERMA_OK ? 0 : 1;
-    if (role && strcmp(role, "rpc-server") == 0)
-        return bench_rpc_server(o.rpc.server, &o.cfg, 600000000000ull) == ERMA_OK ? 0 : 1;
-    if (role) {
-        fprintf(stderr, "rpc_perf: unknown role %s\n", role);
-        return 2;
-    }
+    o.cfg.busy_poll = true;
+    struct bench_cli cli;
+    parse(&cli, &o, argc, argv);
+    if (strcmp(o.role, "both") && strcmp(o.role, "client") && strcmp(o.role, "server") &&
+        strcmp(o.role, "rpc-server") && strcmp(o.role, "raw-server"))
+        bench_cli_fail(&cli, "unknown role '%s'", o.role);
+    if (strcmp(o.role, "both") && strcmp(o.role, "client"))
+        return serve(&cli, &o);
+    o.remote = strcmp(o.role, "client") == 0;
+    check(&cli, &o);
     o.listen_server = o.listen_server ? o.listen_server : o.rpc.server;
     o.listen_raw = o.listen_raw ? o.listen_raw : o.raw_server;
-    bench_pin(0);
-    const bool lat = strcmp(o.mode, "lat") == 0, bw = strcmp(o.mode, "bw") == 0;
-    if (!lat && !bw && strcmp(o.mode, "rate") && strcmp(o.mode, "sessions")) {
-        fprintf(stderr, "rpc_perf: unknown mode %s\n", o.mode);
-        return 2;
-    }
-    if (lat)
+    o.server_cpu = o.rpc.peer_cpu = bench_cli_cpu(&cli, 1);
+    bench_pin(bench_cli_cpu(&cli, 0));
+    if (o.lat || o.bw)
         o.rpc.sessions = 1;
-    if (bw) {
-        o.rpc.sessions = 1;
-        if (!size_set)
-            o.rpc.size = 8u << 20;
-        if (!resp_set)
-            o.rpc.resp_size = 32;
-    }
     if (strcmp(o.mode, "sessions") == 0) /* the rate load spread over many sessions */
         o.cfg.rx_ring = o.rpc.sessions * (o.cfg.credits ? o.cfg.credits : 32) + 64;
-    if (o.rounds == 0 || o.rounds > 50)
-        return 2;
-    const char *metric = lat ? "median_us" : bw ? "gbps" : "mrps";
-    const int tlen = (int)(strstr(o.rpc.server, "://") ? strstr(o.rpc.server, "://") - o.rpc.server : 0);
-    const unsigned nvar = o.factors ? sizeof variants / sizeof *variants : 2;
-    double v[6][50], ratio[6][50];
-    printf("bench,mode,transport,size,resp_size,sessions,round,metric,variant,value,baseline,"
-           "ratio,p99_us,raw_p99_us\n");
-    for (unsigned i = 0; i < o.rounds; i++) {
-        struct bench_lat lr = {0};
-        v[0][i] = measure(&o, false, &lr);
-        if (v[0][i] < 0)
+    if (cli.nsizes == 0)
+        cli.sizes[cli.nsizes++] = o.bw ? 8u << 20 : 32;
+    bench_note(cli.csv, "rpc_perf %s: erma %s -> %s, raw -> %s; %s; %u rounds", o.mode,
+               o.rpc.uri, o.rpc.server, o.raw_server,
+               o.cfg.busy_poll ? "every endpoint busy-polls (cfg.busy_poll)"
+                               : "erma endpoints sleep when idle (--no-poll), raw polls",
+               o.rounds);
+    struct bench_table t;
+    char header[256];
+    snprintf(header, sizeof header, "bench,mode,transport:9,size,resp_size,sessions,round:6,"
+             "metric:9,variant:%d,value,baseline,ratio,p99_us,raw_p99_us,poll:5",
+             o.factors ? 16 : 7);
+    bench_table_start(&t, cli.csv, header);
+    for (unsigned i = 0; i < cli.nsizes; i++) {
+        set_size(&o, cli.sizes[i]);
+        if (run_size(&o, &t) != 0)
             return 1;
-        for (unsigned k = 1; k < nvar; k++) {
-            struct bench_lat le = {0};
-            o.cfg.cc = variants[k].cc;
-            v[k][i] = measure(&o, true, &le);
-            if (v[k][i] < 0)
-                return 1;
-            const double base = k == 1 ? v[0][i] : v[1][i];
-            ratio[k][i] = v[k][i] / base;
-            printf("rpc_perf,%s,%.*s,%u,%u,%u,%u,%s,%s,%.3f,%.3f,%.3f,%.2f,%.2f\n", o.mode, tlen,
-                   o.rpc.server, o.rpc.size, o.rpc.resp_size, o.rpc.sessions, i, metric,
-                   variants[k].name, v[k][i], base, v[k][i] / base, le.p99_us, lr.p99_us);
-            fflush(stdout);
-        }
-    }
-    const double mr = bench_median(v[0], o.rounds), me = bench_median(v[1], o.rounds);
-    for (unsigned k = 1; k < nvar; k++) {
-        const double m = bench_median(v[k], o.rounds), base = k == 1 ? mr : me;
-        printf("rpc_perf,%s,%.*s,%u,%u,%u,median,%s,%s,%.3f,%.3f,%.3f,,\n", o.mode, tlen,
-               o.rpc.server, o.rpc.size, o.rpc.resp_size, o.rpc.sessions, metric,
-               variants[k].name, m, base, bench_median(ratio[k], o.rounds));
     }
     return 0;
 }

@@ -18,7 +18,7 @@ trap '"$top/scripts/netns" down "$prefix" >&2' EXIT
 "$top/scripts/netns" up "$prefix" >&2
 eval "$("$top/scripts/netns" env "$prefix")"
 va="net_af_packet0,iface=$IF_A,qdisc_bypass=1" vb="net_af_packet0,iface=$IF_B,qdisc_bypass=1"
-ip netns exec "$NS_A" timeout 600 "$perf" "$@" \
+ip netns exec "$NS_A" timeout 600 "$perf" --cpu 0 "$@" \
   --uri "dpdk://$DPDK_IP_A:31870?vdev=$va" \
   --server "dpdk://$DPDK_IP_B:31850?mac=$MAC_B" --raw-server "dpdk://$DPDK_IP_B:31860?mac=$MAC_B" \
   --listen-server "dpdk://$DPDK_IP_B:31850?vdev=$vb" --listen-raw "dpdk://$DPDK_IP_B:31860?vdev=$vb" \

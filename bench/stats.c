@@ -1,6 +1,8 @@
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,18 +41,20 @@ void bench_pin(int cpu)
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    const int err = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    if (err)
+        fprintf(stderr, "bench: cannot pin to CPU %d: %s; running unpinned\n", cpu, strerror(err));
 }
 
 int bench_both_sides(int (*side)(void *ctx, bool peer, struct bench_raw_rate *out), void *ctx,
-                     double seconds, struct bench_raw_rate *out)
+                     double seconds, int peer_cpu, struct bench_raw_rate *out)
 {
     int fd[2];
     if (pipe(fd) != 0)
         return ERMA_ESYS;
     const pid_t pid = fork();
     if (pid == 0) {
-        bench_pin(1);
+        bench_pin(peer_cpu);
         struct bench_raw_rate r = {0};
         side(ctx, true, &r);
         _exit(write(fd[1], &r, sizeof r) == sizeof r ? 0 : 1);
