@@ -108,14 +108,18 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
         rc = erma_mpsc_init(&rpc->worker_done, WORKER_DONE_QUEUE);
     if (rc == ERMA_OK)
         rc = cc_setup(rpc);
+    if (rc == ERMA_OK && nx->secure && /* sealed copies of a TX batch */
+        !(rpc->sealed = malloc((size_t)ERMA_MAX_BURST * rpc->tr->max_pkt)))
+        rc = ERMA_ENOMEM;
     if (rc != ERMA_OK) {
+        free(rpc->sealed);
         erma_mpsc_destroy(&rpc->worker_done);
         erma_pool_destroy(rpc->pool);
         erma_transport_close(rpc->tr);
         free(rpc);
         return rc;
     }
-    rpc->pkt_data = rpc->tr->max_pkt - ERMA_HDR_SIZE;
+    rpc->pkt_data = rpc->tr->max_pkt - ERMA_HDR_SIZE - (nx->secure ? ERMA_SEAL_OVERHEAD : 0);
     rpc->pool_locked = nx->nworkers > 0;
     pthread_mutex_init(&rpc->pool_lock, NULL);
     const uint64_t seed = rpc->cfg.seed ? rpc->cfg.seed
@@ -161,8 +165,11 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
         next = rq->all;
         free(rq);
     }
-    for (uint32_t i = 0; i < rpc->nsessions; i++)
+    for (uint32_t i = 0; i < rpc->nsessions; i++) {
+        if (rpc->sessions[i])
+            erma_seal_end(&rpc->sessions[i]->seal);
         free(rpc->sessions[i]);
+    }
     for (struct backlog *b = rpc->free_backlog, *next; b; b = next) {
         next = b->next;
         free(b);
@@ -172,6 +179,7 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
     free(rpc->busy);
     free(rpc->by_token);
     free(rpc->by_peer);
+    free(rpc->sealed);
     free(rpc->done);
     erma_mpsc_destroy(&rpc->worker_done);
     erma_wheel_destroy(&rpc->wheel);
@@ -183,10 +191,29 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
 
 /* ---- TX batch ---- */
 
+/* Replaces tx[i] by its sealed copy in sealed[i] (header and data in one
+ * segment, the data encrypted, counter and tag after it). */
+static void tx_seal(struct erma_rpc *rpc, unsigned i)
+{
+    struct erma_tx_pkt *p = &rpc->tx[i];
+    struct session *s = rpc->tx_sess[i];
+    uint8_t *out = rpc->sealed + (size_t)i * rpc->tr->max_pkt;
+    const uint8_t *hdr = p->hdr;
+    const uint8_t *data = p->data_len ? p->data : hdr + ERMA_HDR_SIZE;
+    const uint32_t len = p->data_len ? p->data_len : p->hdr_len - ERMA_HDR_SIZE;
+    p->hdr_len = erma_seal(&s->seal, hdr, data, len, out);
+    p->hdr = out;
+    p->data = NULL;
+    p->data_len = 0;
+}
+
 void erma_tx_flush(struct erma_rpc *rpc)
 {
     if (rpc->ntx == 0)
         return;
+    for (unsigned i = 0; i < rpc->ntx; i++)
+        if (rpc->tx_sess[i] && rpc->tx_sess[i]->seal.on)
+            tx_seal(rpc, i);
     const int n = erma_tx_burst(rpc->tr, rpc->tx, rpc->ntx);
     if (n < 0)
         ERMA_WARN("rpc: tx_burst failed: %s", erma_strerror(n));
@@ -196,25 +223,27 @@ void erma_tx_flush(struct erma_rpc *rpc)
     rpc->ntx = 0;
 }
 
-static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc)
+static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s)
 {
     if (rpc->ntx == ERMA_MAX_BURST)
         erma_tx_flush(rpc);
+    rpc->tx_sess[rpc->ntx] = s;
     return &rpc->tx[rpc->ntx++];
 }
 
-uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len)
+uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                      uint32_t len)
 {
-    struct erma_tx_pkt *p = tx_next(rpc);
+    struct erma_tx_pkt *p = tx_next(rpc, s);
     uint8_t *buf = rpc->ctrl[p - rpc->tx];
     *p = (struct erma_tx_pkt){.dst = dst, .hdr = buf, .hdr_len = len};
     return buf;
 }
 
-void erma_tx_data(struct erma_rpc *rpc, const struct erma_addr *dst, const uint8_t *hdr,
-             const uint8_t *data, uint32_t data_len)
+void erma_tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                  const uint8_t *hdr, const uint8_t *data, uint32_t data_len)
 {
-    struct erma_tx_pkt *p = tx_next(rpc);
+    struct erma_tx_pkt *p = tx_next(rpc, s);
     if (data == hdr + ERMA_HDR_SIZE) /* header sits before the data: one segment */
         *p = (struct erma_tx_pkt){.dst = dst, .hdr = hdr, .hdr_len = ERMA_HDR_SIZE + data_len};
     else

@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include <sodium.h>
+
 #include "erma/cc.h"
 #include "erma/clock.h"
 #include "erma/pool.h"
@@ -34,6 +36,43 @@ struct worker {
     bool sleeping;
 };
 
+/* Authenticated, encrypted sessions (seal.c). */
+#define ERMA_PROOF_BYTES 16
+#define ERMA_SEAL_OVERHEAD 24 /* counter (8) and tag (16) after the data */
+
+/* One session's keys and windows, one per direction. */
+struct seal {
+    uint8_t tx[32], rx[32];
+    crypto_aead_aes256gcm_state *tx_st, *rx_st; /* AES-GCM's expanded keys */
+    uint64_t tx_ctr;         /* the last counter sent */
+    uint64_t rx_top, rx_seen; /* highest counter opened; bit i: rx_top - i was */
+    bool aes;                /* AES-256-GCM, else ChaCha20-Poly1305 */
+    bool on;
+};
+
+/* What a handshake's proofs and keys are computed over. */
+struct seal_hello {
+    uint64_t token, cookie, serial;
+    uint8_t nonce[16];       /* the client's */
+    uint8_t extra[8];        /* proofs: session numbers and credits */
+};
+
+bool erma_seal_aes_available(void);
+void erma_seal_proof(const uint8_t psk[ERMA_PSK_BYTES], bool server, const struct seal_hello *hi,
+                     uint8_t out[ERMA_PROOF_BYTES]);
+bool erma_seal_proof_ok(const uint8_t psk[ERMA_PSK_BYTES], bool server,
+                        const struct seal_hello *hi, const uint8_t proof[ERMA_PROOF_BYTES]);
+int erma_seal_start(struct seal *k, const uint8_t psk[ERMA_PSK_BYTES], const struct seal_hello *hi,
+                    bool client, bool aes);
+void erma_seal_end(struct seal *k);
+/* Writes hdr, data encrypted, counter and tag to out; returns its length. */
+uint32_t erma_seal(struct seal *k, const uint8_t *hdr, const uint8_t *data, uint32_t len,
+                   uint8_t *out);
+/* Opens a sealed packet in place and shortens *len to header and data:
+ * ERMA_EAGAIN for a counter the window has seen (a replay) or left behind,
+ * ERMA_EAUTH for a forgery, ERMA_EBADPKT when too short. */
+int erma_open(struct seal *k, uint8_t *pkt, uint32_t *len);
+
 struct erma_nexus {
     char scheme_host[160]; /* "udp://127.0.0.1" */
     unsigned base_port;
@@ -43,6 +82,8 @@ struct erma_nexus {
     unsigned nworkers;
     _Atomic unsigned next_worker;
     _Atomic bool stop;
+    bool secure;                 /* psk given: every session authenticated, encrypted */
+    uint8_t psk[ERMA_PSK_BYTES];
 };
 
 /* The server's view of one request: also the handle handlers get. It
@@ -107,6 +148,10 @@ struct session {
     uint32_t sm_retries;      /* connect/disconnect requests resent, for backoff */
     uint64_t token;           /* chosen by the client, names the session on both ends */
     uint64_t cookie;          /* client: the server's cookie, echoed in connect requests */
+    struct seal seal;         /* secure sessions: keys and replay windows */
+    uint8_t nonce[16];        /* secure client: its handshake nonce */
+    uint8_t proof[ERMA_PROOF_BYTES]; /* secure server: its accept proof, resent on retries */
+    uint64_t serial;          /* secure server: the endpoint's session serial (key freshness) */
     struct erma_addr peer;
     uint64_t last_rx_ns, last_tx_sm_ns, start_ns;
     struct backlog *backlog, *backlog_tail;
@@ -154,7 +199,10 @@ struct erma_rpc {
     uint64_t next_sm_scan_ns, sm_scan_ns; /* session-management scan of all sessions */
     /* TX batch; control packets keep their header in ctrl[] */
     struct erma_tx_pkt tx[ERMA_MAX_BURST];
-    uint8_t ctrl[ERMA_MAX_BURST][ERMA_HDR_SIZE + 64];
+    struct session *tx_sess[ERMA_MAX_BURST]; /* whose keys seal tx[i] at the flush, or NULL */
+    uint8_t ctrl[ERMA_MAX_BURST][ERMA_HDR_SIZE + 96];
+    uint8_t *sealed;          /* secure: ERMA_MAX_BURST packets of max_pkt bytes */
+    uint64_t serial;          /* secure server: sessions accepted so far */
     unsigned ntx;
     uint32_t in_workers; /* requests at worker threads (their answers do not wake the loop) */
     struct erma_req *free_reqs, *all_reqs; /* request objects (erma_req.next, .all) */
@@ -192,9 +240,12 @@ static inline uint64_t since(uint64_t now, uint64_t t)
 
 /* endpoint.c */
 void erma_tx_flush(struct erma_rpc *rpc);
-uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, const struct erma_addr *dst, uint32_t len);
-void erma_tx_data(struct erma_rpc *rpc, const struct erma_addr *dst, const uint8_t *hdr,
-             const uint8_t *data, uint32_t data_len);
+/* Queues a packet to dst for the next flush, sealed there under s's keys
+ * when s is a secure session (s NULL: in the clear). */
+uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                      uint32_t len);
+void erma_tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                  const uint8_t *hdr, const uint8_t *data, uint32_t data_len);
 int erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
              struct erma_msgbuf *resp);
 void erma_run_completions(struct erma_rpc *rpc);
@@ -221,10 +272,16 @@ struct sm_msg {
     uint8_t server_tid;
     uint64_t req_num;
     uint64_t cookie; /* CONNECT_REQ: the server's cookie echoed (0: none yet) */
+    uint8_t nonce[16]; /* secure CONNECT_REQ: the client's nonce */
+    uint8_t proof[ERMA_PROOF_BYTES]; /* secure CONNECT_REQ (with a cookie), CONNECT_RESP */
+    uint8_t flags;     /* SM_SECURE, SM_AES */
 };
 
-void erma_sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,
-             uint16_t dest_session, const struct sm_msg *m);
+#define SM_SECURE 1 /* the sender's nexus has a pre-shared key */
+#define SM_AES 2    /* CONNECT_REQ: the client can do AES-256-GCM; CONNECT_RESP: use it */
+
+void erma_sm_send(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                  enum sm_type type, uint16_t dest_session, const struct sm_msg *m);
 struct sm_msg erma_sess_msg(const struct session *s);
 struct session *erma_session_get(struct erma_rpc *rpc, uint16_t num);
 void erma_sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
@@ -236,6 +293,7 @@ void erma_session_release(struct erma_rpc *rpc, struct session *s);
 /* proto.c */
 void erma_wheel_release(struct erma_rpc *rpc, uint64_t now);
 void erma_rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
+bool erma_rx_open(struct erma_rpc *rpc, struct session *s, uint8_t *pkt, uint32_t *len);
 void erma_client_kick(struct erma_rpc *rpc, struct session *s);
 void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now);
 void erma_worker_response(struct erma_rpc *rpc, struct erma_req *rq);

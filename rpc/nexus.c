@@ -111,6 +111,10 @@ int erma_nexus_create(const char *uri, const struct erma_nexus_cfg *cfg,
     memcpy(nx->scheme_host, uri, (size_t)(colon - uri));
     strcpy(nx->query, query);
     nx->base_port = port;
+    if (cfg && cfg->psk) {
+        nx->secure = true;
+        memcpy(nx->psk, cfg->psk, ERMA_PSK_BYTES);
+    }
     const unsigned n = cfg ? cfg->workers : 0;
     if (n) {
         nx->workers = calloc(n, sizeof *nx->workers);
@@ -154,6 +158,7 @@ void erma_nexus_destroy(struct erma_nexus *nx)
         pthread_mutex_destroy(&w->lock);
     }
     free(nx->workers);
+    sodium_memzero(nx->psk, sizeof nx->psk);
     free(nx);
 }
 

@@ -42,10 +42,10 @@ static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *s
         const uint8_t *data;
         uint32_t len;
         erma_msg_pkt_span(sl->req, i, &data, &len);
-        erma_tx_data(rpc, &s->peer, erma_msg_hdr(sl->req, i), data, len);
+        erma_tx_data(rpc, s, &s->peer, erma_msg_hdr(sl->req, i), data, len);
         return ERMA_HDR_SIZE + len;
     }
-    uint8_t *h = erma_tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
+    uint8_t *h = erma_tx_ctrl(rpc, s, &s->peer, ERMA_HDR_SIZE);
     hdr_put(h, sl->req_type, 0, s->remote_num, ERMA_PKT_RFR, i, sl->req_num);
     return rpc->tr->max_pkt;
 }
@@ -366,13 +366,13 @@ static void server_send_resp_pkt(struct erma_rpc *rpc, struct session *s, struct
     const uint8_t *data;
     uint32_t len;
     erma_msg_pkt_span(rq->resp, j, &data, &len);
-    erma_tx_data(rpc, &s->peer, erma_msg_hdr(rq->resp, j), data, len);
+    erma_tx_data(rpc, s, &s->peer, erma_msg_hdr(rq->resp, j), data, len);
 }
 
 static void server_send_cr(struct erma_rpc *rpc, struct session *s, const struct slot *sl,
                            uint32_t i)
 {
-    uint8_t *h = erma_tx_ctrl(rpc, &s->peer, ERMA_HDR_SIZE);
+    uint8_t *h = erma_tx_ctrl(rpc, s, &s->peer, ERMA_HDR_SIZE);
     hdr_put(h, sl->rq->type, 0, s->remote_num, ERMA_PKT_CR, i, sl->req_num);
 }
 
@@ -381,7 +381,7 @@ static void server_send_error(struct erma_rpc *rpc, struct session *s, const str
     struct sm_msg m = erma_sess_msg(s);
     m.err = sl->rq->err;
     m.req_num = sl->req_num;
-    erma_sm_send(rpc, &s->peer, REQ_ERROR, s->remote_num, &m);
+    erma_sm_send(rpc, s, &s->peer, REQ_ERROR, s->remote_num, &m);
 }
 
 static void free_req_buf(struct erma_rpc *rpc, struct erma_req *rq)
@@ -651,9 +651,22 @@ static bool length_ok(const struct erma_hdr *h, uint32_t len, uint32_t pkt_data)
     return h->pkt_type == ERMA_PKT_RESP || data == want;
 }
 
+/* Opens a secure session's packet in place (shortening *len); false, and
+ * counted, for a forgery or a replay. */
+bool erma_rx_open(struct erma_rpc *rpc, struct session *s, uint8_t *pkt, uint32_t *len)
+{
+    const int rc = erma_open(&s->seal, pkt, len);
+    if (rc == ERMA_EAGAIN)
+        rpc->stats.rx_replayed++;
+    else if (rc != ERMA_OK)
+        rpc->stats.rx_auth_failed++;
+    return rc == ERMA_OK;
+}
+
 void erma_rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
-    if (!length_ok(h, pkt->len, rpc->pkt_data)) {
+    const bool secure = rpc->nx->secure; /* lengths are known once a packet is opened */
+    if (!secure && !length_ok(h, pkt->len, rpc->pkt_data)) {
         rpc->stats.rx_bad++;
         return;
     }
@@ -662,6 +675,14 @@ void erma_rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct er
     if (!s || s->state != CONNECTED || s->role != (to_server ? SERVER : CLIENT) ||
         !erma_addr_eq(&s->peer, &pkt->src)) {
         rpc->stats.rx_no_session++;
+        return;
+    }
+    struct erma_rx_pkt plain = *pkt;
+    if (secure && !erma_rx_open(rpc, s, plain.data, &plain.len))
+        return;
+    pkt = &plain;
+    if (secure && !length_ok(h, pkt->len, rpc->pkt_data)) {
+        rpc->stats.rx_bad++;
         return;
     }
     s->last_rx_ns = rpc->loop_now;

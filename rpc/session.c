@@ -10,13 +10,13 @@
 #include "internal.h"
 
 
-#define SM_PAYLOAD 37
+#define SM_PAYLOAD 70
 #define SM_LEN (ERMA_HDR_SIZE + SM_PAYLOAD)
 
-void erma_sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_type type,
-             uint16_t dest_session, const struct sm_msg *m)
+void erma_sm_send(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                  enum sm_type type, uint16_t dest_session, const struct sm_msg *m)
 {
-    uint8_t *p = erma_tx_ctrl(rpc, dst, SM_LEN);
+    uint8_t *p = erma_tx_ctrl(rpc, s, dst, SM_LEN);
     const struct erma_hdr h = {.req_type = (uint8_t)type, .dest_session = dest_session,
                                .proto = ERMA_PROTO_SM};
     erma_hdr_encode(&h, p);
@@ -29,6 +29,9 @@ void erma_sm_send(struct erma_rpc *rpc, const struct erma_addr *dst, enum sm_typ
     p[20] = m->server_tid;
     erma_put_le(p + 21, m->req_num, 8);
     erma_put_le(p + 29, m->cookie, 8);
+    memcpy(p + 37, m->nonce, sizeof m->nonce);
+    memcpy(p + 53, m->proof, sizeof m->proof);
+    p[69] = m->flags;
 }
 
 static void sm_decode(const uint8_t *p, struct sm_msg *m)
@@ -42,6 +45,24 @@ static void sm_decode(const uint8_t *p, struct sm_msg *m)
     m->server_tid = p[20];
     m->req_num = erma_get_le(p + 21, 8);
     m->cookie = erma_get_le(p + 29, 8);
+    memcpy(m->nonce, p + 37, sizeof m->nonce);
+    memcpy(m->proof, p + 53, sizeof m->proof);
+    m->flags = p[69];
+}
+
+/* What a secure handshake's proofs cover: the client's (server false) binds
+ * its session number, credits and the thread it asks for; the server's
+ * binds the serial that makes the session's keys its own, its session
+ * number and the credits granted. */
+static struct seal_hello hello_of(const struct sm_msg *m, bool server)
+{
+    struct seal_hello hi = {.token = m->token, .cookie = m->cookie,
+                            .serial = server ? m->req_num : 0};
+    memcpy(hi.nonce, m->nonce, sizeof hi.nonce);
+    erma_put_le(hi.extra, server ? m->server_session : m->client_session, 2);
+    erma_put_le(hi.extra + 2, m->credits, 4);
+    hi.extra[6] = server ? m->flags : m->server_tid;
+    return hi;
 }
 
 struct sm_msg erma_sess_msg(const struct session *s)
@@ -58,8 +79,16 @@ static void send_connect(struct erma_rpc *rpc, struct session *s, uint64_t now)
 {
     struct sm_msg m = erma_sess_msg(s);
     m.cookie = s->cookie;
+    if (rpc->nx->secure) {
+        m.flags = SM_SECURE | (erma_seal_aes_available() ? SM_AES : 0);
+        memcpy(m.nonce, s->nonce, sizeof m.nonce);
+        if (m.cookie) {
+            const struct seal_hello hi = hello_of(&m, false);
+            erma_seal_proof(rpc->nx->psk, false, &hi, m.proof);
+        }
+    }
     s->last_tx_sm_ns = now;
-    erma_sm_send(rpc, &s->peer, CONNECT_REQ, NO_SESSION, &m);
+    erma_sm_send(rpc, NULL, &s->peer, CONNECT_REQ, NO_SESSION, &m);
 }
 
 static void sm_notify(struct erma_rpc *rpc, struct session *s, enum erma_sm_event ev, int err)
@@ -287,6 +316,7 @@ void erma_session_release(struct erma_rpc *rpc, struct session *s)
     }
     rpc->active_sessions--;
     set_credits(rpc, s, 0);
+    erma_seal_end(&s->seal);
     s->state = FREE;
     rpc->free_nums[rpc->nfree_nums++] = s->num;
 }
@@ -322,6 +352,8 @@ int erma_create_session_credits(struct erma_rpc *rpc, const char *remote_uri,
     s->remote_num = NO_SESSION;
     set_credits(rpc, s, credits);
     s->token = erma_rand_u64(&rpc->rng) | 1;
+    if (rpc->nx->secure)
+        randombytes_buf(s->nonce, sizeof s->nonce);
     send_connect(rpc, s, rpc->loop_now);
     erma_tx_flush(rpc);
     return s->num;
@@ -343,7 +375,7 @@ int erma_destroy_session(struct erma_rpc *rpc, int num)
     s->start_ns = s->last_tx_sm_ns = refresh_clock(rpc);
     s->sm_retries = 0;
     const struct sm_msg m = erma_sess_msg(s);
-    erma_sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
+    erma_sm_send(rpc, s, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
     return ERMA_OK;
 }
 
@@ -393,32 +425,79 @@ static struct session *server_session_new(struct erma_rpc *rpc, const struct erm
     return s;
 }
 
+/* A secure server session's keys and the proof of its accept message m. */
+static int server_seal(struct erma_rpc *rpc, struct session *s, struct sm_msg *m)
+{
+    const bool aes = (m->flags & SM_AES) && erma_seal_aes_available();
+    s->serial = rpc->serial++;
+    m->req_num = s->serial;
+    m->server_session = s->num;
+    m->credits = s->credits_max;
+    m->flags = SM_SECURE | (aes ? SM_AES : 0);
+    const struct seal_hello hi = hello_of(m, true);
+    erma_seal_proof(rpc->nx->psk, true, &hi, s->proof);
+    return erma_seal_start(&s->seal, rpc->nx->psk, &hi, false, aes);
+}
+
+/* A new session for a connect request with a good cookie (and, secure, a
+ * good proof); m->err says why not. */
+static struct session *accept_session(struct erma_rpc *rpc, const struct erma_addr *peer,
+                                      struct sm_msg *m)
+{
+    const uint32_t grant = m->credits < rpc->cfg.credits ? m->credits : rpc->cfg.credits;
+    struct session *s = NULL;
+    m->err = admit(rpc, peer, m, grant);
+    if (m->err == ERMA_OK && !(s = server_session_new(rpc, peer, m, grant)))
+        m->err = ERMA_EREFUSED;
+    if (s && rpc->nx->secure && server_seal(rpc, s, m) != ERMA_OK) {
+        erma_session_release(rpc, s);
+        s = NULL;
+        m->err = ERMA_ENOMEM;
+    }
+    if (m->err == ERMA_EREFUSED)
+        rpc->stats.sessions_refused++;
+    return s;
+}
+
 static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
                            struct sm_msg *m)
 {
+    const bool secure = rpc->nx->secure;
+    if (secure != ((m->flags & SM_SECURE) != 0)) { /* one end has the key, the other not */
+        rpc->stats.rx_auth_failed++;
+        m->err = ERMA_EAUTH;
+        erma_sm_send(rpc, NULL, &pkt->src, CONNECT_RESP, m->client_session, m);
+        return;
+    }
     struct session *s = find_server_session(rpc, &pkt->src, m->token);
     if (!s && !cookie_ok(rpc, &pkt->src, m)) { /* keep nothing until it proves its address */
         if (m->cookie)
             rpc->stats.bad_cookies++;
         m->cookie = cookie_for(rpc, &pkt->src, m->token, rpc->loop_now >> COOKIE_EPOCH_SHIFT);
         rpc->stats.cookies_sent++;
-        erma_sm_send(rpc, &pkt->src, COOKIE, m->client_session, m);
+        erma_sm_send(rpc, NULL, &pkt->src, COOKIE, m->client_session, m);
         return;
     }
-    if (!s) {
-        const uint32_t grant = m->credits < rpc->cfg.credits ? m->credits : rpc->cfg.credits;
-        m->err = admit(rpc, &pkt->src, m, grant);
-        if (m->err == ERMA_OK && !(s = server_session_new(rpc, &pkt->src, m, grant)))
-            m->err = ERMA_EREFUSED;
-        if (m->err == ERMA_EREFUSED)
-            rpc->stats.sessions_refused++;
+    if (!s && secure) {
+        const struct seal_hello hi = hello_of(m, false);
+        if (!erma_seal_proof_ok(rpc->nx->psk, false, &hi, m->proof)) {
+            rpc->stats.rx_auth_failed++; /* not a holder of the key: no answer */
+            return;
+        }
     }
+    if (!s)
+        s = accept_session(rpc, &pkt->src, m);
     if (s) {
         m->server_session = s->num;
         m->credits = s->credits_max;
         m->err = ERMA_OK;
+        if (secure) {
+            m->req_num = s->serial;
+            m->flags = SM_SECURE | (s->seal.aes ? SM_AES : 0);
+            memcpy(m->proof, s->proof, sizeof m->proof);
+        }
     }
-    erma_sm_send(rpc, &pkt->src, CONNECT_RESP, m->client_session, m);
+    erma_sm_send(rpc, NULL, &pkt->src, CONNECT_RESP, m->client_session, m);
 }
 
 static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct erma_hdr *h,
@@ -430,15 +509,30 @@ static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
     if (ours)
         s->last_rx_ns = rpc->loop_now;
     if (type == DISCONNECT_REQ) {
+        erma_sm_send(rpc, ours ? s : NULL, &pkt->src, DISCONNECT_RESP, m->client_session, m);
         if (ours)
-            erma_session_release(rpc, s);
-        erma_sm_send(rpc, &pkt->src, DISCONNECT_RESP, m->client_session, m);
+            erma_session_release(rpc, s); /* after the answer is sealed: it flushes */
     } else { /* PING */
-        erma_sm_send(rpc, &pkt->src, ours ? PONG : RESET, m->client_session, m);
+        erma_sm_send(rpc, ours ? s : NULL, &pkt->src, ours ? PONG : RESET, m->client_session, m);
     }
 }
 
 /* ---- the client side ---- */
+
+/* Checks a secure server's accept message and starts the session's keys. */
+static int client_seal(struct erma_rpc *rpc, struct session *s, struct sm_msg *m)
+{
+    memcpy(m->nonce, s->nonce, sizeof m->nonce); /* ours, not what came back */
+    m->cookie = s->cookie;
+    const struct seal_hello hi = hello_of(m, true);
+    const bool aes = (m->flags & SM_AES) != 0;
+    if (!(m->flags & SM_SECURE) || (aes && !erma_seal_aes_available()) ||
+        !erma_seal_proof_ok(rpc->nx->psk, true, &hi, m->proof)) {
+        rpc->stats.rx_auth_failed++;
+        return ERMA_EAUTH;
+    }
+    return erma_seal_start(&s->seal, rpc->nx->psk, &hi, true, aes);
+}
 
 static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct erma_hdr *h,
                           const struct erma_rx_pkt *pkt, struct sm_msg *m)
@@ -450,6 +544,8 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
     }
     s->last_rx_ns = rpc->loop_now;
     if (type == CONNECT_RESP && s->state == CONNECTING) {
+        if (m->err == ERMA_OK && rpc->nx->secure && client_seal(rpc, s, m) != ERMA_OK)
+            return; /* not from a holder of the key: wait for the real answer */
         if (m->err == ERMA_OK && (m->credits == 0 || m->credits > s->credits_max))
             m->err = ERMA_EREFUSED; /* a grant we did not ask for */
         if (m->err != ERMA_OK) {
@@ -471,7 +567,8 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
         sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_OK);
     } else if (type == REQ_ERROR && s->state == CONNECTED) {
         erma_client_req_error(rpc, s, m->req_num, m->err);
-    } else if (type == RESET && s->state == CONNECTED) {
+    } else if (type == RESET && s->state == CONNECTED && !rpc->nx->secure) {
+        /* (secure: an unsealed RESET could be anyone's; silence fails the session) */
         ERMA_INFO("rpc: session %u reset by its server (restarted?)", s->num);
         erma_session_fail(rpc, s, ERMA_EPEERFAILED);
         erma_session_release(rpc, s);
@@ -479,9 +576,25 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
     }
 }
 
+static bool session_msg(uint8_t type)
+{
+    return type == DISCONNECT_REQ || type == DISCONNECT_RESP || type == PING || type == PONG ||
+           type == REQ_ERROR;
+}
+
 void erma_sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
-    if (pkt->len != SM_LEN) {
+    uint32_t len = pkt->len;
+    if (rpc->nx->secure && session_msg(h->req_type)) { /* sealed under the session's keys */
+        struct session *s = erma_session_get(rpc, h->dest_session);
+        if (!s || !s->seal.on || !erma_addr_eq(&s->peer, &pkt->src)) {
+            rpc->stats.rx_no_session++;
+            return;
+        }
+        if (!erma_rx_open(rpc, s, pkt->data, &len))
+            return;
+    }
+    if (len != SM_LEN) {
         rpc->stats.rx_bad++;
         return;
     }
@@ -543,7 +656,7 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
             s->last_tx_sm_ns = now;
             s->sm_retries++;
             m = erma_sess_msg(s);
-            erma_sm_send(rpc, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
+            erma_sm_send(rpc, s, &s->peer, DISCONNECT_REQ, s->remote_num, &m);
         }
     } else if (since(now, s->last_rx_ns) > c->failure_ns) {
         ERMA_INFO("rpc: session %u: peer silent for %llu ms, declared failed", s->num,
@@ -555,7 +668,7 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
                since(now, s->last_tx_sm_ns) >= c->keepalive_ns) {
         s->last_tx_sm_ns = now;
         m = erma_sess_msg(s);
-        erma_sm_send(rpc, &s->peer, PING, s->remote_num, &m);
+        erma_sm_send(rpc, s, &s->peer, PING, s->remote_num, &m);
     }
 }
 

@@ -814,8 +814,9 @@ static void test_session_credits(void **state)
 /* ---- connects ---- */
 
 #define SM_CONNECT_REQ 1
+#define SM_CONNECT_RESP 2
 #define SM_COOKIE 9
-#define SM_LEN (ERMA_HDR_SIZE + 37)
+#define SM_LEN (ERMA_HDR_SIZE + 70)
 
 /* A connect request as a flooder sends it (docs/PROTOCOL.md). */
 static void sm_connect(uint8_t *p, uint64_t token, uint64_t cookie)
@@ -934,6 +935,207 @@ static void test_connect_under_loss(void **state)
     world_down(&w);
 }
 
+/* ---- authenticated, encrypted sessions ---- */
+
+static const uint8_t psk[ERMA_PSK_BYTES] = "erma test key: 32 bytes long...";
+
+/* Two hosts whose nexuses hold key (NULL: plaintext), each a nexus with
+ * the echo handler; ids below 4096 are counted per execution. */
+static void secure_up(struct world *w, const char *name, double loss, const uint8_t *key0,
+                      const uint8_t *key1)
+{
+    memset(w, 0, sizeof *w);
+    struct erma_sim_cfg sc;
+    erma_sim_cfg_default(&sc);
+    sc.loss = loss;
+    assert_int_equal(erma_sim_create(name, &sc, &w->sim), ERMA_OK);
+    erma_sim_use_clock(w->sim);
+    w->hosts = 2;
+    for (unsigned h = 0; h < 2; h++) {
+        const struct erma_nexus_cfg nc = {.psk = h ? key1 : key0};
+        snprintf(w->uri[h], sizeof w->uri[h], "sim://%s/%u:31850", name, h);
+        assert_int_equal(erma_nexus_create(w->uri[h], &nc, &w->nx[h]), ERMA_OK);
+        w->echo[h].per_id = calloc(4096, sizeof *w->echo[h].per_id);
+        w->echo[h].max_id = 4096;
+        assert_int_equal(erma_register_handler(w->nx[h], ECHO, echo_handler, ERMA_DISPATCH,
+                                               &w->echo[h]),
+                         ERMA_OK);
+    }
+    world_start(w);
+}
+
+/* Client packets as sent, for replaying. */
+struct capture {
+    unsigned n;
+    struct erma_sim_event ev[512];
+    uint8_t data[512][1500];
+    bool flip;     /* flip one bit in every 7th data packet to the server */
+    unsigned flipped;
+};
+
+static bool capture_tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
+{
+    struct capture *c = ctx;
+    if (ev->src_host != 0)
+        return true;
+    if (c->n < 512 && ev->len <= 1500) {
+        c->ev[c->n] = *ev;
+        memcpy(c->data[c->n++], data, ev->len);
+    }
+    if (c->flip && ev->len > ERMA_HDR_SIZE + 40 && c->n % 7 == 0) {
+        data[ERMA_HDR_SIZE + (c->n * 13) % (ev->len - ERMA_HDR_SIZE)] ^= 0x10;
+        c->flipped++;
+    }
+    return true;
+}
+
+static void replay(struct world *w, const struct capture *c, uint16_t src_port)
+{
+    for (unsigned i = 0; i < c->n; i++)
+        assert_int_equal(erma_sim_inject(w->sim, c->ev[i].src_host,
+                                         src_port ? src_port : c->ev[i].src_port,
+                                         c->ev[i].dst_host, c->ev[i].dst_port, c->data[i],
+                                         c->ev[i].len),
+                         ERMA_OK);
+    int never = 0;
+    run_until(w, &never, 10000000);
+}
+
+/* An attacker at port 40000 of the client's host replays the capture as
+ * if it were the client: it answers the server's cookie itself (patching
+ * it into the captured connect request) and readdresses each captured
+ * request to the session that opens. */
+static void active_replay(struct world *w, const struct capture *c, const char *name)
+{
+    char uri[64];
+    struct erma_transport *tr;
+    struct erma_addr server;
+    snprintf(uri, sizeof uri, "sim://%s/0:40000", name);
+    assert_int_equal(erma_transport_open(uri, NULL, &tr), ERMA_OK);
+    assert_int_equal(erma_transport_resolve(tr, w->uri[1], &server), ERMA_OK);
+    uint64_t cookie = 0;
+    uint16_t session = 0xffff;
+    for (unsigned i = 0; i < c->n; i++) {
+        uint8_t pkt[1500];
+        struct erma_hdr h;
+        memcpy(pkt, c->data[i], c->ev[i].len);
+        if (erma_hdr_check(pkt, c->ev[i].len, &h) != ERMA_OK)
+            continue;
+        if (h.proto == ERMA_PROTO_SM && h.req_type == SM_CONNECT_REQ && cookie)
+            erma_put_le(pkt + ERMA_HDR_SIZE + 29, cookie, 8);
+        if (h.proto == ERMA_PROTO_RPC) {
+            h.dest_session = session;
+            erma_hdr_encode(&h, pkt);
+        }
+        const struct erma_tx_pkt t = {.dst = &server, .hdr = pkt, .hdr_len = c->ev[i].len};
+        assert_int_equal(erma_tx_burst(tr, &t, 1), 1);
+        int never = 0;
+        run_until(w, &never, 200000);
+        struct erma_rx_pkt rx[ERMA_MAX_BURST];
+        for (int k = erma_rx_burst(tr, rx, ERMA_MAX_BURST), j = 0; j < k; j++) {
+            if (erma_hdr_check(rx[j].data, rx[j].len, &h) != ERMA_OK || h.proto != ERMA_PROTO_SM)
+                continue;
+            if (h.req_type == SM_COOKIE)
+                cookie = erma_get_le(rx[j].data + ERMA_HDR_SIZE + 29, 8);
+            else if (h.req_type == SM_CONNECT_RESP)
+                session = (uint16_t)erma_get_le(rx[j].data + ERMA_HDR_SIZE + 10, 2);
+        }
+    }
+    erma_transport_close(tr);
+}
+
+static uint64_t executions(const struct world *w)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < 4096; i++)
+        n += atomic_load(&w->echo[1].per_id[i]);
+    return n;
+}
+
+/* Secure sessions answer every size; a captured exchange (connect and 40
+ * requests) replayed from the client's address or from another is never
+ * executed again (in the clear, an attacker who answers the cookie itself
+ * from another port opens a new session and runs every request again);
+ * flipped bits are dropped and the requests retransmitted, each executed
+ * once. */
+static void test_secure_sessions(void **state)
+{
+    (void)state;
+    static struct capture cap;
+    for (int secure = 0; secure < 2; secure++) {
+        struct world w;
+        secure_up(&w, secure ? "secure" : "plain", 0, secure ? psk : NULL, secure ? psk : NULL);
+        cap = (struct capture){0};
+        erma_sim_set_tap(w.sim, capture_tap, &cap);
+        const int s = connect(&w, 0, 1);
+        for (uint32_t id = 0; id < 40; id++)
+            call_once(&w, 0, s, ECHO, 200 + id, 100, id, ERMA_OK);
+        erma_sim_set_tap(w.sim, NULL, NULL);
+        const uint64_t ran = executions(&w);
+        assert_int_equal(ran, 40);
+        replay(&w, &cap, 0);           /* from the client's own address */
+        const uint64_t same = executions(&w) - ran;
+        assert_int_equal(erma_destroy_session(w.rpc[0], s), ERMA_OK); /* later: */
+        int never = 0;
+        run_until(&w, &never, 10000000);
+        replay(&w, &cap, 40000);       /* from another port, connect included */
+        active_replay(&w, &cap, secure ? "secure" : "plain");
+        const uint64_t other = executions(&w) - ran - same;
+        struct erma_rpc_stats st;
+        erma_rpc_get_stats(w.rpc[1], &st);
+        print_message("  %s: a replayed exchange of 40 requests ran %llu again from the same "
+                      "address, %llu from another (%llu replays, %llu forgeries dropped)\n",
+                      secure ? "secure" : "plaintext", (unsigned long long)same,
+                      (unsigned long long)other, (unsigned long long)st.rx_replayed,
+                      (unsigned long long)st.rx_auth_failed);
+        if (secure) {
+            assert_int_equal(same + other, 0);
+            assert_true(st.rx_replayed > 0 && st.rx_auth_failed > 0);
+        }
+        world_down(&w);
+    }
+    struct world w;
+    secure_up(&w, "secure-sizes", 0.01, psk, psk);
+    cap = (struct capture){.flip = true};
+    erma_sim_set_tap(w.sim, capture_tap, &cap);
+    const int s = connect(&w, 0, 1);
+    const uint32_t sizes[] = {1, REQ_HDR, 1000, 1431, 1432, 1433, 5000, 65536, 1 << 20};
+    uint32_t id = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        call_once(&w, 0, s, ECHO, sizes[i] < REQ_HDR ? REQ_HDR : sizes[i], sizes[i], id++, ERMA_OK);
+        call_once(&w, 0, s, ECHO, REQ_HDR, sizes[i], id++, ERMA_OK);
+    }
+    erma_sim_set_tap(w.sim, NULL, NULL);
+    struct erma_rpc_stats st;
+    erma_rpc_get_stats(w.rpc[1], &st);
+    assert_true(cap.flipped > 0 && st.rx_auth_failed >= cap.flipped / 2);
+    for (uint32_t k = 0; k < id; k++)
+        assert_int_equal(atomic_load(&w.echo[1].per_id[k]), 1);
+    assert_int_equal(atomic_load(&w.echo[1].bad), 0);
+    world_down(&w);
+}
+
+/* Both ends need the key: one without it, or with another, gets no session. */
+static void test_secure_mismatch(void **state)
+{
+    (void)state;
+    static const uint8_t other[ERMA_PSK_BYTES] = "another key, also 32 bytes long";
+    const uint8_t *keys[3][2] = {{psk, NULL}, {NULL, psk}, {psk, other}};
+    const int expect[3] = {ERMA_EAUTH, ERMA_EAUTH, ERMA_ETIMEDOUT};
+    for (int i = 0; i < 3; i++) {
+        struct world w;
+        secure_up(&w, "mismatch", 0, keys[i][0], keys[i][1]);
+        assert_true(erma_create_session(w.rpc[0], w.uri[1], 0) >= 0);
+        int never = 0;
+        for (int k = 0; k < 100 && !w.sm_events[ERMA_SM_CONNECT_FAILED]; k++)
+            run_until(&w, &never, 100000000);
+        assert_int_equal(w.sm_events[ERMA_SM_CONNECT_FAILED], 1);
+        assert_int_equal(w.sm_last_err, expect[i]);
+        assert_int_equal(atomic_load(&w.echo[1].calls), 0);
+        world_down(&w);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -946,6 +1148,8 @@ int main(void)
         cmocka_unit_test(test_deferred_request),
         cmocka_unit_test(test_connect_flood),
         cmocka_unit_test(test_connect_under_loss),
+        cmocka_unit_test(test_secure_sessions),
+        cmocka_unit_test(test_secure_mismatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
