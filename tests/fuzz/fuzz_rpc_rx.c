@@ -24,7 +24,8 @@
  * ctl bits 2-7: microseconds of virtual time the world runs before the
  * packet is sent. A CONNECT_REQ whose cookie is 1 gets the cookie the
  * server would give its source now (cookies come from a random key per
- * endpoint, so a captured one is stale in the next world). An empty
+ * endpoint, so a captured one is stale in the next world; the length of
+ * SM messages is learnt from the client's own connect request). An empty
  * record sends nothing; on routes 1-3 it has the client act instead:
  * 1 enqueue another request (ECHO, DEFER, WORKER in turn, some held past
  * the client's 3 ms timeout; past 8, they queue),
@@ -96,8 +97,7 @@ enum { R_CLIENT_SERVER, R_STRANGER_SERVER, R_SERVER_CLIENT, R_STRANGER_CLIENT };
 #define MAX_HELD 64
 #define MAX_RESP 6000 /* echo responses: up to 5 packets */
 #define HOLD_UNIT_NS 40000ull
-#define SM_LEN (ERMA_HDR_SIZE + 37) /* docs/PROTOCOL.md */
-#define SM_COOKIE (ERMA_HDR_SIZE + 29)
+#define SM_COOKIE (ERMA_HDR_SIZE + 29) /* the cookie's place in an SM message */
 #define COOKIE_EPOCH_SHIFT 30 /* as rpc/session.c */
 #define COOKIE_FILL 1         /* a CONNECT_REQ's cookie the harness fills in */
 #define FINAL_NS 8000000ull
@@ -151,6 +151,7 @@ struct world {
     pthread_mutex_t lock;
     struct lifetime *lifetimes;
     uint64_t nlifetimes, handler_calls;
+    uint32_t sm_len; /* SM messages' length, learnt from the client's first */
     /* seed capture */
     struct captured *cap;
     unsigned ncap, cap_max;
@@ -401,7 +402,7 @@ static void capture(const struct erma_sim_event *ev, const uint8_t *data)
     c->len = ev->len;
     memcpy(c->data, data, ev->len);
     struct erma_hdr h;
-    if (c->len == SM_LEN && erma_hdr_check(c->data, c->len, &h) == ERMA_OK &&
+    if (c->len == W.sm_len && erma_hdr_check(c->data, c->len, &h) == ERMA_OK &&
         h.proto == ERMA_PROTO_SM && h.req_type == CONNECT_REQ &&
         erma_get_le(c->data + SM_COOKIE, 8))
         erma_put_le(c->data + SM_COOKIE, COOKIE_FILL, 8);
@@ -412,6 +413,10 @@ static bool tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
     (void)ctx;
     if (W.injecting)
         return true;
+    struct erma_hdr h;
+    if (!W.sm_len && ev->src_host == CLIENT_HOST && erma_hdr_check(data, ev->len, &h) == ERMA_OK &&
+        h.proto == ERMA_PROTO_SM && h.req_type == CONNECT_REQ)
+        W.sm_len = ev->len;
     if (W.cap)
         capture(ev, data);
     if (W.muting && (W.flags & FLAG_MUTE_CLIENT) && ev->src_host == CLIENT_HOST)
@@ -450,6 +455,7 @@ static void world_up(uint8_t flags)
     W.ncalls = W.completions = W.extra = W.nheld = W.passes = 0;
     W.nlifetimes = W.handler_calls = 0;
     W.muting = W.injecting = W.release_all = false;
+    W.sm_len = 0;
     atomic_store(&W.worker_clock, 0);
     atomic_store(&W.worker_waits, false);
     struct erma_sim_cfg sc;
@@ -463,7 +469,7 @@ static void world_up(uint8_t flags)
                                             flags & FLAG_FEW_CREDITS ? 2 : 0);
     for (int i = 0; i < 100 && !erma_session_connected(W.client, W.session); i++)
         fuzz_run(W.sim, W.both, 2, 10000, pass_hook, NULL, &W.passes);
-    FUZZ_CHECK(erma_session_connected(W.client, W.session), "no session");
+    FUZZ_CHECK(erma_session_connected(W.client, W.session) && W.sm_len, "no session");
     W.muting = true;
     W.t0 = erma_sim_now(W.sim);
     if (!(flags & FLAG_NO_REQUESTS))
@@ -514,7 +520,7 @@ static uint64_t cookie_for(uint16_t src_host, uint16_t src_port, uint64_t token)
 static void fill_cookie(struct fuzz_rec *r, uint16_t src_host, uint16_t src_port)
 {
     struct erma_hdr h;
-    if (r->len != SM_LEN || erma_hdr_check(r->pkt, r->len, &h) != ERMA_OK ||
+    if (r->len != W.sm_len || erma_hdr_check(r->pkt, r->len, &h) != ERMA_OK ||
         h.proto != ERMA_PROTO_SM || h.req_type != CONNECT_REQ ||
         erma_get_le(r->pkt + SM_COOKIE, 8) != COOKIE_FILL)
         return;
@@ -749,7 +755,7 @@ static int seed_stranger_session(const char *dir, unsigned first, struct fuzz_ou
 static void sm_rec(struct fuzz_out *o, uint8_t ctl, uint8_t type, uint16_t dest, uint64_t token,
                    uint16_t client_session)
 {
-    uint8_t p[SM_LEN] = {0};
+    uint8_t p[FUZZ_MAX_PKT] = {0};
     const struct erma_hdr h = {.req_type = type, .dest_session = dest, .proto = ERMA_PROTO_SM};
     erma_hdr_encode(&h, p);
     erma_put_le(p + ERMA_HDR_SIZE, token, 8);
@@ -757,7 +763,7 @@ static void sm_rec(struct fuzz_out *o, uint8_t ctl, uint8_t type, uint16_t dest,
     erma_put_le(p + ERMA_HDR_SIZE + 12, ERMA_MAX_CREDITS, 4);
     if (type == CONNECT_REQ)
         erma_put_le(p + SM_COOKIE, COOKIE_FILL, 8);
-    fuzz_out_rec(o, ctl, p, sizeof p);
+    fuzz_out_rec(o, ctl, p, W.sm_len);
 }
 
 /* A stranger opens 160 sessions (the server admits 64 from one address),
