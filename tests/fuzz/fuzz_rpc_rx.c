@@ -50,6 +50,7 @@
  *   - a stranger cannot disturb the session: when every packet comes from
  *     the stranger, the client does nothing more and nothing is muted, each
  *     standard request completes with its expected status;
+ *   - every packet the endpoints send is well-formed (header, lengths);
  *   - no livelock or time crawl in the event loop (fuzz.h).
  * Seeds (fuzz_write_seeds) are the real conversation of the same world,
  * captured with the fabric's tap (connect, requests, credit returns,
@@ -408,11 +409,40 @@ static void capture(const struct erma_sim_event *ev, const uint8_t *data)
         erma_put_le(c->data + SM_COOKIE, COOKIE_FILL, 8);
 }
 
+/* Every packet an endpoint sends is well-formed (docs/PROTOCOL.md): a valid
+ * header; no data in CR and RFR; a REQ carries exactly its part of the
+ * message; a RESP at most a packet and the message; SM messages their
+ * length. */
+static void check_sent(const struct erma_sim_event *ev, const uint8_t *data)
+{
+    const uint32_t pkt_data = FUZZ_MAX_PKT - ERMA_HDR_SIZE, len = ev->len - ERMA_HDR_SIZE;
+    struct erma_hdr h;
+    FUZZ_CHECK(erma_hdr_check(data, ev->len, &h) == ERMA_OK, "host %u sent a bad header (%u B)",
+               ev->src_host, ev->len);
+    if (h.proto == ERMA_PROTO_SM) {
+        FUZZ_CHECK(!W.sm_len || ev->len == W.sm_len, "an SM message of %u bytes", ev->len);
+        return;
+    }
+    FUZZ_CHECK(h.proto == ERMA_PROTO_RPC, "host %u sent proto %u", ev->src_host, h.proto);
+    uint32_t want = len;
+    if (h.pkt_type == ERMA_PKT_CR || h.pkt_type == ERMA_PKT_RFR) {
+        want = 0;
+    } else if (h.pkt_type == ERMA_PKT_REQ) {
+        const uint64_t off = (uint64_t)h.pkt_num * pkt_data;
+        want = off < h.msg_size ? (uint32_t)(h.msg_size - off < pkt_data ? h.msg_size - off
+                                                                           : pkt_data) : 0;
+    }
+    FUZZ_CHECK(len == want && len <= pkt_data && len <= h.msg_size,
+               "host %u sent %u data bytes in a packet of type %u, pkt_num %u, msg_size %u",
+               ev->src_host, len, h.pkt_type, h.pkt_num, h.msg_size);
+}
+
 static bool tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
 {
     (void)ctx;
     if (W.injecting)
         return true;
+    check_sent(ev, data);
     struct erma_hdr h;
     if (!W.sm_len && ev->src_host == CLIENT_HOST && erma_hdr_check(data, ev->len, &h) == ERMA_OK &&
         h.proto == ERMA_PROTO_SM && h.req_type == CONNECT_REQ)
