@@ -5,22 +5,33 @@
 
 #include "internal.h"
 
-static bool use_aes; /* AES-256-GCM where the CPU has AES-NI, set once */
+static bool aes_hw; /* the CPU has AES-NI (and CLMUL), set once */
 
 int erma_rma_crypto_init(void)
 {
     if (sodium_init() < 0)
         return ERMA_ENOTSUP;
-    use_aes = crypto_aead_aes256gcm_is_available() != 0;
+    aes_hw = crypto_aead_aes256gcm_is_available() != 0;
     return ERMA_OK;
 }
 
-void erma_rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
-             uint8_t kd[ERMA_RMA_KEY_BYTES])
+bool erma_rma_aes_available(void)
 {
-    uint8_t msg[16] = "erma-kd\0";
+    return aes_hw;
+}
+
+/* BLAKE2b keyed with Kr over "erma-kd\0" | identity | address length |
+ * address; an identity-only key has length 0, which no address has. */
+void erma_rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
+                  const struct erma_addr *addr, uint8_t kd[ERMA_RMA_KEY_BYTES])
+{
+    uint8_t msg[17 + ERMA_ADDR_MAX] = "erma-kd\0";
+    const uint8_t alen = addr ? addr->len : 0;
     erma_put_le(msg + 8, identity, 8);
-    crypto_generichash(kd, ERMA_RMA_KEY_BYTES, msg, sizeof msg, kr, ERMA_RMA_KEY_BYTES);
+    msg[16] = alen;
+    if (alen)
+        memcpy(msg + 17, addr->raw, alen);
+    crypto_generichash(kd, ERMA_RMA_KEY_BYTES, msg, 17u + alen, kr, ERMA_RMA_KEY_BYTES);
 }
 
 static void nonce_of(uint8_t n[12], uint8_t dir, uint64_t ctr)
@@ -32,29 +43,36 @@ static void nonce_of(uint8_t n[12], uint8_t dir, uint64_t ctr)
 
 #define AD_LEN (ERMA_HDR_SIZE + RMA_OPHDR)
 
-void erma_rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
-              uint8_t *pkt, const void *m, uint32_t plen)
+void erma_rma_seal_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
+                      uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen)
 {
     uint8_t n[12];
     nonce_of(n, dir, nonce_ctr);
     uint8_t *c = pkt + AD_LEN, *tag = c + plen;
-    if (use_aes)
+    if (cipher == ERMA_RMA_AES256_GCM)
         crypto_aead_aes256gcm_encrypt_detached(c, tag, NULL, m, plen, pkt, AD_LEN, NULL, n, kd);
     else
         crypto_aead_chacha20poly1305_ietf_encrypt_detached(c, tag, NULL, m, plen, pkt, AD_LEN,
                                                            NULL, n, kd);
 }
 
-int erma_rma_open(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
-             const uint8_t *pkt, uint32_t len, uint8_t *m)
+void erma_rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
+                   uint8_t *pkt, const void *m, uint32_t plen)
 {
-    if (len < RMA_OVERHEAD)
+    erma_rma_seal_as(kd, aes_hw ? ERMA_RMA_AES256_GCM : ERMA_RMA_CHACHA20_POLY1305, dir,
+                     nonce_ctr, pkt, m, plen);
+}
+
+int erma_rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
+                     uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m)
+{
+    if (len < RMA_OVERHEAD || (cipher == ERMA_RMA_AES256_GCM && !aes_hw))
         return -1;
     uint8_t n[12];
     nonce_of(n, dir, nonce_ctr);
     const uint32_t plen = len - RMA_OVERHEAD;
     const uint8_t *c = pkt + AD_LEN, *tag = c + plen;
-    if (use_aes)
+    if (cipher == ERMA_RMA_AES256_GCM)
         return crypto_aead_aes256gcm_decrypt_detached(m, NULL, c, plen, tag, pkt, AD_LEN, n, kd);
     return crypto_aead_chacha20poly1305_ietf_decrypt_detached(m, NULL, c, plen, tag, pkt, AD_LEN,
                                                               n, kd);

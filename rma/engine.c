@@ -23,8 +23,10 @@ void erma_rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p)
     erma_put_le(p + 24, o->identity, 8);
     erma_put_le(p + 32, o->init_ctr, 8);
     erma_put_le(p + 40, o->len, 4);
-    erma_put_le(p + 44, o->token, 4);
-    erma_put_le(p + 48, o->nonce_ctr, 8);
+    erma_put_le(p + 44, o->sol, 4);
+    erma_put_le(p + 48, o->token, 8);
+    erma_put_le(p + 56, o->deadline, 8);
+    erma_put_le(p + 64, o->nonce_ctr, 8);
 }
 
 void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
@@ -41,8 +43,10 @@ void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
     o->identity = erma_get_le(p + 24, 8);
     o->init_ctr = erma_get_le(p + 32, 8);
     o->len = (uint32_t)erma_get_le(p + 40, 4);
-    o->token = (uint32_t)erma_get_le(p + 44, 4);
-    o->nonce_ctr = erma_get_le(p + 48, 8);
+    o->sol = (uint32_t)erma_get_le(p + 44, 4);
+    o->token = erma_get_le(p + 48, 8);
+    o->deadline = erma_get_le(p + 56, 8);
+    o->nonce_ctr = erma_get_le(p + 64, 8);
 }
 
 /* ---- slot lists (queues by priority, in flight) linked by index ---- */
@@ -106,14 +110,15 @@ void erma_rma_tx_flush(struct erma_rma *rma)
 }
 
 uint32_t erma_rma_build(struct erma_rma *rma, uint8_t *pkt, struct rma_ophdr *h,
-                   const uint8_t *kd, uint8_t dir, const void *m, uint32_t plen)
+                        const uint8_t *kd, uint8_t cipher, uint8_t dir, const void *m,
+                        uint32_t plen)
 {
     const struct erma_hdr eh = {.proto = ERMA_PROTO_RMA};
     h->nonce_ctr = ++rma->ctr;
     erma_hdr_encode(&eh, pkt);
     erma_rma_ophdr_encode(h, pkt + ERMA_HDR_SIZE);
     if (kd)
-        erma_rma_seal(kd, dir, h->nonce_ctr, pkt, m, plen);
+        erma_rma_seal_as(kd, cipher, dir, h->nonce_ctr, pkt, m, plen);
     else /* unsealed error: no payload, zero tag */
         memset(pkt + ERMA_HDR_SIZE + RMA_OPHDR, 0, RMA_TAG);
     return RMA_OVERHEAD + plen;
@@ -141,6 +146,7 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
         return;
     }
     rma_clock(rma, erma_now_ns());
+    rma->rx_pass++;
     if (is_request(h.type))
         erma_serve_rx(rma, &h, pkt);
     else
@@ -154,10 +160,27 @@ static void hook_flush(void *ctx)
         erma_rma_tx_flush(rma);
 }
 
+static bool is_sim(const struct erma_transport *tr)
+{
+    return tr->ops == &erma_sim_ops;
+}
+
+/* Wall clock against the engine's (TSC) clock, again now and then: NTP
+ * slews the one and not the other. The sim's clock is everyone's. */
+static void wire_sync(struct erma_rma *rma)
+{
+    if (is_sim(rma->tr) || rma->now < rma->wire_sync_ns)
+        return;
+    const uint64_t t = erma_now_ns(); /* rma->now may be a pass's stale reading */
+    rma->wire_off = (int64_t)(erma_rma_wallclock_ns() - t);
+    rma->wire_sync_ns = t + 100000000;
+}
+
 static int hook_poll(void *ctx, uint64_t now)
 {
     struct erma_rma *rma = ctx;
     rma_clock(rma, now);
+    wire_sync(rma);
     int work = erma_serve_poll(rma);
     work += erma_exec_poll(rma);
     work += erma_portal_poll(rma);
@@ -190,8 +213,17 @@ static void cfg_defaults(struct erma_rma_cfg *c, const struct erma_transport *tr
     c->inbound_window = c->inbound_window ? c->inbound_window : 1u << 20;
     if (!c->dispatch_timeout_ns) /* kernel UDP: a loop pass alone can take 10 us */
         c->dispatch_timeout_ns = is_udp(tr) ? 1000000 : 10000;
-    if (!c->op_timeout_ns) /* kernel UDP in a VM: processes stall for a few ms */
-        c->op_timeout_ns = is_udp(tr) ? 20000000 : 5 * base;
+    /* kernel UDP: a process may stall for milliseconds, whatever the RTT */
+    if (!c->op_timeout_min_ns)
+        c->op_timeout_min_ns = is_udp(tr) ? 10000000 : 5 * base;
+    if (!c->op_timeout_max_ns) {
+        const uint64_t cap = is_udp(tr) ? 100000000 : 200 * base;
+        c->op_timeout_max_ns = cap > c->op_timeout_min_ns ? cap : c->op_timeout_min_ns;
+    }
+    /* the margin eats into a WRITE's time for its data: a quarter at most */
+    const uint64_t shortest = c->op_timeout_ns ? c->op_timeout_ns : c->op_timeout_min_ns;
+    if (!c->clock_skew_ns && !is_sim(tr))
+        c->clock_skew_ns = shortest / 4 < 1000000 ? shortest / 4 : 1000000;
     c->max_regions = c->max_regions ? c->max_regions : 1024;
     c->serve_batch = c->serve_batch ? c->serve_batch : 16;
     c->nack_threshold = c->nack_threshold ? c->nack_threshold : 256;
@@ -205,7 +237,9 @@ static bool cfg_valid(const struct erma_rma_cfg *c)
     return c->slots <= 65535 && c->inbound_window >= ERMA_RMA_MAX_OP &&
            c->max_regions <= 65535 && c->solicits <= 65535 &&
            c->solicit_window >= ERMA_RMA_MAX_OP && c->transfers <= 65535 &&
-           c->nack_threshold <= (1u << 20);
+           c->nack_threshold <= (1u << 20) && c->op_timeout_min_ns <= c->op_timeout_max_ns &&
+           c->op_timeout_max_ns <= RMA_MAX_TTL_NS && c->op_timeout_ns <= RMA_MAX_TTL_NS &&
+           c->clock_skew_ns <= RMA_MAX_TTL_NS;
 }
 
 int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
@@ -228,8 +262,14 @@ int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
         return ERMA_EINVAL;
     }
     rma->pkt_data = rma->tr->max_pkt - RMA_OVERHEAD;
+    /* Nonces: from the wall clock in ns, one per packet sent, so that an
+     * engine restarted with the same identity and address (the same Kd)
+     * starts past every nonce its predecessor used. */
     rma->ctr = erma_rma_wallclock_ns();
+    rma->aes = erma_rma_aes_available() && !rma->cfg.no_aes;
     rma->now = erma_now_ns();
+    rma->last_poll_ns = rma->now;
+    wire_sync(rma);
     rma->txbuf = malloc((size_t)ERMA_MAX_BURST * rma->tr->max_pkt);
     rc = rma->txbuf ? erma_serve_init(rma) : ERMA_ENOMEM;
     if (rc == ERMA_OK)
@@ -275,6 +315,11 @@ void erma_rma_get_stats(const struct erma_rma *rma, struct erma_rma_stats *out)
     *out = rma->stats;
 }
 
+int erma_rma_uri(const struct erma_rma *rma, char *out, size_t len)
+{
+    return rma && out ? erma_rpc_uri(rma->rpc, out, len) : ERMA_EINVAL;
+}
+
 int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid)
 {
     char ep[256];
@@ -299,6 +344,6 @@ int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid)
         rma->peers = p;
         rma->peers_cap = cap;
     }
-    rma->peers[rma->npeers].addr = addr;
+    rma->peers[rma->npeers] = (struct peer){.addr = addr};
     return (int)rma->npeers++;
 }

@@ -49,6 +49,9 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
         (uint32_t)t->peer >= rma->npeers || t->priority >= ERMA_RMA_PRIORITIES ||
         (t->op != ERMA_RMA_READ && t->op != ERMA_RMA_WRITE))
         return ERMA_EINVAL;
+    const int usable = erma_rkey_usable(rma, &t->rkey);
+    if (usable != ERMA_OK)
+        return usable;
     for (uint32_t i = 0; i < rma->cfg.transfers; i++) {
         struct xfer *x = &rma->xfers[i];
         if (x->state != XFER_FREE)

@@ -7,12 +7,15 @@
 #include "erma/transport.h"
 #include "erma/wire.h"
 
-/* ---- wire: erma header (16) | op header (56) | payload | AEAD tag (16) ---- */
+/* ---- wire: erma header (16) | op header (72) | payload | AEAD tag (16) ---- */
 
-#define RMA_OPHDR 56
+#define RMA_OPHDR 72
 #define RMA_TAG 16
 #define RMA_OVERHEAD (ERMA_HDR_SIZE + RMA_OPHDR + RMA_TAG)
 #define RMA_REKEY_DATA (ERMA_RMA_KEY_BYTES + 8) /* new key, grace_ns */
+/* The furthest ahead a request's deadline may lie (the longest op timeout
+ * a configuration may ask); the target drops requests beyond it. */
+#define RMA_MAX_TTL_NS 60000000000ull
 
 enum rma_type {
     RMA_READ_REQ = 1,
@@ -26,7 +29,8 @@ enum rma_type {
     RMA_TYPE_MAX = 8,
 };
 
-#define RMA_FLAG_PLAIN 1 /* RMA_ERROR not sealed: tag is zero */
+#define RMA_FLAG_PLAIN 1    /* RMA_ERROR not sealed: tag is zero */
+#define RMA_FLAG_ANY_ADDR 2 /* Kd of a deprecated identity-only key */
 
 struct rma_ophdr {
     uint8_t type, status, flags, pkt_idx; /* status: -erma_err */
@@ -34,7 +38,9 @@ struct rma_ophdr {
     uint32_t region, key_gen;
     uint64_t offset, identity;
     uint64_t init_ctr;                    /* the initiator's counter of the op's request */
-    uint32_t len, token;                  /* token: the target's solicitation */
+    uint32_t len, sol;                    /* sol: the target's solicitation index */
+    uint64_t token;                       /* sol's random token */
+    uint64_t deadline;                    /* the op's deadline, wire clock */
     uint64_t nonce_ctr;                   /* the sender's counter for this packet */
 };
 
@@ -44,16 +50,23 @@ void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o);
 /* ---- crypto.c ---- */
 
 int erma_rma_crypto_init(void);
+bool erma_rma_aes_available(void);
+/* Kd for identity at addr (NULL: a deprecated identity-only key). */
 void erma_rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
-             uint8_t kd[ERMA_RMA_KEY_BYTES]);
-/* pkt holds both headers; seals payload (plen bytes from m) after them and
- * appends the tag. dir 0: initiator to target, 1: back. */
+                  const struct erma_addr *addr, uint8_t kd[ERMA_RMA_KEY_BYTES]);
+/* pkt holds both headers; seals payload (plen bytes from m) after them
+ * with cipher (enum erma_rma_cipher) and appends the tag. dir 0: initiator
+ * to target, 1: back. */
+void erma_rma_seal_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
+                      uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen);
+/* The same with the cipher a region registered here gets by default (for
+ * tests/fuzz/fuzz_rma_serve.c). */
 void erma_rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
-              uint8_t *pkt, const void *m, uint32_t plen);
+                   uint8_t *pkt, const void *m, uint32_t plen);
 /* Opens a sealed packet of len bytes into m (len - RMA_OVERHEAD bytes);
  * 0 when authentic, -1 otherwise (m may then hold garbage: pass scratch). */
-int erma_rma_open(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
-             const uint8_t *pkt, uint32_t len, uint8_t *m);
+int erma_rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
+                     uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m);
 uint64_t erma_rma_wallclock_ns(void);
 
 /* ---- state ---- */
@@ -64,6 +77,8 @@ struct region {
     uint32_t id;        /* 0: free slot; else generation << 16 | index + 1 */
     uint16_t gen;
     uint8_t perms;
+    uint8_t cipher;     /* enum erma_rma_cipher, fixed at registration */
+    bool any_addr;      /* a deprecated identity-only key was exported */
     uint32_t key_gen;
     uint8_t kr[ERMA_RMA_KEY_BYTES];
     uint8_t old_kr[ERMA_RMA_KEY_BYTES];
@@ -77,6 +92,7 @@ struct region {
 struct kd_entry {
     uint32_t region, key_gen; /* region 0: empty */
     uint64_t identity;
+    struct erma_addr addr;    /* len 0: an identity-only key */
     uint8_t kd[ERMA_RMA_KEY_BYTES];
 };
 
@@ -86,9 +102,8 @@ struct queued_req {    /* a request waiting for the serving engine */
 };
 
 struct solicit {       /* the target's own outstanding solicitation */
-    uint32_t token;    /* 0: free; else generation << 16 | index + 1 */
-    uint16_t gen;
-    uint8_t op;
+    uint64_t token;    /* 0: free; else random */
+    uint8_t op, cipher;
     struct erma_addr src;
     struct rma_ophdr req;
     uint8_t kd[ERMA_RMA_KEY_BYTES];
@@ -96,6 +111,7 @@ struct solicit {       /* the target's own outstanding solicitation */
     uint8_t rekey[RMA_REKEY_DATA];
     uint64_t deadline_ns;
     int32_t next_free;
+    int32_t next_hash;     /* chain of live solicitations by (identity, init_ctr) */
 };
 
 enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_ISSUED, SLOT_SENT_DATA, SLOT_DONE };
@@ -112,13 +128,20 @@ struct slot {
     uint64_t tag;
     uint64_t init_ctr;
     uint64_t submit_ns, issue_ns;
+    uint64_t sent_ns;       /* the last packet that asked for an answer */
+    uint64_t deadline_ns;   /* TIMEOUT at this time (engine clock) */
+    uint64_t wire_deadline; /* the deadline the target sees (wire clock) */
     uint32_t got, bytes;    /* READ: packets and bytes received */
     int status;
-    int32_t prev, next;     /* queue, in-flight or free list */
+    int32_t prev, next;     /* queue or free list */
+    int32_t heap_idx;       /* in flight: position in the deadline heap */
 };
 
 struct peer {
     struct erma_addr addr;
+    uint64_t srtt_ns, rttvar_ns; /* smoothed round trip and its variation */
+    uint64_t backoff_ns;         /* after a timeout: the least RTO until a sample */
+    bool sampled;
 };
 
 struct list { int32_t head, tail; };
@@ -148,6 +171,9 @@ struct erma_rma {
     uint32_t pkt_data;         /* payload bytes per packet */
     uint64_t ctr;              /* this engine's nonce counter */
     uint64_t now;
+    int64_t wire_off;          /* wire clock - engine clock (0 on the sim) */
+    uint64_t wire_sync_ns;     /* next time wire_off is measured again */
+    bool aes;                  /* AES-256-GCM usable here */
     struct erma_rma_stats stats;
     /* target */
     struct region *regions;
@@ -158,15 +184,23 @@ struct erma_rma {
     int32_t sol_free;
     uint32_t sol_used, sol_bytes;
     uint64_t sol_expiry_ns;    /* earliest deadline of a live solicitation */
+    int32_t *sol_hash;         /* chain heads, sol_mask + 1 of them */
+    uint32_t sol_mask;
+    uint8_t token_key[16];     /* solicitation tokens: SipHash of a counter */
+    uint64_t token_ctr;
     struct kd_entry kd_cache[RMA_KD_CACHE];
     /* initiator */
     struct peer *peers;
     uint32_t npeers, peers_cap;
     struct slot *slots;
     int32_t free_slots;
-    struct list queued[ERMA_RMA_PRIORITIES], inflight;
+    struct list queued[ERMA_RMA_PRIORITIES];
+    int32_t *heap;             /* slots in flight, a min-heap by deadline */
+    uint32_t nheap;
     uint32_t inbound;          /* READ bytes outstanding */
     uint64_t queued_in;        /* READ bytes waiting in the local queue */
+    uint64_t last_poll_ns;     /* stall detection for timeouts */
+    uint32_t rx_pass, deferrals;
     struct erma_rma_completion *cq;
     uint32_t cq_head, cq_len, cq_cap;
     /* executor */
@@ -188,12 +222,20 @@ static inline uint64_t rma_clock(struct erma_rma *rma, uint64_t t)
 {
     return rma->now = t > rma->now ? t : rma->now;
 }
+/* The clock deadlines travel in: wall-clock ns (the sim's time on the sim),
+ * so that hosts whose clocks agree within cfg.clock_skew_ns share it. */
+static inline uint64_t rma_wire_now(const struct erma_rma *rma)
+{
+    return rma->now + (uint64_t)rma->wire_off;
+}
 uint8_t *erma_rma_tx_buf(struct erma_rma *rma, const struct erma_addr *dst);
 void erma_rma_tx_commit(struct erma_rma *rma, uint32_t len);
 void erma_rma_tx_flush(struct erma_rma *rma);
-/* Writes the erma header and h into pkt and seals plen payload bytes of m. */
+/* Writes the erma header and h into pkt and seals plen payload bytes of m
+ * under kd with cipher (kd NULL: an unsealed status, no payload). */
 uint32_t erma_rma_build(struct erma_rma *rma, uint8_t *pkt, struct rma_ophdr *h,
-                   const uint8_t *kd, uint8_t dir, const void *m, uint32_t plen);
+                        const uint8_t *kd, uint8_t cipher, uint8_t dir, const void *m,
+                        uint32_t plen);
 void erma_list_push(struct list *l, struct slot *slots, int32_t i);
 void erma_list_remove(struct list *l, struct slot *slots, int32_t i);
 
@@ -201,9 +243,11 @@ void erma_list_remove(struct list *l, struct slot *slots, int32_t i);
 struct region *erma_region_find(struct erma_rma *rma, uint32_t id);
 /* The key request h verifies under: kr of its key generation, or NULL. */
 const uint8_t *erma_region_key(const struct region *r, uint32_t key_gen, uint64_t now);
-/* Kd for identity under r's key of generation key_gen (kr), from the cache. */
+/* Kd for identity at addr (NULL: identity-only) under r's key of
+ * generation key_gen (kr), from the cache. */
 const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
-                         uint32_t key_gen, uint64_t identity);
+                              uint32_t key_gen, uint64_t identity,
+                              const struct erma_addr *addr);
 void erma_region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now);
 
 /* serve.c: the target */
@@ -222,6 +266,8 @@ void erma_portal_fini(struct erma_rma *rma);
 int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd, bool internal);
 int erma_portal_issue(struct erma_rma *rma, int work);
 void erma_cq_push(struct erma_rma *rma, const struct erma_rma_completion *c);
+/* ERMA_OK when this engine can use key k (its cipher), else why not. */
+int erma_rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k);
 
 /* executor.c */
 int erma_exec_init(struct erma_rma *rma);

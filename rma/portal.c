@@ -21,14 +21,125 @@ int erma_portal_init(struct erma_rma *rma)
     }
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++)
         rma->queued[p] = (struct list){-1, -1};
-    rma->inflight = (struct list){-1, -1};
-    return ERMA_OK;
+    rma->heap = malloc(n * sizeof *rma->heap);
+    return rma->heap ? ERMA_OK : ERMA_ENOMEM;
 }
 
 void erma_portal_fini(struct erma_rma *rma)
 {
     free(rma->slots);
     free(rma->cq);
+    free(rma->heap);
+}
+
+/* ---- ops in flight: a min-heap by deadline (timeouts differ by peer) ---- */
+
+static void heap_set(struct erma_rma *rma, uint32_t pos, int32_t i)
+{
+    rma->heap[pos] = i;
+    rma->slots[i].heap_idx = (int32_t)pos;
+}
+
+static uint64_t heap_key(const struct erma_rma *rma, uint32_t pos)
+{
+    return rma->slots[rma->heap[pos]].deadline_ns;
+}
+
+static void heap_up(struct erma_rma *rma, uint32_t pos)
+{
+    const int32_t i = rma->heap[pos];
+    const uint64_t d = rma->slots[i].deadline_ns;
+    for (; pos > 0 && heap_key(rma, (pos - 1) / 2) > d; pos = (pos - 1) / 2)
+        heap_set(rma, pos, rma->heap[(pos - 1) / 2]);
+    heap_set(rma, pos, i);
+}
+
+static void heap_down(struct erma_rma *rma, uint32_t pos)
+{
+    const int32_t i = rma->heap[pos];
+    const uint64_t d = rma->slots[i].deadline_ns;
+    for (;;) {
+        uint32_t c = 2 * pos + 1;
+        if (c >= rma->nheap)
+            break;
+        if (c + 1 < rma->nheap && heap_key(rma, c + 1) < heap_key(rma, c))
+            c++;
+        if (heap_key(rma, c) >= d)
+            break;
+        heap_set(rma, pos, rma->heap[c]);
+        pos = c;
+    }
+    heap_set(rma, pos, i);
+}
+
+static void heap_push(struct erma_rma *rma, int32_t i)
+{
+    heap_set(rma, rma->nheap++, i);
+    heap_up(rma, rma->nheap - 1);
+}
+
+static void heap_remove(struct erma_rma *rma, int32_t i)
+{
+    const uint32_t pos = (uint32_t)rma->slots[i].heap_idx;
+    const int32_t last = rma->heap[--rma->nheap];
+    rma->slots[i].heap_idx = -1;
+    if (last == i)
+        return;
+    heap_set(rma, pos, last);
+    heap_up(rma, pos);
+    heap_down(rma, (uint32_t)rma->slots[last].heap_idx);
+}
+
+/* ---- round trips and timeouts per peer ---- */
+
+/* srtt + 4 rttvar, with the floor as the least margin over srtt (a steady
+ * RTT has no variance, and no time for jitter), after a timeout at least
+ * the doubled RTO until a new sample; the cap, also before any sample. */
+static uint64_t peer_rto(const struct erma_rma *rma, const struct peer *p)
+{
+    const struct erma_rma_cfg *c = &rma->cfg;
+    if (!p->sampled)
+        return c->op_timeout_max_ns;
+    const uint64_t var = 4 * p->rttvar_ns, margin = var > c->op_timeout_min_ns ? var
+                                                                            : c->op_timeout_min_ns;
+    uint64_t rto = p->srtt_ns + margin;
+    rto = rto > p->backoff_ns ? rto : p->backoff_ns;
+    return rto < c->op_timeout_max_ns ? rto : c->op_timeout_max_ns;
+}
+
+/* RFC 6298's estimator, from authentic answers only. */
+static void rtt_sample(struct peer *p, uint64_t rtt)
+{
+    if (!p->sampled) {
+        p->srtt_ns = rtt;
+        p->rttvar_ns = rtt / 2;
+        p->sampled = true;
+    } else {
+        const uint64_t diff = rtt > p->srtt_ns ? rtt - p->srtt_ns : p->srtt_ns - rtt;
+        p->rttvar_ns = (3 * p->rttvar_ns + diff) / 4;
+        p->srtt_ns = (7 * p->srtt_ns + rtt) / 8;
+    }
+    p->backoff_ns = 0;
+}
+
+/* A WRITE or REKEY makes two round trips. */
+static uint64_t op_timeout(const struct erma_rma *rma, const struct slot *s)
+{
+    if (rma->cfg.op_timeout_ns)
+        return rma->cfg.op_timeout_ns;
+    const uint64_t rto = peer_rto(rma, &rma->peers[s->peer]);
+    return s->op == ERMA_RMA_READ ? rto : 2 * rto;
+}
+
+int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt *out)
+{
+    if (!rma || !out || peer < 0 || (uint32_t)peer >= rma->npeers)
+        return ERMA_EINVAL;
+    const struct peer *p = &rma->peers[peer];
+    *out = (struct erma_rma_rtt){.srtt_ns = p->srtt_ns, .rttvar_ns = p->rttvar_ns,
+                                 .rto_ns = rma->cfg.op_timeout_ns ? rma->cfg.op_timeout_ns
+                                                                  : peer_rto(rma, p)};
+    return ERMA_OK;
 }
 
 static void slot_free(struct erma_rma *rma, struct slot *s)
@@ -48,7 +159,10 @@ void erma_cq_push(struct erma_rma *rma, const struct erma_rma_completion *c)
 static void finish(struct erma_rma *rma, struct slot *s, int status)
 {
     const int32_t i = (int32_t)(s - rma->slots);
-    erma_list_remove(s->state == SLOT_QUEUED ? &rma->queued[s->prio] : &rma->inflight, rma->slots, i);
+    if (s->state == SLOT_QUEUED)
+        erma_list_remove(&rma->queued[s->prio], rma->slots, i);
+    else
+        heap_remove(rma, i);
     if (s->op == ERMA_RMA_READ && s->state != SLOT_QUEUED) {
         rma->inbound -= s->len;
         rma->exec_wake_ns = 0; /* the inbound window opened */
@@ -70,6 +184,13 @@ static void finish(struct erma_rma *rma, struct slot *s, int status)
     erma_cq_push(rma, &c);
 }
 
+int erma_rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k)
+{
+    if (k->cipher != ERMA_RMA_CHACHA20_POLY1305 && k->cipher != ERMA_RMA_AES256_GCM)
+        return ERMA_EINVAL;
+    return k->cipher == ERMA_RMA_AES256_GCM && !rma->aes ? ERMA_ENOTSUP : ERMA_OK;
+}
+
 int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool internal)
 {
     if (!rma || !c || c->peer < 0 || (uint32_t)c->peer >= rma->npeers || !c->local ||
@@ -79,6 +200,9 @@ int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool 
         return ERMA_EINVAL;
     if (c->op != ERMA_RMA_REKEY && c->len > ERMA_RMA_MAX_OP)
         return ERMA_E2BIG;
+    const int usable = erma_rkey_usable(rma, &c->rkey);
+    if (usable != ERMA_OK)
+        return usable;
     if (rma->free_slots < 0)
         return ERMA_ENOSLOTS;
     const int32_t i = rma->free_slots;
@@ -125,10 +249,11 @@ int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max
 
 static struct rma_ophdr op_header(const struct erma_rma *rma, const struct slot *s, uint8_t type)
 {
-    return (struct rma_ophdr){.type = type, .slot = (uint16_t)(s - rma->slots),
-                              .region = s->rkey.region, .key_gen = s->rkey.key_gen,
-                              .offset = s->offset, .identity = rma->cfg.identity,
-                              .init_ctr = s->init_ctr, .len = s->len};
+    return (struct rma_ophdr){.type = type, .flags = s->rkey.any_addr ? RMA_FLAG_ANY_ADDR : 0,
+                              .slot = (uint16_t)(s - rma->slots), .region = s->rkey.region,
+                              .key_gen = s->rkey.key_gen, .offset = s->offset,
+                              .identity = rma->cfg.identity, .init_ctr = s->init_ctr,
+                              .len = s->len, .deadline = s->wire_deadline};
 }
 
 static void issue(struct erma_rma *rma, struct slot *s)
@@ -139,16 +264,20 @@ static void issue(struct erma_rma *rma, struct slot *s)
     const int32_t i = (int32_t)(s - rma->slots);
     erma_list_remove(&rma->queued[s->prio], rma->slots, i);
     s->init_ctr = rma->ctr + 1; /* the request's own nonce counter */
+    uint64_t timeout = op_timeout(rma, s);
+    timeout = timeout < RMA_MAX_TTL_NS ? timeout : RMA_MAX_TTL_NS; /* a WRITE's 2 RTOs */
+    s->issue_ns = s->sent_ns = rma->now;
+    s->deadline_ns = rma->now + timeout;
+    s->wire_deadline = rma_wire_now(rma) + timeout;
     struct rma_ophdr h = op_header(rma, s, req_type[s->op]);
     uint8_t *pkt = erma_rma_tx_buf(rma, &rma->peers[s->peer].addr);
-    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &h, s->rkey.kd, 0, NULL, 0));
+    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &h, s->rkey.kd, s->rkey.cipher, 0, NULL, 0));
     s->state = SLOT_ISSUED;
-    s->issue_ns = rma->now;
     if (s->op == ERMA_RMA_READ) {
         rma->inbound += s->len;
         rma->queued_in -= s->len;
     }
-    erma_list_push(&rma->inflight, rma->slots, i);
+    heap_push(rma, i);
     rma->stats.issued++;
 }
 
@@ -171,6 +300,38 @@ int erma_portal_issue(struct erma_rma *rma, int work)
     return work;
 }
 
+/* A pass right after the loop stalled (descheduled, or a sleep past its
+ * timer), or whose RX burst was full, may leave answers unread: timeouts
+ * then wait a pass, at most 16 passes in a row. */
+#define RMA_STALL_NS 100000
+#define RMA_MAX_DEFERRALS 16
+
+static bool defer_timeouts(struct erma_rma *rma)
+{
+    const bool stalled = rma->now - rma->last_poll_ns > RMA_STALL_NS;
+    const bool full = rma->rx_pass >= ERMA_MAX_BURST;
+    rma->last_poll_ns = rma->now;
+    rma->rx_pass = 0;
+    if (!rma->nheap || rma->slots[rma->heap[0]].deadline_ns > rma->now)
+        return false;
+    if ((stalled || full) && rma->deferrals < RMA_MAX_DEFERRALS) {
+        rma->deferrals++;
+        return true;
+    }
+    rma->deferrals = 0;
+    return false;
+}
+
+/* Doubles the RTO this op had (not again for each op of one burst). */
+static void time_out(struct erma_rma *rma, struct slot *s)
+{
+    struct peer *p = &rma->peers[s->peer];
+    const uint64_t rto = (s->deadline_ns - s->issue_ns) / (s->op == ERMA_RMA_READ ? 1 : 2);
+    const uint64_t b = 2 * rto < rma->cfg.op_timeout_max_ns ? 2 * rto : rma->cfg.op_timeout_max_ns;
+    p->backoff_ns = b > p->backoff_ns ? b : p->backoff_ns;
+    finish(rma, s, ERMA_ETIMEDOUT);
+}
+
 int erma_portal_poll(struct erma_rma *rma)
 {
     int work = 0;
@@ -181,10 +342,10 @@ int erma_portal_poll(struct erma_rma *rma)
              work++)
             finish(rma, &rma->slots[h], ERMA_EDISPATCH);
     work = erma_portal_issue(rma, work);
-    for (int32_t h; (h = rma->inflight.head) >= 0 &&
-                    now - rma->slots[h].issue_ns >= rma->cfg.op_timeout_ns;
-         work++)
-        finish(rma, &rma->slots[h], ERMA_ETIMEDOUT);
+    if (defer_timeouts(rma))
+        return work + 1;
+    for (; rma->nheap && rma->slots[rma->heap[0]].deadline_ns <= now; work++)
+        time_out(rma, &rma->slots[rma->heap[0]]);
     return work;
 }
 
@@ -200,9 +361,8 @@ uint64_t erma_portal_next_timer(const struct erma_rma *rma)
         const uint64_t d = rma->slots[h].submit_ns + rma->cfg.dispatch_timeout_ns;
         t = d < t ? d : t;
     }
-    const int32_t h = rma->inflight.head;
-    if (h >= 0) {
-        const uint64_t d = rma->slots[h].issue_ns + rma->cfg.op_timeout_ns;
+    if (rma->nheap) {
+        const uint64_t d = rma->slots[rma->heap[0]].deadline_ns;
         t = d < t ? d : t;
     }
     return t;
@@ -210,7 +370,7 @@ uint64_t erma_portal_next_timer(const struct erma_rma *rma)
 
 /* ---- answers ---- */
 
-static void send_data(struct erma_rma *rma, struct slot *s, uint32_t token)
+static void send_data(struct erma_rma *rma, struct slot *s, uint32_t sol, uint64_t token)
 {
     const uint8_t *src = s->local;
     if (s->op == ERMA_RMA_REKEY) { /* the new key and the grace time */
@@ -219,19 +379,24 @@ static void send_data(struct erma_rma *rma, struct slot *s, uint32_t token)
         src = rma->scratch;
     }
     struct rma_ophdr h = op_header(rma, s, RMA_DATA);
+    h.sol = sol;
     h.token = token;
     for (uint32_t off = 0; off < s->len; off += rma->pkt_data, h.pkt_idx++) {
         const uint32_t n = s->len - off < rma->pkt_data ? s->len - off : rma->pkt_data;
         h.pkt_off = (uint16_t)off;
         uint8_t *pkt = erma_rma_tx_buf(rma, &rma->peers[s->peer].addr);
-        erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &h, s->rkey.kd, 0, src + off, n));
+        erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &h, s->rkey.kd, s->rkey.cipher, 0,
+                                               src + off, n));
     }
     s->state = SLOT_SENT_DATA;
+    s->sent_ns = rma->now;
 }
 
+/* The outcomes a target cannot seal, having no key: hints that end the op
+ * but never cut a window (a NACK, which does, is always sealed). */
 static bool plain_ok(int status)
 {
-    return status == ERMA_ENACK || status == ERMA_EAUTH || status == ERMA_ENOREGION;
+    return status == ERMA_EAUTH || status == ERMA_ENOREGION;
 }
 
 /* The live op this answer is for, or NULL. */
@@ -244,7 +409,7 @@ static struct slot *match(struct erma_rma *rma, const struct rma_ophdr *h,
     if ((s->state != SLOT_ISSUED && s->state != SLOT_SENT_DATA) || s->init_ctr != h->init_ctr ||
         h->identity != rma->cfg.identity || h->region != s->rkey.region ||
         h->key_gen != s->rkey.key_gen || h->offset != s->offset || h->len != s->len ||
-        !erma_addr_eq(&rma->peers[s->peer].addr, &pkt->src))
+        h->deadline != s->wire_deadline || !erma_addr_eq(&rma->peers[s->peer].addr, &pkt->src))
         return NULL;
     return s;
 }
@@ -292,15 +457,21 @@ void erma_portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struc
         rma->stats.rx_unmatched++;
         return;
     }
-    if (!(h->flags & RMA_FLAG_PLAIN) &&
-        erma_rma_open(s->rkey.kd, 1, h->nonce_ctr, pkt->data, pkt->len, rma->scratch) != 0) {
+    if (h->flags & RMA_FLAG_PLAIN) {
+        finish(rma, s, status);
+        return;
+    }
+    if (erma_rma_open_as(s->rkey.kd, s->rkey.cipher, 1, h->nonce_ctr, pkt->data, pkt->len,
+                      rma->scratch) != 0) {
         rma->stats.rx_unsealed_bad++;
         return;
     }
+    if (h->type != RMA_READ_RESP || !s->got)
+        rtt_sample(&rma->peers[s->peer], rma->now - s->sent_ns);
     if (h->type == RMA_READ_RESP)
         read_resp(rma, s, h, plen);
-    else if (h->type == RMA_SOLICIT)
-        send_data(rma, s, h->token);
-    else
+    else if (h->type == RMA_SOLICIT && rma->now < s->deadline_ns)
+        send_data(rma, s, h->sol, h->token);
+    else if (h->type != RMA_SOLICIT)
         finish(rma, s, h->type == RMA_DONE ? ERMA_OK : status);
 }

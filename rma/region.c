@@ -24,14 +24,32 @@ const uint8_t *erma_region_key(const struct region *r, uint32_t key_gen, uint64_
     return NULL;
 }
 
-const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
-                         uint32_t key_gen, uint64_t identity)
+static uint64_t addr_hash(const struct erma_addr *a)
 {
-    const uint64_t h = (identity ^ (uint64_t)r->id << 20 ^ key_gen) * 0x9e3779b97f4a7c15ull;
+    uint64_t h = a ? a->len : 0;
+    for (uint8_t i = 0; a && i < a->len; i++)
+        h = (h ^ a->raw[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static bool addr_same(const struct erma_addr *cached, const struct erma_addr *a)
+{
+    return a ? erma_addr_eq(cached, a) : cached->len == 0;
+}
+
+const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
+                              uint32_t key_gen, uint64_t identity,
+                              const struct erma_addr *addr)
+{
+    const uint64_t h = (identity ^ (uint64_t)r->id << 20 ^ key_gen ^ addr_hash(addr)) *
+                       0x9e3779b97f4a7c15ull;
     struct kd_entry *e = &rma->kd_cache[h >> 58]; /* 6 bits: RMA_KD_CACHE entries */
-    if (e->region != r->id || e->key_gen != key_gen || e->identity != identity) {
+    if (e->region != r->id || e->key_gen != key_gen || e->identity != identity ||
+        !addr_same(&e->addr, addr)) {
         *e = (struct kd_entry){.region = r->id, .key_gen = key_gen, .identity = identity};
-        erma_rma_kdf(kr, identity, e->kd);
+        if (addr)
+            e->addr = *addr;
+        erma_rma_kdf(kr, identity, addr, e->kd);
     }
     return e->kd;
 }
@@ -55,25 +73,37 @@ void erma_region_install(struct region *r, const uint8_t *key, uint64_t grace_ns
     r->key_gen++;
 }
 
-int erma_region_register(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
-                         uint32_t *region)
+int erma_region_register_cipher(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
+                                enum erma_rma_cipher cipher, uint32_t *region)
 {
     if (!rma || !addr || len == 0 || !region || perms == 0 ||
-        (perms & ~(unsigned)(ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE | ERMA_RMA_PERM_REKEY)))
+        (perms & ~(unsigned)(ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE | ERMA_RMA_PERM_REKEY)) ||
+        (cipher != ERMA_RMA_CHACHA20_POLY1305 && cipher != ERMA_RMA_AES256_GCM))
         return ERMA_EINVAL;
+    if (cipher == ERMA_RMA_AES256_GCM && !rma->aes)
+        return ERMA_ENOTSUP;
     for (uint32_t i = 0; i < rma->cfg.max_regions; i++) {
         struct region *r = &rma->regions[i];
         if (r->id)
             continue;
         const uint16_t gen = (uint16_t)(r->gen + 1);
         *r = (struct region){.addr = addr, .len = len, .gen = gen, .perms = (uint8_t)perms,
-                             .key_gen = 1};
+                             .cipher = (uint8_t)cipher, .key_gen = 1};
         r->id = (uint32_t)gen << 16 | (i + 1);
         randombytes_buf(r->kr, sizeof r->kr);
         *region = r->id;
         return ERMA_OK;
     }
     return ERMA_ENOSLOTS;
+}
+
+int erma_region_register(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
+                         uint32_t *region)
+{
+    return erma_region_register_cipher(rma, addr, len, perms,
+                                       rma && rma->aes ? ERMA_RMA_AES256_GCM
+                                                       : ERMA_RMA_CHACHA20_POLY1305,
+                                       region);
 }
 
 int erma_region_deregister(struct erma_rma *rma, uint32_t region)
@@ -89,16 +119,42 @@ int erma_region_deregister(struct erma_rma *rma, uint32_t region)
     return ERMA_OK;
 }
 
-int erma_region_export(struct erma_rma *rma, uint32_t region, uint64_t identity,
-                       struct erma_rkey *out)
+static int export_for(struct erma_rma *rma, uint32_t region, uint64_t identity,
+                      const struct erma_addr *initiator, struct erma_rkey *out)
 {
     struct region *r = rma ? erma_region_find(rma, region) : NULL;
     if (!out)
         return ERMA_EINVAL;
     if (!r)
         return ERMA_ENOREGION;
-    erma_rma_derive(r->kr, region, r->key_gen, identity, out);
+    erma_rma_derive(r->kr, region, r->key_gen, r->cipher, identity, initiator, out);
+    if (!initiator)
+        r->any_addr = true;
     return ERMA_OK;
+}
+
+int erma_region_export_addr(struct erma_rma *rma, uint32_t region, uint64_t identity,
+                            const struct erma_addr *initiator, struct erma_rkey *out)
+{
+    if (!initiator || initiator->len == 0 || initiator->len > ERMA_ADDR_MAX)
+        return ERMA_EINVAL;
+    return export_for(rma, region, identity, initiator, out);
+}
+
+int erma_region_export_uri(struct erma_rma *rma, uint32_t region, uint64_t identity,
+                           const char *initiator_uri, struct erma_rkey *out)
+{
+    struct erma_addr a;
+    if (!rma || !initiator_uri)
+        return ERMA_EINVAL;
+    const int rc = erma_transport_resolve(rma->tr, initiator_uri, &a);
+    return rc == ERMA_OK ? erma_region_export_addr(rma, region, identity, &a, out) : rc;
+}
+
+int erma_region_export(struct erma_rma *rma, uint32_t region, uint64_t identity,
+                       struct erma_rkey *out)
+{
+    return export_for(rma, region, identity, NULL, out);
 }
 
 int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
@@ -112,9 +168,10 @@ int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_
 }
 
 void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint32_t key_gen,
-                     uint64_t identity, struct erma_rkey *out)
+                     enum erma_rma_cipher cipher, uint64_t identity,
+                     const struct erma_addr *initiator, struct erma_rkey *out)
 {
-    out->region = region;
-    out->key_gen = key_gen;
-    erma_rma_kdf(kr, identity, out->kd);
+    *out = (struct erma_rkey){.region = region, .key_gen = key_gen, .cipher = (uint8_t)cipher,
+                              .any_addr = initiator == NULL};
+    erma_rma_kdf(kr, identity, initiator, out->kd);
 }

@@ -2,25 +2,39 @@
  * queued from RX, served by the event loop in order, and answered without
  * any application code. WRITE and REKEY data is solicited from the
  * initiator and accepted only for a live solicitation of ours. */
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
+struct key {
+    const uint8_t *kd;
+    uint8_t cipher;
+};
+
 int erma_serve_init(struct erma_rma *rma)
 {
     const struct erma_rma_cfg *c = &rma->cfg;
+    uint32_t buckets = 1;
+    while (buckets < 2 * c->solicits)
+        buckets *= 2;
     rma->regions = calloc(c->max_regions, sizeof *rma->regions);
     rma->queue = malloc((size_t)c->nack_threshold * sizeof *rma->queue);
     rma->sol = calloc(c->solicits, sizeof *rma->sol);
-    if (!rma->regions || !rma->queue || !rma->sol)
+    rma->sol_hash = malloc(buckets * sizeof *rma->sol_hash);
+    if (!rma->regions || !rma->queue || !rma->sol || !rma->sol_hash)
         return ERMA_ENOMEM;
+    rma->sol_mask = buckets - 1;
+    for (uint32_t i = 0; i < buckets; i++)
+        rma->sol_hash[i] = -1;
     rma->sol_free = -1;
     for (int32_t i = (int32_t)c->solicits - 1; i >= 0; i--) {
         rma->sol[i].next_free = rma->sol_free;
         rma->sol_free = i;
     }
     rma->sol_expiry_ns = UINT64_MAX;
+    randombytes_buf(rma->token_key, sizeof rma->token_key);
     return ERMA_OK;
 }
 
@@ -33,6 +47,8 @@ void erma_serve_fini(struct erma_rma *rma)
     free(rma->regions);
     free(rma->queue);
     free(rma->sol);
+    free(rma->sol_hash);
+    sodium_memzero(rma->token_key, sizeof rma->token_key);
 }
 
 /* ---- answers ---- */
@@ -45,79 +61,162 @@ static struct rma_ophdr answer_of(const struct rma_ophdr *req, uint8_t type)
     a.flags = 0;
     a.pkt_idx = 0;
     a.pkt_off = 0;
+    a.sol = 0;
     a.token = 0;
     return a;
 }
 
-/* kd NULL: unsealed (only NACK, AUTH_FAILED and NO_SUCH_REGION). */
+/* k NULL: unsealed (only AUTH_FAILED and NO_SUCH_REGION, which have no key). */
 static void send_status(struct erma_rma *rma, const struct erma_addr *to,
-                        const struct rma_ophdr *req, int status, const uint8_t *kd)
+                        const struct rma_ophdr *req, int status, const struct key *k)
 {
     struct rma_ophdr a = answer_of(req, status ? RMA_ERROR : RMA_DONE);
     a.status = (uint8_t)-status;
-    a.flags = kd ? 0 : RMA_FLAG_PLAIN;
+    a.flags = k ? 0 : RMA_FLAG_PLAIN;
     uint8_t *pkt = erma_rma_tx_buf(rma, to);
-    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, kd, 1, NULL, 0));
+    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, k ? k->kd : NULL, k ? k->cipher : 0, 1,
+                                           NULL, 0));
     if (status == ERMA_ENACK)
         rma->stats.nacks_sent++;
 }
 
 static void send_read(struct erma_rma *rma, const struct erma_addr *to,
-                      const struct rma_ophdr *req, const uint8_t *src, const uint8_t *kd)
+                      const struct rma_ophdr *req, const uint8_t *src, const struct key *k)
 {
     struct rma_ophdr a = answer_of(req, RMA_READ_RESP);
     for (uint32_t off = 0; off < req->len; off += rma->pkt_data, a.pkt_idx++) {
         const uint32_t n = req->len - off < rma->pkt_data ? req->len - off : rma->pkt_data;
         a.pkt_off = (uint16_t)off;
         uint8_t *pkt = erma_rma_tx_buf(rma, to);
-        erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, kd, 1, src + off, n));
+        erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, k->kd, k->cipher, 1, src + off, n));
     }
+}
+
+/* ---- deadlines ---- */
+
+/* False (and counted) when h's deadline has passed, so that its initiator
+ * gave up on it, or lies further ahead than any initiator sets one: such a
+ * request is dropped unanswered, and so is any replay of it. */
+static bool alive(struct erma_rma *rma, const struct rma_ophdr *h)
+{
+    const uint64_t now = rma_wire_now(rma), skew = rma->cfg.clock_skew_ns;
+    if (h->deadline > now + skew + RMA_MAX_TTL_NS || now > h->deadline + skew) {
+        rma->stats.expired++;
+        return false;
+    }
+    return true;
 }
 
 /* ---- solicitations ---- */
 
-static struct solicit *sol_find(struct erma_rma *rma, uint32_t token)
+static uint32_t sol_bucket(const struct erma_rma *rma, uint64_t identity, uint64_t init_ctr)
 {
-    const uint32_t i = (token & 0xffff) - 1;
-    if ((token & 0xffff) == 0 || i >= rma->cfg.solicits || rma->sol[i].token != token)
+    const uint64_t h = (identity ^ init_ctr * 0xff51afd7ed558ccdull) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32) & rma->sol_mask;
+}
+
+static struct solicit *sol_find(struct erma_rma *rma, uint32_t i, uint64_t token)
+{
+    if (i >= rma->cfg.solicits || token == 0 || rma->sol[i].token != token)
         return NULL;
     return &rma->sol[i];
 }
 
+/* A live solicitation for the same op (identity, request, source). */
+static bool sol_dup(struct erma_rma *rma, const struct erma_addr *src, const struct rma_ophdr *h)
+{
+    for (int32_t i = rma->sol_hash[sol_bucket(rma, h->identity, h->init_ctr)]; i >= 0;
+         i = rma->sol[i].next_hash) {
+        const struct solicit *s = &rma->sol[i];
+        if (s->req.identity == h->identity && s->req.init_ctr == h->init_ctr &&
+            erma_addr_eq(&s->src, src))
+            return true;
+    }
+    return false;
+}
+
 static void sol_free(struct erma_rma *rma, struct solicit *s)
 {
+    const int32_t i = (int32_t)(s - rma->sol);
+    int32_t *p = &rma->sol_hash[sol_bucket(rma, s->req.identity, s->req.init_ctr)];
+    while (*p != i)
+        p = &rma->sol[*p].next_hash;
+    *p = s->next_hash;
     s->token = 0;
     rma->sol_bytes -= s->req.len;
     rma->sol_used--;
     s->next_free = rma->sol_free;
-    rma->sol_free = (int32_t)(s - rma->sol);
+    rma->sol_free = i;
+}
+
+/* Unpredictable (SipHash under a secret key) and, over 2^64 values, as
+ * good as never repeating: replayed data never meets a solicitation made
+ * after it was captured. */
+static uint64_t next_token(struct erma_rma *rma)
+{
+    uint8_t in[8], out[8];
+    uint64_t t;
+    do {
+        erma_put_le(in, ++rma->token_ctr, 8);
+        crypto_shorthash(out, in, sizeof in, rma->token_key);
+        t = erma_get_le(out, 8);
+    } while (t == 0);
+    return t;
+}
+
+/* How long the target waits for the data: until the initiator's deadline
+ * less the clocks' possible difference (so that no data is written after
+ * the initiator reported TIMEOUT), and at most its own op timeout. */
+static uint64_t sol_lifetime(const struct erma_rma *rma, const struct rma_ophdr *req)
+{
+    const uint64_t now = rma_wire_now(rma), skew = rma->cfg.clock_skew_ns;
+    const uint64_t own = rma->cfg.op_timeout_ns ? rma->cfg.op_timeout_ns
+                                                : rma->cfg.op_timeout_max_ns;
+    if (req->deadline < skew || req->deadline - skew <= now)
+        return 0;
+    const uint64_t left = req->deadline - skew - now;
+    return left < own ? left : own;
 }
 
 static void solicit(struct erma_rma *rma, const struct erma_addr *to,
-                    const struct rma_ophdr *req, const uint8_t *kd)
+                    const struct rma_ophdr *req, const struct key *k)
 {
-    if (rma->sol_free < 0 || rma->sol_bytes + req->len > rma->cfg.solicit_window) {
-        send_status(rma, to, req, ERMA_ENACK, NULL);
+    const uint64_t life = sol_lifetime(rma, req);
+    if (!life) {
+        rma->stats.expired++;
         return;
     }
-    struct solicit *s = &rma->sol[rma->sol_free];
+    if (sol_dup(rma, to, req)) {
+        rma->stats.duplicates++;
+        return;
+    }
+    if (rma->sol_free < 0 || rma->sol_bytes + req->len > rma->cfg.solicit_window) {
+        send_status(rma, to, req, ERMA_ENACK, k);
+        return;
+    }
+    const int32_t i = rma->sol_free;
+    struct solicit *s = &rma->sol[i];
     rma->sol_free = s->next_free;
-    s->gen++;
-    s->token = (uint32_t)s->gen << 16 | (uint32_t)(s - rma->sol + 1);
+    s->token = next_token(rma);
     s->op = req->type == RMA_WRITE_REQ ? ERMA_RMA_WRITE : ERMA_RMA_REKEY;
+    s->cipher = k->cipher;
     s->src = *to;
     s->req = *req;
-    memcpy(s->kd, kd, sizeof s->kd);
+    memcpy(s->kd, k->kd, sizeof s->kd);
     s->got = s->bytes = 0;
-    s->deadline_ns = rma->now + rma->cfg.op_timeout_ns;
+    s->deadline_ns = rma->now + life;
     if (s->deadline_ns < rma->sol_expiry_ns)
         rma->sol_expiry_ns = s->deadline_ns;
+    int32_t *head = &rma->sol_hash[sol_bucket(rma, req->identity, req->init_ctr)];
+    s->next_hash = *head;
+    *head = i;
     rma->sol_bytes += req->len;
     rma->sol_used++;
     struct rma_ophdr a = answer_of(req, RMA_SOLICIT);
+    a.sol = (uint32_t)i;
     a.token = s->token;
     uint8_t *pkt = erma_rma_tx_buf(rma, to);
-    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, kd, 1, NULL, 0));
+    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, k->kd, k->cipher, 1, NULL, 0));
 }
 
 static void sol_expire(struct erma_rma *rma)
@@ -147,53 +246,73 @@ static bool req_perm_ok(const struct region *r, uint8_t type)
     return (r->perms & need) != 0;
 }
 
+/* ERMA_OK with the region and the key when request pkt (len bytes, from
+ * src) is authentic; else ERMA_ENOREGION or ERMA_EAUTH. */
+static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t *pkt,
+                  uint32_t len, const struct erma_addr *src, struct region **rp, struct key *k)
+{
+    struct region *r = erma_region_find(rma, h->region);
+    if (!r)
+        return ERMA_ENOREGION;
+    const bool any = (h->flags & RMA_FLAG_ANY_ADDR) != 0;
+    const uint8_t *kr = any && !r->any_addr ? NULL : erma_region_key(r, h->key_gen, rma->now);
+    if (kr) {
+        k->kd = erma_region_kd(rma, r, kr, h->key_gen, h->identity, any ? NULL : src);
+        k->cipher = r->cipher;
+    }
+    if (!kr || erma_rma_open_as(k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {
+        rma->stats.auth_failed++;
+        return ERMA_EAUTH;
+    }
+    *rp = r;
+    return ERMA_OK;
+}
+
 static void serve_one(struct erma_rma *rma, const struct queued_req *q)
 {
     struct rma_ophdr h;
     erma_rma_ophdr_decode(q->pkt + ERMA_HDR_SIZE, &h);
-    rma->stats.served++;
-    struct region *r = erma_region_find(rma, h.region);
-    if (!r) {
-        send_status(rma, &q->src, &h, ERMA_ENOREGION, NULL);
+    if (!alive(rma, &h)) /* its initiator has given up: not served */
         return;
-    }
-    const uint8_t *kr = erma_region_key(r, h.key_gen, rma->now);
-    const uint8_t *kd = kr ? erma_region_kd(rma, r, kr, h.key_gen, h.identity) : NULL;
-    if (!kr || erma_rma_open(kd, 0, h.nonce_ctr, q->pkt, sizeof q->pkt, rma->scratch) != 0) {
-        rma->stats.auth_failed++;
-        send_status(rma, &q->src, &h, ERMA_EAUTH, NULL);
+    rma->stats.served++;
+    struct region *r;
+    struct key k;
+    const int rc = verify(rma, &h, q->pkt, sizeof q->pkt, &q->src, &r, &k);
+    if (rc != ERMA_OK) {
+        send_status(rma, &q->src, &h, rc, NULL);
         return;
     }
     const bool rekey = h.type == RMA_REKEY_REQ;
     if (rekey ? h.len != RMA_REKEY_DATA : h.offset > r->len || h.len > r->len - h.offset)
-        send_status(rma, &q->src, &h, rekey ? ERMA_EINVAL : ERMA_EBOUNDS, kd);
+        send_status(rma, &q->src, &h, rekey ? ERMA_EINVAL : ERMA_EBOUNDS, &k);
     else if (!req_perm_ok(r, h.type))
-        send_status(rma, &q->src, &h, ERMA_EPERM, kd);
+        send_status(rma, &q->src, &h, ERMA_EPERM, &k);
     else if (h.type == RMA_READ_REQ)
-        send_read(rma, &q->src, &h, r->addr + h.offset, kd);
+        send_read(rma, &q->src, &h, r->addr + h.offset, &k);
     else
-        solicit(rma, &q->src, &h, kd);
+        solicit(rma, &q->src, &h, &k);
 }
 
 /* Solicited data: only for a live solicitation, from its initiator, for
- * its op, each packet once. */
+ * its op, each packet once, before the solicitation's deadline. */
 static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
                     const struct erma_rx_pkt *pkt)
 {
-    struct solicit *s = sol_find(rma, h->token);
+    struct solicit *s = sol_find(rma, h->sol, h->token);
     const uint32_t plen = pkt->len - RMA_OVERHEAD;
-    if (!s || !erma_addr_eq(&s->src, &pkt->src) || h->identity != s->req.identity ||
-        h->init_ctr != s->req.init_ctr || h->region != s->req.region ||
-        h->offset != s->req.offset || h->len != s->req.len || h->key_gen != s->req.key_gen ||
-        h->pkt_idx >= 32 || (s->got >> h->pkt_idx & 1) || plen == 0 ||
-        h->pkt_off + plen > s->req.len ||
-        erma_rma_open(s->kd, 0, h->nonce_ctr, pkt->data, pkt->len, rma->scratch) != 0) {
+    if (!s || rma->now >= s->deadline_ns || !erma_addr_eq(&s->src, &pkt->src) ||
+        h->identity != s->req.identity || h->init_ctr != s->req.init_ctr ||
+        h->region != s->req.region || h->offset != s->req.offset || h->len != s->req.len ||
+        h->key_gen != s->req.key_gen || h->deadline != s->req.deadline || h->pkt_idx >= 32 ||
+        (s->got >> h->pkt_idx & 1) || plen == 0 || h->pkt_off + plen > s->req.len ||
+        erma_rma_open_as(s->kd, s->cipher, 0, h->nonce_ctr, pkt->data, pkt->len, rma->scratch)) {
         rma->stats.data_rejected++;
         return;
     }
+    const struct key k = {s->kd, s->cipher};
     struct region *r = erma_region_find(rma, s->req.region);
     if (!r) { /* deregistered since */
-        send_status(rma, &s->src, &s->req, ERMA_ENOREGION, s->kd);
+        send_status(rma, &s->src, &s->req, ERMA_ENOREGION, &k);
         sol_free(rma, s);
         return;
     }
@@ -207,8 +326,18 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
         return;
     if (s->op == ERMA_RMA_REKEY)
         erma_region_install(r, s->rekey, erma_get_le(s->rekey + ERMA_RMA_KEY_BYTES, 8), rma->now);
-    send_status(rma, &s->src, &s->req, ERMA_OK, s->kd);
+    send_status(rma, &s->src, &s->req, ERMA_OK, &k);
     sol_free(rma, s);
+}
+
+/* A full queue: an authentic request learns so from a sealed NACK; anything
+ * else is dropped, so that no one can draw a NACK for another's op. */
+static void refuse(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
+{
+    struct region *r;
+    struct key k;
+    if (verify(rma, h, pkt->data, pkt->len, &pkt->src, &r, &k) == ERMA_OK)
+        send_status(rma, &pkt->src, h, ERMA_ENACK, &k);
 }
 
 void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
@@ -221,8 +350,10 @@ void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct
         rma->stats.rx_bad++;
         return;
     }
+    if (!alive(rma, h))
+        return;
     if (rma->q_len >= rma->cfg.nack_threshold) {
-        send_status(rma, &pkt->src, h, ERMA_ENACK, NULL);
+        refuse(rma, h, pkt);
         return;
     }
     struct queued_req *q = &rma->queue[(rma->q_head + rma->q_len) % rma->cfg.nack_threshold];

@@ -67,6 +67,12 @@ static inline void world_up_cfg(struct world *w, bool on_sim, unsigned hosts,
         struct erma_rma_cfg c = rcfg ? rcfg[h] : (struct erma_rma_cfg){0};
         if (!c.identity)
             c.identity = 1000 + h;
+        /* On udp every endpoint runs in this one thread, so a stall of this
+         * loaded machine stalls the target too and a request may miss its
+         * deadline: ops time out after at least 20 ms here, unless the test
+         * asks otherwise (the library's floor on udp is 10 ms). */
+        if (!on_sim && !c.op_timeout_ns && !c.op_timeout_min_ns)
+            c.op_timeout_min_ns = 20000000;
         assert_int_equal(erma_rma_create(w->rpc[h], &c, &w->rma[h]), ERMA_OK);
     }
 }

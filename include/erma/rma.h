@@ -6,12 +6,14 @@
  * queued commands, serves requests and fails expired ones. It plays both
  * roles at once:
  *
- * Target. erma_region_register() exposes memory as a region with an id and
- * a random 256-bit region key Kr. erma_region_export() gives an initiator
- * the pair (region id, Kd) for that initiator's identity, Kd = keyed BLAKE2b
- * of the identity under Kr; hand it over out of band (for example in an RPC
- * response). The target recomputes Kd from the identity in each request and
- * keeps no per-initiator state. No application code runs on the target.
+ * Target. erma_region_register() exposes memory as a region with an id, a
+ * random 256-bit region key Kr and a cipher. erma_region_export_addr()
+ * gives an initiator the rkey (region id, key generation, cipher, Kd) for
+ * its identity and its address, Kd = keyed BLAKE2b of both under Kr; hand
+ * it over out of band (for example in an RPC response, for the RPC's
+ * source address). The target recomputes Kd from the identity in each
+ * request and the address it came from, and keeps no per-initiator state.
+ * No application code runs on the target.
  *
  * Initiator. erma_rma_peer() names a target endpoint. erma_rma_submit()
  * takes a command into one of cfg.slots command slots and returns the slot
@@ -28,29 +30,54 @@
  *          during the grace time requests under the old generation still
  *          verify. Needs ERMA_RMA_PERM_REKEY on the region.
  *
- * Security. Every packet is sealed with AEAD under Kd (AES-256-GCM where the
- * CPU has AES-NI, else ChaCha20-Poly1305, both libsodium): the erma and op
- * headers (region, key generation, offset, length, op, slot, nonces) are
- * authenticated data, payloads are encrypted. Nonces are 64-bit counters,
- * one per engine, started from the wall clock in ns (a restarted engine
- * does not reuse them) and incremented per packet, plus a direction byte,
- * so no nonce repeats under one key. One identity belongs to one engine.
- * The target verifies a request before it checks bounds and permissions,
- * so only an authenticated initiator learns them; the outcomes it cannot
- * seal (NACK, AUTH_FAILED, NO_SUCH_REGION) travel in the clear and the
- * initiator accepts only those three unsealed, and only for a live op.
- * A replayed WRITE request makes the target solicit data that no live slot
- * answers: nothing is written. Data the target solicits is accepted only
- * for its own live solicitation (bounded table), so replayed data is too.
+ * Security. Every packet is sealed with AEAD under Kd: the erma and op
+ * headers (region, key generation, offset, length, op, slot, nonces,
+ * deadline, solicitation token) are authenticated data, payloads are
+ * encrypted.
+ *  - Cipher: the region's, chosen at registration (AES-256-GCM by default
+ *    where the target has AES-NI, ChaCha20-Poly1305, which any CPU runs,
+ *    otherwise or on request) and named by the rkey, never taken from the
+ *    local CPU: peers with different CPUs agree on it. An initiator
+ *    without AES-NI refuses an AES-GCM key with ERMA_ENOTSUP at submit.
+ *  - Nonces: 64-bit counters, one per engine, started from the wall clock
+ *    in ns and incremented per packet, plus a direction byte, so no nonce
+ *    repeats under one key; an engine restarted with the same identity at
+ *    the same address (so the same Kd) starts past every nonce the one
+ *    before it sent, unless the wall clock went back in between. One
+ *    identity belongs to one engine.
+ *  - Address: Kd works only from the address it was derived for, so a
+ *    request with a forged source fails to verify and draws at most a
+ *    header-sized AUTH_FAILED there, never READ data.
+ *  - Deadlines: each request carries its deadline, the initiator's wall
+ *    clock (the sim's clock on the sim) plus its op timeout. The target
+ *    drops, unanswered, a request whose deadline has passed (its initiator
+ *    gave up) or lies more than 60 s ahead: a captured request, replayed,
+ *    is answered until its deadline plus cfg.clock_skew_ns and never after.
+ *    The target waits for a WRITE's data until the deadline less
+ *    clock_skew_ns at most, so nothing is written after the initiator
+ *    reported TIMEOUT, provided the two wall clocks differ by no more.
+ *  - Replays: a WRITE's data is taken only for a live solicitation of the
+ *    target whose 64-bit token (SipHash of a counter under a secret key:
+ *    unpredictable, and never seen twice in practice) it carries; each
+ *    solicitation is made afresh, so replayed data never matches one. A
+ *    replayed WRITE request draws a solicitation no live slot answers (and
+ *    none while one for it is live), and none after its deadline.
+ *  - Status: the target verifies a request before it checks bounds and
+ *    permissions, so only an authenticated initiator learns them, and
+ *    seals every answer, NACK included (under overload it NACKs only
+ *    requests that verify). AUTH_FAILED and NO_SUCH_REGION, for which it
+ *    has no key, travel in the clear: the initiator takes them (for a live
+ *    op only) as final outcomes that never cut a CC window; it drops any
+ *    other status in the clear.
  *
  * Completion status (erma_rma_completion.status):
  *   ERMA_OK          done; READ data is in cmd.local
  *   ERMA_ENACK       the target's request queue was past cfg.nack_threshold,
  *                    or its solicitation table or window was full (WRITE,
  *                    REKEY): not queued, nothing done
- *   ERMA_ETIMEDOUT   no complete answer within cfg.op_timeout_ns (target
+ *   ERMA_ETIMEDOUT   no complete answer within the op's timeout (target
  *                    down or unreachable, or packets lost); a WRITE may have
- *                    written part of its data
+ *                    written part of its data, and writes nothing after
  *   ERMA_EDISPATCH   DISPATCH_TIMEOUT: waited more than
  *                    cfg.dispatch_timeout_ns in the local queue (the
  *                    inbound window was full); never sent
@@ -62,6 +89,16 @@
  *   ERMA_EPERM       the region does not allow the op
  * Sealed packets that fail to open, or that match no live op, are dropped
  * and counted (stats); the op then completes by its own timeout.
+ *
+ * Timeouts: cfg.op_timeout_ns, when set, is every op's. Otherwise each
+ * peer has an RTO from its measured round trips (RFC 6298: srtt + 4
+ * rttvar, at least srtt + cfg.op_timeout_min_ns, at most
+ * cfg.op_timeout_max_ns, which is also the first guess; doubled after a
+ * timeout until the next sample); a READ's timeout is the RTO, a WRITE's
+ * or REKEY's twice it (two round trips). An op times out only on a loop
+ * pass that has read what is waiting for it: a pass right after the
+ * engine's loop stalled (descheduled, for instance) or whose receive burst
+ * was full puts timeouts off (16 passes at most in a row).
  *
  * Delays: issue_delay_ns is from submit to the request leaving (local
  * queueing), total_delay_ns from submit to completion; total - issue is the
@@ -115,11 +152,20 @@ enum erma_rma_op {
     ERMA_RMA_REKEY = 3,
 };
 
+/* The AEAD of a region, fixed when it is registered and named by every key
+ * to it, so that peers with different CPUs agree on it. */
+enum erma_rma_cipher {
+    ERMA_RMA_CHACHA20_POLY1305 = 0, /* any CPU */
+    ERMA_RMA_AES256_GCM = 1,        /* only where the CPU has AES-NI */
+};
+
 /* What an initiator holds for one remote region. */
 struct erma_rkey {
     uint32_t region;
     uint32_t key_gen;                  /* the generation Kd was derived from */
     uint8_t kd[ERMA_RMA_KEY_BYTES];
+    uint8_t cipher;                    /* enum erma_rma_cipher of the region */
+    bool any_addr;                     /* from the deprecated erma_region_export() */
 };
 
 struct erma_rma_cfg {
@@ -127,8 +173,16 @@ struct erma_rma_cfg {
     uint32_t slots;               /* command slots, default 256, most 65535 */
     uint32_t inbound_window;      /* bytes of READ data outstanding, default 1 MiB */
     uint64_t dispatch_timeout_ns; /* default 10 us (1 ms on udp) */
-    uint64_t op_timeout_ns;       /* default 5 base RTTs (20 ms on udp, where
-                                     a process may stall for milliseconds) */
+    uint64_t op_timeout_ns;       /* 0 (default): each peer's RTO (Timeouts above);
+                                     else every op's fixed timeout */
+    uint64_t op_timeout_min_ns;   /* least RTO margin over srtt: default 5 base
+                                     RTTs (10 ms on udp, where a process may
+                                     stall for milliseconds) */
+    uint64_t op_timeout_max_ns;   /* RTO cap and first guess: default 200 base
+                                     RTTs (100 ms on udp) */
+    uint64_t clock_skew_ns;       /* most two hosts' wall clocks may differ:
+                                     default 0 on the sim, else a quarter of
+                                     the shortest op timeout, at most 1 ms */
     uint32_t max_regions;         /* default 1024 */
     uint32_t serve_batch;         /* requests served per loop pass, default 16 */
     uint32_t nack_threshold;      /* request queue depth that NACKs, default 256 */
@@ -138,6 +192,7 @@ struct erma_rma_cfg {
     uint32_t solicit_window;      /* target: solicited bytes in flight, default 1 MiB */
     uint32_t transfers;           /* executor transfers in progress, default 64 */
     bool cc_off;                  /* executor: ignore the windows (slots bound it) */
+    bool no_aes;                  /* act as a CPU without AES-NI (tests) */
     /* executor windows; NULL = erma_window_cfg_for(transport hints) */
     const struct erma_window_cfg *window;
 };
@@ -185,6 +240,16 @@ struct erma_rma_stats {
     uint64_t rx_unmatched;        /* answers for no live op (late, replayed, forged) */
     uint64_t data_rejected;       /* target: data for no live solicitation */
     uint64_t max_queue;           /* deepest request queue seen */
+    uint64_t expired;             /* target: requests past (or implausibly far
+                                     from) their deadline, dropped unanswered */
+    uint64_t duplicates;          /* target: requests for an op it already
+                                     solicits (replays), dropped */
+};
+
+/* An initiator's view of one peer's round trips (erma_rma_peer_rtt). */
+struct erma_rma_rtt {
+    uint64_t srtt_ns, rttvar_ns;  /* 0 before the first sample */
+    uint64_t rto_ns;              /* a READ's timeout now (a WRITE's is twice it) */
 };
 
 /* Creates the engine and attaches it to rpc's event loop (one per endpoint).
@@ -199,30 +264,58 @@ void erma_rma_get_stats(const struct erma_rma *rma, struct erma_rma_stats *out);
 
 /* ---- target: regions ---- */
 
-/* Registers [addr, addr + len) with perms (ERMA_RMA_PERM_*); ERMA_ENOSLOTS
- * past cfg.max_regions. */
+struct erma_addr;
+
+/* Registers [addr, addr + len) with perms (ERMA_RMA_PERM_*) and the AEAD
+ * AES-256-GCM where this CPU has AES-NI (half the cost of ChaCha20-Poly1305
+ * per packet there), else ChaCha20-Poly1305; ERMA_ENOSLOTS past
+ * cfg.max_regions. Initiators without AES-NI cannot use an AES-GCM region:
+ * register those they should reach with erma_region_register_cipher(). */
 int erma_region_register(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
                          uint32_t *region);
+/* The same with the region's cipher; ERMA_ENOTSUP for AES-256-GCM where
+ * this CPU has no AES-NI. */
+int erma_region_register_cipher(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
+                                enum erma_rma_cipher cipher, uint32_t *region);
 /* Later requests get ERMA_ENOREGION; solicited data not yet written is dropped. */
 int erma_region_deregister(struct erma_rma *rma, uint32_t region);
-/* The rkey for initiator identity under the region's current key. */
+/* The rkey for the initiator with this identity whose packets come from
+ * initiator, an address as this engine's transport sees it (for example
+ * the source of the RPC that asked for the key), under the region's
+ * current key. It works from that address only. */
+int erma_region_export_addr(struct erma_rma *rma, uint32_t region, uint64_t identity,
+                            const struct erma_addr *initiator, struct erma_rkey *out);
+/* The same for the endpoint at initiator_uri (its erma_rma_uri()). */
+int erma_region_export_uri(struct erma_rma *rma, uint32_t region, uint64_t identity,
+                           const char *initiator_uri, struct erma_rkey *out);
+/* Deprecated: an rkey bound to the identity only, which works from any
+ * address that claims it (so a forged source can draw READ data to a
+ * victim); the region accepts such keys from then on. */
 int erma_region_export(struct erma_rma *rma, uint32_t region, uint64_t identity,
                        struct erma_rkey *out);
 /* Installs new_key (NULL: a random one) as the next key generation; the old
  * one keeps verifying for grace_ns. */
 int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
                       uint64_t grace_ns);
-/* Kd for identity under region key kr of generation key_gen, for a key
- * manager that installed kr with a REKEY. */
+/* Kd for the initiator (identity, address as the target's transport sees
+ * it; NULL: a deprecated identity-only key) under region key kr of
+ * generation key_gen, for a key manager that installed kr with a REKEY;
+ * cipher is the region's. */
 void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint32_t key_gen,
-                     uint64_t identity, struct erma_rkey *out);
+                     enum erma_rma_cipher cipher, uint64_t identity,
+                     const struct erma_addr *initiator, struct erma_rkey *out);
 
 /* ---- initiator ---- */
 
+/* The URI this engine's packets come from (its endpoint's). */
+int erma_rma_uri(const struct erma_rma *rma, char *out, size_t len);
 /* Names endpoint tid of the nexus at uri; returns a peer id (>= 0). */
 int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid);
+/* Round-trip estimate and timeout towards peer. */
+int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt *out);
 /* Queues cmd; returns its slot id. ERMA_ENOSLOTS when every slot is busy or
- * awaits erma_rma_poll(); ERMA_EINVAL, ERMA_E2BIG (len > ERMA_RMA_MAX_OP). */
+ * awaits erma_rma_poll(); ERMA_EINVAL, ERMA_E2BIG (len > ERMA_RMA_MAX_OP),
+ * ERMA_ENOTSUP (the key's cipher is AES-256-GCM and this CPU has no AES-NI). */
 int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd);
 /* Starts a transfer; returns its id. ERMA_ENOSLOTS past cfg.transfers. */
 int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *x);
