@@ -401,6 +401,7 @@ static void req_clear(struct erma_rpc *rpc, struct erma_req *rq)
     }
     free_req_buf(rpc, rq);
     rq->resp = NULL;
+    rq->resp_pkts = 0;
     rq->responded = false;
     rq->err = ERMA_OK;
 }
@@ -629,7 +630,8 @@ static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     /* RFR for response packet j */
     const uint32_t req_pkts = erma_msg_pkts(rq->size, rpc->pkt_data);
     const uint32_t j = h->pkt_num + 1 - req_pkts;
-    if (!rq->responded || h->pkt_num < req_pkts || j >= rq->resp_pkts) {
+    /* held: a worker may be writing the response, resp_pkts is the last one's */
+    if (rq->held || !rq->responded || h->pkt_num < req_pkts || j >= rq->resp_pkts) {
         rpc->stats.rx_stale++;
         return;
     }
