@@ -152,6 +152,7 @@ struct session {
     uint8_t nonce[16];        /* secure client: its handshake nonce */
     uint8_t proof[ERMA_PROOF_BYTES]; /* secure server: its accept proof, resent on retries */
     uint64_t serial;          /* secure server: the endpoint's session serial (key freshness) */
+    uint64_t idle_ns;         /* server: silence after which the client is gone */
     struct erma_addr peer;
     uint64_t last_rx_ns, last_tx_sm_ns, start_ns;
     struct backlog *backlog, *backlog_tail;

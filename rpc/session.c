@@ -79,6 +79,7 @@ static void send_connect(struct erma_rpc *rpc, struct session *s, uint64_t now)
 {
     struct sm_msg m = erma_sess_msg(s);
     m.cookie = s->cookie;
+    m.req_num = rpc->cfg.keepalive_ns; /* how long the server may hear nothing */
     if (rpc->nx->secure) {
         m.flags = SM_SECURE | (erma_seal_aes_available() ? SM_AES : 0);
         memcpy(m.nonce, s->nonce, sizeof m.nonce);
@@ -417,6 +418,10 @@ static struct session *server_session_new(struct erma_rpc *rpc, const struct erm
     s->peer = *peer;
     s->token = m->token;
     s->remote_num = m->client_session;
+    /* The client pings every keepalive (its connect request says how often):
+     * wait three of them, but at least failure_ns, at most 60 s. */
+    s->idle_ns = m->req_num < 20000000000ull ? 3 * m->req_num : 60000000000ull;
+    s->idle_ns = s->idle_ns > rpc->cfg.failure_ns ? s->idle_ns : rpc->cfg.failure_ns;
     set_credits(rpc, s, grant);
     if (token_insert(rpc, s) != ERMA_OK || peer_add(rpc, peer) != ERMA_OK) {
         erma_session_release(rpc, s);
@@ -688,7 +693,7 @@ void erma_sessions_scan(struct erma_rpc *rpc, uint64_t now)
             continue;
         if (s->role == CLIENT)
             scan_client(rpc, s, now);
-        else if (since(now, s->last_rx_ns) > rpc->cfg.failure_ns)
+        else if (since(now, s->last_rx_ns) > s->idle_ns)
             erma_session_release(rpc, s); /* the client is gone */
     }
 }
