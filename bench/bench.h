@@ -153,7 +153,9 @@ struct bench_rpc_opts {
     int peer_cpu;   /* symmetric: the forked peer's CPU, -1 none */
 };
 
-/* Serves echo requests (response size in the request's first 4 bytes). */
+/* Serves echo requests of type BENCH_ECHO (response size in the request's
+ * first 4 bytes). */
+#define BENCH_ECHO 1
 int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns);
 pid_t bench_rpc_server_fork(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
                             uint64_t max_ns);

@@ -13,7 +13,7 @@
 #include "erma/rand.h"
 #include "erma/rpc.h"
 
-#define BENCH_ECHO 1
+
 
 static void echo(struct erma_req *req, void *ctx)
 {
