@@ -732,6 +732,13 @@ struct erma_rpc *erma_req_rpc(const struct erma_req *rq)
     return rq->rpc;
 }
 
+int erma_req_peer_uri(const struct erma_req *rq, char *out, size_t len)
+{
+    if (!rq || !rq->slot)
+        return ERMA_ENOENT;
+    return erma_transport_addr_str(rq->rpc->tr, &rq->sess->peer, out, len);
+}
+
 struct erma_msgbuf *erma_req_resp_buf(struct erma_req *rq)
 {
     return &rq->pre_resp;

@@ -570,12 +570,50 @@ static void test_torn(void **state)
     world_down_kv(&w);
 }
 
+/* The REGION call binds the key it hands out to the requester's address:
+ * another endpoint claiming the same identity reads nothing with it (it
+ * read the table with a key the server handed out for any identity). */
+static void test_region_key_bound(void **state)
+{
+    (void)state;
+    static struct world_ w;
+    world_up_kv(&w, 1 << 10, 1u << 20);
+    struct erma_nexus *nx;
+    struct erma_rpc *rpc;
+    struct erma_rma *thief;
+    char uri[64];
+    const struct erma_rma_cfg rc = {.identity = 502}; /* the reader's */
+    assert_int_equal(erma_nexus_create("udp://127.0.0.1:0", NULL, &nx), ERMA_OK);
+    assert_int_equal(erma_rpc_create(nx, 0, NULL, &rpc), ERMA_OK);
+    assert_int_equal(erma_rma_create(rpc, &rc, &thief), ERMA_OK);
+    assert_int_equal(erma_rpc_uri(w.rpc[0], uri, sizeof uri), ERMA_OK);
+    uint8_t buf[64];
+    const struct erma_rma_cmd cmd = {.op = ERMA_RMA_READ, .peer = erma_rma_peer(thief, uri, 0),
+                                     .rkey = w.remote.rkey, .local = buf, .len = sizeof buf};
+    assert_true(cmd.peer >= 0);
+    assert_true(erma_rma_submit(thief, &cmd) >= 0);
+    struct erma_rma_completion c;
+    int n = 0;
+    for (const uint64_t end = erma_now_ns() + 10000000000ull; !n && erma_now_ns() < end;) {
+        erma_rpc_run_once(rpc);
+        run_once(&w);
+        n = erma_rma_poll(thief, &c, 1);
+    }
+    assert_int_equal(n, 1);
+    assert_int_equal(c.status, ERMA_EAUTH);
+    erma_rma_destroy(thief);
+    erma_rpc_destroy(rpc);
+    erma_nexus_destroy(nx);
+    world_down_kv(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model),
         cmocka_unit_test(test_wrapping_log),
         cmocka_unit_test(test_torn),
+        cmocka_unit_test(test_region_key_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -346,7 +346,8 @@ static void test_many_with_loss(void **state)
     (void)state;
     start_server(0.005); /* with the client's 0.5%: about 1% of round trips lose a packet */
     struct client c;
-    const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .fault_drop = 0.005, .seed = 5};
+    const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .fault_drop = 0.005, .seed = 5,
+                                     .failure_ns = 5000000000ull}; /* 10x a stall */
     client_up(&c, &cfg);
     c.sess = client_connect(&c);
     struct many *m = calloc(1, sizeof *m);

@@ -317,6 +317,12 @@ static void test_bad_input(void **state)
     erma_transport_close(t2);
     erma_transport_close(t);
     assert_int_equal(erma_transport_open("sim://bad/0:5", NULL, &t), ERMA_OK); /* free again */
+    char uri[64]; /* an address printed resolves back to itself, fabric name and all */
+    struct erma_addr back;
+    assert_int_equal(erma_transport_addr_str(t, &t->local, uri, sizeof uri), ERMA_OK);
+    assert_string_equal(uri, "sim://bad/0:5");
+    assert_int_equal(erma_transport_resolve(t, uri, &back), ERMA_OK);
+    assert_true(erma_addr_eq(&back, &t->local));
     erma_transport_close(t);
     erma_sim_destroy(s);
 }

@@ -377,8 +377,10 @@ static int port_init(const char *query, const struct erma_transport_cfg *cfg)
 
 /* ---- endpoints ---- */
 
-static int dpdk_addr_str(const struct erma_addr *a, char *buf, size_t len)
+static int dpdk_addr_str(const struct erma_transport *tr, const struct erma_addr *a, char *buf,
+                         size_t len)
 {
+    (void)tr;
     if (a->len != ADDR_LEN)
         return ERMA_EINVAL;
     char ip[INET_ADDRSTRLEN];

@@ -628,13 +628,15 @@ static int sim_resolve(struct erma_transport *tr, const char *rest, struct erma_
     return ERMA_OK;
 }
 
-static int sim_addr_str(const struct erma_addr *a, char *buf, size_t len)
+static int sim_addr_str(const struct erma_transport *tr, const struct erma_addr *a, char *buf,
+                        size_t len)
 {
+    const struct sim_port *p = (const struct sim_port *)tr;
     uint16_t host, port;
-    if (a->len != 4)
+    if (a->len != 4 || !p->sim)
         return ERMA_EINVAL;
     decode_addr(a, &host, &port);
-    const int n = snprintf(buf, len, "%u:%u", host, port);
+    const int n = snprintf(buf, len, "%s/%u:%u", p->sim->name, host, port);
     return n < 0 || (size_t)n >= len ? ERMA_EINVAL : ERMA_OK;
 }
 

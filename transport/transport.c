@@ -239,7 +239,7 @@ int erma_transport_addr_str(const struct erma_transport *tr, const struct erma_a
     const int n = snprintf(buf, len, "%s://", tr->ops->scheme);
     if (n < 0 || (size_t)n >= len)
         return ERMA_EINVAL;
-    return tr->ops->addr_str(addr, buf + n, len - (size_t)n);
+    return tr->ops->addr_str(tr, addr, buf + n, len - (size_t)n);
 }
 
 int erma_transport_reg_mem(struct erma_transport *tr, void *addr, size_t len)

@@ -69,8 +69,10 @@ static int parse(const char *rest, int family, struct erma_addr *out)
     return rc;
 }
 
-static int udp_addr_str(const struct erma_addr *a, char *buf, size_t len)
+static int udp_addr_str(const struct erma_transport *tr, const struct erma_addr *a, char *buf,
+                        size_t len)
 {
+    (void)tr;
     const struct sockaddr *sa = (const struct sockaddr *)a->raw;
     char host[INET6_ADDRSTRLEN];
     int n;

@@ -45,8 +45,10 @@ struct verbs {
 
 static const struct erma_transport_ops erma_verbs_ops;
 
-static int verbs_addr_str(const struct erma_addr *a, char *buf, size_t len)
+static int verbs_addr_str(const struct erma_transport *tr, const struct erma_addr *a, char *buf,
+                          size_t len)
 {
+    (void)tr;
     if (a->len != ADDR_LEN)
         return ERMA_EINVAL;
     char gid[INET6_ADDRSTRLEN];

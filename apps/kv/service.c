@@ -123,20 +123,21 @@ static void on_del(struct erma_req *req, void *ctx)
 
 #define REGION_RESP (4 + 4 + 4 + ERMA_RMA_KEY_BYTES + 8 + 8 + 2)
 
-/* Hands a client the table's region and a key derived for its identity.
- * The key should be bound to the requester's address as well (the RPC's
- * source), which rpc does not tell handlers yet: until it does, it is an
- * identity-only key. */
+/* Hands a client the table's region and a key derived for the identity it
+ * names, bound to the address the request came from: the key works from
+ * the requester's own endpoint only, whatever identity it asked for. */
 static void on_region(struct erma_req *req, void *ctx)
 {
     struct erma_kv_server *srv = ctx;
     struct erma_msgbuf *r = erma_req_resp_buf(req);
     struct erma_rkey k;
+    char from[128];
     int rc = erma_req_size(req) == 8 ? ERMA_OK : ERMA_EBADPKT;
     if (rc == ERMA_OK)
-        rc = srv->rma ? erma_region_export(srv->rma, srv->region,
-                                           erma_get_le(erma_req_data(req), 8), &k)
-                      : ERMA_ENOTSUP;
+        rc = srv->rma ? erma_req_peer_uri(req, from, sizeof from) : ERMA_ENOTSUP;
+    if (rc == ERMA_OK)
+        rc = erma_region_export_uri(srv->rma, srv->region, erma_get_le(erma_req_data(req), 8),
+                                    from, &k);
     erma_resize_msgbuf(r, rc == ERMA_OK ? REGION_RESP : 4);
     u32_put(r->data, (uint32_t)rc);
     if (rc == ERMA_OK) {

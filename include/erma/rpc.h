@@ -263,6 +263,11 @@ const uint8_t *erma_req_data(const struct erma_req *req);
 size_t erma_req_size(const struct erma_req *req);
 uint8_t erma_req_type(const struct erma_req *req);
 struct erma_rpc *erma_req_rpc(const struct erma_req *req);
+/* Writes the URI of the endpoint that sent req (its address as this
+ * endpoint's transport sees it: what a one-sided key is bound to,
+ * erma_region_export_uri()) into out; ERMA_ENOENT once req's session has
+ * gone, ERMA_EINVAL when out is too short. */
+int erma_req_peer_uri(const struct erma_req *req, char *out, size_t len);
 /* The preallocated response buffer: max_size is one packet of data. */
 struct erma_msgbuf *erma_req_resp_buf(struct erma_req *req);
 /* Sends resp as the response to req; from the event loop's thread, or from

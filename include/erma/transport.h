@@ -94,7 +94,9 @@ struct erma_transport_ops {
     int (*tx_burst)(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n);
     int (*rx_burst)(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max);
     int (*resolve)(struct erma_transport *tr, const char *rest, struct erma_addr *out);
-    int (*addr_str)(const struct erma_addr *addr, char *buf, size_t len);
+    /* addr as the rest of a URI ("HOST:PORT..."), resolvable by tr's peers */
+    int (*addr_str)(const struct erma_transport *tr, const struct erma_addr *addr, char *buf,
+                    size_t len);
     /* Registers memory for zero-copy I/O; may be NULL (nothing to do). */
     int (*reg_mem)(struct erma_transport *tr, void *addr, size_t len);
     /* Blocks until a packet may be there to receive or timeout_ns passed;
