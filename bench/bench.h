@@ -153,6 +153,10 @@ struct bench_rpc_opts {
     int peer_cpu;   /* symmetric: the forked peer's CPU, -1 none */
 };
 
+/* Authenticated, encrypted sessions (erma_nexus_cfg.psk) for the RPC
+ * servers and clients created from now on (NULL: plaintext). */
+void bench_rpc_set_psk(const uint8_t *psk);
+
 /* Serves echo requests of type BENCH_ECHO (response size in the request's
  * first 4 bytes). */
 #define BENCH_ECHO 1

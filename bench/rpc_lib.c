@@ -32,12 +32,25 @@ static void echo(struct erma_req *req, void *ctx)
     erma_enqueue_response(req, resp);
 }
 
+static const uint8_t *bench_psk;
+
+void bench_rpc_set_psk(const uint8_t *psk)
+{
+    bench_psk = psk;
+}
+
+static int nexus_create(const char *uri, struct erma_nexus **out)
+{
+    const struct erma_nexus_cfg cfg = {.psk = bench_psk};
+    return erma_nexus_create(uri, &cfg, out);
+}
+
 int bench_rpc_server_ext(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns,
                          const struct bench_server_ext *ext)
 {
     struct erma_nexus *nx;
     struct erma_rpc *rpc = NULL;
-    int rc = erma_nexus_create(uri, NULL, &nx);
+    int rc = nexus_create(uri, &nx);
     if (rc != ERMA_OK) {
         ERMA_ERROR("rpc server on %s: %s", uri, erma_strerror(rc));
         return rc;
@@ -128,7 +141,7 @@ static void client_close(struct client *c)
 static int client_open(struct client *c, const struct bench_rpc_opts *o)
 {
     memset(c, 0, sizeof *c);
-    int rc = erma_nexus_create(o->uri, NULL, &c->nx);
+    int rc = nexus_create(o->uri, &c->nx);
     if (rc == ERMA_OK && o->symmetric) /* this side serves the peer's load too */
         rc = erma_register_handler(c->nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
     if (rc != ERMA_OK) {

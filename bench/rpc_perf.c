@@ -32,7 +32,9 @@
  * peer each keep the window in flight to the other and answer the other's
  * requests; the rate counts both directions. --factors (rate mode): also
  * erma with congestion control off and with each common-case bypass off;
- * the ratio of those lines is against erma with everything on.
+ * the ratio of those lines is against erma with everything on. --secure:
+ * also erma with authenticated, encrypted sessions (erma_nexus_cfg.psk) in
+ * the same rounds; the ratio of that line is against plaintext erma.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +62,7 @@ static const char usage[] =
     "  --window W --batch B --sessions N --credits C\n"
     "                    rate: in flight (60), batch (3), sessions (8), credits (32)\n"
     "  --factors         rate: also CC off and each bypass off\n"
+    "  --secure          also erma with authenticated, encrypted sessions\n"
     "  --symmetric       rate: both processes send and serve\n"
     "  --no-poll         erma endpoints sleep when idle (default: busy-poll)\n"
     "  --cpu LIST        CPUs: this process, then its servers (default: no pinning;\n"
@@ -83,7 +86,7 @@ struct opts {
     struct bench_rpc_opts rpc;
     struct erma_rpc_cfg cfg;
     unsigned rounds;
-    bool factors, resp_set, iters_set, lat, bw, remote;
+    bool factors, secure, resp_set, iters_set, lat, bw, remote;
     const char *spawn, *listen_server, *listen_raw;
     int server_cpu;
 };
@@ -124,6 +127,14 @@ static const struct {
     {"no_wheel_bypass", {.no_wheel_bypass = true}},
     {"no_batch_clock", {.no_batch_clock = true}},
 };
+#define NVAR (sizeof variants / sizeof *variants)
+
+static const uint8_t bench_key[ERMA_PSK_BYTES] = "rpc_perf --secure, a test key.."; /* 32 B */
+
+static const char *variant_name(unsigned k)
+{
+    return k == NVAR ? "secure" : variants[k].name;
+}
 
 static pid_t server_start(const struct opts *o, bool rpc, uint64_t max_ns)
 {
@@ -198,16 +209,25 @@ static int run_size(struct opts *o, const struct bench_table *t)
     const char *srv = o->rpc.server, *sep = strstr(srv, "://");
     const int tlen = sep ? (int)(sep - srv) : 0;
     const char *poll = o->cfg.busy_poll ? "busy" : "sleep";
-    const unsigned nvar = o->factors ? sizeof variants / sizeof *variants : 2;
-    double v[6][50], ratio[6][50];
+    unsigned nvar = o->factors ? NVAR : 2;
+    unsigned kind[NVAR + 1]; /* the variant each column measures; NVAR: secure */
+    for (unsigned k = 0; k < nvar; k++)
+        kind[k] = k;
+    if (o->secure)
+        kind[nvar++] = NVAR;
+    double v[NVAR + 1][50], ratio[NVAR + 1][50];
     for (unsigned i = 0; i < o->rounds; i++) {
         struct bench_lat lr = {0};
         if ((v[0][i] = measure(o, "raw", i, &lr)) < 0)
             return 1;
         for (unsigned k = 1; k < nvar; k++) {
             struct bench_lat le = {0};
-            o->cfg.cc = variants[k].cc;
-            if ((v[k][i] = measure(o, variants[k].name, i, &le)) < 0)
+            const bool secure = kind[k] == NVAR;
+            o->cfg.cc = secure ? variants[1].cc : variants[kind[k]].cc;
+            bench_rpc_set_psk(secure ? bench_key : NULL);
+            v[k][i] = measure(o, variant_name(kind[k]), i, &le);
+            bench_rpc_set_psk(NULL);
+            if (v[k][i] < 0)
                 return 1;
             const double base = k == 1 ? v[0][i] : v[1][i];
             ratio[k][i] = v[k][i] / base;
@@ -216,7 +236,7 @@ static int run_size(struct opts *o, const struct bench_table *t)
                 snprintf(p99, sizeof p99, "%.2f,%.2f", le.p99_us, lr.p99_us);
             bench_table_row(t, "rpc_perf,%s,%.*s,%u,%u,%u,%u,%s,%s,%.3f,%.3f,%.3f,%s,%s", o->mode,
                             tlen, srv, o->rpc.size, o->rpc.resp_size, o->rpc.sessions, i, metric,
-                            variants[k].name, v[k][i], base, ratio[k][i], p99, poll);
+                            variant_name(kind[k]), v[k][i], base, ratio[k][i], p99, poll);
         }
     }
     const double mr = bench_median(v[0], o->rounds), me = bench_median(v[1], o->rounds);
@@ -224,7 +244,7 @@ static int run_size(struct opts *o, const struct bench_table *t)
         const double m = bench_median(v[k], o->rounds), base = k == 1 ? mr : me;
         bench_table_row(t, "rpc_perf,%s,%.*s,%u,%u,%u,median,%s,%s,%.3f,%.3f,%.3f,,,%s", o->mode,
                         tlen, srv, o->rpc.size, o->rpc.resp_size, o->rpc.sessions, metric,
-                        variants[k].name, m, base, bench_median(ratio[k], o->rounds), poll);
+                        variant_name(kind[k]), m, base, bench_median(ratio[k], o->rounds), poll);
     }
     return 0;
 }
@@ -239,7 +259,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"credits", 1, 0, 'c'},  {"seconds", 1, 0, 't'}, {"rounds", 1, 0, 'r'},
         {"factors", 0, 0, 'f'},  {"role", 1, 0, 'o'},    {"spawn", 1, 0, 'p'},
         {"listen-server", 1, 0, 'L'}, {"listen-raw", 1, 0, 'W'}, {"symmetric", 0, 0, 'y'},
-        {"no-poll", 0, 0, 'P'},  {0, 0, 0, 0}};
+        {"no-poll", 0, 0, 'P'},  {"secure", 0, 0, 'S'},  {0, 0, 0, 0}};
     bench_cli_init(cli, "rpc_perf", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -262,6 +282,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'L': o->listen_server = optarg; break;
         case 'W': o->listen_raw = optarg; break;
         case 'P': o->cfg.busy_poll = false; break;
+        case 'S': o->secure = true; break;
         default: bench_cli_fail(cli, NULL);
         }
     }
@@ -291,6 +312,8 @@ static void check(const struct bench_cli *cli, struct opts *o)
     if (o->remote && (o->rpc.symmetric || o->spawn))
         bench_cli_fail(cli, "--role client runs against servers elsewhere: no --symmetric, "
                             "no --spawn");
+    if (o->secure && (o->remote || o->spawn))
+        bench_cli_fail(cli, "--secure starts its own servers: no --role client, no --spawn");
     if (o->rpc.symmetric && !(strcmp(o->mode, "rate") == 0))
         bench_cli_fail(cli, "--symmetric is for --mode rate");
 }
