@@ -32,6 +32,9 @@
  * the pattern back, so a wrong byte fails the run. Failed ops (a timeout
  * when a process stalls) are counted and named on stderr, not timed; more
  * than 1% fails the measurement, which is tried again (3 attempts).
+ * --secure adds, in the same rounds, the RPC over authenticated, encrypted
+ * sessions (erma_nexus_cfg.psk; a server of its own): rpc_secure, and
+ * ratio_secure = one-sided / secure RPC, where both sides pay for AEAD.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +60,7 @@ static const char usage[] =
     "  --rounds R       rounds, 1..50 (default 3)\n"
     "  --cc-off         bw: no window CC in the executor\n"
     "  --no-poll        endpoints sleep when idle (default: busy-poll)\n"
+    "  --secure         also the RPC over authenticated, encrypted sessions\n"
     "  --cpu LIST       CPUs: this process, then the server (default: no pinning)\n"
     "  --csv            CSV instead of the table\n"
     "  --role R         both (default: fork a server per round), server (serve\n"
@@ -76,8 +80,10 @@ struct opts {
     struct bench_rpc_opts rpc;
     struct erma_rpc_cfg cfg;
     unsigned rounds, round;
-    bool cc_off, iters_set, lat, bw, remote;
+    bool cc_off, iters_set, lat, bw, remote, secure;
 };
+
+static const uint8_t secure_key[ERMA_PSK_BYTES] = "rma_perf --secure, a test key.."; /* 32 B */
 
 static uint8_t pattern(uint64_t i)
 {
@@ -460,6 +466,19 @@ static struct opts rpc_like(const struct opts *o)
     return r;
 }
 
+/* The RPC over authenticated, encrypted sessions, against a server of its
+ * own (the one-sided server's RPCs are plaintext); < 0 when it failed. */
+static double measure_secure(const struct opts *o, const struct opts *r, int server_cpu,
+                             uint64_t max_ns, struct bench_lat *lat)
+{
+    bench_rpc_set_psk(secure_key);
+    const pid_t child = bench_rpc_server_fork(o->rpc.server, &o->cfg, server_cpu, max_ns);
+    const double v = measure(o, r, false, lat);
+    bench_rpc_server_stop(child);
+    bench_rpc_set_psk(NULL);
+    return v;
+}
+
 static int run_size(struct opts *o, const struct bench_table *t, const struct bench_server_ext *ext,
                     int server_cpu)
 {
@@ -467,7 +486,7 @@ static int run_size(struct opts *o, const struct bench_table *t, const struct be
     const uint64_t max_ns = (uint64_t)(o->rpc.seconds * 1e9) * 8 + 60000000000ull;
     const char *metric = o->lat ? "median_us" : o->bw ? "gbps" : "mops";
     const char *poll = o->cfg.busy_poll ? "busy" : "sleep";
-    double vr[50], vm[50], ratio[50];
+    double vr[50], vm[50], vs[50], ratio[50], ratio_s[50];
     for (unsigned i = 0; i < o->rounds; i++) {
         o->round = i;
         const pid_t child =
@@ -479,18 +498,28 @@ static int run_size(struct opts *o, const struct bench_table *t, const struct be
         if (!rma_first && vr[i] >= 0)
             vm[i] = measure(o, &r, true, &lm);
         bench_rpc_server_stop(child);
-        if (vm[i] < 0 || vr[i] < 0)
+        struct bench_lat ls = {0};
+        vs[i] = o->secure && vm[i] >= 0 && vr[i] >= 0
+                    ? measure_secure(o, &r, server_cpu, max_ns, &ls) : 1;
+        if (vm[i] < 0 || vr[i] < 0 || vs[i] < 0)
             return 1;
         ratio[i] = vm[i] / vr[i];
-        char p99[64] = ",";
+        ratio_s[i] = vm[i] / vs[i];
+        char p99[64] = ",", sec[64] = ",";
         if (o->lat)
             snprintf(p99, sizeof p99, "%.2f,%.2f", lm.p99_us, lr.p99_us);
-        bench_table_row(t, "rma_perf,%s,%s,%u,%u,%s,%.3f,%.3f,%.3f,%s,%s", o->mode, op_name(o),
-                        o->rpc.size, i, metric, vm[i], vr[i], ratio[i], p99, poll);
+        if (o->secure)
+            snprintf(sec, sizeof sec, "%.3f,%.3f", vs[i], ratio_s[i]);
+        bench_table_row(t, "rma_perf,%s,%s,%u,%u,%s,%.3f,%.3f,%.3f,%s,%s,%s", o->mode,
+                        op_name(o), o->rpc.size, i, metric, vm[i], vr[i], ratio[i], sec, p99, poll);
     }
-    bench_table_row(t, "rma_perf,%s,%s,%u,median,%s,%.3f,%.3f,%.3f,,,%s", o->mode, op_name(o),
+    char sec[64] = ",";
+    if (o->secure)
+        snprintf(sec, sizeof sec, "%.3f,%.3f", bench_median(vs, o->rounds),
+                 bench_median(ratio_s, o->rounds));
+    bench_table_row(t, "rma_perf,%s,%s,%u,median,%s,%.3f,%.3f,%.3f,%s,,,%s", o->mode, op_name(o),
                     o->rpc.size, metric, bench_median(vm, o->rounds), bench_median(vr, o->rounds),
-                    bench_median(ratio, o->rounds), poll);
+                    bench_median(ratio, o->rounds), sec, poll);
     return 0;
 }
 
@@ -501,7 +530,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"mode", 1, 0, 'm'},  {"op", 1, 0, 'o'},      {"uri", 1, 0, 'u'},
         {"server", 1, 0, 's'}, {"iters", 1, 0, 'i'},  {"window", 1, 0, 'w'},
         {"seconds", 1, 0, 't'}, {"rounds", 1, 0, 'r'}, {"cc-off", 0, 0, 'c'},
-        {"role", 1, 0, 'R'},  {"no-poll", 0, 0, 'P'}, {0, 0, 0, 0}};
+        {"role", 1, 0, 'R'},  {"no-poll", 0, 0, 'P'}, {"secure", 0, 0, 'S'}, {0, 0, 0, 0}};
     const char *op = "read";
     bench_cli_init(cli, "rma_perf", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
@@ -517,6 +546,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'c': o->cc_off = true; break;
         case 'R': o->role = optarg; break;
         case 'P': o->cfg.busy_poll = false; break;
+        case 'S': o->secure = true; break;
         default: bench_cli_fail(cli, NULL);
         }
     }
@@ -529,6 +559,8 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
     o->op = strcmp(op, "write") == 0 ? ERMA_RMA_WRITE : ERMA_RMA_READ;
     if (strcmp(o->role, "both") && strcmp(o->role, "server") && strcmp(o->role, "client"))
         bench_cli_fail(cli, "unknown role '%s'", o->role);
+    if (o->secure && strcmp(o->role, "both") != 0)
+        bench_cli_fail(cli, "--secure starts its own servers: --role both only");
     if (o->rpc.window == 0 || o->rpc.window > 4096 || o->rounds == 0 || o->rounds > 50 ||
         o->rpc.iters == 0 || o->rpc.seconds <= 0)
         bench_cli_fail(cli, "--window (1..4096), --rounds (1..50), --iters and --seconds "
@@ -574,8 +606,8 @@ int main(int argc, char **argv)
                                : "endpoints sleep when idle (--no-poll)",
                o.rounds);
     struct bench_table t;
-    bench_table_start(&t, cli.csv, "bench,mode,op,size,round:6,metric:9,value,rpc,ratio,p99_us,"
-                                   "rpc_p99_us:10,poll:5");
+    bench_table_start(&t, cli.csv, "bench,mode,op,size,round:6,metric:9,value,rpc,ratio,"
+                                   "rpc_secure:10,ratio_secure:12,p99_us,rpc_p99_us:10,poll:5");
     const uint64_t iters = o.rpc.iters;
     for (unsigned i = 0; i < cli.nsizes; i++) {
         o.rpc.size = cli.sizes[i];
