@@ -26,11 +26,14 @@
  * bit 2 "seal": the harness seals the packet as an authorised peer would
  *   (payload = the record's bytes after the op header, as plaintext):
  *   towards the target under Kd of the named region for the named
- *   identity (the region's current key), towards the initiator under the
- *   initiator's rkey for the named region;
- * bit 3 "live": init_ctr (the op's name, drawn from the wall clock) is
- *   replaced by that of the op the initiator last issued from the slot the
- *   op header names, so that captured packets match this run's ops;
+ *   identity at the packet's source address (the region's current key, its
+ *   cipher), towards the initiator under the initiator's rkey for the
+ *   named region;
+ * bit 3 "live": init_ctr (the op's name, from the wall clock) and the
+ *   deadline are those of the op the initiator last issued from the slot
+ *   the op header names, and a SOLICIT's or DATA's solicitation index and
+ *   token (random) those of the target's solicitation for that op, so that
+ *   captured packets match this run's ops;
  * bits 4-7: 4-microsecond steps of virtual time the world runs first.
  * An empty record sends nothing; on routes 1-3 the engines act instead:
  * 1 the target deregisters R3, 2 the target rekeys R1 (200 us grace),
@@ -56,7 +59,7 @@
  * and floods that fill the target's request queue and solicitation table.
  *
  * The harness uses rma/internal.h for the op header codec and
- * erma_rma_seal() (libsodium AEAD, as the engine seals).
+ * erma_rma_seal_as() (libsodium AEAD, as the engine seals).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +78,7 @@ enum { R_INIT_TARGET, R_STRANGER_TARGET, R_TARGET_INIT, R_STRANGER_INIT };
 enum { R1, R2, R3, RD, NREGIONS };
 
 #define PORT 31850
+#define INIT_URI "sim://fzrma/1:31850"
 #define STRANGER_PORT 4242
 #define FLAG_MUTE_INIT 1
 #define FLAG_MUTE_TARGET 2
@@ -125,7 +129,9 @@ struct world {
     uint8_t wbuf[WRITE_LEN], new_key[ERMA_RMA_KEY_BYTES];
     struct op ops[MAX_OPS];
     unsigned nops, passes;
-    uint64_t live_ctr[SLOTS]; /* init_ctr of each slot's last issued op */
+    struct { uint64_t init_ctr, deadline; } live[SLOTS]; /* each slot's last issued op */
+    struct { uint64_t init_ctr, token; uint32_t sol; } sols[16]; /* the target's last SOLICITs */
+    unsigned nsols;
     uint8_t flags;
     bool muting, injecting, sealed_to_target, to_init, r3_gone;
     uint8_t r3_at_dereg[256];
@@ -138,15 +144,25 @@ static struct world W;
 
 /* ---- the fabric's tap: live ops, mutes, capture ---- */
 
-static void note_live(const uint8_t *data, uint32_t len)
+/* Notes the ops the initiator issues (their name, init_ctr, and deadline
+ * come from the clocks) and the target's solicitations (random tokens). */
+static void note_live(const uint8_t *data, uint32_t len, bool from_init)
 {
     if (len < RMA_OVERHEAD)
         return;
     struct rma_ophdr h;
     erma_rma_ophdr_decode(data + ERMA_HDR_SIZE, &h);
-    if ((h.type == RMA_READ_REQ || h.type == RMA_WRITE_REQ || h.type == RMA_REKEY_REQ) &&
-        h.slot < SLOTS)
-        W.live_ctr[h.slot] = h.init_ctr;
+    const bool request = h.type == RMA_READ_REQ || h.type == RMA_WRITE_REQ ||
+                         h.type == RMA_REKEY_REQ;
+    if (from_init && request && h.slot < SLOTS) {
+        W.live[h.slot].init_ctr = h.init_ctr;
+        W.live[h.slot].deadline = h.deadline;
+    } else if (!from_init && h.type == RMA_SOLICIT) {
+        const unsigned i = W.nsols++ % 16;
+        W.sols[i].init_ctr = h.init_ctr;
+        W.sols[i].sol = h.sol;
+        W.sols[i].token = h.token;
+    }
 }
 
 static bool tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
@@ -154,8 +170,8 @@ static bool tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
     (void)ctx;
     if (W.injecting)
         return true;
-    if (ev->src_host == INIT_HOST)
-        note_live(data, ev->len);
+    if (ev->src_host != STRANGER_HOST)
+        note_live(data, ev->len, ev->src_host == INIT_HOST);
     if (W.cap && W.ncap < W.cap_max && ev->len <= FUZZ_MAX_PKT) {
         struct captured *c = &W.cap[W.ncap++];
         c->t = ev->time;
@@ -242,11 +258,13 @@ static void regions_up(void)
         FUZZ_CHECK(erma_region_register(W.target, W.mem[r], region_len[r], region_perms[r],
                                         &W.region[r]) == ERMA_OK,
                    "register");
-        FUZZ_CHECK(erma_region_export(W.target, W.region[r], erma_rma_identity(W.init),
-                                      &W.rkey[r]) == ERMA_OK,
+        FUZZ_CHECK(erma_region_export_uri(W.target, W.region[r], erma_rma_identity(W.init),
+                                          INIT_URI, &W.rkey[r]) == ERMA_OK,
                    "export");
     }
-    FUZZ_CHECK(erma_region_export(W.target, W.region[R1], 999, &W.bad_rkey) == ERMA_OK, "export");
+    FUZZ_CHECK(erma_region_export_uri(W.target, W.region[R1], 999, INIT_URI, &W.bad_rkey) ==
+                   ERMA_OK,
+               "export");
     FUZZ_CHECK(erma_region_deregister(W.target, W.region[RD]) == ERMA_OK, "deregister");
     for (int k = 0; k < WRITE_LEN; k++)
         W.wbuf[k] = (uint8_t)(k * 11 + 5);
@@ -276,7 +294,8 @@ static void world_up(uint8_t flags)
     W.flags = flags;
     W.nops = W.passes = 0;
     W.muting = W.injecting = W.sealed_to_target = W.to_init = W.r3_gone = false;
-    memset(W.live_ctr, 0, sizeof W.live_ctr);
+    memset(W.live, 0, sizeof W.live);
+    W.nsols = 0;
     struct erma_sim_cfg sc;
     erma_sim_cfg_default(&sc);
     sc.hosts = HOSTS;
@@ -314,39 +333,63 @@ static void world_down(void)
 
 /* ---- records ---- */
 
-/* The key an authorised peer seals this packet with, or NULL: towards the
- * target Kd under the region's current key, else (deregistered) the one the
- * initiator holds; towards the initiator the one it holds. */
-static const uint8_t *seal_key(const struct rma_ophdr *h, bool to_target, struct erma_rkey *tmp)
+/* The key an authorised peer at src (host, port) seals this packet with,
+ * or NULL: towards the target Kd for the identity and src under the region's
+ * current key, else (deregistered) the one the initiator holds; towards the
+ * initiator the one it holds. */
+static const struct erma_rkey *seal_key(const struct rma_ophdr *h, bool to_target,
+                                        uint16_t src_host, uint16_t src_port,
+                                        struct erma_rkey *tmp)
 {
-    if (to_target && erma_region_export(W.target, h->region, h->identity, tmp) == ERMA_OK)
-        return tmp->kd;
+    char uri[64];
+    snprintf(uri, sizeof uri, "sim://fzrma/%u:%u", src_host, src_port);
+    if (to_target && erma_region_export_uri(W.target, h->region, h->identity, uri, tmp) == ERMA_OK)
+        return tmp;
     for (int r = 0; r < NREGIONS; r++)
-        if (W.rkey[r].region == h->region)
-            return W.rkey[r].kd;
+        if (W.rkey[r].region == h->region && (!to_target || src_host == INIT_HOST))
+            return &W.rkey[r];
     return NULL;
 }
 
-/* Applies the record's "live" and "seal" bits to its packet. */
-static void prepare(struct fuzz_rec *r, bool to_target)
+/* The "live" bit: this run's name and deadline of the op in the slot the
+ * header names, and for SOLICIT and DATA the target's solicitation of it. */
+static void make_live(struct rma_ophdr *h)
+{
+    if (h->slot >= SLOTS || !W.live[h->slot].init_ctr)
+        return;
+    h->init_ctr = W.live[h->slot].init_ctr;
+    h->deadline = W.live[h->slot].deadline;
+    if (h->type != RMA_SOLICIT && h->type != RMA_DATA)
+        return;
+    for (unsigned i = 0; i < 16 && i < W.nsols; i++)
+        if (W.sols[i].init_ctr == h->init_ctr) {
+            h->sol = W.sols[i].sol;
+            h->token = W.sols[i].token;
+        }
+}
+
+/* Applies the record's "live" and "seal" bits to its packet, sent from
+ * src (host, port). */
+static void prepare(struct fuzz_rec *r, bool to_target, uint16_t src_host, uint16_t src_port)
 {
     if (r->len < RMA_OVERHEAD || !(r->ctl & (CTL_SEAL | CTL_LIVE)))
         return;
     uint8_t *op = r->pkt + ERMA_HDR_SIZE;
     struct rma_ophdr h;
     erma_rma_ophdr_decode(op, &h);
-    if ((r->ctl & CTL_LIVE) && h.slot < SLOTS && W.live_ctr[h.slot]) {
-        h.init_ctr = W.live_ctr[h.slot];
+    if (r->ctl & CTL_LIVE) {
+        make_live(&h);
         erma_rma_ophdr_encode(&h, op);
     }
     struct erma_rkey tmp;
-    const uint8_t *kd = r->ctl & CTL_SEAL ? seal_key(&h, to_target, &tmp) : NULL;
-    if (!kd)
+    const struct erma_rkey *k =
+        r->ctl & CTL_SEAL ? seal_key(&h, to_target, src_host, src_port, &tmp) : NULL;
+    if (!k)
         return;
     static uint8_t plain[FUZZ_MAX_PKT];
     const uint32_t plen = r->len - RMA_OVERHEAD;
     memcpy(plain, op + RMA_OPHDR, plen);
-    erma_rma_seal(kd, to_target ? 0 : 1, h.nonce_ctr, r->pkt, plain, plen);
+    erma_rma_seal_as(k->kd, k->cipher, to_target ? 0 : 1, h.nonce_ctr, r->pkt, plain, plen);
     W.sealed_to_target = W.sealed_to_target || to_target;
 }
 
@@ -377,10 +420,10 @@ static bool inject(struct fuzz_rec *r)
             engine_action(route);
         return route == R_INIT_TARGET;
     }
-    prepare(r, dst[route] == TARGET_HOST);
+    const uint16_t sport = src[route] == STRANGER_HOST ? STRANGER_PORT : PORT;
+    prepare(r, dst[route] == TARGET_HOST, src[route], sport);
     W.to_init = W.to_init || dst[route] == INIT_HOST;
     W.injecting = true;
-    const uint16_t sport = src[route] == STRANGER_HOST ? STRANGER_PORT : PORT;
     FUZZ_CHECK(erma_sim_inject(W.sim, src[route], sport, dst[route], PORT, r->pkt, r->len) ==
                    ERMA_OK,
                "inject");
