@@ -369,8 +369,10 @@ int main(int argc, char **argv)
     bench_pin(bench_cli_cpu(&cli, 0));
     if (o.lat || o.bw)
         o.rpc.sessions = 1;
-    if (strcmp(o.mode, "sessions") == 0) /* the rate load spread over many sessions */
+    if (strcmp(o.mode, "sessions") == 0) { /* the rate load spread over many sessions */
         o.cfg.rx_ring = o.rpc.sessions * (o.cfg.credits ? o.cfg.credits : 32) + 64;
+        o.cfg.max_sessions_per_peer = o.rpc.sessions; /* all from this one client */
+    }
     if (cli.nsizes == 0)
         cli.sizes[cli.nsizes++] = o.bw ? 8u << 20 : 32;
     bench_note(cli.csv, "rpc_perf %s: erma %s -> %s, raw -> %s; %s; %u rounds", o.mode,
