@@ -619,6 +619,21 @@ static void test_disconnect(void **state)
     world_down(&w);
 }
 
+/* Two hosts, host 1 with fn for type (a handler slow to answer, or never),
+ * host 0's requests timing out after req_timeout_ns (its cfg in *c); the
+ * session between them. */
+static int world_slow(struct world *w, const char *name, uint8_t type, erma_handler_fn fn,
+                      uint64_t req_timeout_ns, struct erma_rpc_cfg *c)
+{
+    world_up(w, name, 2, 0, 0);
+    assert_int_equal(erma_register_handler(w->nx[1], type, fn, ERMA_DISPATCH, NULL), ERMA_OK);
+    *c = sim_cfg(w);
+    c->req_timeout_ns = req_timeout_ns;
+    world_rpc(w, 0, c);
+    world_rpc(w, 1, NULL);
+    return connect(w, 0, 1);
+}
+
 /* A handler that never answers: the client gives up after req_timeout_ns. */
 #define SILENT 3
 static int silent_calls;
@@ -633,14 +648,8 @@ static void test_request_timeout(void **state)
 {
     (void)state;
     struct world w;
-    world_up(&w, "timeout", 2, 0, 0);
-    assert_int_equal(erma_register_handler(w.nx[1], SILENT, silent_handler, ERMA_DISPATCH, NULL),
-                     ERMA_OK);
-    struct erma_rpc_cfg c = sim_cfg(&w);
-    c.req_timeout_ns = 20000000; /* 20 ms */
-    world_rpc(&w, 0, &c);
-    world_rpc(&w, 1, NULL);
-    const int s = connect(&w, 0, 1);
+    struct erma_rpc_cfg c;
+    const int s = world_slow(&w, "timeout", SILENT, silent_handler, 20000000, &c);
     const uint64_t t0 = erma_now_ns();
     call_once(&w, 0, s, SILENT, REQ_HDR, 8, 1, ERMA_ETIMEDOUT);
     const uint64_t took = erma_now_ns() - t0;
@@ -701,14 +710,8 @@ static void test_deferred_request(void **state)
 {
     (void)state;
     struct world w;
-    world_up(&w, "deferred", 2, 0, 0);
-    assert_int_equal(erma_register_handler(w.nx[1], DEFER, defer_handler, ERMA_DISPATCH, NULL),
-                     ERMA_OK);
-    struct erma_rpc_cfg c = sim_cfg(&w);
-    c.req_timeout_ns = 3000000;
-    world_rpc(&w, 0, &c);
-    world_rpc(&w, 1, NULL);
-    const int s = connect(&w, 0, 1);
+    struct erma_rpc_cfg c;
+    const int s = world_slow(&w, "deferred", DEFER, defer_handler, 3000000, &c);
     struct call held, unknown, next;
     start_call(&w, s, DEFER, 1, &held);
     assert_int_equal(run_until(&w, &held.done, 1000000000ull), ERMA_OK);
