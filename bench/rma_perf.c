@@ -120,9 +120,11 @@ static void on_region(struct erma_req *req, void *ctx)
     struct erma_rkey k = {0};
     int32_t rc = ERMA_EBADPKT;
     uint64_t identity;
-    if (erma_req_size(req) == sizeof identity) {
+    char from[128];
+    if (erma_req_size(req) == sizeof identity &&
+        (rc = erma_req_peer_uri(req, from, sizeof from)) == ERMA_OK) {
         memcpy(&identity, erma_req_data(req), sizeof identity);
-        rc = erma_region_export(t->rma, t->region, identity, &k);
+        rc = erma_region_export_uri(t->rma, t->region, identity, from, &k); /* its address only */
     }
     erma_resize_msgbuf(r, sizeof rc + sizeof k);
     memcpy(r->data, &rc, sizeof rc);

@@ -21,16 +21,15 @@ bool erma_rma_aes_available(void)
 }
 
 /* BLAKE2b keyed with Kr over "erma-kd\0" | identity | address length |
- * address; an identity-only key has length 0, which no address has. */
+ * address. */
 void erma_rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
                   const struct erma_addr *addr, uint8_t kd[ERMA_RMA_KEY_BYTES])
 {
     uint8_t msg[17 + ERMA_ADDR_MAX] = "erma-kd\0";
-    const uint8_t alen = addr ? addr->len : 0;
+    const uint8_t alen = addr->len;
     erma_put_le(msg + 8, identity, 8);
     msg[16] = alen;
-    if (alen)
-        memcpy(msg + 17, addr->raw, alen);
+    memcpy(msg + 17, addr->raw, alen);
     crypto_generichash(kd, ERMA_RMA_KEY_BYTES, msg, 17u + alen, kr, ERMA_RMA_KEY_BYTES);
 }
 

@@ -30,7 +30,6 @@ enum rma_type {
 };
 
 #define RMA_FLAG_PLAIN 1    /* RMA_ERROR not sealed: tag is zero */
-#define RMA_FLAG_ANY_ADDR 2 /* Kd of a deprecated identity-only key */
 
 struct rma_ophdr {
     uint8_t type, status, flags, pkt_idx; /* status: -erma_err */
@@ -51,7 +50,7 @@ void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o);
 
 int erma_rma_crypto_init(void);
 bool erma_rma_aes_available(void);
-/* Kd for identity at addr (NULL: a deprecated identity-only key). */
+/* Kd for identity at addr. */
 void erma_rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
                   const struct erma_addr *addr, uint8_t kd[ERMA_RMA_KEY_BYTES]);
 /* pkt holds both headers; seals payload (plen bytes from m) after them
@@ -78,7 +77,6 @@ struct region {
     uint16_t gen;
     uint8_t perms;
     uint8_t cipher;     /* enum erma_rma_cipher, fixed at registration */
-    bool any_addr;      /* a deprecated identity-only key was exported */
     uint32_t key_gen;
     uint8_t kr[ERMA_RMA_KEY_BYTES];
     uint8_t old_kr[ERMA_RMA_KEY_BYTES];
@@ -92,7 +90,7 @@ struct region {
 struct kd_entry {
     uint32_t region, key_gen; /* region 0: empty */
     uint64_t identity;
-    struct erma_addr addr;    /* len 0: an identity-only key */
+    struct erma_addr addr;
     uint8_t kd[ERMA_RMA_KEY_BYTES];
 };
 
@@ -243,7 +241,7 @@ void erma_list_remove(struct list *l, struct slot *slots, int32_t i);
 struct region *erma_region_find(struct erma_rma *rma, uint32_t id);
 /* The key request h verifies under: kr of its key generation, or NULL. */
 const uint8_t *erma_region_key(const struct region *r, uint32_t key_gen, uint64_t now);
-/* Kd for identity at addr (NULL: identity-only) under r's key of
+/* Kd for identity at addr under r's key of
  * generation key_gen (kr), from the cache. */
 const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
                               uint32_t key_gen, uint64_t identity,

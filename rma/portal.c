@@ -249,7 +249,7 @@ int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max
 
 static struct rma_ophdr op_header(const struct erma_rma *rma, const struct slot *s, uint8_t type)
 {
-    return (struct rma_ophdr){.type = type, .flags = s->rkey.any_addr ? RMA_FLAG_ANY_ADDR : 0,
+    return (struct rma_ophdr){.type = type, .flags = 0,
                               .slot = (uint16_t)(s - rma->slots), .region = s->rkey.region,
                               .key_gen = s->rkey.key_gen, .offset = s->offset,
                               .identity = rma->cfg.identity, .init_ctr = s->init_ctr,

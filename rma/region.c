@@ -26,15 +26,10 @@ const uint8_t *erma_region_key(const struct region *r, uint32_t key_gen, uint64_
 
 static uint64_t addr_hash(const struct erma_addr *a)
 {
-    uint64_t h = a ? a->len : 0;
-    for (uint8_t i = 0; a && i < a->len; i++)
+    uint64_t h = a->len;
+    for (uint8_t i = 0; i < a->len; i++)
         h = (h ^ a->raw[i]) * 0x100000001b3ull;
     return h;
-}
-
-static bool addr_same(const struct erma_addr *cached, const struct erma_addr *a)
-{
-    return a ? erma_addr_eq(cached, a) : cached->len == 0;
 }
 
 const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
@@ -45,10 +40,9 @@ const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, cons
                        0x9e3779b97f4a7c15ull;
     struct kd_entry *e = &rma->kd_cache[h >> 58]; /* 6 bits: RMA_KD_CACHE entries */
     if (e->region != r->id || e->key_gen != key_gen || e->identity != identity ||
-        !addr_same(&e->addr, addr)) {
-        *e = (struct kd_entry){.region = r->id, .key_gen = key_gen, .identity = identity};
-        if (addr)
-            e->addr = *addr;
+        !erma_addr_eq(&e->addr, addr)) {
+        *e = (struct kd_entry){.region = r->id, .key_gen = key_gen, .identity = identity,
+                               .addr = *addr};
         erma_rma_kdf(kr, identity, addr, e->kd);
     }
     return e->kd;
@@ -119,26 +113,16 @@ int erma_region_deregister(struct erma_rma *rma, uint32_t region)
     return ERMA_OK;
 }
 
-static int export_for(struct erma_rma *rma, uint32_t region, uint64_t identity,
-                      const struct erma_addr *initiator, struct erma_rkey *out)
-{
-    struct region *r = rma ? erma_region_find(rma, region) : NULL;
-    if (!out)
-        return ERMA_EINVAL;
-    if (!r)
-        return ERMA_ENOREGION;
-    erma_rma_derive(r->kr, region, r->key_gen, r->cipher, identity, initiator, out);
-    if (!initiator)
-        r->any_addr = true;
-    return ERMA_OK;
-}
-
 int erma_region_export_addr(struct erma_rma *rma, uint32_t region, uint64_t identity,
                             const struct erma_addr *initiator, struct erma_rkey *out)
 {
-    if (!initiator || initiator->len == 0 || initiator->len > ERMA_ADDR_MAX)
+    if (!initiator || initiator->len == 0 || initiator->len > ERMA_ADDR_MAX || !out)
         return ERMA_EINVAL;
-    return export_for(rma, region, identity, initiator, out);
+    struct region *r = rma ? erma_region_find(rma, region) : NULL;
+    if (!r)
+        return ERMA_ENOREGION;
+    erma_rma_derive(r->kr, region, r->key_gen, r->cipher, identity, initiator, out);
+    return ERMA_OK;
 }
 
 int erma_region_export_uri(struct erma_rma *rma, uint32_t region, uint64_t identity,
@@ -149,12 +133,6 @@ int erma_region_export_uri(struct erma_rma *rma, uint32_t region, uint64_t ident
         return ERMA_EINVAL;
     const int rc = erma_transport_resolve(rma->tr, initiator_uri, &a);
     return rc == ERMA_OK ? erma_region_export_addr(rma, region, identity, &a, out) : rc;
-}
-
-int erma_region_export(struct erma_rma *rma, uint32_t region, uint64_t identity,
-                       struct erma_rkey *out)
-{
-    return export_for(rma, region, identity, NULL, out);
 }
 
 int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
@@ -171,7 +149,6 @@ void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint
                      enum erma_rma_cipher cipher, uint64_t identity,
                      const struct erma_addr *initiator, struct erma_rkey *out)
 {
-    *out = (struct erma_rkey){.region = region, .key_gen = key_gen, .cipher = (uint8_t)cipher,
-                              .any_addr = initiator == NULL};
+    *out = (struct erma_rkey){.region = region, .key_gen = key_gen, .cipher = (uint8_t)cipher};
     erma_rma_kdf(kr, identity, initiator, out->kd);
 }

@@ -254,10 +254,9 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
     struct region *r = erma_region_find(rma, h->region);
     if (!r)
         return ERMA_ENOREGION;
-    const bool any = (h->flags & RMA_FLAG_ANY_ADDR) != 0;
-    const uint8_t *kr = any && !r->any_addr ? NULL : erma_region_key(r, h->key_gen, rma->now);
+    const uint8_t *kr = erma_region_key(r, h->key_gen, rma->now);
     if (kr) {
-        k->kd = erma_region_kd(rma, r, kr, h->key_gen, h->identity, any ? NULL : src);
+        k->kd = erma_region_kd(rma, r, kr, h->key_gen, h->identity, src);
         k->cipher = r->cipher;
     }
     if (!kr || erma_rma_open_as(k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {

@@ -44,6 +44,16 @@ struct flows {
     uint64_t rtt_ns;
 };
 
+/* The region's key for host h's engine, from its own address. */
+static void export_to(struct flows *f, unsigned h, struct erma_rkey *k)
+{
+    char uri[128];
+    assert_int_equal(erma_rma_uri(f->w.rma[h], uri, sizeof uri), ERMA_OK);
+    assert_int_equal(erma_region_export_uri(f->w.rma[0], f->region, erma_rma_identity(f->w.rma[h]),
+                                            uri, k),
+                     ERMA_OK);
+}
+
 static void flows_up(struct flows *f, unsigned hosts, bool merged, bool cc_off, size_t len)
 {
     memset(f, 0, sizeof *f);
@@ -74,9 +84,7 @@ static void flows_up(struct flows *f, unsigned hosts, bool merged, bool cc_off, 
     assert_non_null(f->m);
     /* the unloaded RTT of one 4 KB READ */
     struct erma_rkey k;
-    assert_int_equal(erma_region_export(f->w.rma[0], f->region, erma_rma_identity(f->w.rma[1]),
-                                        &k),
-                     ERMA_OK);
+    export_to(f, 1, &k);
     const int p = erma_rma_peer(f->w.rma[1], f->w.uri[0], 0);
     struct erma_rma_completion c;
     assert_int_equal(world_op(&f->w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, f->local[1], 4096, 0),
@@ -100,9 +108,7 @@ static void flows_down(struct flows *f)
 static void start_read(struct flows *f, unsigned h)
 {
     struct erma_rkey k;
-    assert_int_equal(erma_region_export(f->w.rma[0], f->region, erma_rma_identity(f->w.rma[h]),
-                                        &k),
-                     ERMA_OK);
+    export_to(f, h, &k);
     const struct erma_rma_xfer x = {.op = ERMA_RMA_READ,
                                     .peer = erma_rma_peer(f->w.rma[h], f->w.uri[0], 0),
                                     .rkey = k, .local = f->local[h], .len = (uint32_t)f->len,

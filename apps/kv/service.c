@@ -5,7 +5,7 @@
  *   SCAN [u32 klen][u32 count][start key] -> [i32 status][u32 n] n x [u32 klen][u32 vlen][key][value]
  *   REGION [u64 identity]                 -> [i32 status][u32 region][u32 key_gen][kd 32]
  *                                            [u64 nbuckets][u64 log_bytes][u8 cipher]
- *                                            [u8 flags: 1 = an identity-only key]
+ *                                            (the key works from the requester's address)
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -121,7 +121,7 @@ static void on_del(struct erma_req *req, void *ctx)
     answer(req, rc, NULL, 0);
 }
 
-#define REGION_RESP (4 + 4 + 4 + ERMA_RMA_KEY_BYTES + 8 + 8 + 2)
+#define REGION_RESP (4 + 4 + 4 + ERMA_RMA_KEY_BYTES + 8 + 8 + 1)
 
 /* Hands a client the table's region and a key derived for the identity it
  * names, bound to the address the request came from: the key works from
@@ -147,7 +147,6 @@ static void on_region(struct erma_req *req, void *ctx)
         erma_put_le(r->data + 12 + ERMA_RMA_KEY_BYTES, erma_kv_nbuckets(srv->kv), 8);
         erma_put_le(r->data + 20 + ERMA_RMA_KEY_BYTES, erma_kv_log_bytes(srv->kv), 8);
         r->data[28 + ERMA_RMA_KEY_BYTES] = k.cipher;
-        r->data[29 + ERMA_RMA_KEY_BYTES] = k.any_addr ? 1 : 0;
     }
     erma_enqueue_response(req, r);
 }
@@ -187,7 +186,6 @@ int erma_kv_resp_region(const struct erma_msgbuf *resp, struct erma_kv_remote *o
     out->nbuckets = erma_get_le(resp->data + 12 + ERMA_RMA_KEY_BYTES, 8);
     out->log_bytes = erma_get_le(resp->data + 20 + ERMA_RMA_KEY_BYTES, 8);
     out->rkey.cipher = resp->data[28 + ERMA_RMA_KEY_BYTES];
-    out->rkey.any_addr = (resp->data[29 + ERMA_RMA_KEY_BYTES] & 1) != 0;
     if (resp->data[29 + ERMA_RMA_KEY_BYTES] > 1 || out->rkey.cipher > ERMA_RMA_AES256_GCM ||
         !out->nbuckets || (out->nbuckets & (out->nbuckets - 1)) || !out->log_bytes ||
         (out->log_bytes & (out->log_bytes - 1)))

@@ -165,7 +165,6 @@ struct erma_rkey {
     uint32_t key_gen;                  /* the generation Kd was derived from */
     uint8_t kd[ERMA_RMA_KEY_BYTES];
     uint8_t cipher;                    /* enum erma_rma_cipher of the region */
-    bool any_addr;                     /* from the deprecated erma_region_export() */
 };
 
 struct erma_rma_cfg {
@@ -288,17 +287,12 @@ int erma_region_export_addr(struct erma_rma *rma, uint32_t region, uint64_t iden
 /* The same for the endpoint at initiator_uri (its erma_rma_uri()). */
 int erma_region_export_uri(struct erma_rma *rma, uint32_t region, uint64_t identity,
                            const char *initiator_uri, struct erma_rkey *out);
-/* Deprecated: an rkey bound to the identity only, which works from any
- * address that claims it (so a forged source can draw READ data to a
- * victim); the region accepts such keys from then on. */
-int erma_region_export(struct erma_rma *rma, uint32_t region, uint64_t identity,
-                       struct erma_rkey *out);
 /* Installs new_key (NULL: a random one) as the next key generation; the old
  * one keeps verifying for grace_ns. */
 int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
                       uint64_t grace_ns);
 /* Kd for the initiator (identity, address as the target's transport sees
- * it; NULL: a deprecated identity-only key) under region key kr of
+ * it) under region key kr of
  * generation key_gen, for a key manager that installed kr with a REKEY;
  * cipher is the region's. */
 void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint32_t key_gen,

@@ -26,15 +26,18 @@ struct server {
     uint32_t region;
 };
 
-/* Answers the client's identity (8 bytes) with an rkey for the region. */
+/* Answers the client's identity (8 bytes) with an rkey for the region,
+ * good from the address the request came from only. */
 static void key_handler(struct erma_req *req, void *ctx)
 {
     struct server *s = (struct server *)ctx;
     struct erma_msgbuf *resp = erma_req_resp_buf(req);
     uint64_t identity = 0;
+    char from[128];
     struct erma_rkey rkey;
     memcpy(&identity, erma_req_data(req), sizeof identity);
-    if (erma_region_export(s->rma, s->region, identity, &rkey) != ERMA_OK)
+    if (erma_req_peer_uri(req, from, sizeof from) != ERMA_OK ||
+        erma_region_export_uri(s->rma, s->region, identity, from, &rkey) != ERMA_OK)
         rkey.region = UINT32_MAX;
     memcpy(resp->data, &rkey, sizeof rkey);
     erma_resize_msgbuf(resp, sizeof rkey);
