@@ -105,7 +105,7 @@ int erma_rpc_create(struct erma_nexus *nx, uint8_t tid, const struct erma_rpc_cf
         rc = erma_pool_create(&pcfg, &rpc->pool);
     }
     if (rc == ERMA_OK)
-        rc = erma_mpsc_init(&rpc->worker_done, WORKER_DONE_QUEUE);
+        rc = erma_mpsc_init(&rpc->worker_done, nx->nworkers ? WORKER_DONE_QUEUE : 1);
     if (rc == ERMA_OK)
         rc = cc_setup(rpc);
     if (rc == ERMA_OK && nx->secure && /* sealed copies of a TX batch */
