@@ -60,7 +60,8 @@ static const char usage[] =
     "  --seconds S       rate and bw: seconds per measurement (default 2)\n"
     "  --rounds R        alternating rounds, 1..50 (default 3)\n"
     "  --window W --batch B --sessions N --credits C\n"
-    "                    rate: in flight (60), batch (3), sessions (8), credits (32)\n"
+    "                    rate: in flight (60), batch (3), sessions (8), credits (32);\n"
+    "                    --role server: room for N sessions of C credits\n"
     "  --factors         rate: also CC off and each bypass off\n"
     "  --secure          also erma with authenticated, encrypted sessions\n"
     "  --symmetric       rate: both processes send and serve\n"
@@ -104,8 +105,12 @@ static pid_t spawn_server(const struct opts *o, const char *role, const char *ur
     int argc = 0;
     for (char *t = strtok(prefix, " "); t && argc < 32; t = strtok(NULL, " "))
         argv[argc++] = t;
-    char *tail[] = {self, "--role", (char *)role, "--server", (char *)uri,
-                    o->cfg.busy_poll ? NULL : "--no-poll", NULL};
+    char sessions[16], credits[16];
+    snprintf(sessions, sizeof sessions, "%u", o->rpc.sessions);
+    snprintf(credits, sizeof credits, "%u", o->cfg.credits);
+    char *tail[] = {self,     "--role",    (char *)role, "--server",
+                    (char *)uri, "--sessions", sessions, "--credits",
+                    credits,  o->cfg.busy_poll ? NULL : "--no-poll", NULL};
     memcpy(argv + argc, tail, sizeof tail);
     const pid_t pid = fork();
     if (pid == 0) {
@@ -328,11 +333,21 @@ static void set_size(struct opts *o, uint32_t size)
         o->rpc.iters = bench_iters_for(50000, size);
 }
 
-/* --role server|rpc-server|raw-server: serves until killed. */
-static int serve(const struct bench_cli *cli, const struct opts *o)
+/* RX ring and per-address limit for n sessions, all from one client. */
+static void room_for_sessions(struct erma_rpc_cfg *cfg, uint32_t n)
+{
+    const uint32_t ring = n * (cfg->credits ? cfg->credits : 32) + 64;
+    cfg->rx_ring = ring > 4096 ? ring : 4096;
+    cfg->max_sessions_per_peer = n > 64 ? n : 64;
+}
+
+/* --role server|rpc-server|raw-server: serves until killed (with room for
+ * --sessions sessions of --credits from one client). */
+static int serve(const struct bench_cli *cli, struct opts *o)
 {
     const uint64_t forever = 100ull * 24 * 3600 * 1000000000ull;
     bench_pin(bench_cli_cpu(cli, 0));
+    room_for_sessions(&o->cfg, o->rpc.sessions);
     if (strcmp(o->role, "raw-server") == 0)
         return bench_raw_server(o->rpc.server, forever) == ERMA_OK ? 0 : 1;
     if (strcmp(o->role, "rpc-server") == 0)
@@ -369,10 +384,8 @@ int main(int argc, char **argv)
     bench_pin(bench_cli_cpu(&cli, 0));
     if (o.lat || o.bw)
         o.rpc.sessions = 1;
-    if (strcmp(o.mode, "sessions") == 0) { /* the rate load spread over many sessions */
-        o.cfg.rx_ring = o.rpc.sessions * (o.cfg.credits ? o.cfg.credits : 32) + 64;
-        o.cfg.max_sessions_per_peer = o.rpc.sessions; /* all from this one client */
-    }
+    if (strcmp(o.mode, "sessions") == 0) /* the rate load spread over many sessions */
+        room_for_sessions(&o.cfg, o.rpc.sessions);
     if (cli.nsizes == 0)
         cli.sizes[cli.nsizes++] = o.bw ? 8u << 20 : 32;
     bench_note(cli.csv, "rpc_perf %s: erma %s -> %s, raw -> %s; %s; %u rounds", o.mode,
