@@ -57,7 +57,8 @@ static const char usage[] =
     "  KVCS lookups by one-sided READ and by RPC under open-loop load (bench/kvcs.c)\n"
     "  --loads LIST       sweep: offered GETs/s (default 5000,20000,50000,100000)\n"
     "  --seconds T        per load and method, or the failure run (default 2)\n"
-    "  --sizes LIST       value sizes in bytes, 1..4096 (--size B: one; default 64)\n"
+    "  --sizes LIST       value sizes in bytes, 1..4096 (--size B: one; default 64);\n"
+    "                     --role server: its log holds --keys keys of the largest\n"
     "  --kill-at SEC      failure run: kill server 0 at SEC (with --method, --load)\n"
     "  --method M         failure run: read (default) or rpc\n"
     "  --load L           failure run: offered GETs/s (default 10000)\n"
@@ -131,11 +132,11 @@ static const char *method_name(enum erma_kvcs_method m)
 
 /* Runs one kvcs server here until the parent dies (forked: getppid() == 1)
  * or, with forever, until killed. */
-static int server_run(const char *uri, uint64_t idle_wait_ns, bool forever)
+static int server_run(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes, bool forever)
 {
     struct erma_kvcs_server *s;
     const struct erma_kvcs_server_cfg cfg = {.uri = uri, .buckets = 1u << 14,
-                                             .log_bytes = 64u << 20,
+                                             .log_bytes = log_bytes,
                                              .idle_wait_ns = idle_wait_ns};
     const int rc = erma_kvcs_server_create(&cfg, &s);
     if (rc != ERMA_OK) {
@@ -148,14 +149,26 @@ static int server_run(const char *uri, uint64_t idle_wait_ns, bool forever)
     return 0;
 }
 
-static pid_t server_fork(const char *uri, uint64_t idle_wait_ns, int cpu)
+static pid_t server_fork(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes, int cpu)
 {
     const pid_t pid = fork();
     if (pid != 0)
         return pid;
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
     bench_pin(cpu);
-    _exit(server_run(uri, idle_wait_ns, false));
+    _exit(server_run(uri, idle_wait_ns, log_bytes, false));
+}
+
+/* A server's item log: twice what the keys take at the largest value size
+ * (the log is circular: an item it wraps over is gone), at least 16 MiB. */
+static uint64_t log_bytes_for(const struct opts *o, const struct bench_cli *cli)
+{
+    uint64_t need = 16u << 20, value = 0;
+    for (unsigned i = 0; i < cli->nsizes; i++)
+        value = cli->sizes[i] > value ? cli->sizes[i] : value;
+    while (need < 2 * (uint64_t)o->keys * (value + 64))
+        need *= 2;
+    return need;
 }
 
 static void record(struct run *r, uint64_t arrival, uint64_t now, bool failed)
@@ -589,10 +602,10 @@ int main(int argc, char **argv)
     check(&cli, &o);
     if (cli.nsizes == 0)
         cli.sizes[cli.nsizes++] = 64;
-    const uint64_t idle_ns = (uint64_t)(o.idle_wait_us * 1000);
+    const uint64_t idle_ns = (uint64_t)(o.idle_wait_us * 1000), log = log_bytes_for(&o, &cli);
     bench_pin(bench_cli_cpu(&cli, 0));
     if (strcmp(o.role, "server") == 0)
-        return server_run(o.server_list, idle_ns, true);
+        return server_run(o.server_list, idle_ns, log, true);
     char uris[MAX_SERVERS][128], list[1024], me[64];
     const char *srv[MAX_SERVERS];
     pid_t pids[MAX_SERVERS] = {0};
@@ -606,7 +619,7 @@ int main(int argc, char **argv)
         for (unsigned i = 0; i < o.servers; i++) {
             snprintf(uris[i], sizeof uris[i], "udp://127.0.0.1:%d", o.base_port + (int)(i * 8));
             srv[i] = uris[i];
-            pids[i] = server_fork(uris[i], idle_ns, bench_cli_cpu(&cli, 1 + i));
+            pids[i] = server_fork(uris[i], idle_ns, log, bench_cli_cpu(&cli, 1 + i));
         }
     }
     snprintf(me, sizeof me, "udp://127.0.0.1:%d", o.base_port + (int)(o.servers * 8));
