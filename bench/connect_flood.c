@@ -83,6 +83,8 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         default: bench_cli_fail(cli, NULL);
         }
     }
+    if (cli->nsizes)
+        bench_cli_fail(cli, "the RPCs are 32 B: no --size or --sizes");
     if (o->rate <= 0 || o->sources == 0 || o->sources > 4096 || o->rounds < 2 ||
         o->seconds <= 0)
         bench_cli_fail(cli, "--rate, --seconds > 0; --sources 1..4096; --rounds >= 2");
