@@ -253,8 +253,8 @@ void erma_tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_add
 
 /* ---- continuations ---- */
 
-int erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
-             struct erma_msgbuf *resp)
+void erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
+                   struct erma_msgbuf *resp)
 {
     if (status == ERMA_OK)
         rpc->stats.rpcs_done++;
@@ -268,13 +268,12 @@ int erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status
         if (!d) { /* no memory to defer: flush so no packet refers to the buffers */
             erma_tx_flush(rpc);
             cont(rpc, tag, status, resp);
-            return ERMA_OK;
+            return;
         }
         rpc->done = d;
         rpc->done_cap = cap;
     }
     rpc->done[rpc->ndone++] = (struct completion){cont, tag, status, resp};
-    return ERMA_OK;
 }
 
 void erma_run_completions(struct erma_rpc *rpc)

@@ -50,20 +50,19 @@ struct seal {
     bool on;
 };
 
-/* What a handshake's proofs and keys are computed over. */
-struct seal_hello {
-    uint64_t token, cookie, serial;
-    uint8_t nonce[16];       /* the client's */
-    uint8_t extra[8];        /* proofs: session numbers and credits */
-};
-
 bool erma_seal_aes_available(void);
-void erma_seal_proof(const uint8_t psk[ERMA_PSK_BYTES], bool server, const struct seal_hello *hi,
-                     uint8_t out[ERMA_PROOF_BYTES]);
-bool erma_seal_proof_ok(const uint8_t psk[ERMA_PSK_BYTES], bool server,
-                        const struct seal_hello *hi, const uint8_t proof[ERMA_PROOF_BYTES]);
-int erma_seal_start(struct seal *k, const uint8_t psk[ERMA_PSK_BYTES], const struct seal_hello *hi,
-                    bool client, bool aes);
+/* The proof under label (below) of a session-management payload whose
+ * proof field is zero: BLAKE2b keyed with the pre-shared key, 16 bytes. */
+void erma_seal_proof(const uint8_t psk[ERMA_PSK_BYTES], const char *label, const uint8_t *payload,
+                     size_t len, uint8_t out[ERMA_PROOF_BYTES]);
+bool erma_seal_proof_ok(const uint8_t psk[ERMA_PSK_BYTES], const char *label,
+                        const uint8_t *payload, size_t len, const uint8_t proof[ERMA_PROOF_BYTES]);
+#define SEAL_CONNECT "erma connect" /* the client's connect request */
+#define SEAL_ACCEPT "erma accept"   /* the server's CONNECT_RESP granting a session */
+#define SEAL_REFUSE "erma refuse"   /* its CONNECT_RESP refusing one, to a proven client */
+/* The session's keys from the accept payload (proof zeroed) both ends saw. */
+int erma_seal_start(struct seal *k, const uint8_t psk[ERMA_PSK_BYTES], const uint8_t *accept,
+                    size_t len, bool client, bool aes);
 void erma_seal_end(struct seal *k);
 /* Writes hdr, data encrypted, counter and tag to out; returns its length. */
 uint32_t erma_seal(struct seal *k, const uint8_t *hdr, const uint8_t *data, uint32_t len,
@@ -94,6 +93,7 @@ struct erma_req {
     struct erma_rpc *rpc;
     struct session *sess;
     struct slot *slot;      /* NULL: an orphan */
+    struct erma_addr peer;  /* its sender (its session's peer when it came) */
     struct erma_req *next;  /* the endpoint's free list */
     struct erma_req *all;   /* every request object of the endpoint */
     const uint8_t *data;    /* request bytes (RX buffer or own msgbuf) */
@@ -139,6 +139,31 @@ struct backlog {
 enum sess_role { CLIENT, SERVER };
 enum sess_state { FREE, CONNECTING, CONNECTED, DISCONNECTING };
 
+/* Session management (session.c). */
+enum sm_type {
+    CONNECT_REQ = 1, CONNECT_RESP, DISCONNECT_REQ, DISCONNECT_RESP, PING, PONG, RESET,
+    REQ_ERROR, /* server to client: the request in req_num failed with err */
+    COOKIE,    /* server to client: send the connect request again with this cookie */
+};
+
+/* A session-management message: the payload after the header (docs/PROTOCOL.md). */
+struct sm_msg {
+    uint64_t token;
+    uint16_t client_session, server_session;
+    uint32_t credits;
+    int32_t err;
+    uint8_t server_tid;
+    uint64_t req_num; /* REQ_ERROR: the request; CONNECT_REQ: the client's keepalive;
+                         secure CONNECT_RESP: the server's session serial */
+    uint64_t cookie; /* CONNECT_REQ: the server's cookie echoed (0: none yet) */
+    uint8_t nonce[16]; /* secure CONNECT_REQ: the client's nonce */
+    uint8_t proof[ERMA_PROOF_BYTES]; /* secure CONNECT_REQ (with a cookie), CONNECT_RESP */
+    uint8_t flags;     /* SM_SECURE, SM_AES */
+};
+
+#define SM_SECURE 1 /* the sender's nexus has a pre-shared key */
+#define SM_AES 2    /* CONNECT_REQ: the client can do AES-256-GCM; CONNECT_RESP: use it */
+
 struct session {
     uint16_t num, remote_num;
     uint8_t role, state, remote_tid;
@@ -150,8 +175,9 @@ struct session {
     uint64_t cookie;          /* client: the server's cookie, echoed in connect requests */
     struct seal seal;         /* secure sessions: keys and replay windows */
     uint8_t nonce[16];        /* secure client: its handshake nonce */
-    uint8_t proof[ERMA_PROOF_BYTES]; /* secure server: its accept proof, resent on retries */
-    uint64_t serial;          /* secure server: the endpoint's session serial (key freshness) */
+    int hint;                 /* secure client: an unproven refusal, reported at the timeout */
+    struct sm_msg accept;     /* secure server: its proven accept, resent to retries */
+    bool peer_counted;        /* server: counted in rpc->by_peer */
     uint64_t idle_ns;         /* server: silence after which the client is gone */
     struct erma_addr peer;
     uint64_t last_rx_ns, last_tx_sm_ns, start_ns;
@@ -247,8 +273,8 @@ uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma
                       uint32_t len);
 void erma_tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
                   const uint8_t *hdr, const uint8_t *data, uint32_t data_len);
-int erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
-             struct erma_msgbuf *resp);
+void erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
+                   struct erma_msgbuf *resp);
 void erma_run_completions(struct erma_rpc *rpc);
 
 /* msgbuf.c */
@@ -258,28 +284,6 @@ void erma_msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t *
                   uint32_t *len);
 
 /* session.c */
-enum sm_type {
-    CONNECT_REQ = 1, CONNECT_RESP, DISCONNECT_REQ, DISCONNECT_RESP, PING, PONG, RESET,
-    REQ_ERROR, /* server to client: the request in req_num failed with err */
-    COOKIE,    /* server to client: send the connect request again with this cookie */
-};
-
-/* A session-management message: the payload after the header (docs/PROTOCOL.md). */
-struct sm_msg {
-    uint64_t token;
-    uint16_t client_session, server_session;
-    uint32_t credits;
-    int32_t err;
-    uint8_t server_tid;
-    uint64_t req_num;
-    uint64_t cookie; /* CONNECT_REQ: the server's cookie echoed (0: none yet) */
-    uint8_t nonce[16]; /* secure CONNECT_REQ: the client's nonce */
-    uint8_t proof[ERMA_PROOF_BYTES]; /* secure CONNECT_REQ (with a cookie), CONNECT_RESP */
-    uint8_t flags;     /* SM_SECURE, SM_AES */
-};
-
-#define SM_SECURE 1 /* the sender's nexus has a pre-shared key */
-#define SM_AES 2    /* CONNECT_REQ: the client can do AES-256-GCM; CONNECT_RESP: use it */
 
 void erma_sm_send(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
                   enum sm_type type, uint16_t dest_session, const struct sm_msg *m);
@@ -303,7 +307,7 @@ void erma_client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req
 void erma_server_slot_free(struct erma_rpc *rpc, struct slot *sl);
 
 /* nexus.c */
-/* The URI of endpoint tid of the nexus at base: its port plus tid. */
+/* Hands rq to a worker thread (round robin). */
 void erma_nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq);
 
 #endif

@@ -428,6 +428,7 @@ static struct erma_req *req_get(struct erma_rpc *rpc, struct session *s, struct 
     }
     rq->sess = s;
     rq->slot = sl;
+    rq->peer = s->peer;
     return rq;
 }
 
@@ -540,8 +541,10 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
         return;
     /* Answered later: the handler holds the request and its slot until then;
      * the bytes move out of the RX buffer (erma_req_data() follows them). */
-    if (own_request(rpc, rq) != ERMA_OK)
-        ERMA_WARN("rpc: no memory to keep a deferred request");
+    if (own_request(rpc, rq) != ERMA_OK) { /* the RX buffer goes: no bytes rather than others' */
+        ERMA_WARN("rpc: no memory to keep a deferred request's %u bytes", rq->size);
+        rq->data = NULL; /* (its size stays: the response's packet numbers follow it) */
+    }
     rq->held = true;
 }
 
@@ -734,9 +737,7 @@ struct erma_rpc *erma_req_rpc(const struct erma_req *rq)
 
 int erma_req_peer_uri(const struct erma_req *rq, char *out, size_t len)
 {
-    if (!rq || !rq->slot)
-        return ERMA_ENOENT;
-    return erma_transport_addr_str(rq->rpc->tr, &rq->sess->peer, out, len);
+    return rq ? erma_transport_addr_str(rq->rpc->tr, &rq->peer, out, len) : ERMA_EINVAL;
 }
 
 struct erma_msgbuf *erma_req_resp_buf(struct erma_req *rq)

@@ -14,35 +14,30 @@ bool erma_seal_aes_available(void)
     return crypto_aead_aes256gcm_is_available() != 0;
 }
 
-/* BLAKE2b keyed with the pre-shared key over label and the handshake's
- * values: the proofs (16 bytes) and the session keys (64). */
-static void psk_hash(const uint8_t psk[ERMA_PSK_BYTES], const char *label,
-                     const struct seal_hello *hi, uint8_t *out, size_t outlen)
+/* BLAKE2b keyed with the pre-shared key over label and a session-management
+ * payload (its proof field zeroed by the caller): the proofs (16 bytes)
+ * and the session keys (64). */
+static void psk_hash(const uint8_t psk[ERMA_PSK_BYTES], const char *label, const uint8_t *payload,
+                     size_t len, uint8_t *out, size_t outlen)
 {
     crypto_generichash_state st;
-    uint8_t v[24];
-    erma_put_le(v, hi->token, 8);
-    erma_put_le(v + 8, hi->cookie, 8);
-    erma_put_le(v + 16, hi->serial, 8);
     crypto_generichash_init(&st, psk, ERMA_PSK_BYTES, outlen);
     crypto_generichash_update(&st, (const uint8_t *)label, strlen(label) + 1);
-    crypto_generichash_update(&st, v, sizeof v);
-    crypto_generichash_update(&st, hi->nonce, sizeof hi->nonce);
-    crypto_generichash_update(&st, hi->extra, sizeof hi->extra);
+    crypto_generichash_update(&st, payload, len);
     crypto_generichash_final(&st, out, outlen);
 }
 
-void erma_seal_proof(const uint8_t psk[ERMA_PSK_BYTES], bool server, const struct seal_hello *hi,
-                     uint8_t out[ERMA_PROOF_BYTES])
+void erma_seal_proof(const uint8_t psk[ERMA_PSK_BYTES], const char *label, const uint8_t *payload,
+                     size_t len, uint8_t out[ERMA_PROOF_BYTES])
 {
-    psk_hash(psk, server ? "erma accept" : "erma connect", hi, out, ERMA_PROOF_BYTES);
+    psk_hash(psk, label, payload, len, out, ERMA_PROOF_BYTES);
 }
 
-bool erma_seal_proof_ok(const uint8_t psk[ERMA_PSK_BYTES], bool server,
-                        const struct seal_hello *hi, const uint8_t proof[ERMA_PROOF_BYTES])
+bool erma_seal_proof_ok(const uint8_t psk[ERMA_PSK_BYTES], const char *label,
+                        const uint8_t *payload, size_t len, const uint8_t proof[ERMA_PROOF_BYTES])
 {
     uint8_t want[ERMA_PROOF_BYTES];
-    erma_seal_proof(psk, server, hi, want);
+    erma_seal_proof(psk, label, payload, len, want);
     return sodium_memcmp(want, proof, ERMA_PROOF_BYTES) == 0;
 }
 
@@ -54,11 +49,11 @@ static void aes_expand(crypto_aead_aes256gcm_state **st, const uint8_t key[32])
         crypto_aead_aes256gcm_beforenm(*st, key);
 }
 
-int erma_seal_start(struct seal *k, const uint8_t psk[ERMA_PSK_BYTES], const struct seal_hello *hi,
-                    bool client, bool aes)
+int erma_seal_start(struct seal *k, const uint8_t psk[ERMA_PSK_BYTES], const uint8_t *accept,
+                    size_t len, bool client, bool aes)
 {
     uint8_t keys[64];
-    psk_hash(psk, "erma keys", hi, keys, sizeof keys);
+    psk_hash(psk, "erma keys", accept, len, keys, sizeof keys);
     memcpy(k->tx, client ? keys : keys + 32, 32);
     memcpy(k->rx, client ? keys + 32 : keys, 32);
     sodium_memzero(keys, sizeof keys);

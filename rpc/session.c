@@ -9,18 +9,13 @@
 #include "erma/log.h"
 #include "internal.h"
 
-
 #define SM_PAYLOAD 70
 #define SM_LEN (ERMA_HDR_SIZE + SM_PAYLOAD)
 
-void erma_sm_send(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
-                  enum sm_type type, uint16_t dest_session, const struct sm_msg *m)
+#define SM_PROOF_AT 53 /* the proof field's place in the payload */
+
+static void sm_encode(uint8_t *p, const struct sm_msg *m)
 {
-    uint8_t *p = erma_tx_ctrl(rpc, s, dst, SM_LEN);
-    const struct erma_hdr h = {.req_type = (uint8_t)type, .dest_session = dest_session,
-                               .proto = ERMA_PROTO_SM};
-    erma_hdr_encode(&h, p);
-    p += ERMA_HDR_SIZE;
     erma_put_le(p, m->token, 8);
     erma_put_le(p + 8, m->client_session, 2);
     erma_put_le(p + 10, m->server_session, 2);
@@ -30,8 +25,18 @@ void erma_sm_send(struct erma_rpc *rpc, struct session *s, const struct erma_add
     erma_put_le(p + 21, m->req_num, 8);
     erma_put_le(p + 29, m->cookie, 8);
     memcpy(p + 37, m->nonce, sizeof m->nonce);
-    memcpy(p + 53, m->proof, sizeof m->proof);
+    memcpy(p + SM_PROOF_AT, m->proof, sizeof m->proof);
     p[69] = m->flags;
+}
+
+void erma_sm_send(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                  enum sm_type type, uint16_t dest_session, const struct sm_msg *m)
+{
+    uint8_t *p = erma_tx_ctrl(rpc, s, dst, SM_LEN);
+    const struct erma_hdr h = {.req_type = (uint8_t)type, .dest_session = dest_session,
+                               .proto = ERMA_PROTO_SM};
+    erma_hdr_encode(&h, p);
+    sm_encode(p + ERMA_HDR_SIZE, m);
 }
 
 static void sm_decode(const uint8_t *p, struct sm_msg *m)
@@ -46,23 +51,39 @@ static void sm_decode(const uint8_t *p, struct sm_msg *m)
     m->req_num = erma_get_le(p + 21, 8);
     m->cookie = erma_get_le(p + 29, 8);
     memcpy(m->nonce, p + 37, sizeof m->nonce);
-    memcpy(m->proof, p + 53, sizeof m->proof);
+    memcpy(m->proof, p + SM_PROOF_AT, sizeof m->proof);
     m->flags = p[69];
 }
 
-/* What a secure handshake's proofs cover: the client's (server false) binds
- * its session number, credits and the thread it asks for; the server's
- * binds the serial that makes the session's keys its own, its session
- * number and the credits granted. */
-static struct seal_hello hello_of(const struct sm_msg *m, bool server)
+/* ---- secure handshakes: every field of a connect request or answer is
+ * covered by its proof (the payload with the proof field zeroed) ---- */
+
+static void unproven(const struct sm_msg *m, uint8_t out[SM_PAYLOAD])
 {
-    struct seal_hello hi = {.token = m->token, .cookie = m->cookie,
-                            .serial = server ? m->req_num : 0};
-    memcpy(hi.nonce, m->nonce, sizeof hi.nonce);
-    erma_put_le(hi.extra, server ? m->server_session : m->client_session, 2);
-    erma_put_le(hi.extra + 2, m->credits, 4);
-    hi.extra[6] = server ? m->flags : m->server_tid;
-    return hi;
+    sm_encode(out, m);
+    memset(out + SM_PROOF_AT, 0, ERMA_PROOF_BYTES);
+}
+
+static void prove(const struct erma_rpc *rpc, const char *label, struct sm_msg *m)
+{
+    uint8_t b[SM_PAYLOAD];
+    unproven(m, b);
+    erma_seal_proof(rpc->nx->psk, label, b, sizeof b, m->proof);
+}
+
+static bool proven(const struct erma_rpc *rpc, const char *label, const struct sm_msg *m)
+{
+    uint8_t b[SM_PAYLOAD];
+    unproven(m, b);
+    return erma_seal_proof_ok(rpc->nx->psk, label, b, sizeof b, m->proof);
+}
+
+/* The session's keys from the accept message m, client or server side. */
+static int seal_from(struct erma_rpc *rpc, struct session *s, const struct sm_msg *m, bool client)
+{
+    uint8_t b[SM_PAYLOAD];
+    unproven(m, b);
+    return erma_seal_start(&s->seal, rpc->nx->psk, b, sizeof b, client, (m->flags & SM_AES) != 0);
 }
 
 struct sm_msg erma_sess_msg(const struct session *s)
@@ -83,10 +104,8 @@ static void send_connect(struct erma_rpc *rpc, struct session *s, uint64_t now)
     if (rpc->nx->secure) {
         m.flags = SM_SECURE | (erma_seal_aes_available() ? SM_AES : 0);
         memcpy(m.nonce, s->nonce, sizeof m.nonce);
-        if (m.cookie) {
-            const struct seal_hello hi = hello_of(&m, false);
-            erma_seal_proof(rpc->nx->psk, false, &hi, m.proof);
-        }
+        if (m.cookie)
+            prove(rpc, SEAL_CONNECT, &m);
     }
     s->last_tx_sm_ns = now;
     erma_sm_send(rpc, NULL, &s->peer, CONNECT_REQ, NO_SESSION, &m);
@@ -308,12 +327,12 @@ void erma_session_fail(struct erma_rpc *rpc, struct session *s, int status)
 void erma_session_release(struct erma_rpc *rpc, struct session *s)
 {
     erma_tx_flush(rpc); /* nothing in the batch may point at this session */
-    if (s->role == SERVER)
+    if (s->role == SERVER) {
         for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
             erma_server_slot_free(rpc, &s->slots[k]);
-    if (s->role == SERVER) {
         token_remove(rpc, s);
-        peer_remove(rpc, &s->peer);
+        if (s->peer_counted)
+            peer_remove(rpc, &s->peer);
     }
     rpc->active_sessions--;
     set_credits(rpc, s, 0);
@@ -423,7 +442,8 @@ static struct session *server_session_new(struct erma_rpc *rpc, const struct erm
     s->idle_ns = m->req_num < 20000000000ull ? 3 * m->req_num : 60000000000ull;
     s->idle_ns = s->idle_ns > rpc->cfg.failure_ns ? s->idle_ns : rpc->cfg.failure_ns;
     set_credits(rpc, s, grant);
-    if (token_insert(rpc, s) != ERMA_OK || peer_add(rpc, peer) != ERMA_OK) {
+    s->peer_counted = peer_add(rpc, peer) == ERMA_OK;
+    if (!s->peer_counted || token_insert(rpc, s) != ERMA_OK) {
         erma_session_release(rpc, s);
         return NULL;
     }
@@ -434,14 +454,14 @@ static struct session *server_session_new(struct erma_rpc *rpc, const struct erm
 static int server_seal(struct erma_rpc *rpc, struct session *s, struct sm_msg *m)
 {
     const bool aes = (m->flags & SM_AES) && erma_seal_aes_available();
-    s->serial = rpc->serial++;
-    m->req_num = s->serial;
+    m->req_num = rpc->serial++; /* never repeats: a replayed connect gets other keys */
     m->server_session = s->num;
     m->credits = s->credits_max;
+    m->err = ERMA_OK;
     m->flags = SM_SECURE | (aes ? SM_AES : 0);
-    const struct seal_hello hi = hello_of(m, true);
-    erma_seal_proof(rpc->nx->psk, true, &hi, s->proof);
-    return erma_seal_start(&s->seal, rpc->nx->psk, &hi, false, aes);
+    prove(rpc, SEAL_ACCEPT, m);
+    s->accept = *m;
+    return seal_from(rpc, s, m, false);
 }
 
 /* A new session for a connect request with a good cookie (and, secure, a
@@ -475,6 +495,10 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
         return;
     }
     struct session *s = find_server_session(rpc, &pkt->src, m->token);
+    if (s && secure) { /* a retry: the same proven answer */
+        erma_sm_send(rpc, NULL, &pkt->src, CONNECT_RESP, m->client_session, &s->accept);
+        return;
+    }
     if (!s && !cookie_ok(rpc, &pkt->src, m)) { /* keep nothing until it proves its address */
         if (m->cookie)
             rpc->stats.bad_cookies++;
@@ -483,25 +507,19 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
         erma_sm_send(rpc, NULL, &pkt->src, COOKIE, m->client_session, m);
         return;
     }
-    if (!s && secure) {
-        const struct seal_hello hi = hello_of(m, false);
-        if (!erma_seal_proof_ok(rpc->nx->psk, false, &hi, m->proof)) {
-            rpc->stats.rx_auth_failed++; /* not a holder of the key: no answer */
-            return;
-        }
+    if (!s && secure && !proven(rpc, SEAL_CONNECT, m)) {
+        rpc->stats.rx_auth_failed++; /* not a holder of the key: no answer */
+        return;
     }
     if (!s)
         s = accept_session(rpc, &pkt->src, m);
-    if (s) {
-        m->server_session = s->num;
-        m->credits = s->credits_max;
-        m->err = ERMA_OK;
-        if (secure) {
-            m->req_num = s->serial;
-            m->flags = SM_SECURE | (s->seal.aes ? SM_AES : 0);
-            memcpy(m->proof, s->proof, sizeof m->proof);
-        }
-    }
+    if (s && secure)
+        m = &s->accept;
+    else if (s)
+        *m = (struct sm_msg){.token = m->token, .client_session = m->client_session,
+                             .server_session = s->num, .credits = s->credits_max};
+    else if (secure)
+        prove(rpc, SEAL_REFUSE, m); /* to a proven client: it may take the refusal as final */
     erma_sm_send(rpc, NULL, &pkt->src, CONNECT_RESP, m->client_session, m);
 }
 
@@ -524,19 +542,47 @@ static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
 
 /* ---- the client side ---- */
 
-/* Checks a secure server's accept message and starts the session's keys. */
-static int client_seal(struct erma_rpc *rpc, struct session *s, struct sm_msg *m)
+static bool session_msg(uint8_t type)
 {
-    memcpy(m->nonce, s->nonce, sizeof m->nonce); /* ours, not what came back */
-    m->cookie = s->cookie;
-    const struct seal_hello hi = hello_of(m, true);
-    const bool aes = (m->flags & SM_AES) != 0;
-    if (!(m->flags & SM_SECURE) || (aes && !erma_seal_aes_available()) ||
-        !erma_seal_proof_ok(rpc->nx->psk, true, &hi, m->proof)) {
-        rpc->stats.rx_auth_failed++;
-        return ERMA_EAUTH;
+    return type == DISCONNECT_REQ || type == DISCONNECT_RESP || type == PING || type == PONG ||
+           type == REQ_ERROR;
+}
+
+/* Whether a secure CONNECT_RESP is the server's, for our nonce: an accept
+ * (whose keys it starts) or a refusal under the key's proof. Anything else
+ * (a refusal from a server without the key, or a forgery) is only a hint,
+ * reported if the connect times out. */
+static bool client_proven(struct erma_rpc *rpc, struct session *s, const struct sm_msg *m)
+{
+    const bool accept = m->err == ERMA_OK;
+    const bool usable = !(m->flags & SM_AES) || erma_seal_aes_available();
+    if (sodium_memcmp(m->nonce, s->nonce, sizeof s->nonce) == 0 && (m->flags & SM_SECURE) &&
+        usable && proven(rpc, accept ? SEAL_ACCEPT : SEAL_REFUSE, m))
+        return !accept || seal_from(rpc, s, m, true) == ERMA_OK;
+    if (!accept)
+        s->hint = m->err;
+    rpc->stats.rx_auth_failed++;
+    return false;
+}
+
+static void on_connect_resp(struct erma_rpc *rpc, struct session *s, struct sm_msg *m)
+{
+    if (rpc->nx->secure && !client_proven(rpc, s, m))
+        return; /* wait for the real answer */
+    s->last_rx_ns = rpc->loop_now;
+    if (m->err == ERMA_OK && (m->credits == 0 || m->credits > s->credits_max))
+        m->err = ERMA_EREFUSED; /* a grant we did not ask for */
+    if (m->err != ERMA_OK) {
+        erma_fail_client_slots(rpc, s, m->err);
+        erma_session_release(rpc, s);
+        sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, m->err);
+        return;
     }
-    return erma_seal_start(&s->seal, rpc->nx->psk, &hi, true, aes);
+    s->remote_num = m->server_session;
+    set_credits(rpc, s, m->credits);
+    s->state = CONNECTED;
+    sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);
+    erma_client_kick(rpc, s);
 }
 
 static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct erma_hdr *h,
@@ -547,25 +593,15 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
         rpc->stats.rx_no_session++;
         return;
     }
-    s->last_rx_ns = rpc->loop_now;
+    /* secure: only sealed messages (opened by erma_sm_rx) are surely the server's */
+    if (!rpc->nx->secure || session_msg((uint8_t)type))
+        s->last_rx_ns = rpc->loop_now;
     if (type == CONNECT_RESP && s->state == CONNECTING) {
-        if (m->err == ERMA_OK && rpc->nx->secure && client_seal(rpc, s, m) != ERMA_OK)
-            return; /* not from a holder of the key: wait for the real answer */
-        if (m->err == ERMA_OK && (m->credits == 0 || m->credits > s->credits_max))
-            m->err = ERMA_EREFUSED; /* a grant we did not ask for */
-        if (m->err != ERMA_OK) {
-            erma_fail_client_slots(rpc, s, m->err);
-            erma_session_release(rpc, s);
-            sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, m->err);
-            return;
-        }
-        s->remote_num = m->server_session;
-        set_credits(rpc, s, m->credits);
-        s->state = CONNECTED;
-        sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);
-        erma_client_kick(rpc, s);
+        on_connect_resp(rpc, s, m);
     } else if (type == COOKIE && s->state == CONNECTING) {
         s->cookie = m->cookie; /* prove our address: ask again with it, now */
+        if (rpc->nx->secure && !s->hint)
+            s->hint = ERMA_EAUTH; /* a live server; if it never accepts, another key */
         send_connect(rpc, s, rpc->loop_now);
     } else if (type == DISCONNECT_RESP && s->state == DISCONNECTING) {
         erma_session_release(rpc, s);
@@ -581,11 +617,6 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
     }
 }
 
-static bool session_msg(uint8_t type)
-{
-    return type == DISCONNECT_REQ || type == DISCONNECT_RESP || type == PING || type == PONG ||
-           type == REQ_ERROR;
-}
 
 void erma_sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
@@ -646,9 +677,10 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
             ERMA_INFO("rpc: session %u: no answer to %u connect requests from %s (endpoint "
                       "%u) in %llu ms", s->num, s->sm_retries + 1, peer, s->remote_tid,
                       (unsigned long long)(since(now, s->start_ns) / 1000000));
-            erma_fail_client_slots(rpc, s, ERMA_ETIMEDOUT);
+            const int err = s->hint ? s->hint : ERMA_ETIMEDOUT;
+            erma_fail_client_slots(rpc, s, err);
             erma_session_release(rpc, s);
-            sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, ERMA_ETIMEDOUT);
+            sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, err);
         } else if (since(now, s->last_tx_sm_ns) >= retry_ns(rpc, s)) {
             s->sm_retries++;
             send_connect(rpc, s, now);

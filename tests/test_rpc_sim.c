@@ -818,6 +818,7 @@ static void test_session_credits(void **state)
 
 #define SM_CONNECT_REQ 1
 #define SM_CONNECT_RESP 2
+#define SM_RESET 7
 #define SM_COOKIE 9
 #define SM_LEN (ERMA_HDR_SIZE + 70)
 
@@ -1118,13 +1119,15 @@ static void test_secure_sessions(void **state)
     world_down(&w);
 }
 
-/* Both ends need the key: one without it, or with another, gets no session. */
+/* Both ends need the key: one without it, or with another, gets no session
+ * (ERMA_EAUTH: refused, or with another key answered by a cookie and never
+ * accepted). */
 static void test_secure_mismatch(void **state)
 {
     (void)state;
     static const uint8_t other[ERMA_PSK_BYTES] = "another key, also 32 bytes long";
     const uint8_t *keys[3][2] = {{psk, NULL}, {NULL, psk}, {psk, other}};
-    const int expect[3] = {ERMA_EAUTH, ERMA_EAUTH, ERMA_ETIMEDOUT};
+    const int expect[3] = {ERMA_EAUTH, ERMA_EAUTH, ERMA_EAUTH};
     for (int i = 0; i < 3; i++) {
         struct world w;
         secure_up(&w, "mismatch", 0, keys[i][0], keys[i][1]);
@@ -1137,6 +1140,58 @@ static void test_secure_mismatch(void **state)
         assert_int_equal(atomic_load(&w.echo[1].calls), 0);
         world_down(&w);
     }
+}
+
+/* Forges, for each connect request the client sends, a refusal and a RESET
+ * from the server's address: a secure client takes neither (it would fail
+ * the connect at once, and the RESETs once kept a dead session alive). */
+static uint8_t forged[SM_LEN]; /* the last forgery: a RESET for the client's session */
+static uint16_t forged_port;
+
+static bool forge_tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
+{
+    struct world *w = ctx;
+    struct erma_hdr h;
+    if (ev->src_host != 0 || erma_hdr_check(data, ev->len, &h) != ERMA_OK ||
+        h.proto != ERMA_PROTO_SM || h.req_type != SM_CONNECT_REQ)
+        return true;
+    uint8_t *pkt = forged;
+    memcpy(pkt, data, SM_LEN);
+    forged_port = ev->src_port;
+    const uint16_t client_session = (uint16_t)erma_get_le(pkt + ERMA_HDR_SIZE + 8, 2);
+    for (uint8_t type = SM_CONNECT_RESP; type; type = type == SM_CONNECT_RESP ? SM_RESET : 0) {
+        const struct erma_hdr f = {.req_type = type, .dest_session = client_session,
+                                   .proto = ERMA_PROTO_SM};
+        erma_hdr_encode(&f, pkt);
+        erma_put_le(pkt + ERMA_HDR_SIZE + 16, (uint32_t)ERMA_EREFUSED, 4);
+        erma_sim_inject(w->sim, 1, ev->dst_port, 0, ev->src_port, pkt, SM_LEN);
+    }
+    return true;
+}
+
+static void test_secure_forged_answers(void **state)
+{
+    (void)state;
+    struct world w;
+    secure_up(&w, "forged", 0, psk, psk);
+    erma_sim_set_tap(w.sim, forge_tap, &w);
+    const int s = connect(&w, 0, 1);
+    erma_sim_set_tap(w.sim, NULL, NULL);
+    call_once(&w, 0, s, ECHO, 100, 100, 1, ERMA_OK);
+    struct erma_rpc_stats st;
+    erma_rpc_get_stats(w.rpc[0], &st);
+    assert_true(st.rx_auth_failed >= 1); /* the forged refusals, counted */
+    assert_int_equal(w.sm_events[ERMA_SM_CONNECT_FAILED], 0);
+    /* the server goes; RESETs forged every 10 ms must not keep the session up */
+    erma_rpc_destroy(w.rpc[1]);
+    w.rpc[1] = NULL;
+    for (int i = 0; i < 100 && !w.sm_events[ERMA_SM_PEER_FAILED]; i++) {
+        erma_sim_inject(w.sim, 1, 31850, 0, forged_port, forged, SM_LEN);
+        int never = 0;
+        run_until(&w, &never, 10000000);
+    }
+    assert_int_equal(w.sm_events[ERMA_SM_PEER_FAILED], 1); /* within failure_ns = 50 ms */
+    world_down(&w);
 }
 
 int main(void)
@@ -1153,6 +1208,7 @@ int main(void)
         cmocka_unit_test(test_connect_under_loss),
         cmocka_unit_test(test_secure_sessions),
         cmocka_unit_test(test_secure_mismatch),
+        cmocka_unit_test(test_secure_forged_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,10 +45,10 @@
  *   until then. A one-packet request reaches a dispatch handler in the
  *   receive buffer (no copy): a handler that returns without answering must
  *   call erma_req_data() again afterwards (erma has moved the bytes into a
- *   buffer of its own). A request a handler holds does not hold its slot:
- *   when the client gives up on it and sends another on that slot, or the
- *   session ends, the held request's answer is dropped, never delivered to
- *   another request.
+ *   buffer of its own; NULL if it had no memory for them). A request a
+ *   handler holds does not hold its slot: when the client gives up on it
+ *   and sends another on that slot, or the session ends, the held request's
+ *   answer is dropped, never delivered to another request.
  *   Dispatch-mode handlers run in the event loop and must not block;
  *   worker-mode handlers run on the nexus's worker threads. A request is
  *   executed at most once, whatever the network does.
@@ -123,8 +123,10 @@ struct erma_nexus_cfg {
      * CPUs have AES-NI, else ChaCha20-Poly1305) with a 64-packet replay
      * window per session and direction. A replayed, forged, altered or
      * re-addressed packet is dropped and counted (stats.rx_auth_failed,
-     * rx_replayed), never executed. Each packet carries 24 bytes more, so
-     * it has 24 bytes less of data. Peers must both have it, or neither. */
+     * rx_replayed, rx_no_session), never executed. Each packet carries 24
+     * bytes more, so it has 24 bytes less of data. Peers must both have it,
+     * or neither (a connect fails with ERMA_EAUTH). It is a group key: any
+     * holder can read sessions it recorded (docs/PROTOCOL.md, limits). */
     const uint8_t *psk;
 };
 #define ERMA_PSK_BYTES 32
@@ -265,8 +267,8 @@ uint8_t erma_req_type(const struct erma_req *req);
 struct erma_rpc *erma_req_rpc(const struct erma_req *req);
 /* Writes the URI of the endpoint that sent req (its address as this
  * endpoint's transport sees it: what a one-sided key is bound to,
- * erma_region_export_uri()) into out; ERMA_ENOENT once req's session has
- * gone, ERMA_EINVAL when out is too short. */
+ * erma_region_export_uri()) into out; ERMA_EINVAL when out is too short.
+ * Like the other erma_req_ calls, from the thread the handler runs on. */
 int erma_req_peer_uri(const struct erma_req *req, char *out, size_t len);
 /* The preallocated response buffer: max_size is one packet of data. */
 struct erma_msgbuf *erma_req_resp_buf(struct erma_req *req);
