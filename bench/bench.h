@@ -141,14 +141,16 @@ int bench_raw_stream(const char *uri, const char *peer, uint32_t window, double 
 
 /* RPC measurements, client side; the server runs bench_rpc_server(). */
 struct erma_rpc_cfg;
+struct erma_endpoint_cfg;
 struct bench_rpc_opts {
-    const char *uri;    /* client nexus URI */
-    const char *server; /* server nexus URI */
+    const char *uri;    /* client endpoint URI */
+    const char *server; /* server endpoint URI */
     uint32_t size, resp_size;
     uint32_t window, batch, sessions;
     uint64_t iters;
     double seconds;
-    const struct erma_rpc_cfg *cfg; /* client endpoint configuration, may be NULL */
+    const struct erma_rpc_cfg *cfg;         /* client RPC configuration, may be NULL */
+    const struct erma_endpoint_cfg *ep_cfg; /* client endpoint configuration, may be NULL */
     bool symmetric; /* rate: both processes send and serve (the peer is forked) */
     int peer_cpu;   /* symmetric: the forked peer's CPU, -1 none */
 };
@@ -158,27 +160,31 @@ struct bench_rpc_opts {
 void bench_rpc_set_psk(const uint8_t *psk);
 
 /* Serves echo requests of type BENCH_ECHO (response size in the request's
- * first 4 bytes). */
+ * first 4 bytes). cfg and ep_cfg (the RPC's and the endpoint's
+ * configuration) may be NULL. */
 #define BENCH_ECHO 1
-int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns);
-pid_t bench_rpc_server_fork(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
-                            uint64_t max_ns);
+int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg,
+                     const struct erma_endpoint_cfg *ep_cfg, uint64_t max_ns);
+pid_t bench_rpc_server_fork(const char *uri, const struct erma_rpc_cfg *cfg,
+                            const struct erma_endpoint_cfg *ep_cfg, int cpu, uint64_t max_ns);
 
 /* More for a bench server to serve: before() registers handlers on the
- * nexus, after() attaches to the endpoint (an RMA engine, say), fini()
+ * nexus, after() puts more on the endpoint (an RMA engine, say), fini()
  * releases both before the endpoint goes; each gets ctx. */
 struct erma_nexus;
-struct erma_rpc;
+struct erma_endpoint;
 struct bench_server_ext {
     int (*before)(struct erma_nexus *nx, void *ctx);
-    int (*after)(struct erma_rpc *rpc, void *ctx);
+    int (*after)(struct erma_endpoint *ep, void *ctx);
     void (*fini)(void *ctx);
     void *ctx;
 };
-int bench_rpc_server_ext(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns,
+int bench_rpc_server_ext(const char *uri, const struct erma_rpc_cfg *cfg,
+                         const struct erma_endpoint_cfg *ep_cfg, uint64_t max_ns,
                          const struct bench_server_ext *ext);
-pid_t bench_rpc_server_fork_ext(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
-                                uint64_t max_ns, const struct bench_server_ext *ext);
+pid_t bench_rpc_server_fork_ext(const char *uri, const struct erma_rpc_cfg *cfg,
+                                const struct erma_endpoint_cfg *ep_cfg, int cpu, uint64_t max_ns,
+                                const struct bench_server_ext *ext);
 void bench_rpc_server_stop(pid_t child);
 
 /* One outstanding request at a time; RTT percentiles. */

@@ -12,7 +12,7 @@
  * the traffic of spoofed sources. Here one client keeps 32 B RPCs going
  * on an established session (busy-polling, the measurement condition) and
  * every 100 ms a new session connects from this endpoint, timed from
- * erma_create_session() to ERMA_SM_CONNECTED. Rounds of --seconds (1)
+ * erma_session_create() to ERMA_SM_CONNECTED. Rounds of --seconds (1)
  * alternate without and with the flood, --rounds in all (6).
  *
  * Output per round: the flood's rate, connect time (median and max), RPC
@@ -32,6 +32,7 @@
 
 #include "bench.h"
 #include "erma/clock.h"
+#include "erma/endpoint.h"
 #include "erma/errors.h"
 #include "erma/rpc.h"
 #include "erma/wire.h"
@@ -150,6 +151,7 @@ static void flood_main(const struct opts *o, int cpu, int fd)
 
 struct client {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     int sess;
     uint64_t connect_start, connect_ns[64];
@@ -194,21 +196,24 @@ static bool connected(void *ctx)
 
 static int client_up(struct client *c, const struct opts *o)
 {
-    const struct erma_rpc_cfg cfg = {.busy_poll = true, .sm_handler = on_sm, .sm_ctx = c};
-    int rc = erma_nexus_create(o->uri, NULL, &c->nx);
+    const struct erma_endpoint_cfg ecfg = {.busy_poll = true};
+    const struct erma_rpc_cfg cfg = {.sm_handler = on_sm, .sm_ctx = c};
+    int rc = erma_nexus_create(NULL, &c->nx);
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(c->nx, 0, &cfg, &c->rpc);
+        rc = erma_endpoint_create(o->uri, 0, &ecfg, &c->ep);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(c->nx, c->ep, &cfg, &c->rpc);
     if (rc != ERMA_OK)
         return rc;
     c->fresh = c->prev = -1;
-    c->sess = erma_create_session(c->rpc, o->server, 0);
+    c->sess = erma_session_create(c->rpc, o->server, 0);
     if (c->sess < 0)
         return c->sess;
-    erma_alloc_msgbuf(c->rpc, 32, &c->req);
-    erma_alloc_msgbuf(c->rpc, 64, &c->resp);
+    erma_msgbuf_alloc(c->rpc, 32, &c->req);
+    erma_msgbuf_alloc(c->rpc, 64, &c->resp);
     memset(c->req.data, 0, 32);
     c->req.data[0] = 32; /* the bench server answers as many bytes as the first word asks */
-    return erma_rpc_run_until(c->rpc, connected, c, 5000000000ull);
+    return erma_endpoint_run_until(c->ep, connected, c, 5000000000ull);
 }
 
 /* Starts a new session every 100 ms (the last one disconnected). */
@@ -217,10 +222,10 @@ static void maybe_connect(struct client *c, const struct opts *o, uint64_t now, 
     if (now < *next || c->fresh >= 0)
         return;
     if (c->prev >= 0)
-        erma_destroy_session(c->rpc, c->prev);
+        erma_session_destroy(c->rpc, c->prev);
     c->prev = -1;
     c->connect_start = now;
-    c->fresh = erma_create_session(c->rpc, o->server, 0);
+    c->fresh = erma_session_create(c->rpc, o->server, 0);
     if (c->fresh < 0)
         c->failed++;
     *next = now + CONNECT_EVERY_NS;
@@ -235,11 +240,11 @@ static void run_round(struct client *c, const struct opts *o, struct round *r)
     while (erma_now_ns() < end && lat) {
         c->done = false;
         const uint64_t t0 = erma_now_ns();
-        if (erma_enqueue_request(c->rpc, c->sess, BENCH_ECHO, &c->req, &c->resp, on_rpc, c) !=
+        if (erma_rpc_call(c->rpc, c->sess, BENCH_ECHO, &c->req, &c->resp, on_rpc, c) !=
             ERMA_OK)
             break;
         while (!c->done) {
-            erma_rpc_run_once(c->rpc);
+            erma_endpoint_run_once(c->ep);
             maybe_connect(c, o, erma_now_ns(), &next);
         }
         if (n < max)
@@ -307,7 +312,7 @@ int main(int argc, char **argv)
     struct bench_cli cli;
     parse(&cli, &o, argc, argv);
     bench_pin(bench_cli_cpu(&cli, 0));
-    const pid_t server = bench_rpc_server_fork(o.server, NULL, bench_cli_cpu(&cli, 1),
+    const pid_t server = bench_rpc_server_fork(o.server, NULL, NULL, bench_cli_cpu(&cli, 1),
                                                3600000000000ull);
     struct client c = {0};
     int rc = server > 0 ? client_up(&c, &o) : ERMA_ESYS;

@@ -4,11 +4,13 @@
 #include <string.h>
 
 #include "bench.h"
+#include "endpoint/proto.h" /* an endpoint's transport (max_pkt) */
 #include "erma/cc.h"
 #include "erma/clock.h"
+#include "erma/endpoint.h"
 #include "erma/rpc.h"
 #include "erma/sim.h"
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 #include "erma/wire.h"
 
 #define SINK 1
@@ -21,7 +23,8 @@ struct incast {
     size_t nrtt, cap_rtt;
     uint64_t delivered;        /* request data bytes at the server in the interval */
     uint64_t *client_bytes;    /* per client host */
-    struct erma_rpc **rpc;     /* [0] server, [1..] clients */
+    struct erma_endpoint **ep; /* [0] server, [1..] clients */
+    struct erma_rpc **rpc;     /* on ep[] */
     struct erma_nexus **nx;
     int *sess;
     struct erma_msgbuf *req, *resp;
@@ -33,8 +36,8 @@ static void sink(struct erma_req *req, void *ctx)
 {
     (void)ctx;
     struct erma_msgbuf *r = erma_req_resp_buf(req);
-    erma_resize_msgbuf(r, 32);
-    erma_enqueue_response(req, r);
+    erma_msgbuf_resize(r, 32);
+    erma_req_respond(req, r);
 }
 
 static void on_rtt(void *ctx, int session, uint64_t rtt_ns)
@@ -81,8 +84,8 @@ static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
 
 static void issue(struct incast *x, unsigned c)
 {
-    erma_enqueue_request(x->rpc[c], x->sess[c], SINK, &x->req[c], &x->resp[c], on_done,
-                         (void *)(uintptr_t)c);
+    erma_rpc_call(x->rpc[c], x->sess[c], SINK, &x->req[c], &x->resp[c], on_done,
+                  (void *)(uintptr_t)c);
 }
 
 static bool past_end(void *ctx)
@@ -127,32 +130,34 @@ static int setup(struct incast *x)
     struct erma_transport *probe; /* the fabric's hints, as endpoints will see them */
     snprintf(uri, sizeof uri, "sim://%s/0:0", name);
     if (rc == ERMA_OK && (rc = erma_transport_open(uri, NULL, &probe)) == ERMA_OK) {
-        x->timely = erma_timely_cfg_for((double)probe->link_bps, probe->base_rtt_ns);
+        x->timely = erma_timely_cfg_for((double)probe->hints.link_bps, probe->hints.base_rtt_ns);
         erma_transport_close(probe);
     }
     if (cfg->step_div > 0)
         x->timely.step_bps = x->timely.link_bps / cfg->step_div;
     x->timely.ai_span = cfg->ai_span;
     for (unsigned h = 0; rc == ERMA_OK && h < hosts; h++) {
-        struct erma_rpc_cfg rc_cfg = {.rx_ring = 32 * hosts + 64, .seed = cfg->seed + h,
-                                      .cc = {.off = !cfg->cc}, .rtt_hook = on_rtt,
-                                      .rtt_ctx = x, .timely = &x->timely};
+        const struct erma_endpoint_cfg ep_cfg = {.rx_ring = 32 * hosts + 64};
+        struct erma_rpc_cfg rc_cfg = {.seed = cfg->seed + h, .cc = {.off = !cfg->cc},
+                                      .rtt_hook = on_rtt, .rtt_ctx = x, .timely = &x->timely};
         snprintf(uri, sizeof uri, "sim://%s/%u:31850", name, h);
-        rc = erma_nexus_create(uri, NULL, &x->nx[h]);
+        rc = erma_nexus_create(NULL, &x->nx[h]);
         if (rc == ERMA_OK && h == 0)
-            rc = erma_register_handler(x->nx[h], SINK, sink, ERMA_DISPATCH, NULL);
+            rc = erma_handler_register(x->nx[h], SINK, sink, ERMA_DISPATCH, NULL);
         if (rc == ERMA_OK)
-            rc = erma_rpc_create(x->nx[h], 0, &rc_cfg, &x->rpc[h]);
+            rc = erma_endpoint_create(uri, 0, &ep_cfg, &x->ep[h]);
+        if (rc == ERMA_OK)
+            rc = erma_rpc_create(x->nx[h], x->ep[h], &rc_cfg, &x->rpc[h]);
     }
     snprintf(uri, sizeof uri, "sim://%s/0:31850", name);
     for (unsigned c = 1; rc == ERMA_OK && c < hosts; c++) {
-        x->sess[c] = erma_create_session(x->rpc[c], uri, 0);
-        rc = x->sess[c] < 0 ? x->sess[c] : erma_alloc_msgbuf(x->rpc[c], cfg->size, &x->req[c]);
+        x->sess[c] = erma_session_create(x->rpc[c], uri, 0);
+        rc = x->sess[c] < 0 ? x->sess[c] : erma_msgbuf_alloc(x->rpc[c], cfg->size, &x->req[c]);
         if (rc == ERMA_OK)
-            rc = erma_alloc_msgbuf(x->rpc[c], 64, &x->resp[c]);
+            rc = erma_msgbuf_alloc(x->rpc[c], 64, &x->resp[c]);
     }
     if (rc == ERMA_OK)
-        rc = erma_sim_run_rpcs(x->sim, x->rpc, hosts, 1000000000ull, all_connected, x);
+        rc = erma_sim_run(x->sim, x->ep, hosts, 1000000000ull, all_connected, x);
     return rc;
 }
 
@@ -161,6 +166,7 @@ static void teardown(struct incast *x)
     x->done = true;
     for (unsigned h = 0; h <= x->cfg->clients; h++) {
         erma_rpc_destroy(x->rpc[h]); /* the pool takes the msgbufs with it */
+        erma_endpoint_destroy(x->ep[h]);
         erma_nexus_destroy(x->nx[h]);
     }
     erma_sim_destroy(x->sim);
@@ -173,13 +179,15 @@ int bench_incast(const struct bench_incast_cfg *cfg, struct bench_incast_result 
         return ERMA_EINVAL;
     const unsigned hosts = cfg->clients + 1;
     struct incast x = {.cfg = cfg};
+    x.ep = calloc(hosts, sizeof *x.ep);
     x.rpc = calloc(hosts, sizeof *x.rpc);
     x.nx = calloc(hosts, sizeof *x.nx);
     x.sess = calloc(hosts, sizeof *x.sess);
     x.req = calloc(hosts, sizeof *x.req);
     x.resp = calloc(hosts, sizeof *x.resp);
     x.client_bytes = calloc(hosts, sizeof *x.client_bytes);
-    int rc = x.rpc && x.nx && x.sess && x.req && x.resp && x.client_bytes ? ERMA_OK : ERMA_ENOMEM;
+    int rc = x.ep && x.rpc && x.nx && x.sess && x.req && x.resp && x.client_bytes ? ERMA_OK
+                                                                                 : ERMA_ENOMEM;
     if (rc == ERMA_OK)
         rc = setup(&x);
     if (rc == ERMA_OK) {
@@ -188,11 +196,11 @@ int bench_incast(const struct bench_incast_cfg *cfg, struct bench_incast_result 
         x.end_ns = x.start_ns + cfg->measure_ns;
         for (unsigned c = 1; c < hosts; c++) {
             if (c > 1 && cfg->stagger_ns)
-                erma_sim_run_rpcs(x.sim, x.rpc, hosts, cfg->stagger_ns, past_end, &x);
+                erma_sim_run(x.sim, x.ep, hosts, cfg->stagger_ns, past_end, &x);
             issue(&x, c);
         }
-        rc = erma_sim_run_rpcs(x.sim, x.rpc, hosts, cfg->warmup_ns + cfg->measure_ns + 1,
-                               past_end, &x);
+        rc = erma_sim_run(x.sim, x.ep, hosts, cfg->warmup_ns + cfg->measure_ns + 1, past_end,
+                          &x);
     }
     if (rc == ERMA_OK) {
         struct erma_sim_stats st;
@@ -201,7 +209,7 @@ int bench_incast(const struct bench_incast_cfg *cfg, struct bench_incast_result 
         const double secs = (double)cfg->measure_ns / 1e9;
         out->goodput_gbps = (double)x.delivered * 8 / secs / 1e9;
         out->link_share = out->goodput_gbps * 1e9 / (double)cfg->link_bps;
-        const double pkt = x.rpc[0] ? (double)erma_rpc_transport(x.rpc[0])->max_pkt : 1472;
+        const double pkt = x.ep[0] ? (double)x.ep[0]->tr->max_pkt : 1472;
         out->payload_share = out->link_share * (pkt + 42) / (pkt - ERMA_HDR_SIZE);
         out->drops = st.drop_buffer;
         out->max_queue_bytes = erma_sim_egress_max_bytes(x.sim, 0);
@@ -223,6 +231,7 @@ int bench_incast(const struct bench_incast_cfg *cfg, struct bench_incast_result 
     if (x.sim)
         teardown(&x);
     free(x.rtt);
+    free(x.ep);
     free(x.rpc);
     free(x.nx);
     free(x.sess);

@@ -10,6 +10,7 @@
 
 #include "bench.h"
 #include "erma/clock.h"
+#include "erma/endpoint.h"
 #include "kv/kv.h"
 #include "erma/log.h"
 #include "erma/rand.h"
@@ -21,25 +22,29 @@
 int bench_kv_scan_server(const char *uri, uint64_t max_ns, bool busy_poll)
 {
     struct erma_nexus *nx = NULL;
+    struct erma_endpoint *ep = NULL;
     struct erma_rpc *rpc = NULL;
     struct erma_kv *kv = NULL;
     struct erma_kv_server *srv = NULL;
     const struct erma_nexus_cfg ncfg = {.workers = 1};
-    const struct erma_rpc_cfg cfg = {.busy_poll = busy_poll};
+    const struct erma_endpoint_cfg cfg = {.busy_poll = busy_poll};
     int rc = erma_kv_create(1 << 16, 64u << 20, &kv);
     if (rc == ERMA_OK)
-        rc = erma_nexus_create(uri, &ncfg, &nx);
+        rc = erma_nexus_create(&ncfg, &nx);
     if (rc == ERMA_OK)
         rc = erma_kv_serve(nx, KV_BASE, kv, &srv);
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(nx, 0, &cfg, &rpc);
+        rc = erma_endpoint_create(uri, 0, &cfg, &ep);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(nx, ep, NULL, &rpc);
     const uint64_t end = erma_now_ns() + max_ns;
     while (rc == ERMA_OK && erma_now_ns() < end && getppid() != 1)
-        erma_rpc_run(rpc, 10000000);
+        erma_endpoint_run(ep, 10000000);
     if (rc != ERMA_OK)
         ERMA_ERROR("kv server on %s: %s", uri, erma_strerror(rc));
     if (rpc)
         erma_rpc_destroy(rpc);
+    erma_endpoint_destroy(ep);
     erma_kv_server_destroy(srv);
     erma_nexus_destroy(nx);
     erma_kv_destroy(kv);
@@ -82,6 +87,7 @@ struct call {
 struct client {
     const struct bench_kv_scan_opts *o;
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     int get_sess, scan_sess;
     struct call get, scan, put[PUT_WINDOW];
@@ -101,7 +107,7 @@ static int issue(struct client *cl, int sess, uint8_t op, struct call *c)
 {
     c->busy = true;
     c->start = erma_now_ns();
-    const int rc = erma_enqueue_request(cl->rpc, sess, KV_BASE + op, &c->req, &c->resp, on_done, c);
+    const int rc = erma_rpc_call(cl->rpc, sess, KV_BASE + op, &c->req, &c->resp, on_done, c);
     c->busy = rc == ERMA_OK;
     return rc;
 }
@@ -115,7 +121,7 @@ static bool call_idle(void *ctx)
 static int wait_call(struct client *cl, struct call *c, uint64_t timeout_ns)
 {
     /* its status is checked by the caller */
-    return erma_rpc_run_until(cl->rpc, call_idle, c, timeout_ns);
+    return erma_endpoint_run_until(cl->ep, call_idle, c, timeout_ns);
 }
 
 static int load(struct client *cl)
@@ -148,7 +154,7 @@ static int load(struct client *cl)
                 return rc;
             next++;
         }
-        erma_rpc_run_once(cl->rpc);
+        erma_endpoint_run_once(cl->ep);
     }
     if (left)
         fprintf(stderr, "kv_scan: loading keys: %u of %u keys stored after 30 s\n",
@@ -244,7 +250,7 @@ static int round_run(struct client *cl, struct erma_rand *r, bool scanning, uint
                 check_scan(cl);
             rc = start_scan(cl, r);
         }
-        erma_rpc_run_once(cl->rpc);
+        erma_endpoint_run_once(cl->ep);
     }
     /* the round's last requests finish here, checked but not timed, so
      * that a quiet round never sees a scan */
@@ -259,29 +265,32 @@ static int round_run(struct client *cl, struct erma_rand *r, bool scanning, uint
 static int client_up(struct client *cl)
 {
     /* the server's failure_ns is 500 ms */
-    const struct erma_rpc_cfg cfg = {.keepalive_ns = 50000000, .busy_poll = cl->o->busy_poll};
+    const struct erma_rpc_cfg cfg = {.keepalive_ns = 50000000};
+    const struct erma_endpoint_cfg ecfg = {.busy_poll = cl->o->busy_poll};
     const size_t scan_resp = (size_t)cl->o->scan_count * (16 + cl->o->value_size) + 64;
-    int rc = erma_nexus_create(cl->o->uri, NULL, &cl->nx);
+    int rc = erma_nexus_create(NULL, &cl->nx);
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(cl->nx, 0, &cfg, &cl->rpc);
+        rc = erma_endpoint_create(cl->o->uri, 0, &ecfg, &cl->ep);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(cl->nx, cl->ep, &cfg, &cl->rpc);
     if (rc != ERMA_OK)
         return rc;
-    cl->get_sess = erma_create_session(cl->rpc, cl->o->server, 0);
-    cl->scan_sess = erma_create_session_credits(cl->rpc, cl->o->server, 0, cl->o->scan_credits);
+    cl->get_sess = erma_session_create(cl->rpc, cl->o->server, 0);
+    cl->scan_sess = erma_session_create_credits(cl->rpc, cl->o->server, 0, cl->o->scan_credits);
     if (cl->get_sess < 0 || cl->scan_sess < 0)
         return cl->get_sess < 0 ? cl->get_sess : cl->scan_sess;
     const uint32_t item = 64 + cl->o->value_size;
-    rc = erma_alloc_msgbuf(cl->rpc, item, &cl->get.req);
+    rc = erma_msgbuf_alloc(cl->rpc, item, &cl->get.req);
     if (rc == ERMA_OK)
-        rc = erma_alloc_msgbuf(cl->rpc, item, &cl->get.resp);
+        rc = erma_msgbuf_alloc(cl->rpc, item, &cl->get.resp);
     if (rc == ERMA_OK)
-        rc = erma_alloc_msgbuf(cl->rpc, 64, &cl->scan.req);
+        rc = erma_msgbuf_alloc(cl->rpc, 64, &cl->scan.req);
     if (rc == ERMA_OK)
-        rc = erma_alloc_msgbuf(cl->rpc, scan_resp, &cl->scan.resp);
+        rc = erma_msgbuf_alloc(cl->rpc, scan_resp, &cl->scan.resp);
     for (int i = 0; rc == ERMA_OK && i < PUT_WINDOW; i++) {
-        rc = erma_alloc_msgbuf(cl->rpc, item, &cl->put[i].req);
+        rc = erma_msgbuf_alloc(cl->rpc, item, &cl->put[i].req);
         if (rc == ERMA_OK)
-            rc = erma_alloc_msgbuf(cl->rpc, 64, &cl->put[i].resp);
+            rc = erma_msgbuf_alloc(cl->rpc, 64, &cl->put[i].resp);
     }
     return rc;
 }
@@ -334,6 +343,7 @@ int bench_kv_scan(const struct bench_kv_scan_opts *o, struct bench_kv_scan_resul
     free(lat[1]);
     if (cl.rpc)
         erma_rpc_destroy(cl.rpc);
+    erma_endpoint_destroy(cl.ep);
     erma_nexus_destroy(cl.nx);
     return rc;
 }

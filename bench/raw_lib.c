@@ -10,7 +10,7 @@
 #include "erma/clock.h"
 #include "erma/errors.h"
 #include "erma/log.h"
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 #include "erma/wire.h"
 
 #define STOP_TYPE 0xff

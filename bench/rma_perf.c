@@ -42,6 +42,7 @@
 
 #include "bench.h"
 #include "erma/clock.h"
+#include "erma/endpoint.h"
 #include "erma/errors.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"
@@ -79,6 +80,7 @@ struct opts {
     enum erma_rma_op op;
     struct bench_rpc_opts rpc;
     struct erma_rpc_cfg cfg;
+    struct erma_endpoint_cfg ep;
     unsigned rounds, round;
     bool cc_off, iters_set, lat, bw, remote, secure;
 };
@@ -126,25 +128,25 @@ static void on_region(struct erma_req *req, void *ctx)
         memcpy(&identity, erma_req_data(req), sizeof identity);
         rc = erma_region_export_uri(t->rma, t->region, identity, from, &k); /* its address only */
     }
-    erma_resize_msgbuf(r, sizeof rc + sizeof k);
+    erma_msgbuf_resize(r, sizeof rc + sizeof k);
     memcpy(r->data, &rc, sizeof rc);
     memcpy(r->data + sizeof rc, &k, sizeof k);
-    erma_enqueue_response(req, r);
+    erma_req_respond(req, r);
 }
 
 static int target_before(struct erma_nexus *nx, void *ctx)
 {
-    return erma_register_handler(nx, REGION_RPC, on_region, ERMA_DISPATCH, ctx);
+    return erma_handler_register(nx, REGION_RPC, on_region, ERMA_DISPATCH, ctx);
 }
 
-static int target_after(struct erma_rpc *rpc, void *ctx)
+static int target_after(struct erma_endpoint *ep, void *ctx)
 {
     struct target *t = ctx;
     if (!(t->mem = malloc(t->len)))
         return ERMA_ENOMEM;
     for (size_t i = 0; i < t->len; i++)
         t->mem[i] = pattern(i);
-    int rc = erma_rma_create(rpc, NULL, &t->rma);
+    int rc = erma_rma_create(ep, NULL, &t->rma);
     if (rc == ERMA_OK)
         rc = erma_region_register(t->rma, t->mem, t->len,
                                   ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE, &t->region);
@@ -163,6 +165,7 @@ static void target_fini(void *ctx)
 
 struct initiator {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     struct erma_rma *rma;
     int peer;
@@ -195,28 +198,28 @@ static bool key_done(void *ctx)
 /* Asks the server for the region's key by RPC (waiting for it to start). */
 static int fetch_key(struct initiator *c, const char *server)
 {
-    const int s = erma_create_session(c->rpc, server, 0);
+    const int s = erma_session_create(c->rpc, server, 0);
     if (s < 0)
         return s;
     struct erma_msgbuf req, resp;
-    int rc = erma_alloc_msgbuf(c->rpc, 8, &req);
+    int rc = erma_msgbuf_alloc(c->rpc, 8, &req);
     if (rc != ERMA_OK)
         return rc;
-    if ((rc = erma_alloc_msgbuf(c->rpc, 64, &resp)) != ERMA_OK) {
-        erma_free_msgbuf(c->rpc, &req);
+    if ((rc = erma_msgbuf_alloc(c->rpc, 64, &resp)) != ERMA_OK) {
+        erma_msgbuf_free(c->rpc, &req);
         return rc;
     }
     const uint64_t identity = erma_rma_identity(c->rma);
     memcpy(req.data, &identity, sizeof identity);
     c->has_done = false;
-    rc = erma_enqueue_request(c->rpc, s, REGION_RPC, &req, &resp, on_key, c);
+    rc = erma_rpc_call(c->rpc, s, REGION_RPC, &req, &resp, on_key, c);
     if (rc == ERMA_OK)
-        rc = erma_rpc_run_until(c->rpc, key_done, c, 10000000000ull);
+        rc = erma_endpoint_run_until(c->ep, key_done, c, 10000000000ull);
     if (rc == ERMA_OK)
         rc = c->done.status;
-    erma_free_msgbuf(c->rpc, &req);
-    erma_free_msgbuf(c->rpc, &resp);
-    erma_destroy_session(c->rpc, s);
+    erma_msgbuf_free(c->rpc, &req);
+    erma_msgbuf_free(c->rpc, &resp);
+    erma_session_destroy(c->rpc, s);
     return rc;
 }
 
@@ -226,6 +229,7 @@ static void initiator_close(struct initiator *c)
         erma_rma_destroy(c->rma);
     if (c->rpc)
         erma_rpc_destroy(c->rpc);
+    erma_endpoint_destroy(c->ep);
     if (c->nx)
         erma_nexus_destroy(c->nx);
     free(c->buf);
@@ -235,11 +239,13 @@ static int initiator_open(struct initiator *c, const struct opts *o)
 {
     memset(c, 0, sizeof *c);
     const struct erma_rma_cfg cfg = {.slots = o->rpc.window + 16, .cc_off = o->cc_off};
-    int rc = erma_nexus_create(o->rpc.uri, NULL, &c->nx);
+    int rc = erma_nexus_create(NULL, &c->nx);
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(c->nx, 0, &o->cfg, &c->rpc);
+        rc = erma_endpoint_create(o->rpc.uri, 0, &o->ep, &c->ep);
     if (rc == ERMA_OK)
-        rc = erma_rma_create(c->rpc, &cfg, &c->rma);
+        rc = erma_rpc_create(c->nx, c->ep, &o->cfg, &c->rpc);
+    if (rc == ERMA_OK)
+        rc = erma_rma_create(c->ep, &cfg, &c->rma);
     if (rc == ERMA_OK)
         rc = fetch_key(c, o->rpc.server);
     if (rc == ERMA_OK && (c->peer = erma_rma_peer(c->rma, o->rpc.server, 0)) < 0)
@@ -255,7 +261,7 @@ static int initiator_open(struct initiator *c, const struct opts *o)
     return rc;
 }
 
-/* A completion into c->done; for erma_rpc_run_until. */
+/* A completion into c->done; for erma_endpoint_run_until. */
 static bool polled(void *ctx)
 {
     struct initiator *c = ctx;
@@ -265,7 +271,7 @@ static bool polled(void *ctx)
 /* Waits for the one op or transfer in flight (10 s at most). */
 static int wait_one(struct initiator *c)
 {
-    if (erma_rpc_run_until(c->rpc, polled, c, 10000000000ull) != ERMA_OK)
+    if (erma_endpoint_run_until(c->ep, polled, c, 10000000000ull) != ERMA_OK)
         return ERMA_ETIMEDOUT;
     return c->done.status;
 }
@@ -360,7 +366,7 @@ static int rma_rate(const struct opts *o, struct initiator *c, double *mops)
             if (erma_rma_submit(c->rma, &cmd) < 0)
                 break;
         }
-        erma_rpc_run_once(c->rpc);
+        erma_endpoint_run_once(c->ep);
         const int n = erma_rma_poll(c->rma, done, 64);
         for (int i = 0; i < n && rc == ERMA_OK; i++) {
             const bool good = done[i].status == ERMA_OK;
@@ -462,6 +468,7 @@ static struct opts rpc_like(const struct opts *o)
     r.rpc.size = read ? SMALL : o->rpc.size;
     r.rpc.resp_size = read ? o->rpc.size : SMALL;
     r.rpc.cfg = &o->cfg;
+    r.rpc.ep_cfg = &o->ep;
     if (!o->lat && !o->bw)
         return r;
     r.rpc.sessions = 1;
@@ -474,7 +481,7 @@ static double measure_secure(const struct opts *o, const struct opts *r, int ser
                              uint64_t max_ns, struct bench_lat *lat)
 {
     bench_rpc_set_psk(secure_key);
-    const pid_t child = bench_rpc_server_fork(o->rpc.server, &o->cfg, server_cpu, max_ns);
+    const pid_t child = bench_rpc_server_fork(o->rpc.server, &o->cfg, &o->ep, server_cpu, max_ns);
     const double v = measure(o, r, false, lat);
     bench_rpc_server_stop(child);
     bench_rpc_set_psk(NULL);
@@ -487,12 +494,13 @@ static int run_size(struct opts *o, const struct bench_table *t, const struct be
     const struct opts r = rpc_like(o);
     const uint64_t max_ns = (uint64_t)(o->rpc.seconds * 1e9) * 8 + 60000000000ull;
     const char *metric = o->lat ? "median_us" : o->bw ? "gbps" : "mops";
-    const char *poll = o->cfg.busy_poll ? "busy" : "sleep";
+    const char *poll = o->ep.busy_poll ? "busy" : "sleep";
     double vr[50], vm[50], vs[50], ratio[50], ratio_s[50];
     for (unsigned i = 0; i < o->rounds; i++) {
         o->round = i;
-        const pid_t child =
-            o->remote ? 0 : bench_rpc_server_fork_ext(o->rpc.server, &o->cfg, server_cpu, max_ns, ext);
+        const pid_t child = o->remote ? 0
+                                      : bench_rpc_server_fork_ext(o->rpc.server, &o->cfg, &o->ep,
+                                                                  server_cpu, max_ns, ext);
         struct bench_lat lm = {0}, lr = {0};
         const bool rma_first = i % 2 == 0;
         vm[i] = rma_first ? measure(o, &r, true, &lm) : 0;
@@ -547,7 +555,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'r': o->rounds = (unsigned)bench_cli_u64(cli, optarg); break;
         case 'c': o->cc_off = true; break;
         case 'R': o->role = optarg; break;
-        case 'P': o->cfg.busy_poll = false; break;
+        case 'P': o->ep.busy_poll = false; break;
         case 'S': o->secure = true; break;
         default: bench_cli_fail(cli, NULL);
         }
@@ -584,7 +592,7 @@ int main(int argc, char **argv)
                                     .server = "udp://127.0.0.1:31890", .size = 32,
                                     .window = 60, .batch = 1, .sessions = 8, .iters = 50000,
                                     .seconds = 2};
-    o.cfg.busy_poll = true;
+    o.ep.busy_poll = true;
     struct bench_cli cli;
     parse(&cli, &o, argc, argv);
     bench_pin(bench_cli_cpu(&cli, 0));
@@ -597,14 +605,14 @@ int main(int argc, char **argv)
     if (strcmp(o.role, "server") == 0) {
         tgt.len = REGION_BYTES;
         bench_note(cli.csv, "rma_perf server on %s: RPC echo and a %u MiB region, %s", o.rpc.server,
-                   REGION_BYTES >> 20, o.cfg.busy_poll ? "busy-polling" : "sleeping when idle");
+                   REGION_BYTES >> 20, o.ep.busy_poll ? "busy-polling" : "sleeping when idle");
         const uint64_t forever = 100ull * 24 * 3600 * 1000000000ull;
-        return bench_rpc_server_ext(o.rpc.server, &o.cfg, forever, &ext) == ERMA_OK ? 0 : 1;
+        return bench_rpc_server_ext(o.rpc.server, &o.cfg, &o.ep, forever, &ext) == ERMA_OK ? 0 : 1;
     }
     o.remote = strcmp(o.role, "client") == 0;
     bench_note(cli.csv, "rma_perf %s %s: %s -> %s; %s; %u rounds", o.mode, op_name(&o), o.rpc.uri,
                o.rpc.server,
-               o.cfg.busy_poll ? "every endpoint busy-polls (cfg.busy_poll)"
+               o.ep.busy_poll ? "every endpoint busy-polls (cfg.busy_poll)"
                                : "endpoints sleep when idle (--no-poll)",
                o.rounds);
     struct bench_table t;

@@ -9,6 +9,7 @@
 
 #include "bench.h"
 #include "erma/clock.h"
+#include "erma/endpoint.h"
 #include "erma/log.h"
 #include "erma/rand.h"
 #include "erma/rpc.h"
@@ -23,13 +24,13 @@ static void echo(struct erma_req *req, void *ctx)
         memcpy(&resp_size, erma_req_data(req), 4);
     struct erma_msgbuf *resp = erma_req_resp_buf(req), own;
     if (resp_size > resp->max_size) {
-        if (erma_alloc_msgbuf(erma_req_rpc(req), resp_size, &own) != ERMA_OK)
+        if (erma_msgbuf_alloc(erma_req_rpc(req), resp_size, &own) != ERMA_OK)
             resp_size = resp->max_size;
         else
             resp = &own;
     }
-    erma_resize_msgbuf(resp, resp_size);
-    erma_enqueue_response(req, resp);
+    erma_msgbuf_resize(resp, resp_size);
+    erma_req_respond(req, resp);
 }
 
 static const uint8_t *bench_psk;
@@ -39,63 +40,70 @@ void bench_rpc_set_psk(const uint8_t *psk)
     bench_psk = psk;
 }
 
-static int nexus_create(const char *uri, struct erma_nexus **out)
+static int nexus_create(struct erma_nexus **out)
 {
     const struct erma_nexus_cfg cfg = {.psk = bench_psk};
-    return erma_nexus_create(uri, &cfg, out);
+    return erma_nexus_create(&cfg, out);
 }
 
-int bench_rpc_server_ext(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns,
+int bench_rpc_server_ext(const char *uri, const struct erma_rpc_cfg *cfg,
+                         const struct erma_endpoint_cfg *ep_cfg, uint64_t max_ns,
                          const struct bench_server_ext *ext)
 {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep = NULL;
     struct erma_rpc *rpc = NULL;
-    int rc = nexus_create(uri, &nx);
+    int rc = nexus_create(&nx);
     if (rc != ERMA_OK) {
         ERMA_ERROR("rpc server on %s: %s", uri, erma_strerror(rc));
         return rc;
     }
-    rc = erma_register_handler(nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
+    rc = erma_handler_register(nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
     if (rc == ERMA_OK && ext)
         rc = ext->before(nx, ext->ctx);
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(nx, 0, cfg, &rpc);
+        rc = erma_endpoint_create(uri, 0, ep_cfg, &ep);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(nx, ep, cfg, &rpc);
     if (rc == ERMA_OK && ext)
-        rc = ext->after(rpc, ext->ctx);
+        rc = ext->after(ep, ext->ctx);
     const uint64_t end = erma_now_ns() + max_ns;
     while (rc == ERMA_OK && erma_now_ns() < end && getppid() != 1)
-        erma_rpc_run(rpc, 10000000);
+        erma_endpoint_run(ep, 10000000);
     if (rc != ERMA_OK)
         ERMA_ERROR("rpc server on %s: %s", uri, erma_strerror(rc));
     if (ext)
         ext->fini(ext->ctx);
     if (rpc)
         erma_rpc_destroy(rpc);
+    erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
     return rc;
 }
 
-int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg, uint64_t max_ns)
+int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg,
+                     const struct erma_endpoint_cfg *ep_cfg, uint64_t max_ns)
 {
-    return bench_rpc_server_ext(uri, cfg, max_ns, NULL);
+    return bench_rpc_server_ext(uri, cfg, ep_cfg, max_ns, NULL);
 }
 
-pid_t bench_rpc_server_fork_ext(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
-                                uint64_t max_ns, const struct bench_server_ext *ext)
+pid_t bench_rpc_server_fork_ext(const char *uri, const struct erma_rpc_cfg *cfg,
+                                const struct erma_endpoint_cfg *ep_cfg, int cpu, uint64_t max_ns,
+                                const struct bench_server_ext *ext)
 {
     const pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
         bench_pin(cpu);
-        _exit(bench_rpc_server_ext(uri, cfg, max_ns, ext) == ERMA_OK ? 0 : 1);
+        _exit(bench_rpc_server_ext(uri, cfg, ep_cfg, max_ns, ext) == ERMA_OK ? 0 : 1);
     }
     return pid;
 }
 
-pid_t bench_rpc_server_fork(const char *uri, const struct erma_rpc_cfg *cfg, int cpu,
-                            uint64_t max_ns)
+pid_t bench_rpc_server_fork(const char *uri, const struct erma_rpc_cfg *cfg,
+                            const struct erma_endpoint_cfg *ep_cfg, int cpu, uint64_t max_ns)
 {
-    return bench_rpc_server_fork_ext(uri, cfg, cpu, max_ns, NULL);
+    return bench_rpc_server_fork_ext(uri, cfg, ep_cfg, cpu, max_ns, NULL);
 }
 
 void bench_rpc_server_stop(pid_t child)
@@ -108,6 +116,7 @@ void bench_rpc_server_stop(pid_t child)
 
 struct client {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     int *sess;
     uint32_t nsess;
@@ -133,6 +142,7 @@ static void client_close(struct client *c)
 {
     print_cc(c);
     erma_rpc_destroy(c->rpc);
+    erma_endpoint_destroy(c->ep);
     erma_nexus_destroy(c->nx);
     free(c->sess);
 }
@@ -141,14 +151,14 @@ static void client_close(struct client *c)
 static int client_open(struct client *c, const struct bench_rpc_opts *o)
 {
     memset(c, 0, sizeof *c);
-    int rc = nexus_create(o->uri, &c->nx);
+    int rc = nexus_create(&c->nx);
     if (rc == ERMA_OK && o->symmetric) /* this side serves the peer's load too */
-        rc = erma_register_handler(c->nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
+        rc = erma_handler_register(c->nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
+    if (rc == ERMA_OK)
+        rc = erma_endpoint_create(o->uri, 0, o->ep_cfg, &c->ep);
+    if (rc == ERMA_OK && (rc = erma_rpc_create(c->nx, c->ep, o->cfg, &c->rpc)) != ERMA_OK)
+        erma_endpoint_destroy(c->ep);
     if (rc != ERMA_OK) {
-        erma_nexus_destroy(c->nx);
-        return rc;
-    }
-    if ((rc = erma_rpc_create(c->nx, 0, o->cfg, &c->rpc)) != ERMA_OK) {
         erma_nexus_destroy(c->nx);
         return rc;
     }
@@ -156,7 +166,7 @@ static int client_open(struct client *c, const struct bench_rpc_opts *o)
     c->sess = calloc(c->nsess, sizeof *c->sess);
     rc = c->sess ? ERMA_OK : ERMA_ENOMEM;
     for (uint32_t i = 0; rc == ERMA_OK && i < c->nsess; i++) {
-        const int s = erma_create_session(c->rpc, o->server, 0);
+        const int s = erma_session_create(c->rpc, o->server, 0);
         if (s < 0)
             rc = s;
         c->sess[i] = s;
@@ -165,7 +175,7 @@ static int client_open(struct client *c, const struct bench_rpc_opts *o)
     const uint64_t end = erma_now_ns() + 10000000000ull;
     for (uint32_t i = 0; rc == ERMA_OK && i < c->nsess; i++) {
         while (!erma_session_connected(c->rpc, c->sess[i]) && erma_now_ns() < end)
-            erma_rpc_run_once(c->rpc);
+            erma_endpoint_run_once(c->ep);
         if (!erma_session_connected(c->rpc, c->sess[i]))
             rc = ERMA_ETIMEDOUT;
     }
@@ -183,9 +193,9 @@ struct call {
 static int call_alloc(struct client *c, struct call *k, const struct bench_rpc_opts *o)
 {
     const uint32_t size = o->size < 4 ? 4 : o->size;
-    int rc = erma_alloc_msgbuf(c->rpc, size, &k->req);
+    int rc = erma_msgbuf_alloc(c->rpc, size, &k->req);
     if (rc == ERMA_OK)
-        rc = erma_alloc_msgbuf(c->rpc, o->resp_size, &k->resp);
+        rc = erma_msgbuf_alloc(c->rpc, o->resp_size, &k->resp);
     if (rc == ERMA_OK) {
         memset(k->req.data, 0x5a, size);
         memcpy(k->req.data, &o->resp_size, 4);
@@ -195,8 +205,8 @@ static int call_alloc(struct client *c, struct call *k, const struct bench_rpc_o
 
 static void call_free(struct client *c, struct call *k)
 {
-    erma_free_msgbuf(c->rpc, &k->req);
-    erma_free_msgbuf(c->rpc, &k->resp);
+    erma_msgbuf_free(c->rpc, &k->req);
+    erma_msgbuf_free(c->rpc, &k->resp);
 }
 
 static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
@@ -218,10 +228,10 @@ static bool call_done(void *ctx)
 static int call_sync(struct client *c, struct call *k, int sess)
 {
     k->done = 0;
-    int rc = erma_enqueue_request(c->rpc, sess, BENCH_ECHO, &k->req, &k->resp, on_done, k);
+    int rc = erma_rpc_call(c->rpc, sess, BENCH_ECHO, &k->req, &k->resp, on_done, k);
     if (rc != ERMA_OK)
         return rc;
-    if (erma_rpc_run_until(c->rpc, call_done, k, 10000000000ull) != ERMA_OK)
+    if (erma_endpoint_run_until(c->ep, call_done, k, 10000000000ull) != ERMA_OK)
         return ERMA_ETIMEDOUT;
     return k->status;
 }
@@ -282,7 +292,7 @@ static void rate_issue(struct rate_state *r)
         for (uint32_t b = 0; b < r->o->batch; b++) {
             struct call *k = r->free_list[--r->nfree];
             const int s = r->c->sess[erma_rand_below(&r->rng, r->c->nsess)];
-            if (erma_enqueue_request(r->c->rpc, s, BENCH_ECHO, &k->req, &k->resp, on_rate, k) !=
+            if (erma_rpc_call(r->c->rpc, s, BENCH_ECHO, &k->req, &k->resp, on_rate, k) !=
                 ERMA_OK) {
                 r->free_list[r->nfree++] = k;
                 return;
@@ -315,7 +325,7 @@ static int rate_side(const struct bench_rpc_opts *o, double linger, struct bench
         uint64_t now = start;
         while (now < end) {
             rate_issue(r);
-            erma_rpc_run_once(c.rpc);
+            erma_endpoint_run_once(c.ep);
             now = erma_now_ns();
         }
         *out = (struct bench_raw_rate){.echoes = r->completed, .lost = r->failed,
@@ -323,7 +333,7 @@ static int rate_side(const struct bench_rpc_opts *o, double linger, struct bench
         out->mpps = (double)r->completed / out->seconds / 1e6;
         rc = r->completed ? ERMA_OK : ERMA_ETIMEDOUT;
         if (linger > 0)
-            erma_rpc_run(c.rpc, (uint64_t)(linger * 1e9));
+            erma_endpoint_run(c.ep, (uint64_t)(linger * 1e9));
     }
     client_close(&c); /* fails what is in flight; the pool takes the buffers with it */
     free(calls);

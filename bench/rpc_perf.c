@@ -86,6 +86,7 @@ struct opts {
     const char *mode, *raw_server, *role;
     struct bench_rpc_opts rpc;
     struct erma_rpc_cfg cfg;
+    struct erma_endpoint_cfg ep;
     unsigned rounds;
     bool factors, secure, resp_set, iters_set, lat, bw, remote;
     const char *spawn, *listen_server, *listen_raw;
@@ -110,7 +111,7 @@ static pid_t spawn_server(const struct opts *o, const char *role, const char *ur
     snprintf(credits, sizeof credits, "%u", o->cfg.credits);
     char *tail[] = {self,     "--role",    (char *)role, "--server",
                     (char *)uri, "--sessions", sessions, "--credits",
-                    credits,  o->cfg.busy_poll ? NULL : "--no-poll", NULL};
+                    credits,  o->ep.busy_poll ? NULL : "--no-poll", NULL};
     memcpy(argv + argc, tail, sizeof tail);
     const pid_t pid = fork();
     if (pid == 0) {
@@ -149,7 +150,7 @@ static pid_t server_start(const struct opts *o, bool rpc, uint64_t max_ns)
     if (o->spawn)
         return spawn_server(o, rpc ? "rpc-server" : "raw-server",
                             rpc ? o->listen_server : o->listen_raw);
-    return rpc ? bench_rpc_server_fork(r->server, &o->cfg, o->server_cpu, max_ns)
+    return rpc ? bench_rpc_server_fork(r->server, &o->cfg, &o->ep, o->server_cpu, max_ns)
                : bench_raw_server_fork(o->raw_server, o->server_cpu, max_ns);
 }
 
@@ -213,7 +214,7 @@ static int run_size(struct opts *o, const struct bench_table *t)
     const char *metric = o->lat ? "median_us" : o->bw ? "gbps" : "mrps";
     const char *srv = o->rpc.server, *sep = strstr(srv, "://");
     const int tlen = sep ? (int)(sep - srv) : 0;
-    const char *poll = o->cfg.busy_poll ? "busy" : "sleep";
+    const char *poll = o->ep.busy_poll ? "busy" : "sleep";
     unsigned nvar = o->factors ? NVAR : 2;
     unsigned kind[NVAR + 1]; /* the variant each column measures; NVAR: secure */
     for (unsigned k = 0; k < nvar; k++)
@@ -286,7 +287,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'y': o->rpc.symmetric = true; break;
         case 'L': o->listen_server = optarg; break;
         case 'W': o->listen_raw = optarg; break;
-        case 'P': o->cfg.busy_poll = false; break;
+        case 'P': o->ep.busy_poll = false; break;
         case 'S': o->secure = true; break;
         default: bench_cli_fail(cli, NULL);
         }
@@ -334,10 +335,11 @@ static void set_size(struct opts *o, uint32_t size)
 }
 
 /* RX ring and per-address limit for n sessions, all from one client. */
-static void room_for_sessions(struct erma_rpc_cfg *cfg, uint32_t n)
+static void room_for_sessions(struct erma_rpc_cfg *cfg, struct erma_endpoint_cfg *ep,
+                              uint32_t n)
 {
     const uint32_t ring = n * (cfg->credits ? cfg->credits : 32) + 64;
-    cfg->rx_ring = ring > 4096 ? ring : 4096;
+    ep->rx_ring = ring > 4096 ? ring : 4096;
     cfg->max_sessions_per_peer = n > 64 ? n : 64;
 }
 
@@ -347,15 +349,15 @@ static int serve(const struct bench_cli *cli, struct opts *o)
 {
     const uint64_t forever = 100ull * 24 * 3600 * 1000000000ull;
     bench_pin(bench_cli_cpu(cli, 0));
-    room_for_sessions(&o->cfg, o->rpc.sessions);
+    room_for_sessions(&o->cfg, &o->ep, o->rpc.sessions);
     if (strcmp(o->role, "raw-server") == 0)
         return bench_raw_server(o->rpc.server, forever) == ERMA_OK ? 0 : 1;
     if (strcmp(o->role, "rpc-server") == 0)
-        return bench_rpc_server(o->rpc.server, &o->cfg, forever) == ERMA_OK ? 0 : 1;
+        return bench_rpc_server(o->rpc.server, &o->cfg, &o->ep, forever) == ERMA_OK ? 0 : 1;
     const pid_t raw = bench_raw_server_fork(o->raw_server, bench_cli_cpu(cli, 1), forever);
     bench_note(cli->csv, "rpc_perf server: erma RPCs on %s, raw packets on %s, %s; Ctrl-C ends",
-               o->rpc.server, o->raw_server, o->cfg.busy_poll ? "busy-polling" : "sleeping when idle");
-    const int rc = bench_rpc_server(o->rpc.server, &o->cfg, forever);
+               o->rpc.server, o->raw_server, o->ep.busy_poll ? "busy-polling" : "sleeping when idle");
+    const int rc = bench_rpc_server(o->rpc.server, &o->cfg, &o->ep, forever);
     bench_rpc_server_stop(raw);
     return rc == ERMA_OK ? 0 : 1;
 }
@@ -367,8 +369,9 @@ int main(int argc, char **argv)
     o.rpc = (struct bench_rpc_opts){.uri = "udp://127.0.0.1:31870",
                                     .server = "udp://127.0.0.1:31850", .size = 32,
                                     .resp_size = 32, .window = 60, .batch = 3, .sessions = 8,
-                                    .iters = 50000, .seconds = 2, .cfg = &o.cfg};
-    o.cfg.busy_poll = true;
+                                    .iters = 50000, .seconds = 2, .cfg = &o.cfg,
+                                    .ep_cfg = &o.ep};
+    o.ep.busy_poll = true;
     struct bench_cli cli;
     parse(&cli, &o, argc, argv);
     if (strcmp(o.role, "both") && strcmp(o.role, "client") && strcmp(o.role, "server") &&
@@ -385,12 +388,12 @@ int main(int argc, char **argv)
     if (o.lat || o.bw)
         o.rpc.sessions = 1;
     if (strcmp(o.mode, "sessions") == 0) /* the rate load spread over many sessions */
-        room_for_sessions(&o.cfg, o.rpc.sessions);
+        room_for_sessions(&o.cfg, &o.ep, o.rpc.sessions);
     if (cli.nsizes == 0)
         cli.sizes[cli.nsizes++] = o.bw ? 8u << 20 : 32;
     bench_note(cli.csv, "rpc_perf %s: erma %s -> %s, raw -> %s; %s; %u rounds", o.mode,
                o.rpc.uri, o.rpc.server, o.raw_server,
-               o.cfg.busy_poll ? "every endpoint busy-polls (cfg.busy_poll)"
+               o.ep.busy_poll ? "every endpoint busy-polls (cfg.busy_poll)"
                                : "erma endpoints sleep when idle (--no-poll), raw polls",
                o.rounds);
     struct bench_table t;

@@ -19,6 +19,7 @@
 
 #include "bench.h"
 #include "erma/clock.h"
+#include "erma/endpoint.h"
 #include "erma/rpc.h"
 #include "erma/sim.h"
 
@@ -36,6 +37,7 @@ static const char usage[] =
 #define WINDOW 60
 #define SESSIONS 8
 
+static struct erma_endpoint *ep[2];
 static struct erma_rpc *rpc[2];
 static int sess[SESSIONS];
 static struct erma_msgbuf req[WINDOW], resp[WINDOW];
@@ -48,10 +50,10 @@ static void echo(struct erma_req *r, void *ctx)
     (void)ctx;
     struct erma_msgbuf *m = erma_req_resp_buf(r), own;
     const size_t size = erma_req_size(r);
-    if (size > m->max_size && erma_alloc_msgbuf(erma_req_rpc(r), size, &own) == ERMA_OK)
+    if (size > m->max_size && erma_msgbuf_alloc(erma_req_rpc(r), size, &own) == ERMA_OK)
         m = &own;
-    erma_resize_msgbuf(m, size < m->max_size ? size : m->max_size);
-    erma_enqueue_response(r, m);
+    erma_msgbuf_resize(m, size < m->max_size ? size : m->max_size);
+    erma_req_respond(r, m);
 }
 
 static void on_done(struct erma_rpc *c, void *tag, int status, struct erma_msgbuf *m)
@@ -61,7 +63,7 @@ static void on_done(struct erma_rpc *c, void *tag, int status, struct erma_msgbu
     done_count++;
     const size_t k = (size_t)(uintptr_t)tag;
     if (status == ERMA_OK && done_count + WINDOW <= target)
-        erma_enqueue_request(c, sess[next_sess++ % SESSIONS], ECHO, &req[k], &resp[k], on_done, tag);
+        erma_rpc_call(c, sess[next_sess++ % SESSIONS], ECHO, &req[k], &resp[k], on_done, tag);
 }
 
 static bool finished(void *ctx)
@@ -93,31 +95,35 @@ static int run_size(const struct erma_cc_switches *cc, uint32_t size, double *vm
         char uri[64];
         snprintf(uri, sizeof uri, "sim://rate/%d:100", h);
         const struct erma_rpc_cfg cfg = {.cc = *cc, .seed = 1};
-        rc = erma_nexus_create(uri, NULL, &nx[h]);
+        rc = erma_nexus_create(NULL, &nx[h]);
         if (rc == ERMA_OK && h == 1)
-            rc = erma_register_handler(nx[h], ECHO, echo, ERMA_DISPATCH, NULL);
+            rc = erma_handler_register(nx[h], ECHO, echo, ERMA_DISPATCH, NULL);
         if (rc == ERMA_OK)
-            rc = erma_rpc_create(nx[h], 0, &cfg, &rpc[h]);
+            rc = erma_endpoint_create(uri, 0, NULL, &ep[h]);
+        if (rc == ERMA_OK)
+            rc = erma_rpc_create(nx[h], ep[h], &cfg, &rpc[h]);
     }
     for (int s = 0; s < SESSIONS && rc == ERMA_OK; s++)
-        if ((sess[s] = erma_create_session(rpc[0], "sim://rate/1:100", 0)) < 0)
+        if ((sess[s] = erma_session_create(rpc[0], "sim://rate/1:100", 0)) < 0)
             rc = sess[s];
     for (size_t k = 0; k < WINDOW && rc == ERMA_OK; k++) {
-        rc = erma_alloc_msgbuf(rpc[0], size, &req[k]);
+        rc = erma_msgbuf_alloc(rpc[0], size, &req[k]);
         if (rc == ERMA_OK)
-            rc = erma_alloc_msgbuf(rpc[0], size, &resp[k]);
+            rc = erma_msgbuf_alloc(rpc[0], size, &resp[k]);
         if (rc == ERMA_OK)
-            rc = erma_enqueue_request(rpc[0], sess[next_sess++ % SESSIONS], ECHO, &req[k],
-                                      &resp[k], on_done, (void *)(uintptr_t)k);
+            rc = erma_rpc_call(rpc[0], sess[next_sess++ % SESSIONS], ECHO, &req[k], &resp[k],
+                               on_done, (void *)(uintptr_t)k);
     }
     const uint64_t t0 = erma_now_ns();
     if (rc == ERMA_OK)
-        rc = erma_sim_run_rpcs(sim, rpc, 2, 60000000000ull, finished, NULL);
+        rc = erma_sim_run(sim, ep, 2, 60000000000ull, finished, NULL);
     *vmrps = (double)done_count / (double)(erma_now_ns() - t0 + 1) * 1e3;
     for (int h = 0; h < 2; h++) {
         if (rpc[h])
             erma_rpc_destroy(rpc[h]);
         rpc[h] = NULL;
+        erma_endpoint_destroy(ep[h]);
+        ep[h] = NULL;
         if (nx[h])
             erma_nexus_destroy(nx[h]);
     }

@@ -1,128 +1,11 @@
-/* rma/engine.c - the one-sided engine: creation, the endpoint hook, the
- * packet codec and the TX batch shared by the target and initiator sides. */
+/* rma/engine.c - the one-sided engine: creation, configuration, peers and
+ * its hooks in the endpoint's loop, which hand packets and time to the
+ * target (serve.c), the initiator (portal.c) and the executor. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "erma/clock.h"
-#include "erma/rpc.h"
 #include "internal.h"
-
-/* ---- op header codec ---- */
-
-void erma_rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p)
-{
-    p[0] = o->type;
-    p[1] = o->status;
-    p[2] = o->flags;
-    p[3] = o->pkt_idx;
-    erma_put_le(p + 4, o->slot, 2);
-    erma_put_le(p + 6, o->pkt_off, 2);
-    erma_put_le(p + 8, o->region, 4);
-    erma_put_le(p + 12, o->key_gen, 4);
-    erma_put_le(p + 16, o->offset, 8);
-    erma_put_le(p + 24, o->identity, 8);
-    erma_put_le(p + 32, o->init_ctr, 8);
-    erma_put_le(p + 40, o->len, 4);
-    erma_put_le(p + 44, o->sol, 4);
-    erma_put_le(p + 48, o->token, 8);
-    erma_put_le(p + 56, o->deadline, 8);
-    erma_put_le(p + 64, o->nonce_ctr, 8);
-}
-
-void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
-{
-    o->type = p[0];
-    o->status = p[1];
-    o->flags = p[2];
-    o->pkt_idx = p[3];
-    o->slot = (uint16_t)erma_get_le(p + 4, 2);
-    o->pkt_off = (uint16_t)erma_get_le(p + 6, 2);
-    o->region = (uint32_t)erma_get_le(p + 8, 4);
-    o->key_gen = (uint32_t)erma_get_le(p + 12, 4);
-    o->offset = erma_get_le(p + 16, 8);
-    o->identity = erma_get_le(p + 24, 8);
-    o->init_ctr = erma_get_le(p + 32, 8);
-    o->len = (uint32_t)erma_get_le(p + 40, 4);
-    o->sol = (uint32_t)erma_get_le(p + 44, 4);
-    o->token = erma_get_le(p + 48, 8);
-    o->deadline = erma_get_le(p + 56, 8);
-    o->nonce_ctr = erma_get_le(p + 64, 8);
-}
-
-/* ---- slot lists (queues by priority, in flight) linked by index ---- */
-
-void erma_list_push(struct list *l, struct slot *slots, int32_t i)
-{
-    slots[i].prev = l->tail;
-    slots[i].next = -1;
-    if (l->tail >= 0)
-        slots[l->tail].next = i;
-    else
-        l->head = i;
-    l->tail = i;
-}
-
-void erma_list_remove(struct list *l, struct slot *slots, int32_t i)
-{
-    struct slot *e = &slots[i];
-    if (e->prev >= 0)
-        slots[e->prev].next = e->next;
-    else
-        l->head = e->next;
-    if (e->next >= 0)
-        slots[e->next].prev = e->prev;
-    else
-        l->tail = e->prev;
-    e->prev = e->next = -1;
-}
-
-/* ---- TX batch ---- */
-
-uint8_t *erma_rma_tx_buf(struct erma_rma *rma, const struct erma_addr *dst)
-{
-    if (rma->ntx == ERMA_MAX_BURST)
-        erma_rma_tx_flush(rma);
-    rma->txdst[rma->ntx] = *dst; /* dst may point into the RX buffer or a table */
-    rma->tx[rma->ntx] = (struct erma_tx_pkt){.dst = &rma->txdst[rma->ntx]};
-    return rma->txbuf + (size_t)rma->ntx * rma->tr->max_pkt;
-}
-
-void erma_rma_tx_commit(struct erma_rma *rma, uint32_t len)
-{
-    struct erma_tx_pkt *t = &rma->tx[rma->ntx];
-    t->hdr = rma->txbuf + (size_t)rma->ntx * rma->tr->max_pkt;
-    t->hdr_len = len;
-    rma->ntx++;
-}
-
-void erma_rma_tx_flush(struct erma_rma *rma)
-{
-    unsigned sent = 0;
-    /* Kernel and NIC queues take a burst at once; a short count means a full
-     * queue: retry a bounded number of times, then drop (the ops time out). */
-    for (int tries = 0; sent < rma->ntx && tries < 64; tries++) {
-        const int n = erma_tx_burst(rma->tr, rma->tx + sent, rma->ntx - sent);
-        if (n < 0)
-            break;
-        sent += (unsigned)n;
-    }
-    rma->ntx = 0;
-}
-
-uint32_t erma_rma_build(struct erma_rma *rma, uint8_t *pkt, struct rma_ophdr *h,
-                        const uint8_t *kd, uint8_t cipher, uint8_t dir, const void *m,
-                        uint32_t plen)
-{
-    const struct erma_hdr eh = {.proto = ERMA_PROTO_RMA};
-    h->nonce_ctr = ++rma->ctr;
-    erma_hdr_encode(&eh, pkt);
-    erma_rma_ophdr_encode(h, pkt + ERMA_HDR_SIZE);
-    if (kd)
-        erma_rma_seal_as(kd, cipher, dir, h->nonce_ctr, pkt, m, plen);
-    else /* unsealed error: no payload, zero tag */
-        memset(pkt + ERMA_HDR_SIZE + RMA_OPHDR, 0, RMA_TAG);
-    return RMA_OVERHEAD + plen;
-}
 
 /* ---- the endpoint hook ---- */
 
@@ -145,7 +28,7 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
         rma->stats.rx_bad++;
         return;
     }
-    rma_clock(rma, erma_now_ns());
+    erma_ep_clock(rma->ep);
     rma->rx_pass++;
     if (is_request(h.type))
         erma_serve_rx(rma, &h, pkt);
@@ -153,25 +36,13 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
         erma_portal_rx(rma, &h, pkt);
 }
 
-static void hook_flush(void *ctx)
-{
-    struct erma_rma *rma = ctx;
-    if (rma->ntx)
-        erma_rma_tx_flush(rma);
-}
-
-static bool is_sim(const struct erma_transport *tr)
-{
-    return tr->ops == &erma_sim_ops;
-}
-
 /* Wall clock against the engine's (TSC) clock, again now and then: NTP
  * slews the one and not the other. The sim's clock is everyone's. */
 static void wire_sync(struct erma_rma *rma)
 {
-    if (is_sim(rma->tr) || rma->now < rma->wire_sync_ns)
+    if (rma->tr->hints.shared_clock || rma->ep->now < rma->wire_sync_ns)
         return;
-    const uint64_t t = erma_now_ns(); /* rma->now may be a pass's stale reading */
+    const uint64_t t = erma_now_ns(); /* rma->ep->now may be a pass's stale reading */
     rma->wire_off = (int64_t)(erma_rma_wallclock_ns() - t);
     rma->wire_sync_ns = t + 100000000;
 }
@@ -179,16 +50,15 @@ static void wire_sync(struct erma_rma *rma)
 static int hook_poll(void *ctx, uint64_t now)
 {
     struct erma_rma *rma = ctx;
-    rma_clock(rma, now);
+    (void)now; /* rma->ep->now */
     wire_sync(rma);
     int work = erma_serve_poll(rma);
     work += erma_exec_poll(rma);
     work += erma_portal_poll(rma);
-    erma_rma_tx_flush(rma);
     return work;
 }
 
-static uint64_t hook_next_timer(void *ctx)
+static uint64_t hook_next_timer(const void *ctx)
 {
     const struct erma_rma *rma = ctx;
     uint64_t t = erma_serve_next_timer(rma);
@@ -199,37 +69,50 @@ static uint64_t hook_next_timer(void *ctx)
 
 /* ---- lifetime ---- */
 
-static bool is_udp(const struct erma_transport *tr)
+/* The defaults that hold on every transport; the rest follow its hints. */
+static const struct erma_rma_cfg defaults = {
+    .slots = 256,
+    .inbound_window = 1u << 20,
+    .max_regions = 1024,
+    .serve_batch = 16,
+    .nack_threshold = 256,
+    .solicits = 64,
+    .solicit_window = 1u << 20,
+    .transfers = 64,
+};
+
+#define DEFAULT_BASE_RTT_NS 10000
+#define DEFAULT_DISPATCH_NS 10000
+
+static uint64_t max64(uint64_t a, uint64_t b)
 {
-    return tr->ops == &erma_udp_ops;
+    return a > b ? a : b;
 }
 
-static void cfg_defaults(struct erma_rma_cfg *c, const struct erma_transport *tr)
+static void cfg_defaults(struct erma_rma_cfg *c, const struct erma_transport_hints *h)
 {
-    const uint64_t base = tr->base_rtt_ns ? tr->base_rtt_ns : 10000;
+    const uint64_t base = h->base_rtt_ns ? h->base_rtt_ns : DEFAULT_BASE_RTT_NS;
     if (!c->identity)
         c->identity = erma_rma_wallclock_ns() ^ ((uint64_t)(uintptr_t)c << 20) ^ (uint64_t)rand();
-    c->slots = c->slots ? c->slots : 256;
-    c->inbound_window = c->inbound_window ? c->inbound_window : 1u << 20;
-    if (!c->dispatch_timeout_ns) /* kernel UDP: a loop pass alone can take 10 us */
-        c->dispatch_timeout_ns = is_udp(tr) ? 1000000 : 10000;
-    /* kernel UDP: a process may stall for milliseconds, whatever the RTT */
+    c->slots = c->slots ? c->slots : defaults.slots;
+    c->inbound_window = c->inbound_window ? c->inbound_window : defaults.inbound_window;
+    c->max_regions = c->max_regions ? c->max_regions : defaults.max_regions;
+    c->serve_batch = c->serve_batch ? c->serve_batch : defaults.serve_batch;
+    c->nack_threshold = c->nack_threshold ? c->nack_threshold : defaults.nack_threshold;
+    c->solicits = c->solicits ? c->solicits : defaults.solicits;
+    c->solicit_window = c->solicit_window ? c->solicit_window : defaults.solicit_window;
+    c->transfers = c->transfers ? c->transfers : defaults.transfers;
+    if (!c->dispatch_timeout_ns)
+        c->dispatch_timeout_ns = max64(h->jitter_ns, DEFAULT_DISPATCH_NS);
     if (!c->op_timeout_min_ns)
-        c->op_timeout_min_ns = is_udp(tr) ? 10000000 : 5 * base;
-    if (!c->op_timeout_max_ns) {
-        const uint64_t cap = is_udp(tr) ? 100000000 : 200 * base;
-        c->op_timeout_max_ns = cap > c->op_timeout_min_ns ? cap : c->op_timeout_min_ns;
-    }
+        c->op_timeout_min_ns = max64(h->min_timeout_ns, 5 * base);
+    if (!c->op_timeout_max_ns)
+        c->op_timeout_max_ns = max64(max64(10 * h->min_timeout_ns, 200 * base),
+                                     c->op_timeout_min_ns);
     /* the margin eats into a WRITE's time for its data: a quarter at most */
     const uint64_t shortest = c->op_timeout_ns ? c->op_timeout_ns : c->op_timeout_min_ns;
-    if (!c->clock_skew_ns && !is_sim(tr))
+    if (!c->clock_skew_ns && !h->shared_clock)
         c->clock_skew_ns = shortest / 4 < 1000000 ? shortest / 4 : 1000000;
-    c->max_regions = c->max_regions ? c->max_regions : 1024;
-    c->serve_batch = c->serve_batch ? c->serve_batch : 16;
-    c->nack_threshold = c->nack_threshold ? c->nack_threshold : 256;
-    c->solicits = c->solicits ? c->solicits : 64;
-    c->solicit_window = c->solicit_window ? c->solicit_window : 1u << 20;
-    c->transfers = c->transfers ? c->transfers : 64;
 }
 
 static bool cfg_valid(const struct erma_rma_cfg *c)
@@ -242,10 +125,10 @@ static bool cfg_valid(const struct erma_rma_cfg *c)
            c->clock_skew_ns <= RMA_MAX_TTL_NS;
 }
 
-int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
+int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
                     struct erma_rma **out)
 {
-    if (!rpc || !out)
+    if (!ep || !out)
         return ERMA_EINVAL;
     int rc = erma_rma_crypto_init();
     if (rc != ERMA_OK)
@@ -253,10 +136,10 @@ int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
     struct erma_rma *rma = calloc(1, sizeof *rma);
     if (!rma)
         return ERMA_ENOMEM;
-    rma->rpc = rpc;
-    rma->tr = erma_rpc_transport(rpc);
+    rma->ep = ep;
+    rma->tr = ep->tr;
     rma->cfg = cfg ? *cfg : (struct erma_rma_cfg){0};
-    cfg_defaults(&rma->cfg, rma->tr);
+    cfg_defaults(&rma->cfg, &rma->tr->hints);
     if (!cfg_valid(&rma->cfg) || rma->tr->max_pkt < RMA_OVERHEAD + 128) {
         free(rma);
         return ERMA_EINVAL;
@@ -267,23 +150,21 @@ int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
      * starts past every nonce its predecessor used. */
     rma->ctr = erma_rma_wallclock_ns();
     rma->aes = erma_rma_aes_available() && !rma->cfg.no_aes;
-    rma->now = erma_now_ns();
-    rma->last_poll_ns = rma->now;
+    rma->last_poll_ns = erma_ep_clock(ep);
     wire_sync(rma);
-    rma->txbuf = malloc((size_t)ERMA_MAX_BURST * rma->tr->max_pkt);
-    rc = rma->txbuf ? erma_serve_init(rma) : ERMA_ENOMEM;
+    rc = erma_serve_init(rma);
     if (rc == ERMA_OK)
         rc = erma_portal_init(rma);
     if (rc == ERMA_OK)
         rc = erma_exec_init(rma);
-    const struct erma_proto_hook hook = {hook_rx, hook_poll, hook_next_timer, rma, hook_flush};
+    const struct erma_ep_proto hooks = {hook_rx, hook_poll, NULL, hook_next_timer, rma, NULL};
+    const uint8_t id = ERMA_PROTO_RMA;
     if (rc == ERMA_OK)
-        rc = erma_rpc_attach(rpc, ERMA_PROTO_RMA, &hook);
+        rc = erma_ep_register(ep, &hooks, &id, 1);
     if (rc != ERMA_OK) {
         erma_exec_fini(rma);
         erma_portal_fini(rma);
         erma_serve_fini(rma);
-        free(rma->txbuf);
         free(rma);
         return rc;
     }
@@ -295,13 +176,11 @@ void erma_rma_destroy(struct erma_rma *rma)
 {
     if (!rma)
         return;
-    erma_rma_tx_flush(rma);
-    erma_rpc_attach(rma->rpc, ERMA_PROTO_RMA, NULL);
+    erma_ep_unregister(rma->ep, rma);
     erma_exec_fini(rma);
     erma_portal_fini(rma);
     erma_serve_fini(rma);
     free(rma->peers);
-    free(rma->txbuf);
     free(rma);
 }
 
@@ -317,7 +196,7 @@ void erma_rma_get_stats(const struct erma_rma *rma, struct erma_rma_stats *out)
 
 int erma_rma_uri(const struct erma_rma *rma, char *out, size_t len)
 {
-    return rma && out ? erma_rpc_uri(rma->rpc, out, len) : ERMA_EINVAL;
+    return rma ? erma_endpoint_uri(rma->ep, out, len) : ERMA_EINVAL;
 }
 
 int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid)
@@ -326,7 +205,7 @@ int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid)
     struct erma_addr addr;
     if (!rma || !uri)
         return ERMA_EINVAL;
-    int rc = erma_endpoint_uri(uri, tid, ep, sizeof ep);
+    int rc = erma_uri_for_thread(uri, tid, ep, sizeof ep);
     if (rc == ERMA_OK)
         rc = erma_transport_resolve(rma->tr, ep, &addr);
     if (rc != ERMA_OK)

@@ -14,7 +14,8 @@ int erma_exec_init(struct erma_rma *rma)
         return ERMA_ENOMEM;
     const struct erma_window_cfg wc =
         rma->cfg.window ? *rma->cfg.window
-                        : erma_window_cfg_for((double)rma->tr->link_bps, rma->tr->base_rtt_ns);
+                        : erma_window_cfg_for((double)rma->tr->hints.link_bps,
+                                              rma->tr->hints.base_rtt_ns);
     rma->exec_wake_ns = UINT64_MAX;
     return erma_window_init(&rma->wcc, &wc);
 }
@@ -60,12 +61,12 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
         *x = (struct xfer){.state = XFER_ACTIVE, .op = (uint8_t)t->op, .prio = t->priority,
                            .peer = t->peer, .rkey = t->rkey, .offset = t->offset,
                            .local = t->local, .len = t->len, .max_retries = t->max_retries,
-                           .tag = t->tag, .start_ns = rma_clock(rma, erma_now_ns())};
+                           .tag = t->tag, .start_ns = erma_ep_clock(rma->ep)};
         if (t->max_retries && !(x->tries = calloc(chunks, sizeof *x->tries))) {
             x->state = XFER_FREE;
             return ERMA_ENOMEM;
         }
-        rma->exec_wake_ns = 0;
+        erma_exec_wake(rma);
         return (int)i;
     }
     return ERMA_ENOSLOTS;
@@ -84,6 +85,8 @@ static bool next_chunk(const struct xfer *x, uint64_t *off)
     return x->next_off < x->len;
 }
 
+static void chunk_done(struct erma_rma *rma, struct slot *s);
+
 /* Submits one chunk of x if the windows allow; false when they do not. */
 static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint64_t off)
 {
@@ -96,10 +99,10 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
         return false;
     if (!rma->cfg.cc_off) {
         uint64_t at;
-        if (erma_window_next_issue(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->now,
+        if (erma_window_next_issue(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now,
                                    &at) != ERMA_OK)
             return false;
-        if (at > rma->now) {
+        if (at > rma->ep->now) {
             rma->exec_wake_ns = at < rma->exec_wake_ns ? at : rma->exec_wake_ns;
             return false;
         }
@@ -107,10 +110,10 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
     const struct erma_rma_cmd c = {.op = x->op, .peer = x->peer, .rkey = x->rkey,
                                    .offset = x->offset + off, .local = x->local + off,
                                    .len = n, .priority = x->prio, .tag = id};
-    if (erma_portal_submit(rma, &c, true) < 0)
+    if (erma_portal_submit(rma, &c, chunk_done) < 0)
         return false;
     if (!rma->cfg.cc_off)
-        erma_window_on_issue(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->now);
+        erma_window_on_issue(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now);
     if (x->nredo && x->redo[x->nredo - 1] == off)
         x->nredo--;
     else
@@ -121,7 +124,7 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
 
 int erma_exec_poll(struct erma_rma *rma)
 {
-    if (rma->exec_wake_ns > rma->now)
+    if (rma->exec_wake_ns > rma->ep->now)
         return 0;
     rma->exec_wake_ns = UINT64_MAX;
     const uint32_t nx = rma->cfg.transfers;
@@ -167,13 +170,14 @@ static int redo_push(struct xfer *x, uint64_t off)
     return ERMA_OK;
 }
 
-void erma_exec_complete(struct erma_rma *rma, struct slot *s)
+/* A chunk completed (the portal calls this for its slot). */
+static void chunk_done(struct erma_rma *rma, struct slot *s)
 {
     const uint32_t id = (uint32_t)s->tag;
     struct xfer *x = &rma->xfers[id];
     const uint64_t off = (uint64_t)(s->local - x->local);
     const uint64_t issue_delay = s->issue_ns - s->submit_ns;
-    uint64_t remote = rma->now - s->issue_ns;
+    uint64_t remote = rma->ep->now - s->issue_ns;
     /* A WRITE makes two round trips (request and solicitation, data and
      * completion); the window's targets are for one, so it sees the remote
      * delay per round trip. */
@@ -181,9 +185,9 @@ void erma_exec_complete(struct erma_rma *rma, struct slot *s)
         remote /= 2;
     if (!rma->cfg.cc_off)
         erma_window_on_complete(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), s->status,
-                                issue_delay, issue_delay + remote, rma->now);
+                                issue_delay, issue_delay + remote, rma->ep->now);
     x->inflight--;
-    rma->exec_wake_ns = 0; /* a window or slot opened */
+    erma_exec_wake(rma); /* a window or slot opened */
     if (s->status != ERMA_OK && x->status == ERMA_OK) {
         uint16_t *tries = x->tries ? &x->tries[off / ERMA_RMA_MAX_OP] : NULL;
         if (transient(s->status) && tries && *tries < x->max_retries &&
@@ -199,7 +203,7 @@ void erma_exec_complete(struct erma_rma *rma, struct slot *s)
         return;
     const struct erma_rma_completion c = {.tag = x->tag, .status = x->status, .id = id,
                                           .transfer = true, .retries = x->retries,
-                                          .total_delay_ns = rma->now - x->start_ns};
+                                          .total_delay_ns = rma->ep->now - x->start_ns};
     xfer_release(x);
     x->state = XFER_DONE;
     erma_cq_push(rma, &c);

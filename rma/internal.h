@@ -2,10 +2,9 @@
 #ifndef ERMA_RMA_INTERNAL_H
 #define ERMA_RMA_INTERNAL_H
 
+#include "endpoint/proto.h"
 #include "erma/cc.h"
 #include "erma/rma.h"
-#include "erma/transport.h"
-#include "erma/wire.h"
 
 /* ---- wire: erma header (16) | op header (72) | payload | AEAD tag (16) ---- */
 
@@ -42,9 +41,6 @@ struct rma_ophdr {
     uint64_t deadline;                    /* the op's deadline, wire clock */
     uint64_t nonce_ctr;                   /* the sender's counter for this packet */
 };
-
-void erma_rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p);
-void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o);
 
 /* ---- crypto.c ---- */
 
@@ -96,6 +92,7 @@ struct kd_entry {
 
 struct queued_req {    /* a request waiting for the serving engine */
     struct erma_addr src;
+    struct rma_ophdr h;    /* pkt's op header, decoded */
     uint8_t pkt[ERMA_HDR_SIZE + RMA_OPHDR + RMA_TAG];
 };
 
@@ -116,7 +113,9 @@ enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_ISSUED, SLOT_SENT_DATA, SLOT_DONE
 
 struct slot {
     uint8_t state, op, prio;
-    bool internal;          /* the executor's chunk */
+    /* Runs when the op completes instead of a completion on the queue (the
+     * executor's chunks); the slot is freed after it. */
+    void (*done)(struct erma_rma *rma, struct slot *s);
     int peer;
     struct erma_rkey rkey;
     uint64_t offset;
@@ -163,12 +162,11 @@ struct xfer {
 };
 
 struct erma_rma {
-    struct erma_rpc *rpc;
-    struct erma_transport *tr;
+    struct erma_endpoint *ep;  /* its transport queue, TX batch and clock */
+    struct erma_transport *tr; /* ep->tr */
     struct erma_rma_cfg cfg;
     uint32_t pkt_data;         /* payload bytes per packet */
     uint64_t ctr;              /* this engine's nonce counter */
-    uint64_t now;
     int64_t wire_off;          /* wire clock - engine clock (0 on the sim) */
     uint64_t wire_sync_ns;     /* next time wire_off is measured again */
     bool aes;                  /* AES-256-GCM usable here */
@@ -206,36 +204,26 @@ struct erma_rma {
     uint32_t next_xfer;        /* round-robin start */
     struct erma_window_cc wcc;
     uint64_t exec_wake_ns;     /* the next time a window may open */
-    /* TX batch */
-    struct erma_tx_pkt tx[ERMA_MAX_BURST];
-    struct erma_addr txdst[ERMA_MAX_BURST];
-    uint8_t *txbuf;            /* ERMA_MAX_BURST packets of tr->max_pkt */
-    unsigned ntx;
     uint8_t scratch[ERMA_RMA_MAX_OP];
 };
 
 /* engine.c */
-/* Moves the engine's clock to t if t is later: its times never go back. */
-static inline uint64_t rma_clock(struct erma_rma *rma, uint64_t t)
-{
-    return rma->now = t > rma->now ? t : rma->now;
-}
 /* The clock deadlines travel in: wall-clock ns (the sim's time on the sim),
  * so that hosts whose clocks agree within cfg.clock_skew_ns share it. */
 static inline uint64_t rma_wire_now(const struct erma_rma *rma)
 {
-    return rma->now + (uint64_t)rma->wire_off;
+    return rma->ep->now + (uint64_t)rma->wire_off;
 }
-uint8_t *erma_rma_tx_buf(struct erma_rma *rma, const struct erma_addr *dst);
-void erma_rma_tx_commit(struct erma_rma *rma, uint32_t len);
-void erma_rma_tx_flush(struct erma_rma *rma);
-/* Writes the erma header and h into pkt and seals plen payload bytes of m
- * under kd with cipher (kd NULL: an unsealed status, no payload). */
-uint32_t erma_rma_build(struct erma_rma *rma, uint8_t *pkt, struct rma_ophdr *h,
-                        const uint8_t *kd, uint8_t cipher, uint8_t dir, const void *m,
-                        uint32_t plen);
-void erma_list_push(struct list *l, struct slot *slots, int32_t i);
-void erma_list_remove(struct list *l, struct slot *slots, int32_t i);
+
+/* packet.c */
+void erma_rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p);
+void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o);
+/* Queues a packet to dst in the endpoint's TX batch: the erma header, h
+ * (its nonce_ctr set here) and plen payload bytes of m sealed under kd with
+ * cipher (kd NULL: an unsealed status, no payload). dir 0: initiator to
+ * target, 1: back. */
+void erma_rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rma_ophdr *h,
+                   const uint8_t *kd, uint8_t cipher, uint8_t dir, const void *m, uint32_t plen);
 
 /* region.c */
 struct region *erma_region_find(struct erma_rma *rma, uint32_t id);
@@ -261,7 +249,9 @@ int erma_portal_poll(struct erma_rma *rma);
 uint64_t erma_portal_next_timer(const struct erma_rma *rma);
 int erma_portal_init(struct erma_rma *rma);
 void erma_portal_fini(struct erma_rma *rma);
-int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd, bool internal);
+/* Takes cmd into a slot; done (may be NULL) as in struct slot. */
+int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd,
+                       void (*done)(struct erma_rma *rma, struct slot *s));
 int erma_portal_issue(struct erma_rma *rma, int work);
 void erma_cq_push(struct erma_rma *rma, const struct erma_rma_completion *c);
 /* ERMA_OK when this engine can use key k (its cipher), else why not. */
@@ -271,7 +261,12 @@ int erma_rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k);
 int erma_exec_init(struct erma_rma *rma);
 void erma_exec_fini(struct erma_rma *rma);
 int erma_exec_poll(struct erma_rma *rma);
-void erma_exec_complete(struct erma_rma *rma, struct slot *s);
 uint64_t erma_exec_next_timer(const struct erma_rma *rma);
+/* A slot, a window or a transfer may let a chunk go: the executor looks at
+ * its transfers again in the next poll. */
+static inline void erma_exec_wake(struct erma_rma *rma)
+{
+    rma->exec_wake_ns = 0;
+}
 
 #endif

@@ -6,6 +6,33 @@
 #include "erma/clock.h"
 #include "internal.h"
 
+/* ---- slot lists (queues by priority, in flight) linked by index ---- */
+
+static void list_push(struct list *l, struct slot *slots, int32_t i)
+{
+    slots[i].prev = l->tail;
+    slots[i].next = -1;
+    if (l->tail >= 0)
+        slots[l->tail].next = i;
+    else
+        l->head = i;
+    l->tail = i;
+}
+
+static void list_remove(struct list *l, struct slot *slots, int32_t i)
+{
+    struct slot *e = &slots[i];
+    if (e->prev >= 0)
+        slots[e->prev].next = e->next;
+    else
+        l->head = e->next;
+    if (e->next >= 0)
+        slots[e->next].prev = e->prev;
+    else
+        l->tail = e->prev;
+    e->prev = e->next = -1;
+}
+
 int erma_portal_init(struct erma_rma *rma)
 {
     const uint32_t n = rma->cfg.slots;
@@ -147,7 +174,7 @@ static void slot_free(struct erma_rma *rma, struct slot *s)
     s->state = SLOT_FREE;
     s->next = rma->free_slots;
     rma->free_slots = (int32_t)(s - rma->slots);
-    rma->exec_wake_ns = 0; /* a transfer may have waited for a slot */
+    erma_exec_wake(rma); /* a transfer may have waited for a slot */
 }
 
 void erma_cq_push(struct erma_rma *rma, const struct erma_rma_completion *c)
@@ -160,27 +187,27 @@ static void finish(struct erma_rma *rma, struct slot *s, int status)
 {
     const int32_t i = (int32_t)(s - rma->slots);
     if (s->state == SLOT_QUEUED)
-        erma_list_remove(&rma->queued[s->prio], rma->slots, i);
+        list_remove(&rma->queued[s->prio], rma->slots, i);
     else
         heap_remove(rma, i);
     if (s->op == ERMA_RMA_READ && s->state != SLOT_QUEUED) {
         rma->inbound -= s->len;
-        rma->exec_wake_ns = 0; /* the inbound window opened */
+        erma_exec_wake(rma); /* the inbound window opened */
     } else if (s->op == ERMA_RMA_READ)
         rma->queued_in -= s->len;
     if (s->state == SLOT_QUEUED)
-        s->issue_ns = rma->now;
+        s->issue_ns = rma->ep->now;
     s->status = status;
     rma->stats.completed++;
-    if (s->internal) {
-        erma_exec_complete(rma, s);
+    if (s->done) {
+        s->done(rma, s);
         slot_free(rma, s);
         return;
     }
     s->state = SLOT_DONE;
     const struct erma_rma_completion c = {.tag = s->tag, .status = status, .id = (uint32_t)i,
                                           .issue_delay_ns = s->issue_ns - s->submit_ns,
-                                          .total_delay_ns = rma->now - s->submit_ns};
+                                          .total_delay_ns = rma->ep->now - s->submit_ns};
     erma_cq_push(rma, &c);
 }
 
@@ -191,7 +218,8 @@ int erma_rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k)
     return k->cipher == ERMA_RMA_AES256_GCM && !rma->aes ? ERMA_ENOTSUP : ERMA_OK;
 }
 
-int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool internal)
+int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c,
+                       void (*done)(struct erma_rma *rma, struct slot *s))
 {
     if (!rma || !c || c->peer < 0 || (uint32_t)c->peer >= rma->npeers || !c->local ||
         c->priority >= ERMA_RMA_PRIORITIES ||
@@ -209,12 +237,12 @@ int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool 
     struct slot *s = &rma->slots[i];
     rma->free_slots = s->next;
     *s = (struct slot){.state = SLOT_QUEUED, .op = (uint8_t)c->op, .prio = c->priority,
-                       .internal = internal, .peer = c->peer, .rkey = c->rkey,
+                       .done = done, .peer = c->peer, .rkey = c->rkey,
                        .offset = c->offset, .local = c->local,
                        .len = c->op == ERMA_RMA_REKEY ? RMA_REKEY_DATA : c->len,
                        .grace_ns = c->grace_ns, .tag = c->tag,
-                       .submit_ns = rma_clock(rma, erma_now_ns())};
-    erma_list_push(&rma->queued[c->priority], rma->slots, i);
+                       .submit_ns = erma_ep_clock(rma->ep)};
+    list_push(&rma->queued[c->priority], rma->slots, i);
     if (s->op == ERMA_RMA_READ)
         rma->queued_in += s->len;
     rma->stats.submitted++;
@@ -225,7 +253,7 @@ int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool 
 
 int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd)
 {
-    return erma_portal_submit(rma, cmd, false);
+    return erma_portal_submit(rma, cmd, NULL);
 }
 
 int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max)
@@ -262,16 +290,15 @@ static void issue(struct erma_rma *rma, struct slot *s)
         [ERMA_RMA_READ] = RMA_READ_REQ, [ERMA_RMA_WRITE] = RMA_WRITE_REQ,
         [ERMA_RMA_REKEY] = RMA_REKEY_REQ};
     const int32_t i = (int32_t)(s - rma->slots);
-    erma_list_remove(&rma->queued[s->prio], rma->slots, i);
+    list_remove(&rma->queued[s->prio], rma->slots, i);
     s->init_ctr = rma->ctr + 1; /* the request's own nonce counter */
     uint64_t timeout = op_timeout(rma, s);
     timeout = timeout < RMA_MAX_TTL_NS ? timeout : RMA_MAX_TTL_NS; /* a WRITE's 2 RTOs */
-    s->issue_ns = s->sent_ns = rma->now;
-    s->deadline_ns = rma->now + timeout;
+    s->issue_ns = s->sent_ns = rma->ep->now;
+    s->deadline_ns = rma->ep->now + timeout;
     s->wire_deadline = rma_wire_now(rma) + timeout;
     struct rma_ophdr h = op_header(rma, s, req_type[s->op]);
-    uint8_t *pkt = erma_rma_tx_buf(rma, &rma->peers[s->peer].addr);
-    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &h, s->rkey.kd, s->rkey.cipher, 0, NULL, 0));
+    erma_rma_send(rma, &rma->peers[s->peer].addr, &h, s->rkey.kd, s->rkey.cipher, 0, NULL, 0);
     s->state = SLOT_ISSUED;
     if (s->op == ERMA_RMA_READ) {
         rma->inbound += s->len;
@@ -308,11 +335,11 @@ int erma_portal_issue(struct erma_rma *rma, int work)
 
 static bool defer_timeouts(struct erma_rma *rma)
 {
-    const bool stalled = rma->now - rma->last_poll_ns > RMA_STALL_NS;
+    const bool stalled = rma->ep->now - rma->last_poll_ns > RMA_STALL_NS;
     const bool full = rma->rx_pass >= ERMA_MAX_BURST;
-    rma->last_poll_ns = rma->now;
+    rma->last_poll_ns = rma->ep->now;
     rma->rx_pass = 0;
-    if (!rma->nheap || rma->slots[rma->heap[0]].deadline_ns > rma->now)
+    if (!rma->nheap || rma->slots[rma->heap[0]].deadline_ns > rma->ep->now)
         return false;
     if ((stalled || full) && rma->deferrals < RMA_MAX_DEFERRALS) {
         rma->deferrals++;
@@ -335,7 +362,7 @@ static void time_out(struct erma_rma *rma, struct slot *s)
 int erma_portal_poll(struct erma_rma *rma)
 {
     int work = 0;
-    const uint64_t now = rma->now;
+    const uint64_t now = rma->ep->now;
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++)
         for (int32_t h; (h = rma->queued[p].head) >= 0 &&
                         now - rma->slots[h].submit_ns >= rma->cfg.dispatch_timeout_ns;
@@ -357,7 +384,7 @@ uint64_t erma_portal_next_timer(const struct erma_rma *rma)
         if (h < 0)
             continue;
         if (can_issue(rma, &rma->slots[h]))
-            return rma->now;
+            return rma->ep->now;
         const uint64_t d = rma->slots[h].submit_ns + rma->cfg.dispatch_timeout_ns;
         t = d < t ? d : t;
     }
@@ -384,12 +411,11 @@ static void send_data(struct erma_rma *rma, struct slot *s, uint32_t sol, uint64
     for (uint32_t off = 0; off < s->len; off += rma->pkt_data, h.pkt_idx++) {
         const uint32_t n = s->len - off < rma->pkt_data ? s->len - off : rma->pkt_data;
         h.pkt_off = (uint16_t)off;
-        uint8_t *pkt = erma_rma_tx_buf(rma, &rma->peers[s->peer].addr);
-        erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &h, s->rkey.kd, s->rkey.cipher, 0,
-                                               src + off, n));
+        erma_rma_send(rma, &rma->peers[s->peer].addr, &h, s->rkey.kd, s->rkey.cipher, 0, src + off,
+                      n);
     }
     s->state = SLOT_SENT_DATA;
-    s->sent_ns = rma->now;
+    s->sent_ns = rma->ep->now;
 }
 
 /* The outcomes a target cannot seal, having no key: hints that end the op
@@ -467,10 +493,10 @@ void erma_portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struc
         return;
     }
     if (h->type != RMA_READ_RESP || !s->got)
-        rtt_sample(&rma->peers[s->peer], rma->now - s->sent_ns);
+        rtt_sample(&rma->peers[s->peer], rma->ep->now - s->sent_ns);
     if (h->type == RMA_READ_RESP)
         read_resp(rma, s, h, plen);
-    else if (h->type == RMA_SOLICIT && rma->now < s->deadline_ns)
+    else if (h->type == RMA_SOLICIT && rma->ep->now < s->deadline_ns)
         send_data(rma, s, h->sol, h->token);
     else if (h->type != RMA_SOLICIT)
         finish(rma, s, h->type == RMA_DONE ? ERMA_OK : status);

@@ -5,12 +5,22 @@
 #include "erma/clock.h"
 #include "internal.h"
 
-/* id = generation << 16 | (index + 1): a deregistered id never matches the
- * slot's next tenant, and 0 is never an id. */
+/* A region's id: generation << 16 | (index + 1), so that a deregistered id
+ * never matches the slot's next tenant, and 0 is never an id. */
+static uint32_t region_id(uint16_t gen, uint32_t index)
+{
+    return (uint32_t)gen << 16 | (index + 1);
+}
+
+static uint32_t region_index(uint32_t id)
+{
+    return (id & 0xffff) - 1; /* UINT32_MAX for no index */
+}
+
 struct region *erma_region_find(struct erma_rma *rma, uint32_t id)
 {
-    const uint32_t i = (id & 0xffff) - 1;
-    if ((id & 0xffff) == 0 || i >= rma->cfg.max_regions || rma->regions[i].id != id)
+    const uint32_t i = region_index(id);
+    if (i >= rma->cfg.max_regions || rma->regions[i].id != id)
         return NULL;
     return &rma->regions[i];
 }
@@ -83,7 +93,7 @@ int erma_region_register_cipher(struct erma_rma *rma, void *addr, size_t len, un
         const uint16_t gen = (uint16_t)(r->gen + 1);
         *r = (struct region){.addr = addr, .len = len, .gen = gen, .perms = (uint8_t)perms,
                              .cipher = (uint8_t)cipher, .key_gen = 1};
-        r->id = (uint32_t)gen << 16 | (i + 1);
+        r->id = region_id(gen, i);
         randombytes_buf(r->kr, sizeof r->kr);
         *region = r->id;
         return ERMA_OK;
@@ -141,7 +151,7 @@ int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_
     struct region *r = rma ? erma_region_find(rma, region) : NULL;
     if (!r)
         return ERMA_ENOREGION;
-    erma_region_install(r, new_key, grace_ns, rma_clock(rma, erma_now_ns()));
+    erma_region_install(r, new_key, grace_ns, erma_ep_clock(rma->ep));
     return ERMA_OK;
 }
 

@@ -73,9 +73,7 @@ static void send_status(struct erma_rma *rma, const struct erma_addr *to,
     struct rma_ophdr a = answer_of(req, status ? RMA_ERROR : RMA_DONE);
     a.status = (uint8_t)-status;
     a.flags = k ? 0 : RMA_FLAG_PLAIN;
-    uint8_t *pkt = erma_rma_tx_buf(rma, to);
-    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, k ? k->kd : NULL, k ? k->cipher : 0, 1,
-                                           NULL, 0));
+    erma_rma_send(rma, to, &a, k ? k->kd : NULL, k ? k->cipher : 0, 1, NULL, 0);
     if (status == ERMA_ENACK)
         rma->stats.nacks_sent++;
 }
@@ -87,8 +85,7 @@ static void send_read(struct erma_rma *rma, const struct erma_addr *to,
     for (uint32_t off = 0; off < req->len; off += rma->pkt_data, a.pkt_idx++) {
         const uint32_t n = req->len - off < rma->pkt_data ? req->len - off : rma->pkt_data;
         a.pkt_off = (uint16_t)off;
-        uint8_t *pkt = erma_rma_tx_buf(rma, to);
-        erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, k->kd, k->cipher, 1, src + off, n));
+        erma_rma_send(rma, to, &a, k->kd, k->cipher, 1, src + off, n);
     }
 }
 
@@ -204,7 +201,7 @@ static void solicit(struct erma_rma *rma, const struct erma_addr *to,
     s->req = *req;
     memcpy(s->kd, k->kd, sizeof s->kd);
     s->got = s->bytes = 0;
-    s->deadline_ns = rma->now + life;
+    s->deadline_ns = rma->ep->now + life;
     if (s->deadline_ns < rma->sol_expiry_ns)
         rma->sol_expiry_ns = s->deadline_ns;
     int32_t *head = &rma->sol_hash[sol_bucket(rma, req->identity, req->init_ctr)];
@@ -215,8 +212,7 @@ static void solicit(struct erma_rma *rma, const struct erma_addr *to,
     struct rma_ophdr a = answer_of(req, RMA_SOLICIT);
     a.sol = (uint32_t)i;
     a.token = s->token;
-    uint8_t *pkt = erma_rma_tx_buf(rma, to);
-    erma_rma_tx_commit(rma, erma_rma_build(rma, pkt, &a, k->kd, k->cipher, 1, NULL, 0));
+    erma_rma_send(rma, to, &a, k->kd, k->cipher, 1, NULL, 0);
 }
 
 static void sol_expire(struct erma_rma *rma)
@@ -226,7 +222,7 @@ static void sol_expire(struct erma_rma *rma)
         struct solicit *s = &rma->sol[i];
         if (!s->token)
             continue;
-        if (s->deadline_ns <= rma->now) {
+        if (s->deadline_ns <= rma->ep->now) {
             rma->stats.solicit_expired++;
             sol_free(rma, s);
         } else if (s->deadline_ns < next) {
@@ -254,7 +250,7 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
     struct region *r = erma_region_find(rma, h->region);
     if (!r)
         return ERMA_ENOREGION;
-    const uint8_t *kr = erma_region_key(r, h->key_gen, rma->now);
+    const uint8_t *kr = erma_region_key(r, h->key_gen, rma->ep->now);
     if (kr) {
         k->kd = erma_region_kd(rma, r, kr, h->key_gen, h->identity, src);
         k->cipher = r->cipher;
@@ -269,8 +265,7 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
 
 static void serve_one(struct erma_rma *rma, const struct queued_req *q)
 {
-    struct rma_ophdr h;
-    erma_rma_ophdr_decode(q->pkt + ERMA_HDR_SIZE, &h);
+    const struct rma_ophdr h = q->h;
     if (!alive(rma, &h)) /* its initiator has given up: not served */
         return;
     rma->stats.served++;
@@ -299,7 +294,7 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
 {
     struct solicit *s = sol_find(rma, h->sol, h->token);
     const uint32_t plen = pkt->len - RMA_OVERHEAD;
-    if (!s || rma->now >= s->deadline_ns || !erma_addr_eq(&s->src, &pkt->src) ||
+    if (!s || rma->ep->now >= s->deadline_ns || !erma_addr_eq(&s->src, &pkt->src) ||
         h->identity != s->req.identity || h->init_ctr != s->req.init_ctr ||
         h->region != s->req.region || h->offset != s->req.offset || h->len != s->req.len ||
         h->key_gen != s->req.key_gen || h->deadline != s->req.deadline || h->pkt_idx >= 32 ||
@@ -324,7 +319,7 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
     if (s->bytes < s->req.len)
         return;
     if (s->op == ERMA_RMA_REKEY)
-        erma_region_install(r, s->rekey, erma_get_le(s->rekey + ERMA_RMA_KEY_BYTES, 8), rma->now);
+        erma_region_install(r, s->rekey, erma_get_le(s->rekey + ERMA_RMA_KEY_BYTES, 8), rma->ep->now);
     send_status(rma, &s->src, &s->req, ERMA_OK, &k);
     sol_free(rma, s);
 }
@@ -357,6 +352,7 @@ void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct
     }
     struct queued_req *q = &rma->queue[(rma->q_head + rma->q_len) % rma->cfg.nack_threshold];
     q->src = pkt->src;
+    q->h = *h;
     memcpy(q->pkt, pkt->data, RMA_OVERHEAD);
     if (++rma->q_len > rma->stats.max_queue)
         rma->stats.max_queue = rma->q_len;
@@ -365,15 +361,15 @@ void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct
 int erma_serve_poll(struct erma_rma *rma)
 {
     int work = 0;
-    for (; rma->q_len && work < (int)rma->cfg.serve_batch && rma->now >= rma->busy_until_ns;
+    for (; rma->q_len && work < (int)rma->cfg.serve_batch && rma->ep->now >= rma->busy_until_ns;
          work++) {
         if (rma->cfg.serve_ns)
-            rma->busy_until_ns = rma->now + rma->cfg.serve_ns;
+            rma->busy_until_ns = rma->ep->now + rma->cfg.serve_ns;
         serve_one(rma, &rma->queue[rma->q_head]);
         rma->q_head = (rma->q_head + 1) % rma->cfg.nack_threshold;
         rma->q_len--;
     }
-    if (rma->now >= rma->sol_expiry_ns)
+    if (rma->ep->now >= rma->sol_expiry_ns)
         sol_expire(rma);
     return work;
 }
@@ -381,6 +377,6 @@ int erma_serve_poll(struct erma_rma *rma)
 uint64_t erma_serve_next_timer(const struct erma_rma *rma)
 {
     if (rma->q_len)
-        return rma->busy_until_ns > rma->now ? rma->busy_until_ns : rma->now;
+        return rma->busy_until_ns > rma->ep->now ? rma->busy_until_ns : rma->ep->now;
     return rma->sol_expiry_ns;
 }

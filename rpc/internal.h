@@ -7,14 +7,11 @@
 
 #include <sodium.h>
 
-#include "erma/cc.h"
-#include "erma/clock.h"
-#include "erma/pool.h"
-#include "erma/rand.h"
 #include "common/ring.h"
+#include "endpoint/proto.h"
+#include "erma/cc.h"
+#include "erma/rand.h"
 #include "erma/rpc.h"
-#include "erma/transport.h"
-#include "erma/wire.h"
 
 #define NO_SESSION 0xffffu
 #define MAX_SESSIONS 65535u
@@ -64,7 +61,8 @@ bool erma_seal_proof_ok(const uint8_t psk[ERMA_PSK_BYTES], const char *label,
 int erma_seal_start(struct seal *k, const uint8_t psk[ERMA_PSK_BYTES], const uint8_t *accept,
                     size_t len, bool client, bool aes);
 void erma_seal_end(struct seal *k);
-/* Writes hdr, data encrypted, counter and tag to out; returns its length. */
+/* Writes hdr, data encrypted, counter and tag to out; returns its length.
+ * out may be hdr, with the data right after it: sealed in place. */
 uint32_t erma_seal(struct seal *k, const uint8_t *hdr, const uint8_t *data, uint32_t len,
                    uint8_t *out);
 /* Opens a sealed packet in place and shortens *len to header and data:
@@ -73,9 +71,6 @@ uint32_t erma_seal(struct seal *k, const uint8_t *hdr, const uint8_t *data, uint
 int erma_open(struct seal *k, uint8_t *pkt, uint32_t *len);
 
 struct erma_nexus {
-    char scheme_host[160]; /* "udp://127.0.0.1" */
-    unsigned base_port;
-    char query[256];       /* "?key=value..." after the port, or "" */
     struct handler handlers[256];
     struct worker *workers;
     unsigned nworkers;
@@ -105,7 +100,7 @@ struct erma_req {
     bool responded;
     struct erma_msgbuf req_buf;
     struct erma_msgbuf pre_resp; /* preallocated, one packet of data */
-    struct erma_msgbuf *resp;    /* &pre_resp or &own_resp, set by erma_enqueue_response */
+    struct erma_msgbuf *resp;    /* &pre_resp or &own_resp, set by erma_req_respond */
     struct erma_msgbuf own_resp; /* the handler's own response buffer */
     uint32_t resp_pkts;
     int err;                     /* the request failed before any handler ran */
@@ -204,15 +199,13 @@ struct completion {
 
 struct erma_rpc {
     struct erma_nexus *nx;
-    uint8_t tid;
+    struct erma_endpoint *ep;  /* its transport queue, TX batch, clock and pool */
     struct erma_rpc_cfg cfg;
-    struct erma_transport *tr;
-    struct erma_pool *pool;
     uint32_t pkt_data;        /* data bytes per packet */
     struct erma_rand rng;
     struct session **sessions;
     uint32_t nsessions, sessions_cap, active_sessions;
-    uint32_t ring_credits; /* credits of the active sessions: at most cfg.rx_ring */
+    uint32_t ring_credits; /* credits of the active sessions: at most the RX ring */
     uint16_t *free_nums;        /* stack of FREE session numbers */
     struct session **busy;      /* client sessions with requests in flight */
     uint32_t nbusy;
@@ -224,13 +217,7 @@ struct erma_rpc {
     uint8_t cookie_key[16];     /* keys the connect cookies (crypto_shorthash) */
     uint64_t next_scan_ns, scan_ns;       /* retransmission scan of rpc->busy */
     uint64_t next_sm_scan_ns, sm_scan_ns; /* session-management scan of all sessions */
-    /* TX batch; control packets keep their header in ctrl[] */
-    struct erma_tx_pkt tx[ERMA_MAX_BURST];
-    struct session *tx_sess[ERMA_MAX_BURST]; /* whose keys seal tx[i] at the flush, or NULL */
-    uint8_t ctrl[ERMA_MAX_BURST][ERMA_HDR_SIZE + 96];
-    uint8_t *sealed;          /* secure: ERMA_MAX_BURST packets of max_pkt bytes */
     uint64_t serial;          /* secure server: sessions accepted so far */
-    unsigned ntx;
     uint32_t in_workers; /* requests at worker threads (their answers do not wake the loop) */
     struct erma_req *free_reqs, *all_reqs; /* request objects (erma_req.next, .all) */
     /* continuations run after the TX batch is flushed */
@@ -239,23 +226,20 @@ struct erma_rpc {
     struct backlog *free_backlog;
     struct erma_mpsc worker_done; /* struct erma_req * back from workers */
     struct erma_rpc_stats stats;
-    struct erma_proto_hook rma_hook; /* rx == NULL: none attached */
     /* congestion control */
     struct erma_timely_cfg timely_cfg;
     struct erma_wheel wheel;
-    uint64_t loop_now; /* the clock read once per loop pass (batch clock) */
-    uint64_t idle_since; /* when the loop last found work (idle_wait) */
     bool pool_locked; /* worker threads allocate too */
     bool destroying;  /* erma_rpc_destroy() is failing what is pending */
     pthread_mutex_t pool_lock;
 };
 
-/* The endpoint's time base: read once per loop pass, and again where the
- * application calls in from outside the loop. Every timestamp of the RPC
- * layer comes from it, so that none is ever ahead of the time a scan sees. */
+/* The endpoint's clock read now, for calls from outside the loop: every
+ * timestamp of the RPC layer comes from the endpoint's clock, so that none
+ * is ever ahead of the time a scan sees. */
 static inline uint64_t refresh_clock(struct erma_rpc *rpc)
 {
-    return rpc->loop_now = erma_now_ns();
+    return erma_ep_clock(rpc->ep);
 }
 
 /* Time from t to now, 0 when t is later (a callback refreshed the clock
@@ -265,7 +249,7 @@ static inline uint64_t since(uint64_t now, uint64_t t)
     return now > t ? now - t : 0;
 }
 
-/* endpoint.c */
+/* tx.c */
 void erma_tx_flush(struct erma_rpc *rpc);
 /* Queues a packet to dst for the next flush, sealed there under s's keys
  * when s is a secure session (s NULL: in the clear). */

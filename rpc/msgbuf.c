@@ -26,7 +26,7 @@ void erma_msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t *
     *len = mb->size - off < mb->pkt_data ? mb->size - off : mb->pkt_data;
 }
 
-int erma_alloc_msgbuf(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf *out)
+int erma_msgbuf_alloc(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf *out)
 {
     if (!rpc || !out)
         return ERMA_EINVAL;
@@ -36,7 +36,7 @@ int erma_alloc_msgbuf(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf 
     const uint32_t pkts = erma_msg_pkts((uint32_t)max_size, rpc->pkt_data);
     if (rpc->pool_locked)
         pthread_mutex_lock(&rpc->pool_lock);
-    out->mem = erma_pool_alloc(rpc->pool, mem_size((uint32_t)max_size, pkts));
+    out->mem = erma_pool_alloc(rpc->ep->pool, mem_size((uint32_t)max_size, pkts));
     if (rpc->pool_locked)
         pthread_mutex_unlock(&rpc->pool_lock);
     if (!out->mem)
@@ -48,19 +48,19 @@ int erma_alloc_msgbuf(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf 
     return ERMA_OK;
 }
 
-void erma_free_msgbuf(struct erma_rpc *rpc, struct erma_msgbuf *mb)
+void erma_msgbuf_free(struct erma_rpc *rpc, struct erma_msgbuf *mb)
 {
     if (!rpc || !mb || !mb->mem)
         return;
     if (rpc->pool_locked)
         pthread_mutex_lock(&rpc->pool_lock);
-    erma_pool_free(rpc->pool, mb->mem, mem_size(mb->max_size, mb->max_pkts));
+    erma_pool_free(rpc->ep->pool, mb->mem, mem_size(mb->max_size, mb->max_pkts));
     if (rpc->pool_locked)
         pthread_mutex_unlock(&rpc->pool_lock);
     memset(mb, 0, sizeof *mb);
 }
 
-int erma_resize_msgbuf(struct erma_msgbuf *mb, size_t size)
+int erma_msgbuf_resize(struct erma_msgbuf *mb, size_t size)
 {
     if (!mb || !mb->mem)
         return ERMA_EINVAL;

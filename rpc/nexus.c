@@ -1,4 +1,4 @@
-/* The nexus: endpoint addressing, handler registry, worker threads. */
+/* The nexus: handler registry, worker threads. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +54,7 @@ static void *worker_main(void *arg)
         if (!rq->responded) {
             ERMA_WARN("worker handler for type %u returned without a response; "
                       "sending an empty one", rq->type);
-            erma_resize_msgbuf(&rq->pre_resp, 0);
+            erma_msgbuf_resize(&rq->pre_resp, 0);
             rq->resp = &rq->pre_resp;
             rq->responded = true;
         }
@@ -72,45 +72,13 @@ void erma_nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq)
     worker_signal(&nx->workers[i]);
 }
 
-/* Splits "scheme://host:PORT[?query]" at PORT: *port_at points at the ':'
- * and *query at the '?' (or the end). */
-static int split_uri(const char *uri, const char **colon, const char **query, unsigned *port)
+int erma_nexus_create(const struct erma_nexus_cfg *cfg, struct erma_nexus **out)
 {
-    const char *sep = uri ? strstr(uri, "://") : NULL;
-    if (!sep)
-        return ERMA_EADDR;
-    const char *q = strchr(sep, '?'), *end = q ? q : sep + strlen(sep);
-    const char *c = end;
-    while (c > sep + 3 && c[-1] != ':')
-        c--;
-    if (c <= sep + 3 || c == end)
-        return ERMA_EADDR;
-    unsigned long v = 0;
-    for (const char *d = c; d < end; d++) {
-        if (*d < '0' || *d > '9' || (v = v * 10 + (unsigned long)(*d - '0')) > 65535)
-            return ERMA_EADDR;
-    }
-    *colon = c - 1;
-    *query = end;
-    *port = (unsigned)v;
-    return ERMA_OK;
-}
-
-int erma_nexus_create(const char *uri, const struct erma_nexus_cfg *cfg,
-                      struct erma_nexus **out)
-{
-    const char *colon, *query;
-    unsigned port;
-    if (!out || split_uri(uri, &colon, &query, &port) != ERMA_OK ||
-        (size_t)(colon - uri) >= sizeof((struct erma_nexus *)0)->scheme_host ||
-        strlen(query) >= sizeof((struct erma_nexus *)0)->query)
-        return ERMA_EADDR;
+    if (!out)
+        return ERMA_EINVAL;
     struct erma_nexus *nx = calloc(1, sizeof *nx);
     if (!nx)
         return ERMA_ENOMEM;
-    memcpy(nx->scheme_host, uri, (size_t)(colon - uri));
-    strcpy(nx->query, query);
-    nx->base_port = port;
     if (cfg && cfg->psk) {
         nx->secure = true;
         memcpy(nx->psk, cfg->psk, ERMA_PSK_BYTES);
@@ -162,7 +130,7 @@ void erma_nexus_destroy(struct erma_nexus *nx)
     free(nx);
 }
 
-int erma_register_handler(struct erma_nexus *nx, uint8_t req_type, erma_handler_fn fn,
+int erma_handler_register(struct erma_nexus *nx, uint8_t req_type, erma_handler_fn fn,
                           enum erma_handler_mode mode, void *ctx)
 {
     if (!nx || !fn || nx->handlers[req_type].fn ||
@@ -171,16 +139,4 @@ int erma_register_handler(struct erma_nexus *nx, uint8_t req_type, erma_handler_
         return ERMA_EINVAL;
     nx->handlers[req_type] = (struct handler){fn, ctx, mode};
     return ERMA_OK;
-}
-
-int erma_endpoint_uri(const char *base, uint8_t tid, char *out, size_t len)
-{
-    const char *colon, *query;
-    unsigned port;
-    if (split_uri(base, &colon, &query, &port) != ERMA_OK || port + tid > 65535)
-        return ERMA_EADDR;
-    if (port != 0) /* port 0: every endpoint takes a free port of its own */
-        port += tid;
-    const int n = snprintf(out, len, "%.*s:%u%s", (int)(colon - base), base, port, query);
-    return n < 0 || (size_t)n >= len ? ERMA_EADDR : ERMA_OK;
 }

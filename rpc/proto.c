@@ -30,7 +30,7 @@ static uint32_t client_total_tx(const struct slot *sl)
 /* The clock for CC timestamps: one reading per loop pass, or per packet. */
 static uint64_t cc_now(const struct erma_rpc *rpc)
 {
-    return rpc->cfg.cc.no_batch_clock ? erma_now_ns() : rpc->loop_now;
+    return rpc->cfg.cc.no_batch_clock ? erma_now_ns() : rpc->ep->now;
 }
 
 /* Sends client packet i; returns the bytes it brings onto the path: the
@@ -47,7 +47,7 @@ static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *s
     }
     uint8_t *h = erma_tx_ctrl(rpc, s, &s->peer, ERMA_HDR_SIZE);
     hdr_put(h, sl->req_type, 0, s->remote_num, ERMA_PKT_RFR, i, sl->req_num);
-    return rpc->tr->max_pkt;
+    return rpc->ep->tr->max_pkt;
 }
 
 static bool slot_pending(const struct slot *sl)
@@ -171,7 +171,7 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     sl->tag = b->tag;
     sl->req_pkts = erma_msg_pkts(sl->req->size, rpc->pkt_data);
     sl->resp_pkts = sl->num_tx = sl->num_rx = 0;
-    sl->progress_ns = sl->start_ns = rpc->loop_now;
+    sl->progress_ns = sl->start_ns = rpc->ep->now;
     for (uint32_t k = 0; k < sl->req_pkts; k++)
         hdr_put(erma_msg_hdr(sl->req, k), sl->req_type, sl->req->size, s->remote_num, ERMA_PKT_REQ,
                 k, sl->req_num);
@@ -202,7 +202,7 @@ void erma_client_kick(struct erma_rpc *rpc, struct session *s)
     client_send(rpc, s);
 }
 
-int erma_enqueue_request(struct erma_rpc *rpc, int num, uint8_t req_type,
+int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type,
                          struct erma_msgbuf *req, struct erma_msgbuf *resp, erma_cont_fn cont,
                          void *tag)
 {
@@ -284,8 +284,8 @@ static int client_take_resp(struct erma_rpc *rpc, struct slot *sl, const struct 
     struct erma_msgbuf *resp = sl->resp;
     if (j == 0) {
         if (h->msg_size > resp->max_size || resp->pkt_data != rpc->pkt_data) {
-            erma_free_msgbuf(rpc, resp);
-            if (erma_alloc_msgbuf(rpc, h->msg_size, resp) != ERMA_OK)
+            erma_msgbuf_free(rpc, resp);
+            if (erma_msgbuf_alloc(rpc, h->msg_size, resp) != ERMA_OK)
                 return ERMA_ENOMEM;
         }
         resp->size = h->msg_size;
@@ -352,7 +352,7 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     cc_sample(rpc, s, sl, i);
     sl->num_rx++;
     s->credits++;
-    sl->progress_ns = rpc->loop_now;
+    sl->progress_ns = rpc->ep->now;
     if (!is_cr && sl->num_rx == client_total_tx(sl))
         slot_finish(rpc, s, sl, ERMA_OK);
     erma_client_kick(rpc, s);
@@ -387,7 +387,7 @@ static void server_send_error(struct erma_rpc *rpc, struct session *s, const str
 static void free_req_buf(struct erma_rpc *rpc, struct erma_req *rq)
 {
     if (rq->owns_req)
-        erma_free_msgbuf(rpc, &rq->req_buf);
+        erma_msgbuf_free(rpc, &rq->req_buf);
     rq->owns_req = false;
     rq->data = NULL;
 }
@@ -397,7 +397,7 @@ static void req_clear(struct erma_rpc *rpc, struct erma_req *rq)
 {
     if (rq->resp == &rq->own_resp) {
         erma_tx_flush(rpc); /* the batch may still point into it */
-        erma_free_msgbuf(rpc, &rq->own_resp);
+        erma_msgbuf_free(rpc, &rq->own_resp);
     }
     free_req_buf(rpc, rq);
     rq->resp = NULL;
@@ -469,7 +469,7 @@ static void let_go(struct erma_rpc *rpc, struct erma_req *rq)
         req_put(rpc, rq);
 }
 
-int erma_enqueue_response(struct erma_req *rq, struct erma_msgbuf *resp)
+int erma_req_respond(struct erma_req *rq, struct erma_msgbuf *resp)
 {
     if (!rq || !resp || !resp->mem || resp->size > resp->max_size || rq->responded ||
         resp->pkt_data != rq->rpc->pkt_data)
@@ -502,7 +502,7 @@ static int own_request(struct erma_rpc *rpc, struct erma_req *rq)
 {
     if (rq->owns_req)
         return ERMA_OK;
-    const int rc = erma_alloc_msgbuf(rpc, rq->size, &rq->req_buf);
+    const int rc = erma_msgbuf_alloc(rpc, rq->size, &rq->req_buf);
     if (rc != ERMA_OK)
         return rc;
     memcpy(rq->req_buf.data, rq->data, rq->size);
@@ -515,7 +515,7 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
 {
     struct erma_req *rq = sl->rq;
     const struct handler *h = &rpc->nx->handlers[rq->type];
-    if (!rq->pre_resp.mem && erma_alloc_msgbuf(rpc, rpc->pkt_data, &rq->pre_resp) != ERMA_OK)
+    if (!rq->pre_resp.mem && erma_msgbuf_alloc(rpc, rpc->pkt_data, &rq->pre_resp) != ERMA_OK)
         rq->err = ERMA_ENOMEM;
     else if (!h->fn)
         rq->err = ERMA_ENOENT;
@@ -573,7 +573,7 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
     if (req_pkts == 1) {
         rq->data = data; /* processed in the RX buffer */
     } else {
-        if (i == 0 && erma_alloc_msgbuf(rpc, rq->size, &rq->req_buf) != ERMA_OK)
+        if (i == 0 && erma_msgbuf_alloc(rpc, rq->size, &rq->req_buf) != ERMA_OK)
             return; /* dropped; the client will retransmit */
         rq->owns_req = true;
         rq->data = rq->req_buf.data;
@@ -690,7 +690,7 @@ void erma_rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct er
         rpc->stats.rx_bad++;
         return;
     }
-    s->last_rx_ns = rpc->loop_now;
+    s->last_rx_ns = rpc->ep->now;
     if (to_server)
         server_rx(rpc, s, h, pkt);
     else
@@ -737,7 +737,7 @@ struct erma_rpc *erma_req_rpc(const struct erma_req *rq)
 
 int erma_req_peer_uri(const struct erma_req *rq, char *out, size_t len)
 {
-    return rq ? erma_transport_addr_str(rq->rpc->tr, &rq->peer, out, len) : ERMA_EINVAL;
+    return rq ? erma_transport_addr_str(rq->rpc->ep->tr, &rq->peer, out, len) : ERMA_EINVAL;
 }
 
 struct erma_msgbuf *erma_req_resp_buf(struct erma_req *rq)

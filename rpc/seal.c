@@ -89,7 +89,8 @@ uint32_t erma_seal(struct seal *k, const uint8_t *hdr, const uint8_t *data, uint
     uint8_t n[NONCE_BYTES];
     const uint64_t ctr = ++k->tx_ctr;
     nonce_of(ctr, n);
-    memcpy(out, hdr, ERMA_HDR_SIZE);
+    if (out != hdr) /* else sealed in place */
+        memcpy(out, hdr, ERMA_HDR_SIZE);
     uint8_t *c = out + ERMA_HDR_SIZE, *tail = c + len;
     erma_put_le(tail, ctr, 8);
     if (k->aes)

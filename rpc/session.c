@@ -12,21 +12,23 @@
 #define SM_PAYLOAD 70
 #define SM_LEN (ERMA_HDR_SIZE + SM_PAYLOAD)
 
-#define SM_PROOF_AT 53 /* the proof field's place in the payload */
+#define SM_PROOF_AT 53 /* the proof field's place in the payload (sm_encode) */
+_Static_assert(8 + 2 + 2 + 4 + 4 + 1 + 8 + 8 + 16 == SM_PROOF_AT, "proof offset");
+_Static_assert(SM_PROOF_AT + ERMA_PROOF_BYTES + 1 == SM_PAYLOAD, "payload length");
 
 static void sm_encode(uint8_t *p, const struct sm_msg *m)
 {
-    erma_put_le(p, m->token, 8);
-    erma_put_le(p + 8, m->client_session, 2);
-    erma_put_le(p + 10, m->server_session, 2);
-    erma_put_le(p + 12, m->credits, 4);
-    erma_put_le(p + 16, (uint32_t)m->err, 4);
-    p[20] = m->server_tid;
-    erma_put_le(p + 21, m->req_num, 8);
-    erma_put_le(p + 29, m->cookie, 8);
-    memcpy(p + 37, m->nonce, sizeof m->nonce);
-    memcpy(p + SM_PROOF_AT, m->proof, sizeof m->proof);
-    p[69] = m->flags;
+    erma_put(&p, m->token, 8);
+    erma_put(&p, m->client_session, 2);
+    erma_put(&p, m->server_session, 2);
+    erma_put(&p, m->credits, 4);
+    erma_put(&p, (uint32_t)m->err, 4);
+    erma_put(&p, m->server_tid, 1);
+    erma_put(&p, m->req_num, 8);
+    erma_put(&p, m->cookie, 8);
+    erma_put_bytes(&p, m->nonce, sizeof m->nonce); /* the proof follows at SM_PROOF_AT */
+    erma_put_bytes(&p, m->proof, sizeof m->proof);
+    erma_put(&p, m->flags, 1);
 }
 
 void erma_sm_send(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
@@ -42,17 +44,17 @@ void erma_sm_send(struct erma_rpc *rpc, struct session *s, const struct erma_add
 static void sm_decode(const uint8_t *p, struct sm_msg *m)
 {
     p += ERMA_HDR_SIZE;
-    m->token = erma_get_le(p, 8);
-    m->client_session = (uint16_t)erma_get_le(p + 8, 2);
-    m->server_session = (uint16_t)erma_get_le(p + 10, 2);
-    m->credits = (uint32_t)erma_get_le(p + 12, 4);
-    m->err = (int32_t)(uint32_t)erma_get_le(p + 16, 4);
-    m->server_tid = p[20];
-    m->req_num = erma_get_le(p + 21, 8);
-    m->cookie = erma_get_le(p + 29, 8);
-    memcpy(m->nonce, p + 37, sizeof m->nonce);
-    memcpy(m->proof, p + SM_PROOF_AT, sizeof m->proof);
-    m->flags = p[69];
+    m->token = erma_get(&p, 8);
+    m->client_session = (uint16_t)erma_get(&p, 2);
+    m->server_session = (uint16_t)erma_get(&p, 2);
+    m->credits = (uint32_t)erma_get(&p, 4);
+    m->err = (int32_t)(uint32_t)erma_get(&p, 4);
+    m->server_tid = (uint8_t)erma_get(&p, 1);
+    m->req_num = erma_get(&p, 8);
+    m->cookie = erma_get(&p, 8);
+    erma_get_bytes(&p, m->nonce, sizeof m->nonce);
+    erma_get_bytes(&p, m->proof, sizeof m->proof);
+    m->flags = (uint8_t)erma_get(&p, 1);
 }
 
 /* ---- secure handshakes: every field of a connect request or answer is
@@ -127,12 +129,12 @@ struct session *erma_session_get(struct erma_rpc *rpc, uint16_t num)
 
 uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc)
 {
-    return (rpc->cfg.rx_ring - rpc->ring_credits) / rpc->cfg.credits;
+    return (rpc->ep->tr->rx_ring - rpc->ring_credits) / rpc->cfg.credits;
 }
 
 static bool ring_has_room(const struct erma_rpc *rpc, uint32_t credits)
 {
-    return (uint64_t)rpc->ring_credits + credits <= rpc->cfg.rx_ring;
+    return (uint64_t)rpc->ring_credits + credits <= rpc->ep->tr->rx_ring;
 }
 
 static void set_credits(struct erma_rpc *rpc, struct session *s, uint32_t credits)
@@ -262,7 +264,7 @@ static uint64_t cookie_for(const struct erma_rpc *rpc, const struct erma_addr *p
 static bool cookie_ok(const struct erma_rpc *rpc, const struct erma_addr *peer,
                       const struct sm_msg *m)
 {
-    const uint64_t epoch = rpc->loop_now >> COOKIE_EPOCH_SHIFT;
+    const uint64_t epoch = rpc->ep->now >> COOKIE_EPOCH_SHIFT;
     return m->cookie && (m->cookie == cookie_for(rpc, peer, m->token, epoch) ||
                          m->cookie == cookie_for(rpc, peer, m->token, epoch - 1));
 }
@@ -307,7 +309,7 @@ static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
     memset(s, 0, sizeof *s);
     s->num = (uint16_t)i;
     s->role = (uint8_t)role;
-    s->start_ns = s->last_rx_ns = s->last_tx_sm_ns = rpc->loop_now;
+    s->start_ns = s->last_rx_ns = s->last_tx_sm_ns = rpc->ep->now;
     /* A random start makes packets of an earlier session with this number stale. */
     const uint64_t base = (erma_rand_u64(&rpc->rng) & (ERMA_MAX_REQ_NUM >> 8)) * ERMA_SESSION_SLOTS;
     if (role == CLIENT)
@@ -341,21 +343,21 @@ void erma_session_release(struct erma_rpc *rpc, struct session *s)
     rpc->free_nums[rpc->nfree_nums++] = s->num;
 }
 
-int erma_create_session(struct erma_rpc *rpc, const char *remote_uri, uint8_t remote_tid)
+int erma_session_create(struct erma_rpc *rpc, const char *remote_uri, uint8_t remote_tid)
 {
-    return erma_create_session_credits(rpc, remote_uri, remote_tid, 0);
+    return erma_session_create_credits(rpc, remote_uri, remote_tid, 0);
 }
 
-int erma_create_session_credits(struct erma_rpc *rpc, const char *remote_uri,
+int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
                                 uint8_t remote_tid, uint32_t credits)
 {
     if (!rpc || !remote_uri || remote_tid >= ERMA_MAX_THREADS || credits > rpc->cfg.credits)
         return ERMA_EINVAL;
     char uri[512];
     struct erma_addr peer;
-    int rc = erma_endpoint_uri(remote_uri, remote_tid, uri, sizeof uri);
+    int rc = erma_uri_for_thread(remote_uri, remote_tid, uri, sizeof uri);
     if (rc == ERMA_OK)
-        rc = erma_transport_resolve(rpc->tr, uri, &peer);
+        rc = erma_transport_resolve(rpc->ep->tr, uri, &peer);
     if (rc != ERMA_OK)
         return rc;
     if (!credits)
@@ -374,12 +376,12 @@ int erma_create_session_credits(struct erma_rpc *rpc, const char *remote_uri,
     s->token = erma_rand_u64(&rpc->rng) | 1;
     if (rpc->nx->secure)
         randombytes_buf(s->nonce, sizeof s->nonce);
-    send_connect(rpc, s, rpc->loop_now);
+    send_connect(rpc, s, rpc->ep->now);
     erma_tx_flush(rpc);
     return s->num;
 }
 
-int erma_destroy_session(struct erma_rpc *rpc, int num)
+int erma_session_destroy(struct erma_rpc *rpc, int num)
 {
     struct session *s = rpc && num >= 0 && num < (int)MAX_SESSIONS
                             ? erma_session_get(rpc, (uint16_t)num) : NULL;
@@ -419,7 +421,7 @@ static struct session *find_server_session(struct erma_rpc *rpc, const struct er
 static int admit(struct erma_rpc *rpc, const struct erma_addr *peer, const struct sm_msg *m,
                  uint32_t grant)
 {
-    if (m->server_tid != rpc->tid || grant == 0)
+    if (m->server_tid != rpc->ep->tid || grant == 0)
         return ERMA_ENOENT;
     if (!ring_has_room(rpc, grant) || peer_sessions(rpc, peer) >= rpc->cfg.max_sessions_per_peer ||
         (rpc->token_cap && rpc->by_token[token_slot(rpc, m->token)]))
@@ -502,7 +504,7 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
     if (!s && !cookie_ok(rpc, &pkt->src, m)) { /* keep nothing until it proves its address */
         if (m->cookie)
             rpc->stats.bad_cookies++;
-        m->cookie = cookie_for(rpc, &pkt->src, m->token, rpc->loop_now >> COOKIE_EPOCH_SHIFT);
+        m->cookie = cookie_for(rpc, &pkt->src, m->token, rpc->ep->now >> COOKIE_EPOCH_SHIFT);
         rpc->stats.cookies_sent++;
         erma_sm_send(rpc, NULL, &pkt->src, COOKIE, m->client_session, m);
         return;
@@ -530,7 +532,7 @@ static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
     const bool ours = s && s->role == SERVER && s->token == m->token &&
                       erma_addr_eq(&s->peer, &pkt->src);
     if (ours)
-        s->last_rx_ns = rpc->loop_now;
+        s->last_rx_ns = rpc->ep->now;
     if (type == DISCONNECT_REQ) {
         erma_sm_send(rpc, ours ? s : NULL, &pkt->src, DISCONNECT_RESP, m->client_session, m);
         if (ours)
@@ -569,7 +571,7 @@ static void on_connect_resp(struct erma_rpc *rpc, struct session *s, struct sm_m
 {
     if (rpc->nx->secure && !client_proven(rpc, s, m))
         return; /* wait for the real answer */
-    s->last_rx_ns = rpc->loop_now;
+    s->last_rx_ns = rpc->ep->now;
     if (m->err == ERMA_OK && (m->credits == 0 || m->credits > s->credits_max))
         m->err = ERMA_EREFUSED; /* a grant we did not ask for */
     if (m->err != ERMA_OK) {
@@ -595,14 +597,14 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
     }
     /* secure: only sealed messages (opened by erma_sm_rx) are surely the server's */
     if (!rpc->nx->secure || session_msg((uint8_t)type))
-        s->last_rx_ns = rpc->loop_now;
+        s->last_rx_ns = rpc->ep->now;
     if (type == CONNECT_RESP && s->state == CONNECTING) {
         on_connect_resp(rpc, s, m);
     } else if (type == COOKIE && s->state == CONNECTING) {
         s->cookie = m->cookie; /* prove our address: ask again with it, now */
         if (rpc->nx->secure && !s->hint)
             s->hint = ERMA_EAUTH; /* a live server; if it never accepts, another key */
-        send_connect(rpc, s, rpc->loop_now);
+        send_connect(rpc, s, rpc->ep->now);
     } else if (type == DISCONNECT_RESP && s->state == DISCONNECTING) {
         erma_session_release(rpc, s);
         sm_notify(rpc, s, ERMA_SM_DISCONNECTED, ERMA_OK);
@@ -673,7 +675,7 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
     if (s->state == CONNECTING) {
         if (since(now, s->start_ns) > c->connect_timeout_ns) {
             char peer[128] = "?";
-            erma_transport_addr_str(rpc->tr, &s->peer, peer, sizeof peer);
+            erma_transport_addr_str(rpc->ep->tr, &s->peer, peer, sizeof peer);
             ERMA_INFO("rpc: session %u: no answer to %u connect requests from %s (endpoint "
                       "%u) in %llu ms", s->num, s->sm_retries + 1, peer, s->remote_tid,
                       (unsigned long long)(since(now, s->start_ns) / 1000000));

@@ -25,6 +25,7 @@ struct world {
     struct erma_sim *sim;
     unsigned hosts;
     struct erma_nexus *nx[MAX_HOSTS];
+    struct erma_endpoint *ep[MAX_HOSTS];
     struct erma_rpc *rpc[MAX_HOSTS];
     struct erma_rma *rma[MAX_HOSTS];
     char uri[MAX_HOSTS][64];
@@ -60,10 +61,12 @@ static inline void world_up_cfg(struct world *w, bool on_sim, unsigned hosts,
             snprintf(w->uri[h], sizeof w->uri[h], "sim://%s/%u:31850", name, h);
         else
             snprintf(w->uri[h], sizeof w->uri[h], "udp://127.0.0.1:%d", base + (int)h);
-        assert_int_equal(erma_nexus_create(w->uri[h], NULL, &w->nx[h]), ERMA_OK);
-        const struct erma_rpc_cfg rc = {.seed = 7 + h,
-                                        .fault_drop = !on_sim && scfg ? scfg->loss : 0};
-        assert_int_equal(erma_rpc_create(w->nx[h], 0, &rc, &w->rpc[h]), ERMA_OK);
+        assert_int_equal(erma_nexus_create(NULL, &w->nx[h]), ERMA_OK);
+        const struct erma_endpoint_cfg ec = {.fault_drop = !on_sim && scfg ? scfg->loss : 0,
+                                             .fault_seed = 7 + h};
+        assert_int_equal(erma_endpoint_create(w->uri[h], 0, &ec, &w->ep[h]), ERMA_OK);
+        const struct erma_rpc_cfg rc = {.seed = 7 + h};
+        assert_int_equal(erma_rpc_create(w->nx[h], w->ep[h], &rc, &w->rpc[h]), ERMA_OK);
         struct erma_rma_cfg c = rcfg ? rcfg[h] : (struct erma_rma_cfg){0};
         if (!c.identity)
             c.identity = 1000 + h;
@@ -73,7 +76,7 @@ static inline void world_up_cfg(struct world *w, bool on_sim, unsigned hosts,
          * asks otherwise (the library's floor on udp is 10 ms). */
         if (!on_sim && !c.op_timeout_ns && !c.op_timeout_min_ns)
             c.op_timeout_min_ns = 20000000;
-        assert_int_equal(erma_rma_create(w->rpc[h], &c, &w->rma[h]), ERMA_OK);
+        assert_int_equal(erma_rma_create(w->ep[h], &c, &w->rma[h]), ERMA_OK);
     }
 }
 
@@ -87,16 +90,18 @@ static inline void world_kill(struct world *w, unsigned h)
 {
     erma_rma_destroy(w->rma[h]);
     erma_rpc_destroy(w->rpc[h]);
+    erma_endpoint_destroy(w->ep[h]);
     erma_nexus_destroy(w->nx[h]);
     w->rma[h] = NULL;
     w->rpc[h] = NULL;
+    w->ep[h] = NULL;
     w->nx[h] = NULL;
 }
 
 static inline void world_down(struct world *w)
 {
     for (unsigned h = 0; h < w->hosts; h++)
-        if (w->rpc[h])
+        if (w->ep[h])
             world_kill(w, h);
     if (w->sim)
         erma_sim_destroy(w->sim);
@@ -106,19 +111,19 @@ static inline void world_down(struct world *w)
 /* Runs every live endpoint until done(ctx) or ns of (virtual or wall) time. */
 static inline bool world_run(struct world *w, uint64_t ns, bool (*done)(void *), void *ctx)
 {
-    struct erma_rpc *live[MAX_HOSTS];
+    struct erma_endpoint *live[MAX_HOSTS];
     unsigned n = 0;
     for (unsigned h = 0; h < w->hosts; h++)
-        if (w->rpc[h])
-            live[n++] = w->rpc[h];
+        if (w->ep[h])
+            live[n++] = w->ep[h];
     if (w->on_sim)
-        return erma_sim_run_rpcs(w->sim, live, n, ns, done, ctx) == ERMA_OK;
+        return erma_sim_run(w->sim, live, n, ns, done, ctx) == ERMA_OK;
     const uint64_t end = erma_now_ns() + ns;
     while (erma_now_ns() < end) {
         if (done && done(ctx))
             return true;
         for (unsigned i = 0; i < n; i++)
-            erma_rpc_run_once(live[i]);
+            erma_endpoint_run_once(live[i]);
     }
     return done && done(ctx);
 }

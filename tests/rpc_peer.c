@@ -2,8 +2,8 @@
  * rpc_peer - one side of an RPC test across processes, for transports that
  * need a process per network namespace (tests/test_dpdk.sh):
  *
- *   rpc_peer server NEXUS_URI          serves echo requests for 60 s at most
- *   rpc_peer client NEXUS_URI SERVER   runs the checks below, exits 0 if all pass
+ *   rpc_peer server URI          serves echo requests for 60 s at most
+ *   rpc_peer client URI SERVER   runs the checks below, exits 0 if all pass
  *
  * The client sends 8 B to 8 MiB requests and responses to dispatch and
  * worker handlers, byte-exact both ways, then 2000 RPCs of random sizes with
@@ -25,18 +25,23 @@ static struct echo_stats st;
 static int serve(const char *uri)
 {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     const struct erma_nexus_cfg ncfg = {.workers = 1};
-    int rc = erma_nexus_create(uri, &ncfg, &nx);
-    if (rc == ERMA_OK && (rc = erma_register_handler(nx, ECHO, echo_handler, ERMA_DISPATCH, &st)) == ERMA_OK &&
-        (rc = erma_register_handler(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st)) == ERMA_OK)
-        rc = erma_rpc_create(nx, 0, NULL, &rpc);
+    int rc = erma_nexus_create(&ncfg, &nx);
+    if (rc == ERMA_OK &&
+        (rc = erma_handler_register(nx, ECHO, echo_handler, ERMA_DISPATCH, &st)) == ERMA_OK &&
+        (rc = erma_handler_register(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st)) == ERMA_OK &&
+        (rc = erma_endpoint_create(uri, 0, NULL, &ep)) == ERMA_OK &&
+        (rc = erma_rpc_create(nx, ep, NULL, &rpc)) != ERMA_OK)
+        erma_endpoint_destroy(ep);
     if (rc != ERMA_OK) {
         fprintf(stderr, "server: %s\n", erma_strerror(rc));
         return rc == ERMA_ENOTSUP ? 77 : 1;
     }
-    erma_rpc_run(rpc, 60000000000ull);
+    erma_endpoint_run(ep, 60000000000ull);
     erma_rpc_destroy(rpc);
+    erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
     return 0;
 }
@@ -62,11 +67,11 @@ static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
         next_call(rpc, c);
 }
 
-static int wait_all(struct erma_rpc *rpc, unsigned want)
+static int wait_all(struct erma_endpoint *ep, unsigned want)
 {
     const uint64_t end = erma_now_ns() + 30000000000ull;
     while (done_total < want && erma_now_ns() < end)
-        erma_rpc_run_once(rpc);
+        erma_endpoint_run_once(ep);
     return done_total == want ? ERMA_OK : ERMA_ETIMEDOUT;
 }
 
@@ -74,17 +79,17 @@ static int wait_all(struct erma_rpc *rpc, unsigned want)
 static int call(struct erma_rpc *rpc, int sess, uint8_t type, struct call *c, uint32_t id,
                 uint32_t req_size, uint32_t resp_size)
 {
-    erma_free_msgbuf(rpc, &c->req);
-    int rc = erma_alloc_msgbuf(rpc, req_size, &c->req);
+    erma_msgbuf_free(rpc, &c->req);
+    int rc = erma_msgbuf_alloc(rpc, req_size, &c->req);
     if (rc == ERMA_OK && !c->resp.mem)
-        rc = erma_alloc_msgbuf(rpc, 64, &c->resp);
+        rc = erma_msgbuf_alloc(rpc, 64, &c->resp);
     if (rc != ERMA_OK)
         return rc;
     c->id = id;
     c->resp_size = resp_size;
     c->done = 0;
     fill_req(&c->req, id, resp_size);
-    return erma_enqueue_request(rpc, sess, type, &c->req, &c->resp, on_done, c);
+    return erma_rpc_call(rpc, sess, type, &c->req, &c->resp, on_done, c);
 }
 
 #define RANDOM_CALLS 2000
@@ -107,15 +112,19 @@ static void random_call(struct erma_rpc *rpc, struct call *c)
 static int client(const char *uri, const char *server)
 {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep = NULL;
     struct erma_rpc *rpc;
-    int rc = erma_nexus_create(uri, NULL, &nx);
-    if (rc == ERMA_OK && (rc = erma_rpc_create(nx, 0, NULL, &rpc)) != ERMA_OK)
+    int rc = erma_nexus_create(NULL, &nx);
+    if (rc == ERMA_OK && ((rc = erma_endpoint_create(uri, 0, NULL, &ep)) != ERMA_OK ||
+                          (rc = erma_rpc_create(nx, ep, NULL, &rpc)) != ERMA_OK)) {
+        erma_endpoint_destroy(ep);
         erma_nexus_destroy(nx);
+    }
     if (rc != ERMA_OK) {
         fprintf(stderr, "client: %s\n", erma_strerror(rc));
         return rc == ERMA_ENOTSUP ? 77 : 1;
     }
-    const int sess = erma_create_session(rpc, server, 0);
+    const int sess = erma_session_create(rpc, server, 0);
     static struct call calls[16];
     unsigned want = 0;
     rc = sess < 0 ? sess : ERMA_OK;
@@ -124,7 +133,7 @@ static int client(const char *uri, const char *server)
         for (uint8_t type = ECHO; rc == ERMA_OK && type <= ECHO_WORKER; type++) {
             rc = call(rpc, sess, type, &calls[0], (uint32_t)i, sizes[i], sizes[i]);
             if (rc == ERMA_OK)
-                rc = wait_all(rpc, ++want);
+                rc = wait_all(ep, ++want);
         }
     printf("sizes 8 B .. 8 MiB, dispatch and worker: %s, %u wrong\n", erma_strerror(rc), wrong);
     erma_rand_seed(&rng, 1);
@@ -133,10 +142,11 @@ static int client(const char *uri, const char *server)
     for (int k = 0; rc == ERMA_OK && k < 16; k++) /* 16 in flight, each reissued when done */
         random_call(rpc, &calls[k]);
     if (rc == ERMA_OK)
-        rc = wait_all(rpc, want + RANDOM_CALLS);
+        rc = wait_all(ep, want + RANDOM_CALLS);
     printf("%d random RPCs, 16 in flight: %s, %u completed, %u wrong\n", RANDOM_CALLS,
            erma_strerror(rc), done_total - want, wrong);
     erma_rpc_destroy(rpc);
+    erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
     return rc == ERMA_OK && wrong == 0 ? 0 : 1;
 }

@@ -75,10 +75,10 @@ static inline void echo_handler(struct erma_req *req, void *ctx)
     atomic_fetch_add(&st->calls, 1);
     if (n < REQ_HDR) {
         struct erma_msgbuf *r = erma_req_resp_buf(req);
-        erma_resize_msgbuf(r, n);
+        erma_msgbuf_resize(r, n);
         for (size_t k = 0; k < n; k++)
             r->data[k] = d[k] ^ 0x5a;
-        erma_enqueue_response(req, r);
+        erma_req_respond(req, r);
         return;
     } else {
         memcpy(&resp_size, d, 4);
@@ -93,16 +93,16 @@ static inline void echo_handler(struct erma_req *req, void *ctx)
     }
     struct erma_msgbuf *resp = erma_req_resp_buf(req), own;
     if (resp_size > resp->max_size) {
-        if (erma_alloc_msgbuf(erma_req_rpc(req), resp_size, &own) != ERMA_OK) {
+        if (erma_msgbuf_alloc(erma_req_rpc(req), resp_size, &own) != ERMA_OK) {
             atomic_fetch_add(&st->bad, 1);
             return;
         }
         resp = &own;
     }
-    erma_resize_msgbuf(resp, resp_size);
+    erma_msgbuf_resize(resp, resp_size);
     for (size_t k = 0; k < resp_size; k++)
         resp->data[k] = resp_byte(id, k);
-    erma_enqueue_response(req, resp);
+    erma_req_respond(req, resp);
 }
 
 /* Fills buf with garbage packet number i: random bytes of a random length,
@@ -147,17 +147,17 @@ static inline void proxy_done(struct erma_rpc *rpc, void *tag, int status,
 {
     struct proxied *p = tag;
     struct erma_msgbuf out;
-    if (status != ERMA_OK || erma_alloc_msgbuf(rpc, resp->size, &out) != ERMA_OK) {
+    if (status != ERMA_OK || erma_msgbuf_alloc(rpc, resp->size, &out) != ERMA_OK) {
         atomic_fetch_add(&p->px->failed, 1);
         struct erma_msgbuf *empty = erma_req_resp_buf(p->req);
-        erma_resize_msgbuf(empty, 0);
-        erma_enqueue_response(p->req, empty);
+        erma_msgbuf_resize(empty, 0);
+        erma_req_respond(p->req, empty);
     } else {
         memcpy(out.data, resp->data, resp->size);
-        erma_enqueue_response(p->req, &out);
+        erma_req_respond(p->req, &out);
     }
-    erma_free_msgbuf(rpc, &p->fwd);
-    erma_free_msgbuf(rpc, &p->back);
+    erma_msgbuf_free(rpc, &p->fwd);
+    erma_msgbuf_free(rpc, &p->back);
     free(p);
 }
 
@@ -166,8 +166,8 @@ static inline void proxy_handler(struct erma_req *req, void *ctx)
     struct proxy *px = ctx;
     struct erma_rpc *rpc = erma_req_rpc(req);
     struct proxied *p = calloc(1, sizeof *p);
-    if (!p || erma_alloc_msgbuf(rpc, erma_req_size(req), &p->fwd) != ERMA_OK ||
-        erma_alloc_msgbuf(rpc, 64, &p->back) != ERMA_OK) {
+    if (!p || erma_msgbuf_alloc(rpc, erma_req_size(req), &p->fwd) != ERMA_OK ||
+        erma_msgbuf_alloc(rpc, 64, &p->back) != ERMA_OK) {
         atomic_fetch_add(&px->failed, 1);
         free(p);
         return;
@@ -175,7 +175,7 @@ static inline void proxy_handler(struct erma_req *req, void *ctx)
     p->req = req;
     p->px = px;
     memcpy(p->fwd.data, erma_req_data(req), erma_req_size(req));
-    if (erma_enqueue_request(rpc, px->sess, px->type, &p->fwd, &p->back, proxy_done, p) != ERMA_OK)
+    if (erma_rpc_call(rpc, px->sess, px->type, &p->fwd, &p->back, proxy_done, p) != ERMA_OK)
         proxy_done(rpc, p, ERMA_ENOENT, &p->back);
 }
 

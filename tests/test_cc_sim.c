@@ -75,8 +75,8 @@ static void sink(struct erma_req *req, void *ctx)
 {
     (void)ctx;
     struct erma_msgbuf *r = erma_req_resp_buf(req);
-    erma_resize_msgbuf(r, 8);
-    erma_enqueue_response(req, r);
+    erma_msgbuf_resize(r, 8);
+    erma_req_respond(req, r);
 }
 
 static bool enough(void *ctx)
@@ -87,6 +87,7 @@ static bool enough(void *ctx)
 struct pair {
     struct erma_sim *sim;
     struct erma_nexus *nx[2];
+    struct erma_endpoint *ep[2];
     struct erma_rpc *rpc[2];
     int sess;
     struct erma_msgbuf req, resp;
@@ -101,27 +102,27 @@ static void pair_up(struct pair *p, const char *name)
     char uri[64];
     for (int h = 0; h < 2; h++) {
         snprintf(uri, sizeof uri, "sim://%s/%d:100", name, h);
-        assert_int_equal(erma_nexus_create(uri, NULL, &p->nx[h]), ERMA_OK);
+        assert_int_equal(erma_nexus_create(NULL, &p->nx[h]), ERMA_OK);
         if (h == 1)
-            assert_int_equal(erma_register_handler(p->nx[h], 1, sink, ERMA_DISPATCH, NULL), ERMA_OK);
+            assert_int_equal(erma_handler_register(p->nx[h], 1, sink, ERMA_DISPATCH, NULL), ERMA_OK);
         const struct erma_rpc_cfg cfg = {.seed = 1};
-        assert_int_equal(erma_rpc_create(p->nx[h], 0, &cfg, &p->rpc[h]), ERMA_OK);
+        assert_int_equal(erma_endpoint_create(uri, 0, NULL, &p->ep[h]), ERMA_OK);
+        assert_int_equal(erma_rpc_create(p->nx[h], p->ep[h], &cfg, &p->rpc[h]), ERMA_OK);
     }
     snprintf(uri, sizeof uri, "sim://%s/1:100", name);
-    p->sess = erma_create_session(p->rpc[0], uri, 0);
+    p->sess = erma_session_create(p->rpc[0], uri, 0);
     assert_true(p->sess >= 0);
-    assert_int_equal(erma_alloc_msgbuf(p->rpc[0], 1 << 20, &p->req), ERMA_OK);
-    assert_int_equal(erma_alloc_msgbuf(p->rpc[0], 64, &p->resp), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(p->rpc[0], 1 << 20, &p->req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(p->rpc[0], 64, &p->resp), ERMA_OK);
 }
 
 static void pair_calls(struct pair *p, int n)
 {
     done = 0;
     for (int i = 0; i < n; i++) {
-        assert_int_equal(erma_enqueue_request(p->rpc[0], p->sess, 1, &p->req, &p->resp, on_done,
-                                              NULL),
+        assert_int_equal(erma_rpc_call(p->rpc[0], p->sess, 1, &p->req, &p->resp, on_done, NULL),
                          ERMA_OK);
-        assert_int_equal(erma_sim_run_rpcs(p->sim, p->rpc, 2, 1000000000ull, enough, &(int){i + 1}),
+        assert_int_equal(erma_sim_run(p->sim, p->ep, 2, 1000000000ull, enough, &(int){i + 1}),
                          ERMA_OK);
     }
 }
@@ -130,6 +131,7 @@ static void pair_down(struct pair *p)
 {
     for (int h = 0; h < 2; h++) {
         erma_rpc_destroy(p->rpc[h]);
+        erma_endpoint_destroy(p->ep[h]);
         erma_nexus_destroy(p->nx[h]);
     }
     erma_sim_destroy(p->sim);

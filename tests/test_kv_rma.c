@@ -52,7 +52,8 @@ struct scan_op {
 
 struct world_ {
     struct erma_nexus *nx[3];
-    struct erma_rpc *rpc[3]; /* server, writer, reader */
+    struct erma_endpoint *ep[3]; /* server, writer, reader */
+    struct erma_rpc *rpc[3];
     struct erma_rma *rma[3];
     struct erma_kv *kv;
     struct erma_kv_server *srv;
@@ -201,9 +202,8 @@ static void start_write(struct world_ *w, struct op *o)
     h->w[h->n++] = (struct write){version, del, ++w->clock, 0};
     h->busy = true;
     *o = (struct op){w, k, true, false, true, 0, o->req, o->resp};
-    assert_int_equal(erma_enqueue_request(w->rpc[1], w->sess[1], BASE + (del ? ERMA_KV_DEL
-                                                                             : ERMA_KV_PUT),
-                                          &o->req, &o->resp, on_rpc, o),
+    assert_int_equal(erma_rpc_call(w->rpc[1], w->sess[1], BASE + (del ? ERMA_KV_DEL : ERMA_KV_PUT),
+                                   &o->req, &o->resp, on_rpc, o),
                      ERMA_OK);
     w->started++;
 }
@@ -275,8 +275,8 @@ static void start_scan(struct world_ *w)
     assert_int_equal(erma_kv_req_scan(&s->req, key, 8, SCAN_COUNT), ERMA_OK);
     s->live = true;
     s->start = ++w->clock;
-    assert_int_equal(erma_enqueue_request(w->rpc[2], w->sess[2], BASE + ERMA_KV_SCAN, &s->req,
-                                          &s->resp, on_scan, w),
+    assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + ERMA_KV_SCAN, &s->req,
+                                   &s->resp, on_scan, w),
                      ERMA_OK);
     w->started++;
 }
@@ -292,8 +292,8 @@ static void start_read(struct world_ *w, struct op *o)
         assert_int_equal(erma_kv_rget(w->reader, &w->remote, key, 8, on_rget, o), ERMA_OK);
     } else {
         assert_int_equal(erma_kv_req_get(&o->req, key, 8), ERMA_OK);
-        assert_int_equal(erma_enqueue_request(w->rpc[2], w->sess[2], BASE + ERMA_KV_GET,
-                                              &o->req, &o->resp, on_rpc, o),
+        assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + ERMA_KV_GET,
+                                       &o->req, &o->resp, on_rpc, o),
                          ERMA_OK);
     }
     w->started++;
@@ -302,7 +302,7 @@ static void start_read(struct world_ *w, struct op *o)
 static void run_once(struct world_ *w)
 {
     for (int i = 0; i < 3; i++)
-        erma_rpc_run_once(w->rpc[i]);
+        erma_endpoint_run_once(w->ep[i]);
     erma_kv_reader_poll(w->reader);
 }
 
@@ -316,7 +316,7 @@ static void on_sync(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
 static void connect_all(struct world_ *w, char uri[3][64])
 {
     for (int i = 1; i < 3; i++) {
-        w->sess[i] = erma_create_session(w->rpc[i], uri[0], 0);
+        w->sess[i] = erma_session_create(w->rpc[i], uri[0], 0);
         assert_true(w->sess[i] >= 0);
         const uint64_t end = erma_now_ns() + 5000000000ull;
         while (!erma_session_connected(w->rpc[i], w->sess[i]) && erma_now_ns() < end)
@@ -327,8 +327,8 @@ static void connect_all(struct world_ *w, char uri[3][64])
     struct op *o = &w->rops[0];
     int done = 0;
     assert_int_equal(erma_kv_req_region(&o->req, erma_rma_identity(w->rma[2])), ERMA_OK);
-    assert_int_equal(erma_enqueue_request(w->rpc[2], w->sess[2], BASE + ERMA_KV_REGION, &o->req,
-                                          &o->resp, on_sync, &done),
+    assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + ERMA_KV_REGION, &o->req,
+                                   &o->resp, on_sync, &done),
                      ERMA_OK);
     const uint64_t end = erma_now_ns() + 5000000000ull;
     while (!done && erma_now_ns() < end)
@@ -351,29 +351,30 @@ static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes)
     assert_int_equal(erma_kv_create(buckets, log_bytes, &w->kv), ERMA_OK);
     const struct erma_nexus_cfg ncfg = {.workers = 1};
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(erma_nexus_create(uri[i], i == 0 ? &ncfg : NULL, &w->nx[i]), ERMA_OK);
+        assert_int_equal(erma_nexus_create(i == 0 ? &ncfg : NULL, &w->nx[i]), ERMA_OK);
         if (i == 0)
             assert_int_equal(erma_kv_serve(w->nx[0], BASE, w->kv, &w->srv), ERMA_OK);
-        assert_int_equal(erma_rpc_create(w->nx[i], 0, NULL, &w->rpc[i]), ERMA_OK);
+        assert_int_equal(erma_endpoint_create(uri[i], 0, NULL, &w->ep[i]), ERMA_OK);
+        assert_int_equal(erma_rpc_create(w->nx[i], w->ep[i], NULL, &w->rpc[i]), ERMA_OK);
         /* generous timeouts: this test checks values, and a loaded 2-core
          * machine (ASan, parallel tests) must not fail ops by scheduling */
         const struct erma_rma_cfg rc = {.identity = 500 + (uint64_t)i,
                                         .op_timeout_ns = 100000000,
                                         .dispatch_timeout_ns = 100000000};
-        assert_int_equal(erma_rma_create(w->rpc[i], &rc, &w->rma[i]), ERMA_OK);
+        assert_int_equal(erma_rma_create(w->ep[i], &rc, &w->rma[i]), ERMA_OK);
     }
     assert_int_equal(erma_kv_server_rma(w->srv, w->rma[0]), ERMA_OK);
     assert_int_equal(erma_kv_reader_create(w->rma[2], READ_DEPTH, 0, &w->reader), ERMA_OK);
     for (int i = 0; i < WRITE_DEPTH; i++) {
-        assert_int_equal(erma_alloc_msgbuf(w->rpc[1], 512, &w->wops[i].req), ERMA_OK);
-        assert_int_equal(erma_alloc_msgbuf(w->rpc[1], 512, &w->wops[i].resp), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(w->rpc[1], 512, &w->wops[i].req), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(w->rpc[1], 512, &w->wops[i].resp), ERMA_OK);
     }
     for (int i = 0; i < READ_DEPTH; i++) {
-        assert_int_equal(erma_alloc_msgbuf(w->rpc[2], 512, &w->rops[i].req), ERMA_OK);
-        assert_int_equal(erma_alloc_msgbuf(w->rpc[2], 512, &w->rops[i].resp), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(w->rpc[2], 512, &w->rops[i].req), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(w->rpc[2], 512, &w->rops[i].resp), ERMA_OK);
     }
-    assert_int_equal(erma_alloc_msgbuf(w->rpc[2], 64, &w->sop.req), ERMA_OK);
-    assert_int_equal(erma_alloc_msgbuf(w->rpc[2], SCAN_COUNT * 512, &w->sop.resp), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(w->rpc[2], 64, &w->sop.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(w->rpc[2], SCAN_COUNT * 512, &w->sop.resp), ERMA_OK);
     connect_all(w, uri);
 }
 
@@ -383,6 +384,7 @@ static void world_down_kv(struct world_ *w)
     for (int i = 2; i >= 0; i--) {
         erma_rma_destroy(w->rma[i]);
         erma_rpc_destroy(w->rpc[i]); /* frees the msgbufs' pool */
+        erma_endpoint_destroy(w->ep[i]);
         erma_nexus_destroy(w->nx[i]);
     }
     erma_kv_server_destroy(w->srv);
@@ -579,14 +581,16 @@ static void test_region_key_bound(void **state)
     static struct world_ w;
     world_up_kv(&w, 1 << 10, 1u << 20);
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     struct erma_rma *thief;
     char uri[64];
     const struct erma_rma_cfg rc = {.identity = 502}; /* the reader's */
-    assert_int_equal(erma_nexus_create("udp://127.0.0.1:0", NULL, &nx), ERMA_OK);
-    assert_int_equal(erma_rpc_create(nx, 0, NULL, &rpc), ERMA_OK);
-    assert_int_equal(erma_rma_create(rpc, &rc, &thief), ERMA_OK);
-    assert_int_equal(erma_rpc_uri(w.rpc[0], uri, sizeof uri), ERMA_OK);
+    assert_int_equal(erma_nexus_create(NULL, &nx), ERMA_OK);
+    assert_int_equal(erma_endpoint_create("udp://127.0.0.1:0", 0, NULL, &ep), ERMA_OK);
+    assert_int_equal(erma_rpc_create(nx, ep, NULL, &rpc), ERMA_OK);
+    assert_int_equal(erma_rma_create(ep, &rc, &thief), ERMA_OK);
+    assert_int_equal(erma_endpoint_uri(w.ep[0], uri, sizeof uri), ERMA_OK);
     uint8_t buf[64];
     const struct erma_rma_cmd cmd = {.op = ERMA_RMA_READ, .peer = erma_rma_peer(thief, uri, 0),
                                      .rkey = w.remote.rkey, .local = buf, .len = sizeof buf};
@@ -595,7 +599,7 @@ static void test_region_key_bound(void **state)
     struct erma_rma_completion c;
     int n = 0;
     for (const uint64_t end = erma_now_ns() + 10000000000ull; !n && erma_now_ns() < end;) {
-        erma_rpc_run_once(rpc);
+        erma_endpoint_run_once(ep);
         run_once(&w);
         n = erma_rma_poll(thief, &c, 1);
     }
@@ -603,6 +607,7 @@ static void test_region_key_bound(void **state)
     assert_int_equal(c.status, ERMA_EAUTH);
     erma_rma_destroy(thief);
     erma_rpc_destroy(rpc);
+    erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
     world_down_kv(&w);
 }

@@ -25,29 +25,33 @@ static pid_t server_pid;
 static void server_main(void)
 {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     struct erma_kv *kv;
     struct erma_kv_server *srv;
     const struct erma_nexus_cfg ncfg = {.workers = 1};
     int rc = erma_kv_create(1 << 15, 64u << 20, &kv);
     if (rc == ERMA_OK)
-        rc = erma_nexus_create(server_uri, &ncfg, &nx);
+        rc = erma_nexus_create(&ncfg, &nx);
     if (rc == ERMA_OK)
         rc = erma_kv_serve(nx, BASE, kv, &srv);
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(nx, 0, NULL, &rpc);
+        rc = erma_endpoint_create(server_uri, 0, NULL, &ep);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(nx, ep, NULL, &rpc);
     if (rc != ERMA_OK) {
         fprintf(stderr, "kv server: %s\n", erma_strerror(rc));
         _exit(2);
     }
     const uint64_t end = erma_now_ns() + 120000000000ull;
     while (erma_now_ns() < end && getppid() != 1)
-        erma_rpc_run(rpc, 10000000);
+        erma_endpoint_run(ep, 10000000);
     _exit(0);
 }
 
 struct client {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     int sess;
     struct erma_msgbuf req, resp;
@@ -66,7 +70,7 @@ static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
 static int wait_connected(struct client *c, int s)
 {
     for (int i = 0; i < 3000 && !erma_session_connected(c->rpc, s); i++)
-        erma_rpc_run(c->rpc, 1000000);
+        erma_endpoint_run(c->ep, 1000000);
     assert_true(erma_session_connected(c->rpc, s));
     return s;
 }
@@ -74,23 +78,24 @@ static int wait_connected(struct client *c, int s)
 static void client_up(struct client *c)
 {
     memset(c, 0, sizeof *c);
-    assert_int_equal(erma_nexus_create(client_uri, NULL, &c->nx), ERMA_OK);
+    assert_int_equal(erma_nexus_create(NULL, &c->nx), ERMA_OK);
+    assert_int_equal(erma_endpoint_create(client_uri, 0, NULL, &c->ep), ERMA_OK);
     const struct erma_rpc_cfg cfg = {.failure_ns = 5000000000ull}; /* the server may be slow to start */
-    assert_int_equal(erma_rpc_create(c->nx, 0, &cfg, &c->rpc), ERMA_OK);
-    c->sess = wait_connected(c, erma_create_session(c->rpc, server_uri, 0));
-    assert_int_equal(erma_alloc_msgbuf(c->rpc, 4096, &c->req), ERMA_OK);
-    assert_int_equal(erma_alloc_msgbuf(c->rpc, 4096, &c->resp), ERMA_OK);
+    assert_int_equal(erma_rpc_create(c->nx, c->ep, &cfg, &c->rpc), ERMA_OK);
+    c->sess = wait_connected(c, erma_session_create(c->rpc, server_uri, 0));
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, 4096, &c->req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, 4096, &c->resp), ERMA_OK);
 }
 
 /* Sends c->req as op and waits; returns the server's status. */
 static int call(struct client *c, enum erma_kv_op op)
 {
     c->done = 0;
-    assert_int_equal(erma_enqueue_request(c->rpc, c->sess, BASE + op, &c->req, &c->resp, on_done, c),
+    assert_int_equal(erma_rpc_call(c->rpc, c->sess, BASE + op, &c->req, &c->resp, on_done, c),
                      ERMA_OK);
     const uint64_t end = erma_now_ns() + 5000000000ull;
     while (!c->done && erma_now_ns() < end)
-        erma_rpc_run_once(c->rpc);
+        erma_endpoint_run_once(c->ep);
     assert_int_equal(c->done, 1);
     assert_int_equal(c->status, ERMA_OK);
     return erma_kv_resp(&c->resp, NULL, NULL);
@@ -181,6 +186,7 @@ static void test_agrees_with_model(void **state)
     assert_int_equal(call(&c, ERMA_KV_PUT), ERMA_EBADPKT);
     assert_int_equal(call(&c, ERMA_KV_SCAN), ERMA_EBADPKT);
     erma_rpc_destroy(c.rpc);
+    erma_endpoint_destroy(c.ep);
     erma_nexus_destroy(c.nx);
 }
 

@@ -422,10 +422,15 @@ struct fail_run {
     unsigned victim;
 };
 
+/* The statuses kvcs.h gives an op whose every replica failed: the last
+ * transport failure (for a READ also a restarted or not yet re-keyed
+ * server's ERMA_EAUTH or ERMA_ENOREGION), or too many torn reads. */
 static bool precise(int status)
 {
     return status == ERMA_ETIMEDOUT || status == ERMA_EPEERFAILED || status == ERMA_ESESSRESET ||
-           status == ERMA_ENACK || status == ERMA_EDISPATCH || status == ERMA_EAGAIN;
+           status == ERMA_ECANCELLED || status == ERMA_EREFUSED || status == ERMA_ENACK ||
+           status == ERMA_EDISPATCH || status == ERMA_EAUTH || status == ERMA_ENOREGION ||
+           status == ERMA_EAGAIN;
 }
 
 static void wrong(struct fail_run *r, const struct fop *o, const char *why, uint32_t v)

@@ -9,7 +9,8 @@
 #include <cmocka.h>
 
 #include "erma/rand.h"
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
+#include "endpoint/proto.h"
 #include "erma/wire.h"
 #include "rma_util.h"
 
@@ -233,12 +234,12 @@ static void test_dispatch_timeout(void **state)
     }
     struct erma_rma_completion c[OPS];
     struct gather g = {w.rma[1], c, OPS, 0};
-    struct erma_rpc *initiator = w.rpc[1];
+    struct erma_endpoint *initiator = w.ep[1];
     if (w.on_sim) {
-        erma_sim_run_rpcs(w.sim, &initiator, 1, 3 * dt, gather_done, &g);
+        erma_sim_run(w.sim, &initiator, 1, 3 * dt, gather_done, &g);
     } else {
         for (const uint64_t end = erma_now_ns() + 3 * dt; erma_now_ns() < end;)
-            erma_rpc_run_once(initiator);
+            erma_endpoint_run_once(initiator);
         gather_done(&g);
     }
     assert_int_equal(g.got, OPS - 1);
@@ -561,9 +562,7 @@ static bool load_step(void *ctx)
     if (l->rekey_done && !l->spread && now >= l->t_spread) {
         for (unsigned h = 2; h < 2 + CLIENTS; h++) {
             struct erma_addr a;
-            assert_int_equal(erma_transport_resolve(erma_rpc_transport(l->w->rpc[0]),
-                                                    l->w->uri[h], &a),
-                             ERMA_OK);
+            assert_int_equal(erma_transport_resolve(l->w->ep[0]->tr, l->w->uri[h], &a), ERMA_OK);
             erma_rma_derive(l->new_kr, l->region, 2, (enum erma_rma_cipher)l->key[h].cipher,
                             erma_rma_identity(l->w->rma[h]), &a, &l->key[h]);
         }

@@ -10,7 +10,7 @@
 #include <cmocka.h>
 #include <sodium.h>
 
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 #include "erma/wire.h"
 #include "rma_util.h"
 
@@ -543,13 +543,13 @@ static void stall_run(bool on_sim)
         const struct erma_rma_cmd c = cmd_of(ERMA_RMA_READ, p, &k, 32 * i, bufs[i], 32, i);
         assert_true(erma_rma_submit(w.rma[1], &c) >= 0);
     }
-    erma_rpc_run_once(w.rpc[1]); /* the requests go out */
+    erma_endpoint_run_once(w.ep[1]); /* the requests go out */
     const uint64_t stall = on_sim ? 1000000 : 100000000; /* 30x, 5x the RTO */
     if (on_sim) {
-        erma_sim_run_rpcs(w.sim, &w.rpc[0], 1, stall, NULL, NULL);
+        erma_sim_run(w.sim, &w.ep[0], 1, stall, NULL, NULL);
     } else {
         for (const uint64_t end = erma_now_ns() + stall; erma_now_ns() < end;)
-            erma_rpc_run_once(w.rpc[0]);
+            erma_endpoint_run_once(w.ep[0]);
     }
     assert_int_equal(stats_of(&w, 0).served, 200 + OPS);
     struct erma_rma_completion c[OPS];
@@ -828,7 +828,7 @@ static void test_nonces_after_restart(void **state)
     const uint64_t identity = erma_rma_identity(w.rma[1]);
     erma_rma_destroy(w.rma[1]);
     const struct erma_rma_cfg c = {.identity = identity};
-    assert_int_equal(erma_rma_create(w.rpc[1], &c, &w.rma[1]), ERMA_OK);
+    assert_int_equal(erma_rma_create(w.ep[1], &c, &w.rma[1]), ERMA_OK);
     const struct erma_rkey k2 = rkey_for(&w, 1, t.rw);
     assert_memory_equal(k2.kd, k.kd, sizeof k.kd);
     static struct spy low;

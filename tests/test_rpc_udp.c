@@ -13,7 +13,7 @@
 #include "../bench/bench.h"
 #include "erma/clock.h"
 #include "erma/rand.h"
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 #include "erma/wire.h"
 #include "rpc_util.h"
 #include "ports.h"
@@ -33,18 +33,22 @@ static struct echo_stats st;
 static struct proxy px = {.type = ECHO};
 
 /* Answers [echo calls, ids executed more than once, malformed packets,
- * packets for no session, failed proxied calls] of the server. */
+ * packets for no session, failed proxied calls] of the server. Malformed
+ * packets are those its endpoint dropped (a bad header, no protocol for
+ * it) and those the RPC layer did. */
 static void stats_handler(struct erma_req *req, void *ctx)
 {
     (void)ctx;
     struct erma_rpc_stats rs;
+    struct erma_endpoint_stats es;
     erma_rpc_get_stats(erma_req_rpc(req), &rs);
+    erma_endpoint_get_stats(erma_rpc_endpoint(erma_req_rpc(req)), &es);
     struct erma_msgbuf *r = erma_req_resp_buf(req);
-    const uint64_t v[5] = {atomic_load(&st.calls), echo_dups(&st), rs.rx_bad, rs.rx_no_session,
-                           atomic_load(&px.failed)};
-    erma_resize_msgbuf(r, sizeof v);
+    const uint64_t v[5] = {atomic_load(&st.calls), echo_dups(&st), rs.rx_bad + es.rx_bad,
+                           rs.rx_no_session, atomic_load(&px.failed)};
+    erma_msgbuf_resize(r, sizeof v);
     memcpy(r->data, v, sizeof v);
-    erma_enqueue_response(req, r);
+    erma_req_respond(req, r);
 }
 
 static void slow_echo(struct erma_req *req, void *ctx)
@@ -60,27 +64,31 @@ static void server_main(double drop, uint32_t rx_ring)
     st.per_id = calloc(MANY, sizeof *st.per_id);
     st.max_id = MANY;
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     const struct erma_nexus_cfg ncfg = {.workers = 2};
+    const struct erma_endpoint_cfg ecfg = {.fault_drop = drop, .fault_seed = 99,
+                                           .rx_ring = rx_ring, .busy_poll = server_polls};
     /* clients may spend a while outside their loop checking 8 MiB under a
      * sanitizer: a failure timeout of 5 s keeps their sessions */
-    const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .fault_drop = drop, .seed = 99,
-                                     .rx_ring = rx_ring, .busy_poll = server_polls,
+    const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .seed = 99,
                                      .failure_ns = 5000000000ull, .max_sessions_per_peer = 256};
-    if (erma_nexus_create(server_uri, &ncfg, &nx) != ERMA_OK ||
-        erma_register_handler(nx, ECHO, echo_handler, ERMA_DISPATCH, &st) != ERMA_OK ||
-        erma_register_handler(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st) != ERMA_OK ||
-        erma_register_handler(nx, STATS, stats_handler, ERMA_DISPATCH, NULL) != ERMA_OK ||
-        erma_register_handler(nx, SLOW_WORKER, slow_echo, ERMA_WORKER, &st) != ERMA_OK ||
-        erma_register_handler(nx, PROXY, proxy_handler, ERMA_DISPATCH, &px) != ERMA_OK ||
-        erma_rpc_create(nx, 0, &cfg, &rpc) != ERMA_OK)
+    if (erma_nexus_create(&ncfg, &nx) != ERMA_OK ||
+        erma_handler_register(nx, ECHO, echo_handler, ERMA_DISPATCH, &st) != ERMA_OK ||
+        erma_handler_register(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st) != ERMA_OK ||
+        erma_handler_register(nx, STATS, stats_handler, ERMA_DISPATCH, NULL) != ERMA_OK ||
+        erma_handler_register(nx, SLOW_WORKER, slow_echo, ERMA_WORKER, &st) != ERMA_OK ||
+        erma_handler_register(nx, PROXY, proxy_handler, ERMA_DISPATCH, &px) != ERMA_OK ||
+        erma_endpoint_create(server_uri, 0, &ecfg, &ep) != ERMA_OK ||
+        erma_rpc_create(nx, ep, &cfg, &rpc) != ERMA_OK)
         _exit(2);
-    if (!rx_ring && (px.sess = erma_create_session(rpc, server_uri, 0)) < 0)
+    if (!rx_ring && (px.sess = erma_session_create(rpc, server_uri, 0)) < 0)
         _exit(2);
     const uint64_t end = erma_now_ns() + 120000000000ull;
     while (erma_now_ns() < end && getppid() != 1)
-        erma_rpc_run(rpc, 10000000);
+        erma_endpoint_run(ep, 10000000);
     erma_rpc_destroy(rpc);
+    erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
     _exit(st.bad ? 3 : 0);
 }
@@ -111,26 +119,29 @@ static void kill_server(void)
 
 struct client {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     int sess;
 };
 
 /* cfg NULL: defaults, but a failure timeout of 5 s, 10x what an 8 MiB echo
  * handler may hold the server's loop under a sanitizer (ThreadSanitizer
- * slows it 5-15x). */
-static void client_up(struct client *c, const struct erma_rpc_cfg *cfg)
+ * slows it 5-15x). ecfg NULL: the endpoint's defaults. */
+static void client_up(struct client *c, const struct erma_rpc_cfg *cfg,
+                      const struct erma_endpoint_cfg *ecfg)
 {
     const struct erma_rpc_cfg patient = {.failure_ns = 5000000000ull};
-    assert_int_equal(erma_nexus_create(client_uri, NULL, &c->nx), ERMA_OK);
-    assert_int_equal(erma_rpc_create(c->nx, 0, cfg ? cfg : &patient, &c->rpc), ERMA_OK);
+    assert_int_equal(erma_nexus_create(NULL, &c->nx), ERMA_OK);
+    assert_int_equal(erma_endpoint_create(client_uri, 0, ecfg, &c->ep), ERMA_OK);
+    assert_int_equal(erma_rpc_create(c->nx, c->ep, cfg ? cfg : &patient, &c->rpc), ERMA_OK);
 }
 
 static int client_connect(struct client *c)
 {
-    const int s = erma_create_session(c->rpc, server_uri, 0);
+    const int s = erma_session_create(c->rpc, server_uri, 0);
     assert_true(s >= 0);
     for (int i = 0; i < 3000 && !erma_session_connected(c->rpc, s); i++)
-        erma_rpc_run(c->rpc, 1000000);
+        erma_endpoint_run(c->ep, 1000000);
     assert_true(erma_session_connected(c->rpc, s));
     return s;
 }
@@ -138,6 +149,7 @@ static int client_connect(struct client *c)
 static void client_down(struct client *c)
 {
     erma_rpc_destroy(c->rpc);
+    erma_endpoint_destroy(c->ep);
     erma_nexus_destroy(c->nx);
 }
 
@@ -156,31 +168,31 @@ static void on_call(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
     c->done++;
 }
 
-static void wait_done(struct erma_rpc *rpc, const int *flag, uint64_t ns)
+static void wait_done(struct erma_endpoint *ep, const int *flag, uint64_t ns)
 {
     const uint64_t end = erma_now_ns() + ns;
     while (!*flag && erma_now_ns() < end)
-        erma_rpc_run_once(rpc);
+        erma_endpoint_run_once(ep);
 }
 
 static void call_once(struct client *c, uint8_t type, uint32_t req_size, uint32_t resp_size,
                       uint32_t id)
 {
     struct call k = {0};
-    assert_int_equal(erma_alloc_msgbuf(c->rpc, req_size, &k.req), ERMA_OK);
-    assert_int_equal(erma_alloc_msgbuf(c->rpc, 64, &k.resp), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, req_size, &k.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, 64, &k.resp), ERMA_OK);
     fill_req(&k.req, id, resp_size);
-    assert_int_equal(erma_enqueue_request(c->rpc, c->sess, type, &k.req, &k.resp, on_call, &k),
+    assert_int_equal(erma_rpc_call(c->rpc, c->sess, type, &k.req, &k.resp, on_call, &k),
                      ERMA_OK);
-    wait_done(c->rpc, &k.done, 30000000000ull);
+    wait_done(c->ep, &k.done, 30000000000ull);
     if (k.done != 1 || k.status != ERMA_OK)
         print_message("  call of type %u, %u B, for %u B: done %d, %s\n", type, req_size,
                       resp_size, k.done, erma_strerror(k.status));
     assert_int_equal(k.done, 1);
     assert_int_equal(k.status, ERMA_OK);
     assert_int_equal(check_resp(&k.resp, id, resp_size), 0);
-    erma_free_msgbuf(c->rpc, &k.req);
-    erma_free_msgbuf(c->rpc, &k.resp);
+    erma_msgbuf_free(c->rpc, &k.req);
+    erma_msgbuf_free(c->rpc, &k.resp);
 }
 
 /* Dispatch and worker echoes of every size class, each checked; ids from
@@ -201,24 +213,24 @@ static void test_sizes_dispatch_and_worker(void **state)
     (void)state;
     start_server(0);
     struct client c;
-    client_up(&c, NULL);
+    client_up(&c, NULL, NULL);
     c.sess = client_connect(&c);
     for (uint32_t n = 1; n < REQ_HDR; n++) { /* 1 B .. 7 B requests */
         struct call k = {0};
-        assert_int_equal(erma_alloc_msgbuf(c.rpc, n, &k.req), ERMA_OK);
-        assert_int_equal(erma_alloc_msgbuf(c.rpc, 8, &k.resp), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(c.rpc, n, &k.req), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(c.rpc, 8, &k.resp), ERMA_OK);
         for (size_t b = 0; b < n; b++)
             k.req.data[b] = tiny_byte(b);
-        assert_int_equal(erma_enqueue_request(c.rpc, c.sess, n % 2 ? ECHO : ECHO_WORKER, &k.req,
-                                              &k.resp, on_call, &k),
+        assert_int_equal(erma_rpc_call(c.rpc, c.sess, n % 2 ? ECHO : ECHO_WORKER, &k.req,
+                                       &k.resp, on_call, &k),
                          ERMA_OK);
-        wait_done(c.rpc, &k.done, 5000000000ull);
+        wait_done(c.ep, &k.done, 5000000000ull);
         assert_int_equal(k.status, ERMA_OK);
         assert_int_equal(k.resp.size, n);
         for (size_t b = 0; b < n; b++)
             assert_int_equal(k.resp.data[b], tiny_byte(b) ^ 0x5a);
-        erma_free_msgbuf(c.rpc, &k.req);
-        erma_free_msgbuf(c.rpc, &k.resp);
+        erma_msgbuf_free(c.rpc, &k.req);
+        erma_msgbuf_free(c.rpc, &k.resp);
     }
     call_sizes(&c, 0);
     client_down(&c);
@@ -247,7 +259,7 @@ static double worker_after_quiet_ms(struct client *c, uint32_t first_id)
     for (int i = 0; i < 21; i++) {
         const uint64_t quiet = erma_now_ns() + 2000000;
         while (erma_now_ns() < quiet)
-            erma_rpc_run_once(c->rpc);
+            erma_endpoint_run_once(c->ep);
         const uint64_t t0 = erma_now_ns();
         call_once(c, SLOW_WORKER, REQ_HDR, 32, first_id + (uint32_t)i);
         t[i] = (double)(erma_now_ns() - t0) / 1e6;
@@ -261,7 +273,7 @@ static double idle_cpu_ms(struct client *c)
     const double before = server_cpu_ms();
     const uint64_t end = erma_now_ns() + 300000000ull;
     while (erma_now_ns() < end)
-        erma_rpc_run_once(c->rpc);
+        erma_endpoint_run_once(c->ep);
     return server_cpu_ms() - before;
 }
 
@@ -276,7 +288,7 @@ static void test_idle_server_sleeps(void **state)
         server_polls = !sleeps;
         start_server(0);
         struct client c;
-        client_up(&c, NULL);
+        client_up(&c, NULL, NULL);
         c.sess = client_connect(&c);
         call_sizes(&c, 0);
         cpu[sleeps] = idle_cpu_ms(&c);
@@ -317,12 +329,12 @@ static void issue(struct many *m, struct call *k)
     const uint32_t resp = (uint32_t)erma_rand_below(&m->rng, pick % 20 == 7 ? 6000 : 300);
     m->resp_size[id] = resp;
     k->id = id;
-    erma_free_msgbuf(m->c->rpc, &k->req);
-    assert_int_equal(erma_alloc_msgbuf(m->c->rpc, req, &k->req), ERMA_OK);
+    erma_msgbuf_free(m->c->rpc, &k->req);
+    assert_int_equal(erma_msgbuf_alloc(m->c->rpc, req, &k->req), ERMA_OK);
     fill_req(&k->req, id, resp);
     const uint8_t type = id % 10 == 0 ? ECHO_WORKER : ECHO;
-    assert_int_equal(erma_enqueue_request(m->c->rpc, m->c->sess, type, &k->req, &k->resp,
-                                          on_many, k),
+    assert_int_equal(erma_rpc_call(m->c->rpc, m->c->sess, type, &k->req, &k->resp,
+                                   on_many, k),
                      ERMA_OK);
 }
 
@@ -346,9 +358,10 @@ static void test_many_with_loss(void **state)
     (void)state;
     start_server(0.005); /* with the client's 0.5%: about 1% of round trips lose a packet */
     struct client c;
-    const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .fault_drop = 0.005, .seed = 5,
+    const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .seed = 5,
                                      .failure_ns = 5000000000ull}; /* 10x a stall */
-    client_up(&c, &cfg);
+    const struct erma_endpoint_cfg ecfg = {.fault_drop = 0.005, .fault_seed = 5};
+    client_up(&c, &cfg, &ecfg);
     c.sess = client_connect(&c);
     struct many *m = calloc(1, sizeof *m);
     g_many = m;
@@ -357,12 +370,12 @@ static void test_many_with_loss(void **state)
     m->resp_size = calloc(MANY, sizeof *m->resp_size);
     erma_rand_seed(&m->rng, 11);
     for (int i = 0; i < WINDOW; i++) {
-        assert_int_equal(erma_alloc_msgbuf(c.rpc, 64, &m->calls[i].resp), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(c.rpc, 64, &m->calls[i].resp), ERMA_OK);
         issue(m, &m->calls[i]);
     }
     const uint64_t end = erma_now_ns() + 120000000000ull;
     while (m->done < MANY && erma_now_ns() < end)
-        erma_rpc_run_once(c.rpc);
+        erma_endpoint_run_once(c.ep);
     assert_int_equal(m->done, MANY);
     assert_int_equal(m->errors, 0);
     assert_int_equal(m->wrong, 0);
@@ -373,24 +386,24 @@ static void test_many_with_loss(void **state)
     assert_true(rs.retransmits > 0);
     /* at most once: the server's own count of executions per id */
     struct call k = {0};
-    assert_int_equal(erma_alloc_msgbuf(c.rpc, 8, &k.req), ERMA_OK);
-    assert_int_equal(erma_alloc_msgbuf(c.rpc, 16, &k.resp), ERMA_OK);
-    assert_int_equal(erma_enqueue_request(c.rpc, c.sess, STATS, &k.req, &k.resp, on_call, &k),
+    assert_int_equal(erma_msgbuf_alloc(c.rpc, 8, &k.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(c.rpc, 16, &k.resp), ERMA_OK);
+    assert_int_equal(erma_rpc_call(c.rpc, c.sess, STATS, &k.req, &k.resp, on_call, &k),
                      ERMA_OK);
-    wait_done(c.rpc, &k.done, 5000000000ull);
+    wait_done(c.ep, &k.done, 5000000000ull);
     assert_int_equal(k.status, ERMA_OK);
     uint64_t v[5];
     memcpy(v, k.resp.data, sizeof v);
     assert_int_equal(v[0], MANY); /* every request executed ... */
     assert_int_equal(v[1], 0);    /* ... and none twice */
-    erma_free_msgbuf(c.rpc, &k.req);
-    erma_free_msgbuf(c.rpc, &k.resp);
+    erma_msgbuf_free(c.rpc, &k.req);
+    erma_msgbuf_free(c.rpc, &k.resp);
     print_message("  %u RPCs over udp with injected loss: %llu retransmissions, %llu "
                   "executions, 0 twice\n", MANY, (unsigned long long)rs.retransmits,
                   (unsigned long long)v[0]);
     for (int i = 0; i < WINDOW; i++) {
-        erma_free_msgbuf(c.rpc, &m->calls[i].req);
-        erma_free_msgbuf(c.rpc, &m->calls[i].resp);
+        erma_msgbuf_free(c.rpc, &m->calls[i].req);
+        erma_msgbuf_free(c.rpc, &m->calls[i].resp);
     }
     client_down(&c);
     kill_server();
@@ -406,25 +419,25 @@ static void test_server_killed_and_restarted(void **state)
     struct client c;
     const struct erma_rpc_cfg cfg = {.failure_ns = 300000000, .keepalive_ns = 50000000,
                                      .rto_ns = 2000000};
-    client_up(&c, &cfg);
+    client_up(&c, &cfg, NULL);
     c.sess = client_connect(&c);
     call_once(&c, ECHO, 100, 100, 1);
     struct call k[8] = {0};
     int failed = 0;
     for (int i = 0; i < 8; i++) {
-        assert_int_equal(erma_alloc_msgbuf(c.rpc, 4u << 20, &k[i].req), ERMA_OK);
-        assert_int_equal(erma_alloc_msgbuf(c.rpc, 64, &k[i].resp), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(c.rpc, 4u << 20, &k[i].req), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(c.rpc, 64, &k[i].resp), ERMA_OK);
         fill_req(&k[i].req, (uint32_t)i, 4u << 20);
-        assert_int_equal(erma_enqueue_request(c.rpc, c.sess, ECHO, &k[i].req, &k[i].resp,
-                                              on_call, &k[i]),
+        assert_int_equal(erma_rpc_call(c.rpc, c.sess, ECHO, &k[i].req, &k[i].resp,
+                                       on_call, &k[i]),
                          ERMA_OK);
     }
-    erma_rpc_run(c.rpc, 2000000); /* mid-stream */
+    erma_endpoint_run(c.ep, 2000000); /* mid-stream */
     kill_server();
     const uint64_t killed = erma_now_ns();
     uint64_t last = killed;
     while (failed < 8 && erma_now_ns() - killed < 5000000000ull) {
-        erma_rpc_run_once(c.rpc);
+        erma_endpoint_run_once(c.ep);
         failed = 0;
         for (int i = 0; i < 8; i++)
             failed += k[i].done;
@@ -433,8 +446,8 @@ static void test_server_killed_and_restarted(void **state)
     for (int i = 0; i < 8; i++) {
         assert_int_equal(k[i].done, 1);
         assert_int_equal(k[i].status, ERMA_EPEERFAILED);
-        erma_free_msgbuf(c.rpc, &k[i].req);
-        erma_free_msgbuf(c.rpc, &k[i].resp);
+        erma_msgbuf_free(c.rpc, &k[i].req);
+        erma_msgbuf_free(c.rpc, &k[i].resp);
     }
     print_message("  pending calls failed %.0f ms after the kill (failure timeout 300 ms)\n",
                   (last - killed) / 1e6);
@@ -452,14 +465,14 @@ static void test_many_sessions(void **state)
     start_server(0);
     struct client c;
     const struct erma_rpc_cfg cfg = {.credits = 8};
-    client_up(&c, &cfg);
+    client_up(&c, &cfg, NULL);
     enum { N = 200 };
     int sess[N];
     for (int i = 0; i < N; i++)
-        assert_true((sess[i] = erma_create_session(c.rpc, server_uri, 0)) >= 0);
+        assert_true((sess[i] = erma_session_create(c.rpc, server_uri, 0)) >= 0);
     for (int i = 0; i < N; i++) {
         for (int t = 0; t < 2000 && !erma_session_connected(c.rpc, sess[i]); t++)
-            erma_rpc_run(c.rpc, 1000000);
+            erma_endpoint_run(c.ep, 1000000);
         assert_true(erma_session_connected(c.rpc, sess[i]));
     }
     for (int i = 0; i < N; i++) {
@@ -474,16 +487,16 @@ static void test_many_sessions(void **state)
 static void server_stats(struct client *c, uint64_t v[5])
 {
     struct call k = {0};
-    assert_int_equal(erma_alloc_msgbuf(c->rpc, 8, &k.req), ERMA_OK);
-    assert_int_equal(erma_alloc_msgbuf(c->rpc, 64, &k.resp), ERMA_OK);
-    assert_int_equal(erma_enqueue_request(c->rpc, c->sess, STATS, &k.req, &k.resp, on_call, &k),
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, 8, &k.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, 64, &k.resp), ERMA_OK);
+    assert_int_equal(erma_rpc_call(c->rpc, c->sess, STATS, &k.req, &k.resp, on_call, &k),
                      ERMA_OK);
-    wait_done(c->rpc, &k.done, 5000000000ull);
+    wait_done(c->ep, &k.done, 5000000000ull);
     assert_int_equal(k.status, ERMA_OK);
     assert_int_equal(k.resp.size, 5 * sizeof(uint64_t));
     memcpy(v, k.resp.data, 5 * sizeof(uint64_t));
-    erma_free_msgbuf(c->rpc, &k.req);
-    erma_free_msgbuf(c->rpc, &k.resp);
+    erma_msgbuf_free(c->rpc, &k.req);
+    erma_msgbuf_free(c->rpc, &k.resp);
 }
 
 static void test_nested_malformed(void **state)
@@ -491,7 +504,7 @@ static void test_nested_malformed(void **state)
     (void)state;
     start_server(0);
     struct client c;
-    client_up(&c, NULL);
+    client_up(&c, NULL, NULL);
     c.sess = client_connect(&c);
     /* nested: the server's handler calls its own echo handler and answers later */
     for (uint32_t id = 0; id < 100; id++)
@@ -509,7 +522,7 @@ static void test_nested_malformed(void **state)
         const struct erma_tx_pkt p = {.dst = &dst, .hdr = buf, .hdr_len = len};
         erma_tx_burst(evil, &p, 1);
         if (i % 256 == 0)
-            erma_rpc_run(c.rpc, 200000); /* let the server keep up */
+            erma_endpoint_run(c.ep, 200000); /* let the server keep up */
     }
     erma_transport_close(evil);
     call_once(&c, ECHO, 3000, 3000, 7); /* still serving */
@@ -542,24 +555,24 @@ static void test_refusal(void **state)
     struct client c;
     int counts[5] = {0};
     const struct erma_rpc_cfg cfg = {.sm_handler = sm_count, .sm_ctx = counts};
-    client_up(&c, &cfg);
+    client_up(&c, &cfg, NULL);
     int s[3];
     for (int i = 0; i < 3; i++)
-        assert_true((s[i] = erma_create_session(c.rpc, server_uri, 0)) >= 0);
+        assert_true((s[i] = erma_session_create(c.rpc, server_uri, 0)) >= 0);
     const uint64_t end = erma_now_ns() + 3000000000ull;
     while (counts[ERMA_SM_CONNECTED] + counts[ERMA_SM_CONNECT_FAILED] < 3 && erma_now_ns() < end)
-        erma_rpc_run_once(c.rpc);
+        erma_endpoint_run_once(c.ep);
     assert_int_equal(counts[ERMA_SM_CONNECTED], 2);
     assert_int_equal(counts[ERMA_SM_CONNECT_FAILED], 1);
     assert_int_equal(counts[4], ERMA_EREFUSED);
     client_down(&c);
     kill_server();
     /* the client's own ring */
-    const struct erma_rpc_cfg small = {.rx_ring = 64};
-    client_up(&c, &small);
-    assert_true(erma_create_session(c.rpc, server_uri, 0) >= 0);
-    assert_true(erma_create_session(c.rpc, server_uri, 0) >= 0);
-    assert_int_equal(erma_create_session(c.rpc, server_uri, 0), ERMA_ENOSLOTS);
+    const struct erma_endpoint_cfg small = {.rx_ring = 64};
+    client_up(&c, NULL, &small);
+    assert_true(erma_session_create(c.rpc, server_uri, 0) >= 0);
+    assert_true(erma_session_create(c.rpc, server_uri, 0) >= 0);
+    assert_int_equal(erma_session_create(c.rpc, server_uri, 0), ERMA_ENOSLOTS);
     client_down(&c);
 }
 
@@ -568,46 +581,51 @@ static bool call_done(void *ctx)
     return ((struct call *)ctx)->done;
 }
 
-/* Endpoints of a nexus on port 0 take free ports of their own (endpoint 1
+/* Endpoints of a base URI on port 0 take free ports of their own (endpoint 1
  * once bound port 1); a client on one calls the server and waits for the
- * answer with erma_rpc_run_until(), which times out when nothing comes. */
+ * answer with erma_endpoint_run_until(), which times out when nothing comes. */
 static void test_port_zero_and_run_until(void **state)
 {
     (void)state;
     start_server(0);
     struct erma_nexus *nx;
+    struct erma_endpoint *ep[2];
     struct erma_rpc *rpc[2];
     char uri[2][64];
-    assert_int_equal(erma_nexus_create("udp://127.0.0.1:0", NULL, &nx), ERMA_OK);
+    assert_int_equal(erma_nexus_create(NULL, &nx), ERMA_OK);
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(erma_rpc_create(nx, (uint8_t)i, NULL, &rpc[i]), ERMA_OK);
-        assert_int_equal(erma_rpc_uri(rpc[i], uri[i], sizeof uri[i]), ERMA_OK);
+        assert_int_equal(erma_endpoint_create("udp://127.0.0.1:0", (uint8_t)i, NULL, &ep[i]),
+                         ERMA_OK);
+        assert_int_equal(erma_rpc_create(nx, ep[i], NULL, &rpc[i]), ERMA_OK);
+        assert_int_equal(erma_endpoint_uri(ep[i], uri[i], sizeof uri[i]), ERMA_OK);
         const char *colon = strrchr(uri[i], ':');
         assert_non_null(colon);
         assert_true(atoi(colon + 1) >= 1024); /* a free port, not 0 + i */
     }
     assert_string_not_equal(uri[0], uri[1]);
-    assert_int_equal(erma_rpc_uri(rpc[0], uri[0], 8), ERMA_EINVAL);
+    assert_int_equal(erma_endpoint_uri(ep[0], uri[0], 8), ERMA_EINVAL);
 
     struct call k = {0};
-    const int sess = erma_create_session(rpc[1], server_uri, 0);
+    const int sess = erma_session_create(rpc[1], server_uri, 0);
     assert_true(sess >= 0);
-    assert_int_equal(erma_alloc_msgbuf(rpc[1], REQ_HDR, &k.req), ERMA_OK);
-    assert_int_equal(erma_alloc_msgbuf(rpc[1], 64, &k.resp), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(rpc[1], REQ_HDR, &k.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(rpc[1], 64, &k.resp), ERMA_OK);
     fill_req(&k.req, 7, 40);
-    assert_int_equal(erma_enqueue_request(rpc[1], sess, ECHO, &k.req, &k.resp, on_call, &k),
+    assert_int_equal(erma_rpc_call(rpc[1], sess, ECHO, &k.req, &k.resp, on_call, &k),
                      ERMA_OK);
-    assert_int_equal(erma_rpc_run_until(rpc[1], call_done, &k, 30000000000ull), ERMA_OK);
+    assert_int_equal(erma_endpoint_run_until(ep[1], call_done, &k, 30000000000ull), ERMA_OK);
     assert_int_equal(k.status, ERMA_OK);
     assert_int_equal(check_resp(&k.resp, 7, 40), 0);
     k.done = 0; /* nothing more will come: the call times out, near its timeout */
     const uint64_t t0 = erma_now_ns();
-    assert_int_equal(erma_rpc_run_until(rpc[1], call_done, &k, 20000000), ERMA_ETIMEDOUT);
+    assert_int_equal(erma_endpoint_run_until(ep[1], call_done, &k, 20000000), ERMA_ETIMEDOUT);
     assert_true(erma_now_ns() - t0 >= 20000000);
-    erma_free_msgbuf(rpc[1], &k.req);
-    erma_free_msgbuf(rpc[1], &k.resp);
-    for (int i = 0; i < 2; i++)
+    erma_msgbuf_free(rpc[1], &k.req);
+    erma_msgbuf_free(rpc[1], &k.resp);
+    for (int i = 0; i < 2; i++) {
         erma_rpc_destroy(rpc[i]);
+        erma_endpoint_destroy(ep[i]);
+    }
     erma_nexus_destroy(nx);
     kill_server();
 }

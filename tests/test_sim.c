@@ -10,7 +10,7 @@
 #include "erma/clock.h"
 #include "erma/errors.h"
 #include "erma/sim.h"
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 
 #define MAXH 16
 

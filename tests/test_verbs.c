@@ -12,7 +12,7 @@
 
 #include "erma/clock.h"
 #include "erma/errors.h"
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 
 #define N 64
 

@@ -57,6 +57,7 @@ static struct {
     uint16_t id, ntxq, next_txq;
     uint32_t mtu;
     bool tx_csum, rx_csum;
+    struct erma_transport_hints hints; /* of every endpoint on the port */
     struct rte_ether_addr mac;
     struct rte_mempool *pool;
     unsigned nep;
@@ -368,6 +369,16 @@ static int port_init(const char *query, const struct erma_transport_cfg *cfg)
     if (!link.link_status)
         ERMA_WARN("dpdk: port %u (%s) link is down", P.id, info.driver_name);
     P.mtu = cfg->mtu;
+    P.hints.link_bps = link.link_speed && link.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN
+                           ? (uint64_t)link.link_speed * 1000000
+                           : 0;
+    /* A PMD over a kernel socket (af_packet, af_xdp, tap, pcap) waits on
+     * the kernel as udp does. */
+    const char *drv = info.driver_name ? info.driver_name : "";
+    if (!strncmp(drv, "net_af_", 7) || !strcmp(drv, "net_tap") || !strcmp(drv, "net_pcap")) {
+        P.hints.jitter_ns = 1000000;
+        P.hints.min_timeout_ns = 10000000;
+    }
     atexit(port_fini);
     ERMA_INFO("dpdk: port %u (%s) mac %s mtu %u, %u rx / %u tx descriptors, %u tx queues, "
               "ipv4 checksum offload tx %d rx %d",
@@ -522,6 +533,7 @@ static int dpdk_open(const char *rest, const struct erma_transport_cfg *cfg,
         d->base.ops = &erma_dpdk_ops;
         d->base.max_pkt = cfg->mtu - ERMA_IP_UDP_OVERHEAD;
         d->base.rx_ring = cfg->rx_ring;
+        d->base.hints = P.hints;
         d->ip = ip;
         d->port = htons((uint16_t)hport);
         d->txq = P.next_txq++ % P.ntxq;

@@ -9,7 +9,7 @@
 #include "erma/clock.h"
 #include "erma/errors.h"
 #include "erma/rand.h"
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 #include "erma/wire.h"
 
 enum stage { AT_PATH, AT_EGRESS, DELIVER };
@@ -495,8 +495,9 @@ static int sim_open(const char *rest, const struct erma_transport_cfg *cfg,
     uint64_t path = 0;
     for (uint32_t k = 0; k < s->cfg.paths; k++)
         path = s->cfg.path_delay_ns[k] > path ? s->cfg.path_delay_ns[k] : path;
-    p->base.link_bps = s->cfg.link_bps;
-    p->base.base_rtt_ns = 2 * (ser_ns(big, s->cfg.link_bps) + ser_ns(small, s->cfg.link_bps)) +
+    p->base.hints.shared_clock = true;
+    p->base.hints.link_bps = s->cfg.link_bps;
+    p->base.hints.base_rtt_ns = 2 * (ser_ns(big, s->cfg.link_bps) + ser_ns(small, s->cfg.link_bps)) +
                           4 * s->cfg.link_delay_ns + 2 * path;
     p->sim = s;
     p->host = (uint16_t)host;

@@ -1,4 +1,4 @@
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 
 #include <dlfcn.h>
 #include <limits.h>

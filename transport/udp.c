@@ -12,7 +12,7 @@
 
 #include "erma/errors.h"
 #include "erma/log.h"
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 
 /* Kernel memory a queued datagram costs beyond its payload (skb truesize). */
 #define SKB_OVERHEAD 768
@@ -132,8 +132,12 @@ static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
      * 4 us, but with tens of packets in flight the kernel and the peer's CPU
      * queue them to ~50 us, with rarer ms-scale hiccups; a 20 us hint puts
      * Timely's t_low at 100 us and t_high at 500 us, above that noise. */
-    u->base.link_bps = 25000000000ull;
-    u->base.base_rtt_ns = 20000;
+    /* The kernel's stack: a pass of the loop alone can take 10 us, and a
+     * process may stall for milliseconds whatever the RTT. */
+    u->base.hints = (struct erma_transport_hints){.link_bps = 25000000000ull,
+                                                  .base_rtt_ns = 20000,
+                                                  .jitter_ns = 1000000,
+                                                  .min_timeout_ns = 10000000};
     rc = ERMA_ESYS;
     u->fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (u->fd < 0)

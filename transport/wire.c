@@ -4,15 +4,6 @@
 
 #include <string.h>
 
-static void put_le64(uint8_t *p, uint64_t v)
-{
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(p, &v, 8);
-#else
-    erma_put_le(p, v, 8);
-#endif
-}
-
 static uint64_t get_le64(const uint8_t *p)
 {
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -34,8 +25,9 @@ void erma_hdr_encode(const struct erma_hdr *h, void *buf)
     const uint64_t w1 = (h->req_num & ERMA_MAX_REQ_NUM) |
                         (uint64_t)ERMA_HDR_MAGIC << 44 |
                         (uint64_t)(h->proto & 0xfu) << 48;
-    put_le64(buf, w0);
-    put_le64((uint8_t *)buf + 8, w1);
+    uint8_t *p = buf;
+    erma_put(&p, w0, 8);
+    erma_put(&p, w1, 8);
 }
 
 void erma_hdr_decode(const void *buf, struct erma_hdr *h)

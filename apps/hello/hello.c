@@ -39,8 +39,8 @@ static void hello_handler(struct erma_req *req, void *ctx)
     struct erma_msgbuf *resp = erma_req_resp_buf(req);
     const int n = snprintf((char *)resp->data, resp->max_size, "hello, %.*s",
                            (int)erma_req_size(req), (const char *)erma_req_data(req));
-    erma_resize_msgbuf(resp, n < (int)resp->max_size ? (size_t)n : resp->max_size);
-    erma_enqueue_response(req, resp);
+    erma_msgbuf_resize(resp, n < (int)resp->max_size ? (size_t)n : resp->max_size);
+    erma_req_respond(req, resp);
 }
 
 static bool stopped(void *ctx)
@@ -53,18 +53,25 @@ static bool stopped(void *ctx)
 static const char *serve(const char *uri)
 {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
-    if (erma_nexus_create(uri, NULL, &nx) != ERMA_OK)
+    if (erma_nexus_create(NULL, &nx) != ERMA_OK)
         return "cannot create the server nexus";
-    erma_register_handler(nx, HELLO, hello_handler, ERMA_DISPATCH, NULL);
-    if (erma_rpc_create(nx, 0, NULL, &rpc) != ERMA_OK) {
+    erma_handler_register(nx, HELLO, hello_handler, ERMA_DISPATCH, NULL);
+    if (erma_endpoint_create(uri, 0, NULL, &ep) != ERMA_OK) {
         erma_nexus_destroy(nx);
-        return "cannot create the server endpoint (is the port in use?)";
+        return "cannot open the server endpoint (is the port in use?)";
     }
-    erma_rpc_run_until(rpc, stopped, NULL, UINT64_MAX);
-    erma_rpc_destroy(rpc);
+    const char *err = NULL;
+    if (erma_rpc_create(nx, ep, NULL, &rpc) == ERMA_OK) {
+        erma_endpoint_run_until(ep, stopped, NULL, UINT64_MAX);
+        erma_rpc_destroy(rpc);
+    } else {
+        err = "cannot put RPCs on the server endpoint";
+    }
+    erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
-    return NULL;
+    return err;
 }
 
 static void *server_thread(void *uri)
@@ -96,31 +103,37 @@ static bool answered(void *ctx)
 static int call(const char *server_uri, const char *uri, const char *name)
 {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     struct erma_msgbuf req, resp;
     struct answer a = {0};
     const size_t len = strlen(name);
-    int rc = erma_nexus_create(uri, NULL, &nx);
+    int rc = erma_nexus_create(NULL, &nx);
     if (rc != ERMA_OK)
         return rc;
-    if ((rc = erma_rpc_create(nx, 0, NULL, &rpc)) == ERMA_OK) {
-        const int sess = erma_create_session(rpc, server_uri, 0);
-        erma_alloc_msgbuf(rpc, len, &req);
-        erma_alloc_msgbuf(rpc, len + 16, &resp);
+    if ((rc = erma_endpoint_create(uri, 0, NULL, &ep)) != ERMA_OK) {
+        erma_nexus_destroy(nx);
+        return rc;
+    }
+    if ((rc = erma_rpc_create(nx, ep, NULL, &rpc)) == ERMA_OK) {
+        const int sess = erma_session_create(rpc, server_uri, 0);
+        erma_msgbuf_alloc(rpc, len, &req);
+        erma_msgbuf_alloc(rpc, len + 16, &resp);
         memcpy(req.data, name, len);
         /* Requests may be queued before the session is up; they wait for it. */
-        rc = sess < 0 ? sess : erma_enqueue_request(rpc, sess, HELLO, &req, &resp, on_response, &a);
+        rc = sess < 0 ? sess : erma_rpc_call(rpc, sess, HELLO, &req, &resp, on_response, &a);
         if (rc == ERMA_OK)
-            rc = erma_rpc_run_until(rpc, answered, &a, 5000000000ull);
+            rc = erma_endpoint_run_until(ep, answered, &a, 5000000000ull);
         if (rc == ERMA_OK)
             rc = a.status;
         if (rc == ERMA_OK && (resp.size != len + 7 || memcmp(resp.data, "hello, ", 7) != 0 ||
                               memcmp(resp.data + 7, name, len) != 0))
             rc = ERMA_EBADPKT;
-        erma_free_msgbuf(rpc, &req);
-        erma_free_msgbuf(rpc, &resp);
+        erma_msgbuf_free(rpc, &req);
+        erma_msgbuf_free(rpc, &resp);
         erma_rpc_destroy(rpc);
     }
+    erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
     return rc;
 }

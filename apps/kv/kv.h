@@ -112,7 +112,7 @@ int erma_kv_server_rma(struct erma_kv_server *srv, struct erma_rma *rma);
 uint64_t erma_kv_server_keys(struct erma_kv_server *srv);
 
 /* Client side: fill a request msgbuf (ERMA_E2BIG if it does not fit) and
- * send it with erma_enqueue_request(rpc, session, type_base + op, ...). */
+ * send it with erma_rpc_call(rpc, session, type_base + op, ...). */
 int erma_kv_req_get(struct erma_msgbuf *req, const void *key, uint32_t klen);
 int erma_kv_req_put(struct erma_msgbuf *req, const void *key, uint32_t klen, const void *val,
                     uint32_t vlen);

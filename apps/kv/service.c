@@ -46,18 +46,18 @@ static void answer(struct erma_req *req, int status, const uint8_t *val, uint32_
     struct erma_msgbuf *r = erma_req_resp_buf(req), own;
     const size_t size = 4 + (val ? 4 + (size_t)vlen : 0);
     if (size > r->max_size) {
-        if (erma_alloc_msgbuf(erma_req_rpc(req), size, &own) == ERMA_OK)
+        if (erma_msgbuf_alloc(erma_req_rpc(req), size, &own) == ERMA_OK)
             r = &own;
         else
             status = ERMA_ENOMEM;
     }
-    erma_resize_msgbuf(r, status == ERMA_ENOMEM ? 4 : size);
+    erma_msgbuf_resize(r, status == ERMA_ENOMEM ? 4 : size);
     u32_put(r->data, (uint32_t)status);
     if (val && status != ERMA_ENOMEM) {
         u32_put(r->data + 4, vlen);
         memcpy(r->data + 8, val, vlen);
     }
-    erma_enqueue_response(req, r);
+    erma_req_respond(req, r);
 }
 
 /* Parses [u32 klen][rest...]; checks that klen fits. */
@@ -138,7 +138,7 @@ static void on_region(struct erma_req *req, void *ctx)
     if (rc == ERMA_OK)
         rc = erma_region_export_uri(srv->rma, srv->region, erma_get_le(erma_req_data(req), 8),
                                     from, &k);
-    erma_resize_msgbuf(r, rc == ERMA_OK ? REGION_RESP : 4);
+    erma_msgbuf_resize(r, rc == ERMA_OK ? REGION_RESP : 4);
     u32_put(r->data, (uint32_t)rc);
     if (rc == ERMA_OK) {
         erma_put_le(r->data + 4, k.region, 4);
@@ -148,7 +148,7 @@ static void on_region(struct erma_req *req, void *ctx)
         erma_put_le(r->data + 20 + ERMA_RMA_KEY_BYTES, erma_kv_log_bytes(srv->kv), 8);
         r->data[28 + ERMA_RMA_KEY_BYTES] = k.cipher;
     }
-    erma_enqueue_response(req, r);
+    erma_req_respond(req, r);
 }
 
 int erma_kv_server_rma(struct erma_kv_server *srv, struct erma_rma *rma)
@@ -165,7 +165,7 @@ int erma_kv_server_rma(struct erma_kv_server *srv, struct erma_rma *rma)
 
 int erma_kv_req_region(struct erma_msgbuf *req, uint64_t identity)
 {
-    if (erma_resize_msgbuf(req, 8) != ERMA_OK)
+    if (erma_msgbuf_resize(req, 8) != ERMA_OK)
         return ERMA_E2BIG;
     erma_put_le(req->data, identity, 8);
     return ERMA_OK;
@@ -277,11 +277,11 @@ static void on_scan(struct erma_req *req, void *ctx)
     if (rc == ERMA_OK)
         rc = s->err;
     struct erma_msgbuf out;
-    if (rc == ERMA_OK && erma_alloc_msgbuf(erma_req_rpc(req), s->len, &out) == ERMA_OK) {
+    if (rc == ERMA_OK && erma_msgbuf_alloc(erma_req_rpc(req), s->len, &out) == ERMA_OK) {
         u32_put(s->buf, (uint32_t)ERMA_OK);
         u32_put(s->buf + 4, s->n);
         memcpy(out.data, s->buf, s->len);
-        erma_enqueue_response(req, &out);
+        erma_req_respond(req, &out);
     } else {
         answer(req, rc == ERMA_OK ? ERMA_ENOMEM : rc, NULL, 0);
     }
@@ -308,7 +308,7 @@ int erma_kv_serve(struct erma_nexus *nx, uint8_t type_base, struct erma_kv *kv,
                         {on_del, ERMA_DISPATCH}, {on_scan, ERMA_WORKER},
                         {on_region, ERMA_DISPATCH}};
     for (int op = 0; rc == ERMA_OK && op < ERMA_KV_OPS; op++)
-        rc = erma_register_handler(nx, (uint8_t)(type_base + op), h[op].fn, h[op].mode, srv);
+        rc = erma_handler_register(nx, (uint8_t)(type_base + op), h[op].fn, h[op].mode, srv);
     if (rc != ERMA_OK) {
         erma_kv_server_destroy(srv);
         return rc;

@@ -67,6 +67,7 @@ struct server {
 struct erma_kvcs_client {
     struct erma_kvcs_client_cfg cfg;
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     struct erma_rma *rma;
     struct erma_kv_reader *reader;
@@ -219,8 +220,8 @@ static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgb
         op->tries[t->pos] = NULL;
         try_done(t->c, op, t->pos, status, val, vlen);
     }
-    erma_free_msgbuf(rpc, &t->req);
-    erma_free_msgbuf(rpc, &t->resp);
+    erma_msgbuf_free(rpc, &t->req);
+    erma_msgbuf_free(rpc, &t->resp);
     free(t);
 }
 
@@ -263,21 +264,21 @@ static int start_rpc(struct erma_kvcs_client *c, struct try *t, struct server *s
     const int sess = session_of(c, s);
     if (sess < 0)
         return ERMA_EPEERFAILED;
-    int rc = erma_alloc_msgbuf(c->rpc, 8 + (size_t)op->klen + vlen, &t->req);
+    int rc = erma_msgbuf_alloc(c->rpc, 8 + (size_t)op->klen + vlen, &t->req);
     if (rc != ERMA_OK)
         return rc;
-    rc = erma_alloc_msgbuf(c->rpc, op->kind == GET ? GET_RESP : 16, &t->resp);
+    rc = erma_msgbuf_alloc(c->rpc, op->kind == GET ? GET_RESP : 16, &t->resp);
     if (rc != ERMA_OK) {
-        erma_free_msgbuf(c->rpc, &t->req);
+        erma_msgbuf_free(c->rpc, &t->req);
         return rc;
     }
     rc = fill_req(op, &t->req, val, vlen);
     if (rc == ERMA_OK)
-        rc = erma_enqueue_request(c->rpc, sess, ERMA_KVCS_TYPE_BASE + types[op->kind], &t->req,
+        rc = erma_rpc_call(c->rpc, sess, ERMA_KVCS_TYPE_BASE + types[op->kind], &t->req,
                                   &t->resp, on_rpc, t);
     if (rc != ERMA_OK) {
-        erma_free_msgbuf(c->rpc, &t->req);
-        erma_free_msgbuf(c->rpc, &t->resp);
+        erma_msgbuf_free(c->rpc, &t->req);
+        erma_msgbuf_free(c->rpc, &t->resp);
     }
     return rc == ERMA_ENOENT ? ERMA_ESESSRESET : rc; /* ENOENT: the session is gone */
 }
@@ -517,7 +518,7 @@ int erma_kvcs_client_run_once(struct erma_kvcs_client *c)
         return ERMA_EINVAL;
     c->completed = 0;
     deliver_deferred(c);
-    erma_rpc_run_once(c->rpc);
+    erma_endpoint_run_once(c->ep);
     for (int i = 0; i < 4 && erma_kv_reader_poll(c->reader) > 0; i++)
         ;
     const uint64_t now = erma_now_ns();
@@ -589,13 +590,13 @@ static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_m
 static int ask_region(struct erma_kvcs_client *c, struct server *s)
 {
     for (uint32_t k = 0; k < c->nsess; k++)
-        if (s->sess[k] < 0 && (s->sess[k] = erma_create_session(c->rpc, s->uri, 0)) < 0)
+        if (s->sess[k] < 0 && (s->sess[k] = erma_session_create(c->rpc, s->uri, 0)) < 0)
             return s->sess[k];
     if (s->region_rc >= 0)
         return ERMA_OK;
     int rc = erma_kv_req_region(&s->req, erma_rma_identity(c->rma));
     if (rc == ERMA_OK)
-        rc = erma_enqueue_request(c->rpc, s->sess[0], ERMA_KVCS_TYPE_BASE + ERMA_KV_REGION,
+        rc = erma_rpc_call(c->rpc, s->sess[0], ERMA_KVCS_TYPE_BASE + ERMA_KV_REGION,
                                   &s->req, &s->resp, on_region, s);
     if (rc == ERMA_OK)
         s->region_rc = 1;
@@ -643,7 +644,7 @@ static int fetch_regions(struct erma_kvcs_client *c)
             return ERMA_OK;
         if (erma_now_ns() > end)
             return ERMA_ETIMEDOUT;
-        erma_rpc_run_once(c->rpc);
+        erma_endpoint_run_once(c->ep);
     }
 }
 
@@ -661,8 +662,8 @@ static int servers_up(struct erma_kvcs_client *c, const char *const *uris)
         if (s->remote.peer < 0)
             return s->remote.peer;
         /* kept for asking again, after a restart (the endpoint frees them) */
-        if (erma_alloc_msgbuf(c->rpc, 8, &s->req) != ERMA_OK ||
-            erma_alloc_msgbuf(c->rpc, REGION_RESP, &s->resp) != ERMA_OK)
+        if (erma_msgbuf_alloc(c->rpc, 8, &s->req) != ERMA_OK ||
+            erma_msgbuf_alloc(c->rpc, REGION_RESP, &s->resp) != ERMA_OK)
             return ERMA_ENOMEM;
     }
     return fetch_regions(c);
@@ -707,11 +708,13 @@ static int endpoint_up(struct erma_kvcs_client *c)
                                       .transfers = cfg->max_ops, .cc_off = true,
                                       .op_timeout_ns = cfg->attempt_timeout_ns,
                                       .dispatch_timeout_ns = cfg->attempt_timeout_ns};
-    int rc = erma_nexus_create(cfg->uri, NULL, &c->nx);
+    int rc = erma_nexus_create(NULL, &c->nx);
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(c->nx, 0, &rcfg, &c->rpc);
+        rc = erma_endpoint_create(cfg->uri, 0, NULL, &c->ep);
     if (rc == ERMA_OK)
-        rc = erma_rma_create(c->rpc, &mcfg, &c->rma);
+        rc = erma_rpc_create(c->nx, c->ep, &rcfg, &c->rpc);
+    if (rc == ERMA_OK)
+        rc = erma_rma_create(c->ep, &mcfg, &c->rma);
     if (rc == ERMA_OK)
         rc = erma_kv_reader_create(c->rma, cfg->max_ops, 0, &c->reader);
     return rc;
@@ -777,6 +780,7 @@ void erma_kvcs_client_destroy(struct erma_kvcs_client *c)
                 free(c->ops[i].tries[p]);
     c->destroying = true;     /* requests fail now: their tries are freed, no callback */
     erma_rpc_destroy(c->rpc);
+    erma_endpoint_destroy(c->ep);
     erma_nexus_destroy(c->nx);
     erma_kvcs_ring_destroy(c->ring);
     free(c->srv);

@@ -140,7 +140,7 @@ struct erma_kvcs_server_cfg {
     uint64_t log_bytes; /* kv item log, default 64 MiB */
     unsigned workers; /* nexus worker threads (kv SCAN), default 1 */
     uint64_t idle_wait_ns; /* spin this long once idle, then sleep until a packet
-                              (rpc cfg.idle_wait_ns); 0: the rpc default, 50 us */
+                              (endpoint cfg.idle_wait_ns); 0: its default, 50 us */
     bool busy_poll;        /* never sleep: a core per server, the lowest latency */
 };
 

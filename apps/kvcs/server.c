@@ -9,6 +9,7 @@
 
 struct erma_kvcs_server {
     struct erma_nexus *nx;
+    struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     struct erma_rma *rma;
     struct erma_kv *kv;
@@ -21,15 +22,17 @@ static int server_up(struct erma_kvcs_server *s, const struct erma_kvcs_server_c
     int rc = erma_kv_create(cfg->buckets ? cfg->buckets : 1u << 16,
                             cfg->log_bytes ? cfg->log_bytes : 64u << 20, &s->kv);
     if (rc == ERMA_OK)
-        rc = erma_nexus_create(cfg->uri, &ncfg, &s->nx);
+        rc = erma_nexus_create(&ncfg, &s->nx);
     if (rc == ERMA_OK)
         rc = erma_kv_serve(s->nx, ERMA_KVCS_TYPE_BASE, s->kv, &s->ks);
-    const struct erma_rpc_cfg rcfg = {.idle_wait_ns = cfg->idle_wait_ns,
-                                      .busy_poll = cfg->busy_poll};
+    const struct erma_endpoint_cfg ecfg = {.idle_wait_ns = cfg->idle_wait_ns,
+                                           .busy_poll = cfg->busy_poll};
     if (rc == ERMA_OK)
-        rc = erma_rpc_create(s->nx, 0, &rcfg, &s->rpc);
+        rc = erma_endpoint_create(cfg->uri, 0, &ecfg, &s->ep);
     if (rc == ERMA_OK)
-        rc = erma_rma_create(s->rpc, NULL, &s->rma);
+        rc = erma_rpc_create(s->nx, s->ep, NULL, &s->rpc);
+    if (rc == ERMA_OK)
+        rc = erma_rma_create(s->ep, NULL, &s->rma);
     if (rc == ERMA_OK)
         rc = erma_kv_server_rma(s->ks, s->rma);
     return rc;
@@ -55,7 +58,7 @@ int erma_kvcs_server_create(const struct erma_kvcs_server_cfg *cfg,
 void erma_kvcs_server_run(struct erma_kvcs_server *srv, uint64_t ns)
 {
     if (srv)
-        erma_rpc_run(srv->rpc, ns);
+        erma_endpoint_run(srv->ep, ns);
 }
 
 void erma_kvcs_server_destroy(struct erma_kvcs_server *srv)
@@ -66,6 +69,7 @@ void erma_kvcs_server_destroy(struct erma_kvcs_server *srv)
         erma_rma_destroy(srv->rma);
     if (srv->rpc)
         erma_rpc_destroy(srv->rpc);
+    erma_endpoint_destroy(srv->ep);
     if (srv->nx)
         erma_nexus_destroy(srv->nx);
     erma_kv_server_destroy(srv->ks);

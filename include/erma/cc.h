@@ -2,6 +2,9 @@
  * erma/cc.h - congestion control units: Timely rates, a Carousel timing
  * wheel with a pacer, and 1RMA's dual-window CC for one-sided ops.
  *
+ * For protocol code, tests and benchmarks that drive congestion control
+ * directly; applications tune it through erma_rpc_cfg and erma_rma_cfg.
+ *
  * The units are plain state machines. They never read the clock, allocate
  * only in their init functions, take no locks and know nothing of sessions,
  * packets or ops beyond the numbers passed in: the RPC layer and the RMA

@@ -1,6 +1,8 @@
 /*
  * erma/clock.h - the monotonic clock every layer reads, in nanoseconds.
  *
+ * For applications (included by erma/erma.h) and every layer.
+ *
  * erma_now_ns() reads the calibrated TSC where the CPU reports an invariant
  * TSC and CLOCK_MONOTONIC otherwise. The source sits behind a function
  * pointer so that the sim transport can substitute its virtual time:

@@ -2,8 +2,11 @@
  * erma/dpdk.h - the dpdk transport: erma packets in Ethernet + IPv4 + UDP
  * frames, built and parsed in userspace on a DPDK port.
  *
+ * For applications that open dpdk:// endpoints (its URI options); the
+ * transport itself is the module erma_dpdk.so.
+ *
  * There is no function here: the transport is opened through
- * erma_transport_open() (transport.h) with a URI of scheme "dpdk", from the
+ * erma_endpoint_create() (endpoint.h) with a URI of scheme "dpdk", from the
  * module erma_dpdk.so that the first such open loads (transport.h says
  * where it is looked for). This header documents that URI, the environment
  * it reads and the behaviour. erma_transport_available("dpdk") tells
@@ -36,7 +39,7 @@
  *   ERMA_LOG (errors only, unless ERMA_LOG is info or debug).
  *
  *   The EAL and the port are set up once per process, by the first
- *   successful erma_transport_open() of a dpdk URI; later opens use that
+ *   successful open of a dpdk URI; later opens use that
  *   port whatever their vdev/pci/port/lcores/mem keys say. If that setup
  *   fails, every dpdk open in the process fails the same way (the EAL cannot
  *   be initialised twice). The first open's cfg.rx_ring sizes the port's

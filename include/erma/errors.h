@@ -1,6 +1,8 @@
 /*
  * erma/errors.h - error codes shared by every layer of erma.
  *
+ * For applications (included by erma/erma.h) and every layer.
+ *
  * Every erma function that can fail returns int: 0 (ERMA_OK) on success or
  * one of the negative codes below. Completions (RPC continuations, RMA
  * completions) carry the same codes. erma_strerror() gives a short English

@@ -1,6 +1,8 @@
 /*
  * erma/log.h - a small leveled log to stderr.
  *
+ * For applications (included by erma/erma.h) and every layer.
+ *
  * The level comes from the ERMA_LOG environment variable (error, warn,
  * notice, info, debug; default warn: errors and warnings only) at the
  * first message, or from erma_log_set_level(). Messages below the level

@@ -1,6 +1,9 @@
 /*
  * erma/pool.h - buffer pool for message buffers and packet memory.
  *
+ * For the endpoint layer and tests; applications allocate message buffers
+ * with erma_msgbuf_alloc() (rpc.h).
+ *
  * A pool hands out buffers in power-of-two size classes from 64 B to
  * ERMA_POOL_MAX_BUF (16 MiB), carved from chunks of at least 2 MiB. Chunks are
  * 2 MiB hugepages (MAP_HUGETLB) when the system has them reserved; otherwise

@@ -1,6 +1,9 @@
 /*
  * erma/rand.h - a fast seeded PRNG (xoshiro256**, seeded by splitmix64).
  *
+ * For simulations, tests and benchmarks that want reproducible randomness,
+ * and erma's own seeds; included on its own.
+ *
  * Not for cryptography (crypto uses libsodium). The same seed gives the same
  * sequence on every machine, which the sim transport relies on.
  */

@@ -1,10 +1,11 @@
 /*
  * erma/rma.h - 1RMA-style one-sided operations on encrypted regions.
  *
- * An erma_rma engine attaches to an endpoint (erma_rpc) and is served by its
- * event loop: erma_rpc_run_once() hands it every one-sided packet, issues
- * queued commands, serves requests and fails expired ones. It plays both
- * roles at once:
+ * For applications (included by erma/erma.h). An erma_rma engine sits on an
+ * endpoint (erma/endpoint.h), beside or without RPCs, and is served by its
+ * event loop: each pass hands it every one-sided packet, issues queued
+ * commands, serves requests and fails expired ones. It plays both roles at
+ * once:
  *
  * Target. erma_region_register() exposes memory as a region with an id, a
  * random 256-bit region key Kr and a cipher. erma_region_export_addr()
@@ -137,7 +138,7 @@ ERMA_BEGIN_DECLS
 #define ERMA_RMA_KEY_BYTES 32
 #define ERMA_RMA_PRIORITIES 4
 
-struct erma_rpc;
+struct erma_endpoint;
 struct erma_rma;
 
 enum erma_rma_perm {
@@ -251,9 +252,9 @@ struct erma_rma_rtt {
     uint64_t rto_ns;              /* a READ's timeout now (a WRITE's is twice it) */
 };
 
-/* Creates the engine and attaches it to rpc's event loop (one per endpoint).
- * cfg may be NULL. ERMA_EAGAIN if rpc already has one. */
-int erma_rma_create(struct erma_rpc *rpc, const struct erma_rma_cfg *cfg,
+/* Creates the engine on ep (one per endpoint). cfg may be NULL.
+ * ERMA_EAGAIN if ep already has one. */
+int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
                     struct erma_rma **out);
 /* Detaches and frees. Pending commands and transfers are dropped without a
  * completion; no buffer of theirs is referenced afterwards. */

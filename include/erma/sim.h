@@ -1,6 +1,9 @@
 /*
  * erma/sim.h - an in-process simulated fabric with virtual time.
  *
+ * For simulations and tests: build a fabric here, open sim:// endpoints on
+ * it (endpoint.h) and step them with erma_sim_run().
+ *
  * Many endpoints in one process and one thread talk over a fabric of
  * `hosts` hosts joined by one switch. A packet from host A to host B:
  *   1. leaves A's uplink (link_bps serialisation, unbounded NIC queue),
@@ -22,7 +25,7 @@
  * the fabric's time. With the same seed and the same calls, a run is the
  * same run, packet for packet.
  *
- * Endpoints open "sim://NAME/HOST:PORT" with erma_transport_open(); PORT 0
+ * Endpoints open "sim://NAME/HOST:PORT" with erma_endpoint_create(); PORT 0
  * picks a free port. Close every such transport before erma_sim_destroy().
  */
 #ifndef ERMA_SIM_H

@@ -1,5 +1,8 @@
 /*
- * erma/transport.h - packet I/O behind one small vtable.
+ * erma/transport.h - the transports an endpoint can open, and peer addresses.
+ *
+ * For applications (included by erma/erma.h). What a transport implements
+ * and what raw benchmarks call is in erma/transport_driver.h.
  *
  * A transport is one TX/RX queue owned by one thread (an endpoint). It is
  * chosen at run time from a URI scheme:
@@ -8,23 +11,16 @@
  *   dpdk://IP:PORT?...       DPDK Ethernet/IPv4/UDP frames, where built (dpdk.h)
  *   verbs://[DEV][:PORT]     RDMA UD queue pairs, where built (verbs.h)
  *
- * Every packet starts with the 16-byte erma header (wire.h); what a
- * transport adds around it is its own business. A packet is at most
- * tr->max_pkt bytes (the Ethernet MTU less IP and UDP headers: 1472 for the
- * default MTU of 1500, on every transport, so figures stay comparable).
+ * The dpdk and verbs transports are modules, erma_dpdk.so and
+ * erma_verbs.so, loaded the first time a URI names their scheme, from
+ * $ERMA_MODULE_DIR if set, else erma/ beside liberma.so, the installed
+ * <libdir>/erma, or lib/erma beside the program's folder; when none loads,
+ * the open fails with ERMA_ENOTSUP and the log names the module and where
+ * it looked.
  *
- * TX: erma_tx_burst() sends up to n packets, each given as up to two
- * segments (a header and a data part, so message buffers are sent without
- * copying). It returns how many were accepted, from the front; the rest may
- * be retried. A packet over max_pkt fails the whole call with ERMA_E2BIG
- * before anything is sent: nothing is ever truncated.
- *
- * RX: erma_rx_burst() returns up to max received packets. Their data stays
- * valid until the next erma_rx_burst() on the same transport, so callers may
- * process packets in place. Packets the transport itself finds bad
- * (truncated, oversize) are counted in stats.rx_dropped, never returned.
- * For loss tests on real transports, cfg.rx_drop drops a random fraction of
- * received packets (counted in stats.rx_injected_drops).
+ * A packet is at most max_pkt bytes (the Ethernet MTU less IP and UDP
+ * headers: 1472 for the default MTU of 1500, on every transport, so figures
+ * stay comparable).
  */
 #ifndef ERMA_TRANSPORT_H
 #define ERMA_TRANSPORT_H
@@ -57,123 +53,8 @@ static inline bool erma_addr_eq(const struct erma_addr *a, const struct erma_add
     return a->len == b->len && memcmp(a->raw, b->raw, a->len) == 0;
 }
 
-struct erma_tx_pkt {
-    const struct erma_addr *dst;
-    const void *hdr;    /* first segment */
-    uint32_t hdr_len;
-    const void *data;   /* optional second segment (NULL when data_len is 0) */
-    uint32_t data_len;
-};
-
-struct erma_rx_pkt {
-    uint8_t *data;
-    uint32_t len;
-    struct erma_addr src;
-};
-
-struct erma_transport_cfg {
-    uint32_t mtu;       /* Ethernet MTU, 576..9000; 0 means 1500 */
-    uint32_t rx_ring;   /* packets the receive queue must hold; 0 means 4096 */
-    double rx_drop;     /* fault injection: drop this fraction of received packets */
-    uint64_t drop_seed; /* seed of the drop decisions */
-};
-
-struct erma_transport_stats {
-    uint64_t tx_pkts, tx_bytes, tx_errors;
-    uint64_t rx_pkts, rx_bytes, rx_dropped, rx_injected_drops;
-};
-
-struct erma_transport;
-
-struct erma_transport_ops {
-    const char *scheme;
-    /* rest is the URI after "scheme://". */
-    int (*open)(const char *rest, const struct erma_transport_cfg *cfg,
-                struct erma_transport **out);
-    void (*close)(struct erma_transport *tr);
-    int (*tx_burst)(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n);
-    int (*rx_burst)(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max);
-    int (*resolve)(struct erma_transport *tr, const char *rest, struct erma_addr *out);
-    /* addr as the rest of a URI ("HOST:PORT..."), resolvable by tr's peers */
-    int (*addr_str)(const struct erma_transport *tr, const struct erma_addr *addr, char *buf,
-                    size_t len);
-    /* Registers memory for zero-copy I/O; may be NULL (nothing to do). */
-    int (*reg_mem)(struct erma_transport *tr, void *addr, size_t len);
-    /* Blocks until a packet may be there to receive or timeout_ns passed;
-     * may be NULL (a polled device: no way to sleep). */
-    int (*wait)(struct erma_transport *tr, uint64_t timeout_ns);
-};
-
-struct erma_transport {
-    const struct erma_transport_ops *ops;
-    struct erma_addr local;
-    uint32_t max_pkt; /* largest erma packet, header included */
-    uint32_t rx_ring;
-    /* Hints for congestion control defaults: line rate and unloaded RTT. */
-    uint64_t link_bps, base_rtt_ns;
-    struct erma_transport_stats stats;
-    uint64_t drop_threshold; /* rx_drop scaled to 2^64; 0 = no injected loss */
-    uint64_t drop_state;
-};
-
-/* Opens the transport named by uri's scheme, bound to the address in uri. */
-int erma_transport_open(const char *uri, const struct erma_transport_cfg *cfg,
-                        struct erma_transport **out);
-void erma_transport_close(struct erma_transport *tr);
-
-/* Resolves a peer URI of the same scheme to an address. */
-int erma_transport_resolve(struct erma_transport *tr, const char *uri, struct erma_addr *out);
-/* Formats addr as "scheme://..." into buf; returns ERMA_OK or ERMA_EINVAL. */
-int erma_transport_addr_str(const struct erma_transport *tr, const struct erma_addr *addr,
-                            char *buf, size_t len);
-int erma_transport_reg_mem(struct erma_transport *tr, void *addr, size_t len);
-
-/* Sleeps until a packet may be there or timeout_ns passed (it may return
- * early); ERMA_ENOTSUP at once for a transport that can only be polled. */
-int erma_transport_wait(struct erma_transport *tr, uint64_t timeout_ns);
-
 /* True when this build has a transport for scheme ("udp", "dpdk", ...). */
 bool erma_transport_available(const char *scheme);
-
-static inline int erma_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts,
-                                unsigned n)
-{
-    return tr->ops->tx_burst(tr, pkts, n);
-}
-
-static inline int erma_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts,
-                                unsigned max)
-{
-    return tr->ops->rx_burst(tr, pkts, max);
-}
-
-/* Internal to transports: shared configuration checks. */
-int erma_transport_cfg_resolve(const struct erma_transport_cfg *cfg,
-                               struct erma_transport_cfg *out);
-/* Internal to transports: ERMA_E2BIG if a packet of pkts[0..n) is over
- * max_pkt, ERMA_EADDR if one has no destination or one of another length
- * than addr_len, else ERMA_OK. tx_burst checks everything before sending.
- * Inline, so that transport modules need nothing of the core for it. */
-static inline int erma_transport_check_tx(const struct erma_transport *tr,
-                                          const struct erma_tx_pkt *pkts, unsigned n,
-                                          uint8_t addr_len)
-{
-    for (unsigned i = 0; i < n; i++) {
-        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt)
-            return ERMA_E2BIG;
-        if (!pkts[i].dst || pkts[i].dst->len != addr_len)
-            return ERMA_EADDR;
-    }
-    return ERMA_OK;
-}
-
-/* Internal to transports: drops the injected fraction of pkts[0..n) in
- * place and returns how many remain. */
-unsigned erma_transport_inject_loss(struct erma_transport *tr, struct erma_rx_pkt *pkts,
-                                    unsigned n);
-
-extern const struct erma_transport_ops erma_udp_ops;
-extern const struct erma_transport_ops erma_sim_ops;
 
 ERMA_END_DECLS
 

@@ -2,7 +2,10 @@
  * erma/verbs.h - the verbs transport: erma packets as RDMA Unreliable
  * Datagram sends (rdma-core libibverbs), on InfiniBand or RoCE.
  *
- * Opened through erma_transport_open() (transport.h) with scheme "verbs",
+ * For applications that open verbs:// endpoints (its URI options); the
+ * transport itself is the module erma_verbs.so.
+ *
+ * Opened through erma_endpoint_create() (endpoint.h) with scheme "verbs",
  * from the module erma_verbs.so (loaded on first use, see transport.h);
  * erma_transport_available("verbs") tells whether this build has it.
  *

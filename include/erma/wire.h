@@ -1,6 +1,9 @@
 /*
  * erma/wire.h - the 16-byte erma packet header that starts every packet.
  *
+ * For protocol code, transports, tests and raw benchmarks; applications
+ * never see a header.
+ *
  * Layout (two little-endian 64-bit words; docs/PROTOCOL.md has the picture):
  *   word 0: req_type 8 | msg_size 24 | dest_session 16 | pkt_type 2 | pkt_num 14
  *   word 1: req_num 44 | magic 4 | proto 4 | reserved 12 (zero)
@@ -68,6 +71,35 @@ static inline uint64_t erma_get_le(const uint8_t *p, int bytes)
     for (int i = 0; i < bytes; i++)
         v |= (uint64_t)p[i] << (8 * i);
     return v;
+}
+
+/* The codec style of every erma header: fields one after another, each
+ * little-endian, through a cursor that moves past what it wrote or read. */
+static inline void erma_put(uint8_t **p, uint64_t v, int bytes)
+{
+    erma_put_le(*p, v, bytes);
+    *p += bytes;
+}
+
+static inline uint64_t erma_get(const uint8_t **p, int bytes)
+{
+    const uint64_t v = erma_get_le(*p, bytes);
+    *p += bytes;
+    return v;
+}
+
+static inline void erma_put_bytes(uint8_t **p, const void *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        (*p)[i] = ((const uint8_t *)src)[i];
+    *p += n;
+}
+
+static inline void erma_get_bytes(const uint8_t **p, void *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ((uint8_t *)dst)[i] = (*p)[i];
+    *p += n;
 }
 
 /* Writes h to buf[0..16). Fields wider than their wire width are masked. */

@@ -137,11 +137,11 @@ static inline int fuzz_save(const char *dir, const char *name, const void *data,
 /* Work a harness does between passes (answers, polls); returns work done. */
 typedef int (*fuzz_pass_fn)(void *ctx);
 
-/* Steps the endpoints round-robin, as erma_sim_run_rpcs() does, for ns of
+/* Steps the endpoints round-robin, as erma_sim_run() does, for ns of
  * virtual time; after every pass calls hook (may be NULL), and moves time to
  * the next packet or timer event when nobody had work. *passes counts the
  * passes of the whole input. */
-static inline void fuzz_run(struct erma_sim *sim, struct erma_rpc **rpcs, unsigned n,
+static inline void fuzz_run(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n,
                             uint64_t ns, fuzz_pass_fn hook, void *ctx, unsigned *passes)
 {
     const uint64_t end = erma_sim_now(sim) + ns;
@@ -151,7 +151,7 @@ static inline void fuzz_run(struct erma_sim *sim, struct erma_rpc **rpcs, unsign
                    (unsigned long long)erma_sim_now(sim));
         int work = 0;
         for (unsigned i = 0; i < n; i++)
-            work += erma_rpc_run_once(rpcs[i]);
+            work += erma_endpoint_run_once(eps[i]);
         if (hook)
             work += hook(ctx);
         if (work) {
@@ -161,7 +161,7 @@ static inline void fuzz_run(struct erma_sim *sim, struct erma_rpc **rpcs, unsign
         }
         uint64_t t = erma_sim_next_event(sim);
         for (unsigned i = 0; i < n; i++) {
-            const uint64_t timer = erma_rpc_next_timer(rpcs[i]);
+            const uint64_t timer = erma_endpoint_next_timer(eps[i]);
             t = timer < t ? timer : t;
         }
         if (t <= erma_sim_now(sim))

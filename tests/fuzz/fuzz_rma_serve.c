@@ -121,7 +121,8 @@ struct captured {
 struct world {
     struct erma_sim *sim;
     struct erma_nexus *nx[2];
-    struct erma_rpc *rpc[2];
+    struct erma_endpoint *ep[2];
+    struct erma_rpc *rpc[2]; /* on ep[] beside the engines: RPC and SM packets go to them */
     struct erma_rma *target, *init;
     uint8_t *mem[NREGIONS], *orig[NREGIONS];
     uint32_t region[NREGIONS];
@@ -275,16 +276,17 @@ static void endpoint_up(int h, uint64_t identity, uint8_t flags)
 {
     char uri[64];
     snprintf(uri, sizeof uri, "sim://fzrma/%d:%d", h, PORT);
-    FUZZ_CHECK(erma_nexus_create(uri, NULL, &W.nx[h]) == ERMA_OK, "nexus");
+    FUZZ_CHECK(erma_nexus_create(NULL, &W.nx[h]) == ERMA_OK, "nexus");
+    FUZZ_CHECK(erma_endpoint_create(uri, 0, NULL, &W.ep[h]) == ERMA_OK, "endpoint");
     const struct erma_rpc_cfg rc = {.seed = 42 + (uint64_t)h};
-    FUZZ_CHECK(erma_rpc_create(W.nx[h], 0, &rc, &W.rpc[h]) == ERMA_OK, "rpc");
+    FUZZ_CHECK(erma_rpc_create(W.nx[h], W.ep[h], &rc, &W.rpc[h]) == ERMA_OK, "rpc");
     const struct erma_rma_cfg mc = {.identity = identity, .slots = SLOTS,
                                     .op_timeout_ns = OP_TIMEOUT_NS,
                                     .dispatch_timeout_ns = 1000000, .serve_batch = 4,
                                     .nack_threshold = 64, .solicits = 8,
                                     .serve_ns = flags & FLAG_SLOW_TARGET ? 2000 : 0,
                                     .inbound_window = flags & FLAG_SMALL_WINDOW ? 4096 : 0};
-    FUZZ_CHECK(erma_rma_create(W.rpc[h], &mc, h == TARGET_HOST ? &W.target : &W.init) ==
+    FUZZ_CHECK(erma_rma_create(W.ep[h], &mc, h == TARGET_HOST ? &W.target : &W.init) ==
                    ERMA_OK,
                "rma");
 }
@@ -320,6 +322,7 @@ static void world_down(void)
     erma_rma_destroy(W.target);
     for (int h = 0; h < 2; h++) {
         erma_rpc_destroy(W.rpc[h]);
+        erma_endpoint_destroy(W.ep[h]);
         erma_nexus_destroy(W.nx[h]);
     }
     erma_sim_destroy(W.sim);
@@ -414,7 +417,7 @@ static bool inject(struct fuzz_rec *r)
     static const uint16_t src[4] = {INIT_HOST, STRANGER_HOST, TARGET_HOST, STRANGER_HOST};
     static const uint16_t dst[4] = {TARGET_HOST, TARGET_HOST, INIT_HOST, INIT_HOST};
     const unsigned route = r->ctl & 3;
-    fuzz_run(W.sim, W.rpc, 2, (uint64_t)(r->ctl >> 4) * 4000, poll_hook, NULL, &W.passes);
+    fuzz_run(W.sim, W.ep, 2, (uint64_t)(r->ctl >> 4) * 4000, poll_hook, NULL, &W.passes);
     if (r->len == 0) {
         if (route != R_INIT_TARGET)
             engine_action(route);
@@ -496,7 +499,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct fuzz_rec r;
     while (fuzz_next(&in, &r))
         stranger_only = inject(&r) && stranger_only;
-    fuzz_run(W.sim, W.rpc, 2, FINAL_NS, poll_hook, NULL, &W.passes);
+    fuzz_run(W.sim, W.ep, 2, FINAL_NS, poll_hook, NULL, &W.passes);
     check_memory();
     check_ops(stranger_only);
     world_down();
@@ -591,7 +594,7 @@ int fuzz_write_seeds(const char *dir)
         return -1;
     W.ncap = 0;
     world_up(0);
-    fuzz_run(W.sim, W.rpc, 2, FINAL_NS, poll_hook, NULL, &W.passes);
+    fuzz_run(W.sim, W.ep, 2, FINAL_NS, poll_hook, NULL, &W.passes);
     for (unsigned i = 0; i < W.nops; i++)
         FUZZ_CHECK(W.ops[i].done && W.ops[i].status == W.ops[i].expect,
                    "seed op %u: status %d", i, W.ops[i].status);

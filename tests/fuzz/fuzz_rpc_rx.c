@@ -1,6 +1,6 @@
 /*
  * fuzz_rpc_rx: the RPC receive path (rpc/proto.c, rpc/session.c, the RX
- * demultiplexer of rpc/endpoint.c) on the sim fabric, in virtual time.
+ * demultiplexer of endpoint/endpoint.c) on the sim fabric, in virtual time.
  *
  * World, rebuilt for every input (deterministic: fixed seeds, virtual time):
  * host 0 a server endpoint, host 1 a client endpoint with a session to it,
@@ -29,7 +29,7 @@
  * record sends nothing; on routes 1-3 it has the client act instead:
  * 1 enqueue another request (ECHO, DEFER, WORKER in turn, some held past
  * the client's 3 ms timeout; past 8, they queue),
- * 2 erma_destroy_session(), 3 open a new session (later requests use it).
+ * 2 erma_session_destroy(), 3 open a new session (later requests use it).
  * After the last record the world runs 8 ms more (RTOs, keepalives, held
  * requests, the server's 4 ms failure timeout), then releases the workers.
  *
@@ -37,12 +37,13 @@
  *   - at most once: within one server session's lifetime the handler of a
  *     slot runs for ever larger req_nums, never twice for one;
  *   - a held request (DEFER, WORKER) keeps its data until answered, is
- *     never handed to a handler again, and erma_enqueue_response() takes
+ *     never handed to a handler again, and erma_req_respond() takes
  *     its answer, also once the client gave up on it (rpc.h);
  *   - every client continuation runs exactly once (the last ones from
  *     erma_rpc_destroy()), with ERMA_OK or an erma error and then size 0;
- *   - counters agree: handler_calls with the handlers' own count, rx_pkts
- *     with the transport's, the drop counters stay within rx_pkts,
+ *   - counters agree: handler_calls with the handlers' own count, the
+ *     endpoint's rx_pkts with the transport's, the drop counters (the
+ *     endpoint's and the RPCs') stay within rx_pkts,
  *     rpcs_done + rpcs_failed with the continuations;
  *   - a late answer never reaches another request: unless the input spoofs
  *     the client or the server (routes 0, 2, mutes), every OK response holds
@@ -78,7 +79,7 @@
 #include "erma/log.h"
 #include "erma/rpc.h"
 #include "erma/sim.h"
-#include "erma/transport.h"
+#include "erma/transport_driver.h"
 #include "fuzz.h"
 #include "rpc/internal.h"
 
@@ -133,7 +134,8 @@ struct captured { /* a packet the seed capture saw */
 struct world {
     struct erma_sim *sim;
     struct erma_nexus *nx[2];
-    struct erma_rpc *server, *client, *both[2];
+    struct erma_endpoint *both[2]; /* the server's, the client's */
+    struct erma_rpc *server, *client;
     char server_uri[64];
     int session;
     uint8_t flags;
@@ -185,14 +187,14 @@ static int echo_into(struct erma_req *req, const uint8_t *d, size_t n)
     const uint32_t size = resp_size_of(d, n);
     struct erma_msgbuf *r = erma_req_resp_buf(req), own;
     if (size > r->max_size || (n & 1)) { /* odd sizes: a msgbuf of our own */
-        FUZZ_CHECK(erma_alloc_msgbuf(erma_req_rpc(req), size, &own) == ERMA_OK, "alloc %u",
+        FUZZ_CHECK(erma_msgbuf_alloc(erma_req_rpc(req), size, &own) == ERMA_OK, "alloc %u",
                    size);
         r = &own;
     }
-    FUZZ_CHECK(erma_resize_msgbuf(r, size) == ERMA_OK, "resize");
+    FUZZ_CHECK(erma_msgbuf_resize(r, size) == ERMA_OK, "resize");
     for (uint32_t k = 0; k < size; k++)
         r->data[k] = resp_byte(d, n, k);
-    return erma_enqueue_response(req, r);
+    return erma_req_respond(req, r);
 }
 
 /* At most once: a slot's handler runs for ever larger req_nums within one
@@ -335,8 +337,8 @@ static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
     for (uint32_t k = 0; c->content_ok && k < resp->size; k++)
         c->content_ok = resp->data[k] == resp_byte(c->req.data, c->req_size, k);
     W.completions++;
-    erma_free_msgbuf(rpc, &c->req);
-    erma_free_msgbuf(rpc, &c->resp);
+    erma_msgbuf_free(rpc, &c->req);
+    erma_msgbuf_free(rpc, &c->resp);
 }
 
 /* Enqueues a request of req_size bytes asking for resp_size; false when
@@ -347,15 +349,15 @@ static bool enqueue(uint8_t type, uint32_t req_size, uint32_t resp_size, int exp
         return false;
     struct call *c = &W.calls[W.ncalls];
     *c = (struct call){.type = type, .req_size = req_size, .expect = expect};
-    FUZZ_CHECK(erma_alloc_msgbuf(W.client, req_size, &c->req) == ERMA_OK, "alloc");
-    FUZZ_CHECK(erma_alloc_msgbuf(W.client, 64, &c->resp) == ERMA_OK, "alloc");
+    FUZZ_CHECK(erma_msgbuf_alloc(W.client, req_size, &c->req) == ERMA_OK, "alloc");
+    FUZZ_CHECK(erma_msgbuf_alloc(W.client, 64, &c->resp) == ERMA_OK, "alloc");
     for (uint32_t k = 0; k < req_size; k++)
         c->req.data[k] = (uint8_t)(k * 13 + type);
     if (req_size >= 4)
         erma_put_le(c->req.data, resp_size, 4);
-    if (erma_enqueue_request(W.client, W.session, type, &c->req, &c->resp, on_done, c) != ERMA_OK) {
-        erma_free_msgbuf(W.client, &c->req);
-        erma_free_msgbuf(W.client, &c->resp);
+    if (erma_rpc_call(W.client, W.session, type, &c->req, &c->resp, on_done, c) != ERMA_OK) {
+        erma_msgbuf_free(W.client, &c->req);
+        erma_msgbuf_free(W.client, &c->resp);
         return false;
     }
     W.ncalls++;
@@ -382,9 +384,9 @@ static void client_action(unsigned route)
         const uint32_t k = ++W.extra;
         enqueue(types[k % 3], k * 733 % 4000, k * 911 % MAX_RESP, ERMA_OK);
     } else if (route == R_SERVER_CLIENT) {
-        erma_destroy_session(W.client, W.session);
+        erma_session_destroy(W.client, W.session);
     } else {
-        const int s = erma_create_session(W.client, W.server_uri, 0);
+        const int s = erma_session_create(W.client, W.server_uri, 0);
         W.session = s >= 0 ? s : W.session;
     }
 }
@@ -465,18 +467,20 @@ static void endpoints_up(uint8_t flags)
 {
     snprintf(W.server_uri, sizeof W.server_uri, "sim://fzrpc/%d:%d", SERVER_HOST, PORT);
     const struct erma_nexus_cfg ncfg = {.workers = flags & FLAG_WORKER ? 1 : 0};
-    FUZZ_CHECK(erma_nexus_create(W.server_uri, &ncfg, &W.nx[0]) == ERMA_OK, "nexus");
-    FUZZ_CHECK(erma_nexus_create("sim://fzrpc/1:31850", NULL, &W.nx[1]) == ERMA_OK, "nexus");
-    erma_register_handler(W.nx[0], ECHO, echo_handler, ERMA_DISPATCH, NULL);
+    FUZZ_CHECK(erma_nexus_create(&ncfg, &W.nx[0]) == ERMA_OK, "nexus");
+    FUZZ_CHECK(erma_nexus_create(NULL, &W.nx[1]) == ERMA_OK, "nexus");
+    erma_handler_register(W.nx[0], ECHO, echo_handler, ERMA_DISPATCH, NULL);
     if (flags & FLAG_WORKER)
-        erma_register_handler(W.nx[0], WORKER, worker_handler, ERMA_WORKER, NULL);
-    erma_register_handler(W.nx[0], DEFER, defer_handler, ERMA_DISPATCH, NULL);
+        erma_handler_register(W.nx[0], WORKER, worker_handler, ERMA_WORKER, NULL);
+    erma_handler_register(W.nx[0], DEFER, defer_handler, ERMA_DISPATCH, NULL);
     const struct erma_rpc_cfg sc = rpc_cfg(42, flags & FLAG_SMALL_GRANT ? 8 : 0);
     const struct erma_rpc_cfg cc = rpc_cfg(43, 0);
-    FUZZ_CHECK(erma_rpc_create(W.nx[0], 0, &sc, &W.server) == ERMA_OK, "server");
-    FUZZ_CHECK(erma_rpc_create(W.nx[1], 0, &cc, &W.client) == ERMA_OK, "client");
-    W.both[0] = W.server;
-    W.both[1] = W.client;
+    FUZZ_CHECK(erma_endpoint_create(W.server_uri, 0, NULL, &W.both[0]) == ERMA_OK,
+               "server endpoint");
+    FUZZ_CHECK(erma_endpoint_create("sim://fzrpc/1:31850", 0, NULL, &W.both[1]) == ERMA_OK,
+               "client endpoint");
+    FUZZ_CHECK(erma_rpc_create(W.nx[0], W.both[0], &sc, &W.server) == ERMA_OK, "server");
+    FUZZ_CHECK(erma_rpc_create(W.nx[1], W.both[1], &cc, &W.client) == ERMA_OK, "client");
 }
 
 static void world_up(uint8_t flags)
@@ -495,7 +499,7 @@ static void world_up(uint8_t flags)
     erma_sim_use_clock(W.sim);
     erma_sim_set_tap(W.sim, tap, NULL);
     endpoints_up(flags);
-    W.session = erma_create_session_credits(W.client, W.server_uri, 0,
+    W.session = erma_session_create_credits(W.client, W.server_uri, 0,
                                             flags & FLAG_FEW_CREDITS ? 2 : 0);
     for (int i = 0; i < 100 && !erma_session_connected(W.client, W.session); i++)
         fuzz_run(W.sim, W.both, 2, 10000, pass_hook, NULL, &W.passes);
@@ -522,6 +526,8 @@ static void world_down(void)
         FUZZ_CHECK(W.calls[i].done == 1, "call %u never completed", i);
     W.nheld = 0; /* their sessions go with the server */
     erma_rpc_destroy(W.server);
+    erma_endpoint_destroy(W.both[0]);
+    erma_endpoint_destroy(W.both[1]);
     erma_nexus_destroy(W.nx[0]);
     erma_nexus_destroy(W.nx[1]);
     erma_sim_destroy(W.sim);
@@ -536,8 +542,7 @@ static uint64_t cookie_for(uint16_t src_host, uint16_t src_port, uint64_t token)
     char uri[64];
     struct erma_addr a;
     snprintf(uri, sizeof uri, "sim://fzrpc/%u:%u", src_host, src_port);
-    FUZZ_CHECK(erma_transport_resolve(erma_rpc_transport(W.server), uri, &a) == ERMA_OK, "%s",
-               uri);
+    FUZZ_CHECK(erma_transport_resolve(W.both[0]->tr, uri, &a) == ERMA_OK, "%s", uri);
     uint8_t in[ERMA_ADDR_MAX + 16], out[crypto_shorthash_BYTES];
     memcpy(in, a.raw, a.len);
     erma_put_le(in + a.len, token, 8);
@@ -593,17 +598,21 @@ static void inject(struct fuzz_rec *r, struct seen *seen)
 static void check_stats(struct erma_rpc *rpc, const char *who)
 {
     struct erma_rpc_stats st;
+    struct erma_endpoint_stats es;
+    const struct erma_endpoint *ep = erma_rpc_endpoint(rpc);
     erma_rpc_get_stats(rpc, &st);
-    const struct erma_transport *tr = erma_rpc_transport(rpc);
-    FUZZ_CHECK(st.rx_pkts == tr->stats.rx_pkts, "%s: rx_pkts %llu, transport %llu", who,
-               (unsigned long long)st.rx_pkts, (unsigned long long)tr->stats.rx_pkts);
-    const uint64_t dropped = st.rx_bad + st.rx_no_session + st.rx_stale + st.rx_dup +
+    erma_endpoint_get_stats(ep, &es);
+    const struct erma_transport *tr = ep->tr;
+    FUZZ_CHECK(es.rx_pkts == tr->stats.rx_pkts, "%s: rx_pkts %llu, transport %llu", who,
+               (unsigned long long)es.rx_pkts, (unsigned long long)tr->stats.rx_pkts);
+    const uint64_t dropped = es.rx_bad + st.rx_bad + st.rx_no_session + st.rx_stale + st.rx_dup +
                              st.rx_reordered;
-    FUZZ_CHECK(dropped <= st.rx_pkts, "%s: %llu dropped of %llu received", who,
-               (unsigned long long)dropped, (unsigned long long)st.rx_pkts);
+    FUZZ_CHECK(dropped <= es.rx_pkts, "%s: %llu dropped of %llu received", who,
+               (unsigned long long)dropped, (unsigned long long)es.rx_pkts);
 }
 
-/* With FUZZ_VERBOSE set: what became of the calls, and the counters. */
+/* With FUZZ_VERBOSE set: what became of the calls, and the counters (bad:
+ * the endpoint's and the RPCs'). */
 static void report(const struct erma_rpc_stats *s, const struct erma_rpc_stats *c)
 {
     if (!getenv("FUZZ_VERBOSE"))
@@ -612,16 +621,20 @@ static void report(const struct erma_rpc_stats *s, const struct erma_rpc_stats *
         fprintf(stderr, "  call %u type %u: done %d status %d content %s\n", i, W.calls[i].type,
                 W.calls[i].done, W.calls[i].status, W.calls[i].content_ok ? "ok" : "-");
     const struct erma_rpc_stats *both[2] = {s, c};
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2; k++) {
+        struct erma_endpoint_stats es;
+        erma_endpoint_get_stats(W.both[k], &es);
         fprintf(stderr, "  %s: rx %llu bad %llu no_session %llu stale %llu dup %llu reordered "
                 "%llu handler_calls %llu done %llu failed %llu refused %llu\n",
-                k ? "client" : "server", (unsigned long long)both[k]->rx_pkts,
-                (unsigned long long)both[k]->rx_bad, (unsigned long long)both[k]->rx_no_session,
+                k ? "client" : "server", (unsigned long long)es.rx_pkts,
+                (unsigned long long)(es.rx_bad + both[k]->rx_bad),
+                (unsigned long long)both[k]->rx_no_session,
                 (unsigned long long)both[k]->rx_stale, (unsigned long long)both[k]->rx_dup,
                 (unsigned long long)both[k]->rx_reordered,
                 (unsigned long long)both[k]->handler_calls, (unsigned long long)both[k]->rpcs_done,
                 (unsigned long long)both[k]->rpcs_failed,
                 (unsigned long long)both[k]->sessions_refused);
+    }
     fprintf(stderr, "  passes %u\n", W.passes);
 }
 
@@ -839,7 +852,7 @@ int fuzz_write_seeds(const char *dir)
     while (first < W.ncap && W.cap[first].t < W.t0)
         first++;
     fuzz_run(W.sim, W.both, 2, 3000000, pass_hook, NULL, &W.passes);
-    erma_destroy_session(W.client, W.session);
+    erma_session_destroy(W.client, W.session);
     world_finish();
     for (unsigned i = 0; i < W.ncalls; i++)
         FUZZ_CHECK(W.calls[i].done && W.calls[i].status == W.calls[i].expect &&

@@ -40,8 +40,8 @@ static void key_handler(struct erma_req *req, void *ctx)
         erma_region_export_uri(s->rma, s->region, identity, from, &rkey) != ERMA_OK)
         rkey.region = UINT32_MAX;
     memcpy(resp->data, &rkey, sizeof rkey);
-    erma_resize_msgbuf(resp, sizeof rkey);
-    erma_enqueue_response(req, resp);
+    erma_msgbuf_resize(resp, sizeof rkey);
+    erma_req_respond(req, resp);
 }
 
 struct answer {
@@ -64,12 +64,12 @@ static int fail(const char *what, int rc)
 }
 
 /* Runs both loops until *done or 5 s pass. */
-static int run_both(struct erma_rpc *a, struct erma_rpc *b, const int *done)
+static int run_both(struct erma_endpoint *a, struct erma_endpoint *b, const int *done)
 {
     const uint64_t end = erma_now_ns() + 5000000000ull;
     while (!*done && erma_now_ns() < end) {
-        erma_rpc_run_once(a);
-        erma_rpc_run_once(b);
+        erma_endpoint_run_once(a);
+        erma_endpoint_run_once(b);
     }
     return *done ? ERMA_OK : ERMA_ETIMEDOUT;
 }
@@ -80,38 +80,42 @@ static int rpc_and_read(const char *host, const char *sport, const char *cport)
     snprintf(suri, sizeof suri, "udp://%s:%s", host, sport);
     snprintf(curi, sizeof curi, "udp://%s:%s", host, cport);
     struct erma_nexus *snx, *cnx;
+    struct erma_endpoint *sep, *cep;
     struct erma_rpc *srv, *cli;
     struct erma_rma *crma;
     struct server s;
     int rc;
     char region_mem[64];
     memcpy(region_mem, secret, sizeof secret);
-    if ((rc = erma_nexus_create(suri, NULL, &snx)) != ERMA_OK)
-        return fail(suri, rc);
-    if ((rc = erma_register_handler(snx, KEY_REQ, key_handler, ERMA_DISPATCH, &s)) != ERMA_OK)
+    if ((rc = erma_nexus_create(NULL, &snx)) != ERMA_OK)
+        return fail("server nexus", rc);
+    if ((rc = erma_handler_register(snx, KEY_REQ, key_handler, ERMA_DISPATCH, &s)) != ERMA_OK)
         return fail("register handler", rc);
-    if ((rc = erma_rpc_create(snx, 0, NULL, &srv)) != ERMA_OK ||
-        (rc = erma_rma_create(srv, NULL, &s.rma)) != ERMA_OK ||
+    if ((rc = erma_endpoint_create(suri, 0, NULL, &sep)) != ERMA_OK)
+        return fail(suri, rc);
+    if ((rc = erma_rpc_create(snx, sep, NULL, &srv)) != ERMA_OK ||
+        (rc = erma_rma_create(sep, NULL, &s.rma)) != ERMA_OK ||
         (rc = erma_region_register(s.rma, region_mem, sizeof region_mem, ERMA_RMA_PERM_READ,
                                    &s.region)) != ERMA_OK)
         return fail("server endpoint", rc);
-    if ((rc = erma_nexus_create(curi, NULL, &cnx)) != ERMA_OK ||
-        (rc = erma_rpc_create(cnx, 0, NULL, &cli)) != ERMA_OK ||
-        (rc = erma_rma_create(cli, NULL, &crma)) != ERMA_OK)
+    if ((rc = erma_nexus_create(NULL, &cnx)) != ERMA_OK ||
+        (rc = erma_endpoint_create(curi, 0, NULL, &cep)) != ERMA_OK ||
+        (rc = erma_rpc_create(cnx, cep, NULL, &cli)) != ERMA_OK ||
+        (rc = erma_rma_create(cep, NULL, &crma)) != ERMA_OK)
         return fail("client endpoint", rc);
 
     struct erma_msgbuf req, resp;
     struct answer a = {0, 0};
-    const int sess = erma_create_session(cli, suri, 0);
+    const int sess = erma_session_create(cli, suri, 0);
     const uint64_t id = erma_rma_identity(crma);
     if (sess < 0)
         return fail("session", sess);
-    erma_alloc_msgbuf(cli, sizeof id, &req);
-    erma_alloc_msgbuf(cli, 64, &resp);
+    erma_msgbuf_alloc(cli, sizeof id, &req);
+    erma_msgbuf_alloc(cli, 64, &resp);
     memcpy(req.data, &id, sizeof id);
-    rc = erma_enqueue_request(cli, sess, KEY_REQ, &req, &resp, on_key, &a);
+    rc = erma_rpc_call(cli, sess, KEY_REQ, &req, &resp, on_key, &a);
     if (rc == ERMA_OK)
-        rc = run_both(cli, srv, &a.done);
+        rc = run_both(cep, sep, &a.done);
     if (rc != ERMA_OK || a.status != ERMA_OK || resp.size != sizeof(struct erma_rkey))
         return fail("RPC for the key", rc != ERMA_OK ? rc : a.status);
     printf("RPC: got a key to region %u\n", ((struct erma_rkey *)resp.data)->region);
@@ -130,8 +134,8 @@ static int rpc_and_read(const char *host, const char *sport, const char *cport)
     int read_done = 0;
     const uint64_t end = erma_now_ns() + 5000000000ull;
     while (!read_done && erma_now_ns() < end) {
-        erma_rpc_run_once(cli);
-        erma_rpc_run_once(srv);
+        erma_endpoint_run_once(cep);
+        erma_endpoint_run_once(sep);
         read_done = erma_rma_poll(crma, &c, 1);
     }
     if (!read_done || c.status != ERMA_OK)
@@ -139,13 +143,15 @@ static int rpc_and_read(const char *host, const char *sport, const char *cport)
     if (memcmp(got, secret, sizeof secret) != 0)
         return fail("READ returned other bytes", ERMA_EBADPKT);
     printf("READ: \"%s\"\n", got);
-    erma_free_msgbuf(cli, &req);
-    erma_free_msgbuf(cli, &resp);
+    erma_msgbuf_free(cli, &req);
+    erma_msgbuf_free(cli, &resp);
     erma_rma_destroy(crma);
     erma_rpc_destroy(cli);
+    erma_endpoint_destroy(cep);
     erma_nexus_destroy(cnx);
     erma_rma_destroy(s.rma);
     erma_rpc_destroy(srv);
+    erma_endpoint_destroy(sep);
     erma_nexus_destroy(snx);
     return 0;
 }
@@ -156,15 +162,10 @@ int main(int argc, char **argv)
         return fail("erma_version() is not ERMA_VERSION", ERMA_EINVAL);
     printf("erma %s\n", erma_version());
     if (argc == 3 && strcmp(argv[1], "--open") == 0) {
-        struct erma_nexus *nx;
-        struct erma_rpc *rpc;
-        int rc = erma_nexus_create(argv[2], NULL, &nx);
-        if (rc == ERMA_OK) {
-            rc = erma_rpc_create(nx, 0, NULL, &rpc);
-            if (rc == ERMA_OK)
-                erma_rpc_destroy(rpc);
-            erma_nexus_destroy(nx);
-        }
+        struct erma_endpoint *ep;
+        const int rc = erma_endpoint_create(argv[2], 0, NULL, &ep);
+        if (rc == ERMA_OK)
+            erma_endpoint_destroy(ep);
         printf("open %s: %s\n", argv[2], erma_strerror(rc));
         return rc == ERMA_ENOTSUP ? 0 : 1;
     }

@@ -1,0 +1,328 @@
+/* The endpoint: its transport queue, TX batch, clock, demultiplexer, loop
+ * and idle wait, and the sim driver. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "erma/log.h"
+#include "erma/sim.h"
+#include "proto.h"
+
+#define TX_TRIES 64
+
+static const struct erma_endpoint_cfg defaults = {
+    .mtu = ERMA_DEFAULT_MTU,
+    .rx_ring = 4096,
+    .idle_wait_ns = 50000,
+};
+
+static void cfg_defaults(struct erma_endpoint_cfg *c)
+{
+    c->mtu = c->mtu ? c->mtu : defaults.mtu;
+    c->rx_ring = c->rx_ring ? c->rx_ring : defaults.rx_ring;
+    c->idle_wait_ns = c->idle_wait_ns ? c->idle_wait_ns : defaults.idle_wait_ns;
+}
+
+/* Splits "scheme://host:PORT[?query]" at PORT: *port_at points at the ':'
+ * and *query at the '?' (or the end). */
+static int split_uri(const char *uri, const char **colon, const char **query, unsigned *port)
+{
+    const char *sep = uri ? strstr(uri, "://") : NULL;
+    if (!sep)
+        return ERMA_EADDR;
+    const char *q = strchr(sep, '?'), *end = q ? q : sep + strlen(sep);
+    const char *c = end;
+    while (c > sep + 3 && c[-1] != ':')
+        c--;
+    if (c <= sep + 3 || c == end)
+        return ERMA_EADDR;
+    unsigned long v = 0;
+    for (const char *d = c; d < end; d++) {
+        if (*d < '0' || *d > '9' || (v = v * 10 + (unsigned long)(*d - '0')) > 65535)
+            return ERMA_EADDR;
+    }
+    *colon = c - 1;
+    *query = end;
+    *port = (unsigned)v;
+    return ERMA_OK;
+}
+
+int erma_uri_for_thread(const char *base, uint8_t tid, char *out, size_t len)
+{
+    const char *colon, *query;
+    unsigned port;
+    if (!base || !out || split_uri(base, &colon, &query, &port) != ERMA_OK ||
+        port + tid > 65535)
+        return ERMA_EADDR;
+    if (port != 0) /* port 0: every endpoint takes a free port of its own */
+        port += tid;
+    const int n = snprintf(out, len, "%.*s:%u%s", (int)(colon - base), base, port, query);
+    return n < 0 || (size_t)n >= len ? ERMA_EADDR : ERMA_OK;
+}
+
+static int reg_chunk(void *ctx, void *addr, size_t len)
+{
+    return erma_transport_reg_mem(ctx, addr, len);
+}
+
+int erma_endpoint_create(const char *base_uri, uint8_t tid, const struct erma_endpoint_cfg *cfg,
+                         struct erma_endpoint **out)
+{
+    if (!base_uri || !out || tid >= ERMA_MAX_THREADS)
+        return ERMA_EINVAL;
+    struct erma_endpoint *ep = calloc(1, sizeof *ep);
+    if (!ep)
+        return ERMA_ENOMEM;
+    ep->cfg = cfg ? *cfg : (struct erma_endpoint_cfg){0};
+    cfg_defaults(&ep->cfg);
+    ep->tid = tid;
+    memset(ep->by_id, -1, sizeof ep->by_id);
+    char uri[512];
+    int rc = erma_uri_for_thread(base_uri, tid, uri, sizeof uri);
+    if (rc != ERMA_OK)
+        ERMA_ERROR("endpoint: malformed URI %s (want scheme://HOST:PORT)", base_uri);
+    const struct erma_transport_cfg tcfg = {.mtu = ep->cfg.mtu, .rx_ring = ep->cfg.rx_ring,
+                                            .rx_drop = ep->cfg.fault_drop,
+                                            .drop_seed = ep->cfg.fault_seed};
+    if (rc == ERMA_OK)
+        rc = erma_transport_open(uri, &tcfg, &ep->tr);
+    if (rc == ERMA_OK) {
+        const struct erma_pool_cfg pcfg = {.reg = reg_chunk, .reg_ctx = ep->tr};
+        rc = erma_pool_create(&pcfg, &ep->pool);
+    }
+    if (rc == ERMA_OK && !(ep->room = malloc((size_t)ERMA_MAX_BURST * ep->tr->max_pkt)))
+        rc = ERMA_ENOMEM;
+    if (rc != ERMA_OK) {
+        erma_pool_destroy(ep->pool);
+        erma_transport_close(ep->tr);
+        free(ep);
+        return rc;
+    }
+    ep->idle_since = erma_ep_clock(ep);
+    *out = ep;
+    return ERMA_OK;
+}
+
+void erma_endpoint_destroy(struct erma_endpoint *ep)
+{
+    if (!ep)
+        return;
+    if (ep->nprotos)
+        ERMA_ERROR("endpoint: destroyed with %u protocols still on it", ep->nprotos);
+    erma_ep_tx_flush(ep);
+    free(ep->room);
+    erma_pool_destroy(ep->pool);
+    erma_transport_close(ep->tr);
+    free(ep);
+}
+
+int erma_ep_register(struct erma_endpoint *ep, const struct erma_ep_proto *p, const uint8_t *ids,
+                     unsigned nids)
+{
+    if (!ep || !p || !p->rx || !p->poll || !p->next_timer)
+        return ERMA_EINVAL;
+    if (ep->nprotos == ERMA_EP_PROTOS)
+        return ERMA_ENOSLOTS;
+    for (unsigned i = 0; i < nids; i++)
+        if (ids[i] >= ERMA_PROTO_IDS || ep->by_id[ids[i]] >= 0)
+            return ERMA_EAGAIN;
+    for (unsigned i = 0; i < nids; i++)
+        ep->by_id[ids[i]] = (int8_t)ep->nprotos;
+    ep->protos[ep->nprotos++] = *p;
+    return ERMA_OK;
+}
+
+void erma_ep_unregister(struct erma_endpoint *ep, void *ctx)
+{
+    erma_ep_tx_flush(ep); /* the batch may point at what the protocol frees */
+    unsigned k = 0;
+    while (k < ep->nprotos && ep->protos[k].ctx != ctx)
+        k++;
+    if (k == ep->nprotos)
+        return;
+    memmove(&ep->protos[k], &ep->protos[k + 1], (ep->nprotos - k - 1) * sizeof ep->protos[0]);
+    ep->nprotos--;
+    for (unsigned i = 0; i < ERMA_PROTO_IDS; i++)
+        if (ep->by_id[i] == (int8_t)k)
+            ep->by_id[i] = -1;
+        else if (ep->by_id[i] > (int8_t)k)
+            ep->by_id[i]--;
+}
+
+/* ---- TX batch ---- */
+
+struct erma_tx_pkt *erma_ep_tx(struct erma_endpoint *ep, const struct erma_addr *dst,
+                               erma_ep_prep_fn prep, void *prep_ctx, uint8_t **room)
+{
+    if (ep->ntx == ERMA_MAX_BURST)
+        erma_ep_tx_flush(ep);
+    const unsigned i = ep->ntx++;
+    ep->txdst[i] = *dst;
+    ep->prep[i] = prep;
+    ep->prep_ctx[i] = prep_ctx;
+    ep->tx[i] = (struct erma_tx_pkt){.dst = &ep->txdst[i]};
+    if (room)
+        *room = ep->room + (size_t)i * ep->tr->max_pkt;
+    return &ep->tx[i];
+}
+
+void erma_ep_tx_flush(struct erma_endpoint *ep)
+{
+    if (ep->ntx == 0)
+        return;
+    for (unsigned i = 0; i < ep->ntx; i++)
+        if (ep->prep[i])
+            ep->prep[i](ep->prep_ctx[i], &ep->tx[i], ep->room + (size_t)i * ep->tr->max_pkt);
+    unsigned sent = 0;
+    for (int tries = 0; sent < ep->ntx && tries < TX_TRIES; tries++) {
+        const int n = erma_tx_burst(ep->tr, ep->tx + sent, ep->ntx - sent);
+        if (n < 0) {
+            ERMA_WARN("endpoint: tx_burst failed: %s", erma_strerror(n));
+            break;
+        }
+        sent += (unsigned)n;
+    }
+    ep->stats.tx_pkts += sent;
+    ep->stats.tx_dropped += ep->ntx - sent;
+    ep->ntx = 0;
+}
+
+/* ---- the loop ---- */
+
+static void demux(struct erma_endpoint *ep, const struct erma_rx_pkt *pkt)
+{
+    struct erma_hdr h;
+    int k;
+    if (erma_hdr_check(pkt->data, pkt->len, &h) != ERMA_OK || (k = ep->by_id[h.proto]) < 0) {
+        ep->stats.rx_bad++;
+        return;
+    }
+    ep->protos[k].rx(ep->protos[k].ctx, &h, pkt);
+}
+
+int erma_endpoint_run_once(struct erma_endpoint *ep)
+{
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    erma_ep_tx_flush(ep); /* what the application queued since the last pass goes first */
+    const int n = erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
+    const uint64_t now = erma_ep_clock(ep); /* the one reading of this pass */
+    int work = n > 0 ? n : 0;
+    ep->stats.rx_pkts += (uint64_t)work;
+    for (int i = 0; i < n; i++)
+        demux(ep, &rx[i]);
+    for (unsigned k = 0; k < ep->nprotos; k++)
+        work += ep->protos[k].poll(ep->protos[k].ctx, now);
+    erma_ep_tx_flush(ep);
+    for (unsigned k = 0; k < ep->nprotos; k++)
+        if (ep->protos[k].after_flush)
+            ep->protos[k].after_flush(ep->protos[k].ctx);
+    erma_ep_tx_flush(ep); /* what the continuations sent: before any sleep */
+    return work;
+}
+
+uint64_t erma_endpoint_next_timer(const struct erma_endpoint *ep)
+{
+    uint64_t t = UINT64_MAX;
+    for (unsigned k = 0; k < ep->nprotos; k++) {
+        const uint64_t p = ep->protos[k].next_timer(ep->protos[k].ctx);
+        t = p < t ? p : t;
+    }
+    return t;
+}
+
+/* Once nothing happened for idle_wait_ns (and no protocol awaits what
+ * would not wake it), sleeps until a packet, the next timer or end, at most
+ * ERMA_IDLE_SLEEP_MAX_NS. Idleness carries over from
+ * one run call to the next, so a loop of short runs sleeps as one long one. */
+static bool awaits(const struct erma_endpoint *ep)
+{
+    for (unsigned k = 0; k < ep->nprotos; k++)
+        if (ep->protos[k].awaits && ep->protos[k].awaits(ep->protos[k].ctx))
+            return true;
+    return false;
+}
+
+static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
+{
+    const uint64_t now = ep->now;
+    if (work > 0 || awaits(ep)) {
+        ep->idle_since = now;
+        return;
+    }
+    if (now - ep->idle_since < ep->cfg.idle_wait_ns)
+        return;
+    uint64_t until = erma_endpoint_next_timer(ep);
+    until = until < end ? until : end;
+    if (until > now + ERMA_IDLE_SLEEP_MAX_NS)
+        until = now + ERMA_IDLE_SLEEP_MAX_NS;
+    if (until > now)
+        erma_transport_wait(ep->tr, until - now);
+}
+
+int erma_endpoint_run_until(struct erma_endpoint *ep, bool (*done)(void *ctx), void *ctx,
+                            uint64_t timeout_ns)
+{
+    const uint64_t start = erma_now_ns();
+    const uint64_t end = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;
+    for (;;) {
+        const int work = erma_endpoint_run_once(ep);
+        if (done && done(ctx))
+            return ERMA_OK;
+        if (ep->now >= end)
+            return ERMA_ETIMEDOUT;
+        if (!ep->cfg.busy_poll)
+            idle_wait(ep, work, end);
+    }
+}
+
+void erma_endpoint_run(struct erma_endpoint *ep, uint64_t ns)
+{
+    erma_endpoint_run_until(ep, NULL, NULL, ns);
+}
+
+int erma_endpoint_uri(const struct erma_endpoint *ep, char *out, size_t len)
+{
+    return ep && out ? erma_transport_addr_str(ep->tr, &ep->tr->local, out, len) : ERMA_EINVAL;
+}
+
+uint8_t erma_endpoint_thread_id(const struct erma_endpoint *ep)
+{
+    return ep->tid;
+}
+
+void erma_endpoint_get_stats(const struct erma_endpoint *ep, struct erma_endpoint_stats *out)
+{
+    *out = ep->stats;
+}
+
+/* ---- the sim driver ---- */
+
+int erma_sim_run(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n,
+                 uint64_t duration_ns, bool (*done)(void *ctx), void *ctx)
+{
+    erma_sim_use_clock(sim);
+    const uint64_t end = erma_sim_now(sim) + duration_ns;
+    if (done && done(ctx))
+        return ERMA_OK;
+    for (;;) {
+        int work = 0;
+        for (unsigned i = 0; i < n; i++)
+            work += erma_endpoint_run_once(eps[i]);
+        if (done && done(ctx))
+            return ERMA_OK; /* before time moves on: a completion need not count as work */
+        if (work)
+            continue;
+        uint64_t t = erma_sim_next_event(sim);
+        for (unsigned i = 0; i < n; i++) {
+            const uint64_t timer = erma_endpoint_next_timer(eps[i]);
+            t = timer < t ? timer : t;
+        }
+        if (t <= erma_sim_now(sim))
+            t = erma_sim_now(sim) + 1;
+        if (t > end) {
+            erma_sim_advance_to(sim, end);
+            return done && done(ctx) ? ERMA_OK : ERMA_ETIMEDOUT;
+        }
+        erma_sim_advance_to(sim, t);
+    }
+}

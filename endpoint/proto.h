@@ -1,0 +1,94 @@
+/*
+ * endpoint/proto.h - what a protocol on an endpoint (rpc/, rma/) uses:
+ * registration in the receive demultiplexer, the TX batch, the clock and
+ * the buffer pool. Internal to the library.
+ */
+#ifndef ERMA_ENDPOINT_PROTO_H
+#define ERMA_ENDPOINT_PROTO_H
+
+#include "erma/clock.h"
+#include "erma/endpoint.h"
+#include "erma/pool.h"
+#include "erma/transport_driver.h"
+#include "erma/wire.h"
+
+#define ERMA_EP_PROTOS 4 /* protocol objects on one endpoint */
+#define ERMA_PROTO_IDS 16 /* the header's 4-bit proto field */
+
+/* A protocol's hooks; ctx is the protocol object. */
+struct erma_ep_proto {
+    /* A valid packet whose header proto is one the protocol registered
+     * for; pkt's data stays valid until rx returns. */
+    void (*rx)(void *ctx, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
+    /* Timers, once per pass after RX; returns the work done. */
+    int (*poll)(void *ctx, uint64_t now_ns);
+    /* After the pass's TX batch left (continuations); may be NULL. */
+    void (*after_flush)(void *ctx);
+    /* The time of the next poll with work to do; UINT64_MAX: none. */
+    uint64_t (*next_timer)(const void *ctx);
+    void *ctx;
+    /* True while the protocol awaits something that does not wake the
+     * transport (an RPC worker thread's answer): the loop keeps polling.
+     * May be NULL. */
+    bool (*awaits)(const void *ctx);
+};
+
+/* Called on every packet of the batch with one, at the flush, before it is
+ * sent: may rewrite the packet, building it in room (max_pkt bytes). */
+typedef void (*erma_ep_prep_fn)(void *ctx, struct erma_tx_pkt *p, uint8_t *room);
+
+struct erma_endpoint {
+    struct erma_endpoint_cfg cfg;
+    uint8_t tid;
+    struct erma_transport *tr;
+    struct erma_pool *pool;
+    uint64_t now;        /* the clock, read once per pass (erma_ep_clock) */
+    uint64_t idle_since; /* when the loop last found work */
+    struct erma_endpoint_stats stats;
+    struct erma_ep_proto protos[ERMA_EP_PROTOS];
+    unsigned nprotos;
+    int8_t by_id[ERMA_PROTO_IDS]; /* header proto -> protos[] index, -1: none */
+    /* The TX batch: packet i, its destination (a copy: the caller's may
+     * sit in an RX buffer), its prep, and room for building it in. */
+    struct erma_tx_pkt tx[ERMA_MAX_BURST];
+    struct erma_addr txdst[ERMA_MAX_BURST];
+    erma_ep_prep_fn prep[ERMA_MAX_BURST];
+    void *prep_ctx[ERMA_MAX_BURST];
+    uint8_t *room; /* ERMA_MAX_BURST x tr->max_pkt */
+    unsigned ntx;
+};
+
+/* Registers p for header protos ids[0..nids); ERMA_EAGAIN when one is taken,
+ * ERMA_ENOSLOTS when ERMA_EP_PROTOS protocols are on ep already. */
+int erma_ep_register(struct erma_endpoint *ep, const struct erma_ep_proto *p, const uint8_t *ids,
+                     unsigned nids);
+/* Removes the protocol whose ctx is ctx, after sending the batch. */
+void erma_ep_unregister(struct erma_endpoint *ep, void *ctx);
+
+/* The clock read now: for calls from outside the loop. Every time of a
+ * protocol comes from ep->now, which never goes back. */
+static inline uint64_t erma_ep_clock(struct erma_endpoint *ep)
+{
+    const uint64_t t = erma_now_ns();
+    return ep->now = t > ep->now ? t : ep->now;
+}
+
+/* The next packet of the batch (sending the batch first if it is full),
+ * to dst, with no segments yet: the caller sets hdr/hdr_len and
+ * data/data_len, or builds it in *room (max_pkt bytes) and calls
+ * erma_ep_tx_room_len(). prep (may be NULL) runs on it at the flush. */
+struct erma_tx_pkt *erma_ep_tx(struct erma_endpoint *ep, const struct erma_addr *dst,
+                               erma_ep_prep_fn prep, void *prep_ctx, uint8_t **room);
+/* The packet p was built in its room and is len bytes long. */
+static inline void erma_ep_tx_room_len(struct erma_endpoint *ep, struct erma_tx_pkt *p,
+                                       uint32_t len)
+{
+    p->hdr = ep->room + (size_t)(p - ep->tx) * ep->tr->max_pkt;
+    p->hdr_len = len;
+}
+/* Sends the batch. A queue that takes only part of it is offered the rest
+ * again (64 tries in all); what it still refuses is dropped and counted
+ * (stats.tx_dropped): the protocols' timeouts repair it. */
+void erma_ep_tx_flush(struct erma_endpoint *ep);
+
+#endif

@@ -1,0 +1,119 @@
+/*
+ * erma/endpoint.h - the per-thread endpoint and its event loop.
+ *
+ * For applications (included by erma/erma.h). An endpoint is one transport
+ * queue (a UDP port, a DPDK queue, a UD queue pair) owned by one thread,
+ * with the event loop that serves it. The protocols an application puts on
+ * it share its queue, its TX batch, its buffer pool and its clock:
+ *   erma_rpc_create(nexus, ep, ...)  RPCs (erma/rpc.h)
+ *   erma_rma_create(ep, ...)         one-sided READ, WRITE, REKEY (erma/rma.h)
+ * An endpoint carries either or both, one of each. Nothing on
+ * an endpoint is thread-safe: only the thread that runs its loop calls it
+ * (RPC worker handlers excepted, see rpc.h).
+ *
+ * Addresses. Endpoint t of the base URI udp://H:P listens on udp://H:(P+t)
+ * (likewise sim://F/H:(P+t) and dpdk://IP:(P+t)?...): a process runs one
+ * endpoint per thread on consecutive ports, and a peer names an endpoint by
+ * the base URI and t. With P = 0 every endpoint takes a free port
+ * (erma_endpoint_uri() tells which): right for clients, which nobody calls.
+ *
+ * The loop. Each pass of erma_endpoint_run_once() sends what the
+ * application queued, receives a burst, reads the clock once, hands every
+ * packet to its protocol by the header's proto field, runs the protocols'
+ * timers, sends the batch, then runs the continuations of what completed
+ * (docs/ARCHITECTURE.md has it step by step). erma_endpoint_run_until()
+ * loops; once a pass finds nothing to do for cfg.idle_wait_ns it sleeps in
+ * the transport until a packet or the next timer, so an idle endpoint costs
+ * well under 1% of a core; cfg.busy_poll keeps it spinning instead.
+ *
+ * Lifetime: create the endpoint, then its protocols; destroy the protocols
+ * (erma_rpc_destroy, erma_rma_destroy), then the endpoint.
+ *
+ * All functions return ERMA_OK or a negative erma_err code unless noted.
+ */
+#ifndef ERMA_ENDPOINT_H
+#define ERMA_ENDPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "erma/api.h"
+#include "erma/errors.h"
+
+ERMA_BEGIN_DECLS
+
+#define ERMA_MAX_THREADS 64
+#define ERMA_IDLE_SLEEP_MAX_NS 100000000 /* 100 ms */
+
+struct erma_endpoint;
+
+struct erma_endpoint_cfg {
+    uint32_t mtu;          /* Ethernet MTU, 576..9000; default 1500 */
+    uint32_t rx_ring;      /* packets the receive queue holds; default 4096 */
+    /* Once the loop finds nothing to do for this long it sleeps until a
+     * packet or the next timer; default 50 us. */
+    uint64_t idle_wait_ns;
+    /* Never sleep: poll the transport all the time (a whole core, the
+     * lowest latency; latency benchmarks use it). */
+    bool busy_poll;
+    double fault_drop;     /* tests only: drop this fraction of received packets */
+    uint64_t fault_seed;   /* the seed of those drops */
+};
+
+struct erma_endpoint_stats {
+    uint64_t tx_pkts, rx_pkts;
+    uint64_t tx_dropped; /* the transport queue stayed full: dropped, counted */
+    uint64_t rx_bad;     /* a malformed header or no protocol for it */
+};
+
+/* Opens endpoint thread_id of base_uri (see Addresses): "udp://HOST:PORT",
+ * "sim://FABRIC/HOST:PORT", "dpdk://IP:PORT?..." or "verbs://...". cfg may
+ * be NULL for defaults. ERMA_EADDR names a malformed URI, ERMA_ENOTSUP a
+ * scheme this build cannot open (the log says which and why). */
+int erma_endpoint_create(const char *base_uri, uint8_t thread_id,
+                         const struct erma_endpoint_cfg *cfg, struct erma_endpoint **out);
+/* Closes the transport. Destroy the protocols on ep first. */
+void erma_endpoint_destroy(struct erma_endpoint *ep);
+
+/* One pass of the loop; returns the packets and timer events it handled. */
+int erma_endpoint_run_once(struct erma_endpoint *ep);
+/* Runs the loop until done(ctx) is true (asked after every pass) or
+ * timeout_ns of erma_now_ns() have passed: ERMA_OK when done, else
+ * ERMA_ETIMEDOUT. done may be NULL: run for timeout_ns. A sleeping loop
+ * wakes at least every ERMA_IDLE_SLEEP_MAX_NS, so a done() that another
+ * thread makes true is seen within that. Typical client use:
+ *   erma_rpc_call(rpc, sess, TYPE, &req, &resp, cont, &answered);
+ *   erma_endpoint_run_until(ep, flag_set, &answered, 1000000000);  */
+int erma_endpoint_run_until(struct erma_endpoint *ep, bool (*done)(void *ctx), void *ctx,
+                            uint64_t timeout_ns);
+/* erma_endpoint_run_until(ep, NULL, NULL, ns). */
+void erma_endpoint_run(struct erma_endpoint *ep, uint64_t ns);
+/* The erma_now_ns() time at which a protocol on ep next has timer work
+ * (UINT64_MAX: none). */
+uint64_t erma_endpoint_next_timer(const struct erma_endpoint *ep);
+
+/* Writes the URI ep listens on, its real port included, into out;
+ * ERMA_EINVAL when out is too short. */
+int erma_endpoint_uri(const struct erma_endpoint *ep, char *out, size_t len);
+uint8_t erma_endpoint_thread_id(const struct erma_endpoint *ep);
+void erma_endpoint_get_stats(const struct erma_endpoint *ep, struct erma_endpoint_stats *out);
+
+/* Writes the URI of endpoint thread_id of base_uri (its port plus
+ * thread_id; port 0 stays 0) into out; ERMA_EADDR when base_uri is
+ * malformed or out too short. */
+int erma_uri_for_thread(const char *base_uri, uint8_t thread_id, char *out, size_t len);
+
+/* ---- simulation (erma/sim.h) ---- */
+
+struct erma_sim;
+/* Steps endpoints eps[0..n) round-robin on sim's virtual clock (which it
+ * installs) until done(ctx) is true or duration_ns of virtual time pass,
+ * advancing time to the next packet or timer when every endpoint is idle.
+ * ERMA_OK when done, ERMA_ETIMEDOUT when time ran out. */
+int erma_sim_run(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n,
+                 uint64_t duration_ns, bool (*done)(void *ctx), void *ctx);
+
+ERMA_END_DECLS
+
+#endif

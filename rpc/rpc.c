@@ -1,0 +1,246 @@
+/* The RPC protocol on an endpoint: creation, destruction, its hooks in the
+ * endpoint's loop. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "erma/clock.h"
+#include "erma/log.h"
+#include "internal.h"
+
+#define WORKER_DONE_QUEUE 65536
+
+/* The defaults, where cfg has 0 (keepalive_ns: failure_ns / 5). */
+static const struct erma_rpc_cfg defaults = {
+    .credits = ERMA_MAX_CREDITS,
+    .rto_ns = 5000000,
+    .failure_ns = 500000000,
+    .connect_retry_ns = 20000000,
+    .connect_timeout_ns = 3000000000ull,
+    .max_sessions_per_peer = 64,
+};
+
+static void cfg_defaults(struct erma_rpc_cfg *c)
+{
+    c->credits = c->credits ? c->credits : defaults.credits;
+    c->rto_ns = c->rto_ns ? c->rto_ns : defaults.rto_ns;
+    c->failure_ns = c->failure_ns ? c->failure_ns : defaults.failure_ns;
+    c->keepalive_ns = c->keepalive_ns ? c->keepalive_ns : c->failure_ns / 5;
+    c->connect_retry_ns = c->connect_retry_ns ? c->connect_retry_ns : defaults.connect_retry_ns;
+    c->connect_timeout_ns =
+        c->connect_timeout_ns ? c->connect_timeout_ns : defaults.connect_timeout_ns;
+    c->max_sessions_per_peer =
+        c->max_sessions_per_peer ? c->max_sessions_per_peer : defaults.max_sessions_per_peer;
+}
+
+/* Timely and the wheel, with defaults from the transport's hints. */
+static int cc_setup(struct erma_rpc *rpc)
+{
+    /* The endpoint's settings, else the transport's hints, else 25 Gb/s and 10 us. */
+    double link = rpc->cfg.link_bps > 0 ? rpc->cfg.link_bps : (double)rpc->ep->tr->hints.link_bps;
+    uint64_t base = rpc->cfg.base_rtt_ns ? rpc->cfg.base_rtt_ns : rpc->ep->tr->hints.base_rtt_ns;
+    link = link > 0 ? link : 25e9;
+    base = base ? base : 10000;
+    rpc->timely_cfg = rpc->cfg.timely ? *rpc->cfg.timely : erma_timely_cfg_for(link, base);
+    rpc->cfg.timely = NULL; /* the copy above is the endpoint's own */
+    rpc->timely_cfg.bypass = !rpc->cfg.cc.no_timely_bypass;
+    if (erma_timely_cfg_check(&rpc->timely_cfg) != ERMA_OK)
+        return ERMA_EINVAL;
+    struct erma_wheel_cfg wc = erma_wheel_cfg_for(rpc->ep->tr->max_pkt, rpc->timely_cfg.floor_bps);
+    /* A session may queue all its credits in the wheel at the floor rate. */
+    wc.horizon_ns *= ERMA_MAX_CREDITS;
+    wc.capacity = 1u << 16;
+    return erma_wheel_init(&rpc->wheel, &wc, erma_now_ns());
+}
+
+int erma_rpc_set_cc(struct erma_rpc *rpc, const struct erma_cc_switches *sw)
+{
+    if (!rpc || !sw)
+        return ERMA_EINVAL;
+    rpc->cfg.cc = *sw;
+    rpc->timely_cfg.bypass = !sw->no_timely_bypass;
+    if (sw->off) /* back to line rate: nothing stays paced */
+        for (uint32_t i = 0; i < rpc->nsessions; i++)
+            if (rpc->sessions[i])
+                rpc->sessions[i]->timely.rate_bps = rpc->timely_cfg.link_bps;
+    return ERMA_OK;
+}
+
+/* ---- the protocol's hooks on its endpoint ---- */
+
+static void rpc_rx(void *ctx, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
+{
+    struct erma_rpc *rpc = ctx;
+    if (h->proto == ERMA_PROTO_RPC)
+        erma_rpc_rx(rpc, h, pkt);
+    else
+        erma_sm_rx(rpc, h, pkt);
+}
+
+static int rpc_poll(void *ctx, uint64_t now)
+{
+    struct erma_rpc *rpc = ctx;
+    int work = 0;
+    for (struct erma_req *rq; (rq = erma_mpsc_pop(&rpc->worker_done)); work++)
+        erma_worker_response(rpc, rq);
+    if (erma_wheel_count(&rpc->wheel)) {
+        const uint32_t before = erma_wheel_count(&rpc->wheel);
+        erma_wheel_release(rpc, now);
+        work += (int)(before - erma_wheel_count(&rpc->wheel));
+    }
+    if (now >= rpc->next_scan_ns) {
+        erma_busy_scan(rpc, now);
+        rpc->next_scan_ns = now + rpc->scan_ns;
+    }
+    if (now >= rpc->next_sm_scan_ns) {
+        erma_sessions_scan(rpc, now);
+        rpc->next_sm_scan_ns = now + rpc->sm_scan_ns;
+    }
+    return work;
+}
+
+static void rpc_after_flush(void *ctx)
+{
+    erma_run_completions(ctx);
+}
+
+static uint64_t rpc_next_timer(const void *ctx)
+{
+    const struct erma_rpc *rpc = ctx;
+    /* Session management has nothing to time without sessions. */
+    const uint64_t sm = rpc->active_sessions ? rpc->next_sm_scan_ns : UINT64_MAX;
+    uint64_t t = rpc->nbusy && rpc->next_scan_ns < sm ? rpc->next_scan_ns : sm;
+    if (erma_wheel_count(&rpc->wheel)) { /* the next slot may hold due packets */
+        const uint64_t w = rpc->wheel.cur_start_ns + rpc->wheel.slot_ns;
+        t = w < t ? w : t;
+    }
+    return t;
+}
+
+/* Worker threads' answers do not wake the loop: it keeps polling. */
+static bool rpc_awaits(const void *ctx)
+{
+    return ((const struct erma_rpc *)ctx)->in_workers > 0;
+}
+
+static void rpc_free(struct erma_rpc *rpc)
+{
+    free(rpc->done);
+    erma_mpsc_destroy(&rpc->worker_done);
+    erma_wheel_destroy(&rpc->wheel);
+    pthread_mutex_destroy(&rpc->pool_lock);
+    free(rpc);
+}
+
+int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
+                    const struct erma_rpc_cfg *cfg, struct erma_rpc **out)
+{
+    if (!nx || !ep || !out || sodium_init() < 0)
+        return ERMA_EINVAL;
+    struct erma_rpc *rpc = calloc(1, sizeof *rpc);
+    if (!rpc)
+        return ERMA_ENOMEM;
+    rpc->nx = nx;
+    rpc->ep = ep;
+    if (cfg)
+        rpc->cfg = *cfg;
+    cfg_defaults(&rpc->cfg);
+    pthread_mutex_init(&rpc->pool_lock, NULL);
+    int rc = ERMA_OK;
+    if (rpc->cfg.credits > ep->tr->rx_ring || rpc->cfg.credits > ERMA_MAX_CREDITS) {
+        ERMA_ERROR("rpc: %u credits per session: at most %u (ERMA_MAX_CREDITS) and the RX "
+                   "ring (%u)", rpc->cfg.credits, ERMA_MAX_CREDITS, ep->tr->rx_ring);
+        rc = ERMA_EINVAL;
+    }
+    if (rc == ERMA_OK)
+        rc = erma_mpsc_init(&rpc->worker_done, nx->nworkers ? WORKER_DONE_QUEUE : 1);
+    if (rc == ERMA_OK)
+        rc = cc_setup(rpc);
+    const struct erma_ep_proto hooks = {rpc_rx, rpc_poll, rpc_after_flush, rpc_next_timer, rpc,
+                                        rpc_awaits};
+    const uint8_t ids[] = {ERMA_PROTO_RPC, ERMA_PROTO_SM};
+    if (rc == ERMA_OK)
+        rc = erma_ep_register(ep, &hooks, ids, 2);
+    if (rc != ERMA_OK) {
+        rpc_free(rpc);
+        return rc;
+    }
+    rpc->pkt_data = ep->tr->max_pkt - ERMA_HDR_SIZE - (nx->secure ? ERMA_SEAL_OVERHEAD : 0);
+    rpc->pool_locked = nx->nworkers > 0;
+    const uint64_t seed = rpc->cfg.seed ? rpc->cfg.seed
+                                        : erma_mono_ns() ^ (uint64_t)getpid() << 32;
+    erma_rand_seed(&rpc->rng, seed ^ (uint64_t)ep->tid << 56);
+    randombytes_buf(rpc->cookie_key, sizeof rpc->cookie_key);
+    rpc->scan_ns = rpc->cfg.rto_ns / 4 < 1000000 ? rpc->cfg.rto_ns / 4 : 1000000;
+    if (rpc->scan_ns == 0)
+        rpc->scan_ns = 1;
+    const struct erma_rpc_cfg *c = &rpc->cfg;
+    uint64_t sm = c->keepalive_ns < c->connect_retry_ns ? c->keepalive_ns : c->connect_retry_ns;
+    sm = sm < c->failure_ns / 4 ? sm : c->failure_ns / 4;
+    rpc->sm_scan_ns = sm / 2 ? sm / 2 : 1;
+    const uint64_t now = refresh_clock(rpc);
+    rpc->next_scan_ns = now + rpc->scan_ns;
+    rpc->next_sm_scan_ns = now + rpc->sm_scan_ns;
+    *out = rpc;
+    return ERMA_OK;
+}
+
+void erma_rpc_destroy(struct erma_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    rpc->destroying = true; /* continuations cannot enqueue more */
+    for (uint32_t i = 0; i < rpc->nsessions; i++)
+        if (rpc->sessions[i] && rpc->sessions[i]->state != FREE)
+            erma_session_fail(rpc, rpc->sessions[i], ERMA_ESESSRESET);
+    erma_run_completions(rpc);
+    erma_tx_flush(rpc); /* before the sessions and buffers it may point at go */
+    /* Requests still on worker threads refer to their sessions: wait for them. */
+    for (unsigned spins = 0; rpc->in_workers && spins < 5000000; spins++) {
+        struct erma_req *rq = erma_mpsc_pop(&rpc->worker_done);
+        if (rq)
+            erma_worker_response(rpc, rq);
+        else
+            sched_yield();
+    }
+    if (rpc->in_workers) /* their requests stay allocated: the workers still use them */
+        ERMA_ERROR("rpc: %u worker handlers did not return", rpc->in_workers);
+    for (struct erma_req *rq = rpc->all_reqs, *next; rq && !rpc->in_workers; rq = next) {
+        next = rq->all;
+        if (rq->pre_resp.mem) /* the endpoint's pool outlives us */
+            erma_msgbuf_free(rpc, &rq->pre_resp);
+        if (rq->owns_req && rq->req_buf.mem)
+            erma_msgbuf_free(rpc, &rq->req_buf);
+        free(rq);
+    }
+    for (uint32_t i = 0; i < rpc->nsessions; i++) {
+        if (rpc->sessions[i])
+            erma_seal_end(&rpc->sessions[i]->seal);
+        free(rpc->sessions[i]);
+    }
+    for (struct backlog *b = rpc->free_backlog, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(rpc->sessions);
+    free(rpc->free_nums);
+    free(rpc->busy);
+    free(rpc->by_token);
+    free(rpc->by_peer);
+    erma_ep_unregister(rpc->ep, rpc);
+    rpc_free(rpc);
+}
+
+void erma_rpc_get_stats(const struct erma_rpc *rpc, struct erma_rpc_stats *out)
+{
+    *out = rpc->stats;
+}
+
+struct erma_endpoint *erma_rpc_endpoint(const struct erma_rpc *rpc)
+{
+    return rpc->ep;
+}

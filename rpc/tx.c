@@ -1,0 +1,94 @@
+/* The RPC layer's packets into the endpoint's TX batch (sealed at the flush
+ * for secure sessions), and continuations deferred until after it. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* Seals p under session s's keys into room: header and data in one
+ * segment, the data encrypted, counter and tag after it. At the flush, so
+ * that a control packet's caller may fill it after queueing it. */
+static void tx_seal(void *ctx, struct erma_tx_pkt *p, uint8_t *room)
+{
+    struct session *s = ctx;
+    const uint8_t *hdr = p->hdr;
+    const uint8_t *data = p->data_len ? p->data : hdr + ERMA_HDR_SIZE;
+    const uint32_t len = p->data_len ? p->data_len : p->hdr_len - ERMA_HDR_SIZE;
+    p->hdr_len = erma_seal(&s->seal, hdr, data, len, room);
+    p->hdr = room;
+    p->data = NULL;
+    p->data_len = 0;
+}
+
+static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s,
+                                   const struct erma_addr *dst, uint8_t **room)
+{
+    const bool sealed = s && s->seal.on;
+    return erma_ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL, room);
+}
+
+uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                      uint32_t len)
+{
+    uint8_t *room;
+    struct erma_tx_pkt *p = tx_next(rpc, s, dst, &room);
+    p->hdr = room; /* sealed in place at the flush */
+    p->hdr_len = len;
+    return room;
+}
+
+void erma_tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                  const uint8_t *hdr, const uint8_t *data, uint32_t data_len)
+{
+    struct erma_tx_pkt *p = tx_next(rpc, s, dst, NULL);
+    if (data == hdr + ERMA_HDR_SIZE) { /* header sits before the data: one segment */
+        p->hdr = hdr;
+        p->hdr_len = ERMA_HDR_SIZE + data_len;
+    } else {
+        p->hdr = hdr;
+        p->hdr_len = ERMA_HDR_SIZE;
+        p->data = data;
+        p->data_len = data_len;
+    }
+}
+
+void erma_tx_flush(struct erma_rpc *rpc)
+{
+    erma_ep_tx_flush(rpc->ep);
+}
+
+/* ---- continuations ---- */
+
+void erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
+                   struct erma_msgbuf *resp)
+{
+    if (status == ERMA_OK)
+        rpc->stats.rpcs_done++;
+    else
+        rpc->stats.rpcs_failed++;
+    if (status != ERMA_OK && resp)
+        resp->size = 0;
+    if (rpc->ndone == rpc->done_cap) {
+        const unsigned cap = rpc->done_cap ? 2 * rpc->done_cap : 64;
+        struct completion *d = realloc(rpc->done, cap * sizeof *d);
+        if (!d) { /* no memory to defer: flush so no packet refers to the buffers */
+            erma_tx_flush(rpc);
+            cont(rpc, tag, status, resp);
+            return;
+        }
+        rpc->done = d;
+        rpc->done_cap = cap;
+    }
+    rpc->done[rpc->ndone++] = (struct completion){cont, tag, status, resp};
+}
+
+void erma_run_completions(struct erma_rpc *rpc)
+{
+    if (rpc->ndone == 0)
+        return;
+    erma_tx_flush(rpc); /* a retransmitted request may still sit in the batch */
+    for (unsigned i = 0; i < rpc->ndone; i++) {
+        const struct completion c = rpc->done[i];
+        c.cont(rpc, c.tag, c.status, c.resp);
+    }
+    rpc->ndone = 0;
+}
