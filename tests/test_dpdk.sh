@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# test_dpdk.sh PEER NETNS RPC_PEER - the dpdk transport between two network
-# namespaces joined by a veth pair (made by scripts/netns, removed on exit):
-# dpdk_peer echo in one namespace, dpdk_peer client (two endpoints in one
-# process) in the other, over net_af_packet, then over net_af_xdp where it
-# loads; then erma RPCs over dpdk (rpc_peer server and client).
+# test_dpdk.sh PEER NETNS RPC_PEER RMA_PEER - the dpdk transport between two
+# network namespaces joined by a veth pair (made by scripts/netns, removed on
+# exit): dpdk_peer echo in one namespace, dpdk_peer client (two endpoints in
+# one process) in the other, over net_af_packet, then over net_af_xdp where it
+# loads; over each, erma RPCs (rpc_peer server and client) and one-sided ops
+# and a 3-server KVCS run (rma_peer server and client: every endpoint of a
+# side in one process, as af_xdp needs).
 # Exit 0 pass, 1 fail, 77 skip (with the reason printed).
 set -uo pipefail
-peer=$1 netns=$2 rpc_peer=$3
+peer=$1 netns=$2 rpc_peer=$3 rma_peer=${4:-}
 
 skip() { echo "SKIP: $*"; exit 77; }
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, hugepages, raw sockets)"
 command -v ip >/dev/null || skip "iproute2 (ip) not installed"
 [ -x "$peer" ] || skip "dpdk_peer not built"
+[ -x "$rpc_peer" ] || skip "rpc_peer not built"
+[ -x "$rma_peer" ] || skip "rma_peer not built (pass it as the 4th argument)"
 
 prefix=ed$$
 prefix=${prefix:0:10}
@@ -93,6 +97,48 @@ run_rpc() {
 run_rpc af_packet "net_af_packet0,iface=$IF_A,qdisc_bypass=1" \
   "net_af_packet0,iface=$IF_B,qdisc_bypass=1" || status=1
 
+# run_rma NAME VDEV_A VDEV_B [NS_SETUP]: one-sided ops and a 3-server KVCS run
+# over dpdk: rma_peer server (a region and kvcs servers on ports 7301-7303) in
+# one namespace, client (kvcs client on 7401) in the other. The server says
+# when it is up; it ends on the client's STOP (or after 120 s).
+run_rma() {
+  local name=$1 va=$2 vb=$3 setup=${4:-true}
+  echo "== rma and kvcs over dpdk $name"
+  timeout 150 ip netns exec "$NS_B" sh -c "$setup && exec \"\$0\" server \"\$1\"" "$rma_peer" \
+    "dpdk://$DPDK_IP_B:7300?vdev=$vb" > "$dir/rma_server.log" 2>&1 &
+  local spid=$!
+  pids+=("$spid")
+  local up=0
+  for _ in $(seq 600); do # 60 s: EAL start-up on a loaded machine, under ASan
+    if grep -q '^server: ready' "$dir/rma_server.log"; then up=1; break; fi
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  local crc=1
+  if [ $up -eq 1 ]; then
+    timeout 120 ip netns exec "$NS_A" sh -c "$setup && exec \"\$0\" client \"\$1\" \"\$2\"" \
+      "$rma_peer" "dpdk://$DPDK_IP_A:7400?vdev=$va" "dpdk://$DPDK_IP_B:7300?mac=$MAC_B" 2>&1 |
+      grep -vE '^lib(bpf|xdp):' | sed 's/^/rma client: /'
+    crc=${PIPESTATUS[0]}
+  else
+    echo "rma $name: the server did not come up"
+  fi
+  # The server ends 0.5 s after answering STOP; give it 20 s at most.
+  for _ in $(seq 200); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+  kill "$spid" 2>/dev/null
+  wait "$spid"
+  local src=$?
+  grep -vE 'notice|^lib(bpf|xdp):' "$dir/rma_server.log" | sed 's/^/rma server: /'
+  if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then
+    echo "rma $name: ok"
+    return 0
+  fi
+  echo "rma $name: FAIL (client $crc, server $src)"
+  return 1
+}
+run_rma af_packet "net_af_packet0,iface=$IF_A,qdisc_bypass=1" \
+  "net_af_packet0,iface=$IF_B,qdisc_bypass=1" || status=1
+
 # af_xdp needs libxdp/libbpf, a bpf filesystem (mounted only inside the
 # namespaces' private mount namespace) and XDP on veth. Probe first.
 bpf="mount -t bpf bpf /sys/fs/bpf"
@@ -100,6 +146,7 @@ if timeout 20 ip netns exec "$NS_A" sh -c "$bpf && exec \"\$0\" open \"\$1\"" "$
   "dpdk://$DPDK_IP_A:7001?vdev=net_af_xdp0,iface=$IF_A" > "$dir/probe.log" 2>&1; then
   run_pair af_xdp "net_af_xdp0,iface=$IF_A" "net_af_xdp0,iface=$IF_B" "$bpf" || status=1
   run_rpc af_xdp "net_af_xdp0,iface=$IF_A" "net_af_xdp0,iface=$IF_B" "$bpf" || status=1
+  run_rma af_xdp "net_af_xdp0,iface=$IF_A" "net_af_xdp0,iface=$IF_B" "$bpf" || status=1
 else
   echo "== af_xdp: SKIP, net_af_xdp cannot open here:"
   grep -v '^$' "$dir/probe.log" | tail -5 | sed 's/^/  /'

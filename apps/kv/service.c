@@ -186,7 +186,7 @@ int erma_kv_resp_region(const struct erma_msgbuf *resp, struct erma_kv_remote *o
     out->nbuckets = erma_get_le(resp->data + 12 + ERMA_RMA_KEY_BYTES, 8);
     out->log_bytes = erma_get_le(resp->data + 20 + ERMA_RMA_KEY_BYTES, 8);
     out->rkey.cipher = resp->data[28 + ERMA_RMA_KEY_BYTES];
-    if (resp->data[29 + ERMA_RMA_KEY_BYTES] > 1 || out->rkey.cipher > ERMA_RMA_AES256_GCM ||
+    if (out->rkey.cipher > ERMA_RMA_AES256_GCM ||
         !out->nbuckets || (out->nbuckets & (out->nbuckets - 1)) || !out->log_bytes ||
         (out->log_bytes & (out->log_bytes - 1)))
         return ERMA_EBADPKT;
