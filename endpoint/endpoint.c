@@ -245,6 +245,11 @@ static bool awaits(const struct erma_endpoint *ep)
 static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
 {
     const uint64_t now = ep->now;
+    if (ep->ntx) { /* queued since the pass (by done(), say): never sleep on it */
+        erma_ep_tx_flush(ep);
+        ep->idle_since = now;
+        return;
+    }
     if (work > 0 || awaits(ep)) {
         ep->idle_since = now;
         return;

@@ -149,7 +149,12 @@ struct erma_rpc_cfg {
     uint64_t connect_timeout_ns; /* give up connecting after this, default 3 s */
     uint32_t max_sessions_per_peer; /* server sessions one address may hold, default 64 */
     uint64_t req_timeout_ns;   /* fail a request after this long, 0 (default) = never */
-    uint64_t seed;             /* session tokens; 0 = from the clock */
+    /* Session tokens; 0 = from the clock. A fixed seed repeats the tokens
+     * of the last life of a restarted endpoint at the same address, which a
+     * server still holding those sessions takes for the old client: its
+     * requests are dropped as stale. Fix seeds only where runs must repeat
+     * (the sim), and never across a restart. */
+    uint64_t seed;
     struct erma_cc_switches cc;
     double link_bps;           /* Timely ceiling; 0 = the transport's hint */
     uint64_t base_rtt_ns;      /* unloaded RTT for Timely thresholds; 0 = the transport's hint */
