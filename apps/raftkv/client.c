@@ -1,0 +1,393 @@
+/* The raftkv client: finds the leader, follows redirects, moves past
+ * replicas that fail (raftkv/raftkv.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "erma/clock.h"
+#include "erma/log.h"
+#include "erma/wire.h"
+#include "kv/kv.h"
+#include "raftkv/raftkv.h"
+
+#define URI_MAX 128
+
+struct op {
+    struct erma_raftkv_client *c;
+    bool busy, inflight, waiting, completed;
+    uint8_t type;
+    unsigned server;
+    uint64_t deadline, retry_at;
+    struct erma_msgbuf req, resp;
+    bool have_bufs;
+    erma_raftkv_fn cb;
+    void *tag;
+    int status;
+    const uint8_t *val;
+    uint32_t vlen;
+};
+
+struct server {
+    char uri[URI_MAX];
+    int sess;
+    uint64_t down_until; /* failed at the RPC level: passed over until then */
+};
+
+struct erma_raftkv_client {
+    struct erma_raftkv_client_cfg cfg;
+    struct erma_nexus *nx;
+    struct erma_endpoint *ep;
+    struct erma_rpc *rpc;
+    struct server srv[ERMA_RAFTKV_MAX_PEERS];
+    unsigned leader;
+    struct op *ops;
+    uint32_t pending, completions;
+    bool destroying;
+    struct erma_raftkv_client_stats stats;
+};
+
+static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err, void *ctx)
+{
+    (void)rpc;
+    (void)err;
+    struct erma_raftkv_client *c = ctx;
+    if (ev == ERMA_SM_CONNECTED)
+        return;
+    for (unsigned i = 0; i < c->cfg.nservers; i++)
+        if (c->srv[i].sess == session) {
+            c->srv[i].sess = -1;
+            c->srv[i].down_until = erma_now_ns() + c->cfg.down_ns;
+        }
+}
+
+static void complete(struct op *op, int status, const uint8_t *val, uint32_t vlen)
+{
+    op->completed = true;
+    op->waiting = false;
+    op->status = status;
+    op->val = val;
+    op->vlen = vlen;
+    op->c->completions++;
+}
+
+/* The replica after op's, skipping those marked down while another is not. */
+static unsigned next_server(struct erma_raftkv_client *c, unsigned from, uint64_t now)
+{
+    for (unsigned i = 1; i <= c->cfg.nservers; i++) {
+        const unsigned j = (from + i) % c->cfg.nservers;
+        if (c->srv[j].down_until <= now)
+            return j;
+    }
+    return (from + 1) % c->cfg.nservers;
+}
+
+static void retry(struct op *op, unsigned server, uint64_t at)
+{
+    op->server = server;
+    op->waiting = true;
+    op->retry_at = at;
+    op->c->stats.retries++;
+}
+
+static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    struct op *op = tag;
+    struct erma_raftkv_client *c = op->c;
+    op->inflight = false;
+    if (c->destroying) {
+        erma_msgbuf_free(rpc, &op->req);
+        erma_msgbuf_free(rpc, &op->resp);
+        op->have_bufs = false;
+        return;
+    }
+    const uint64_t now = erma_now_ns();
+    if (status != ERMA_OK) {
+        /* the replica failed or is slow: mark it, go on to the next */
+        c->stats.tries_failed++;
+        c->srv[op->server].down_until = now + c->cfg.down_ns;
+        const unsigned next = next_server(c, op->server, now);
+        if (c->leader == op->server)
+            c->leader = next;
+        retry(op, next, now);
+        return;
+    }
+    if (resp->size < 8 || (uint32_t)erma_get_le(resp->data + 4, 4) != resp->size - 8) {
+        complete(op, ERMA_EBADPKT, NULL, 0);
+        return;
+    }
+    const int st = (int32_t)(uint32_t)erma_get_le(resp->data, 4);
+    const uint32_t len = (uint32_t)erma_get_le(resp->data + 4, 4);
+    const uint8_t *bytes = resp->data + 8;
+    if (st == ERMA_RAFTKV_REDIRECT) {
+        c->stats.redirects++;
+        /* A replica that just failed us is not followed there: the named
+         * leader is likely the one that died, not yet timed out. */
+        for (unsigned i = 0; len && i < c->cfg.nservers; i++)
+            if (strlen(c->srv[i].uri) == len && memcmp(c->srv[i].uri, bytes, len) == 0 &&
+                i != op->server && c->srv[i].down_until <= now) {
+                c->leader = i;
+                retry(op, i, now);
+                return;
+            }
+        /* no leader known there (an election): another replica, a little later */
+        retry(op, next_server(c, op->server, now), now + c->cfg.retry_ns);
+        return;
+    }
+    if (st == ERMA_EAGAIN) { /* leadership lost meanwhile */
+        retry(op, op->server, now + c->cfg.retry_ns);
+        return;
+    }
+    c->leader = op->server;
+    complete(op, st, st == ERMA_OK ? bytes : NULL, st == ERMA_OK ? len : 0);
+}
+
+static void try_op(struct op *op, uint64_t now)
+{
+    struct erma_raftkv_client *c = op->c;
+    struct server *s = &c->srv[op->server];
+    op->waiting = false;
+    if (s->sess < 0)
+        s->sess = erma_session_create(c->rpc, s->uri, 0);
+    int rc = s->sess < 0 ? s->sess : ERMA_OK;
+    if (s->sess < 0)
+        s->sess = -1;
+    if (rc == ERMA_OK) {
+        rc = erma_rpc_call(c->rpc, s->sess, (uint8_t)(c->cfg.type_base + op->type), &op->req,
+                           &op->resp, on_resp, op);
+        if (rc == ERMA_OK) {
+            op->inflight = true;
+            return;
+        }
+    }
+    c->stats.tries_failed++;
+    s->down_until = now + c->cfg.down_ns;
+    retry(op, next_server(c, op->server, now), now + c->cfg.retry_ns);
+}
+
+static int start(struct erma_raftkv_client *c, uint8_t type, const void *key, uint32_t klen,
+                 const void *val, uint32_t vlen, erma_raftkv_fn cb, void *tag)
+{
+    if (!c || !key || klen == 0 || (vlen && !val) || !cb)
+        return ERMA_EINVAL;
+    struct op *op = NULL;
+    for (uint32_t i = 0; i < c->cfg.max_ops && !op; i++)
+        if (!c->ops[i].busy)
+            op = &c->ops[i];
+    if (!op)
+        return ERMA_ENOSLOTS;
+    const size_t size = 8 + (size_t)klen + vlen;
+    int rc = erma_msgbuf_alloc(c->rpc, size, &op->req);
+    if (rc != ERMA_OK)
+        return rc;
+    rc = erma_msgbuf_alloc(c->rpc, 256, &op->resp);
+    if (rc != ERMA_OK) {
+        erma_msgbuf_free(c->rpc, &op->req);
+        return rc;
+    }
+    if (type == ERMA_RAFTKV_PUT)
+        rc = erma_kv_req_put(&op->req, key, klen, val, vlen);
+    else if (type == ERMA_RAFTKV_DEL)
+        rc = erma_kv_req_del(&op->req, key, klen);
+    else
+        rc = erma_kv_req_get(&op->req, key, klen);
+    if (rc != ERMA_OK) {
+        erma_msgbuf_free(c->rpc, &op->req);
+        erma_msgbuf_free(c->rpc, &op->resp);
+        return rc;
+    }
+    const uint64_t now = erma_now_ns();
+    op->c = c;
+    op->busy = true;
+    op->have_bufs = true;
+    op->inflight = op->completed = false;
+    op->type = type;
+    op->cb = cb;
+    op->tag = tag;
+    op->server = c->leader;
+    op->deadline = now + c->cfg.op_timeout_ns;
+    c->pending++;
+    c->stats.ops++;
+    try_op(op, now);
+    return ERMA_OK;
+}
+
+int erma_raftkv_put(struct erma_raftkv_client *c, const void *key, uint32_t klen,
+                    const void *val, uint32_t vlen, erma_raftkv_fn cb, void *tag)
+{
+    return start(c, ERMA_RAFTKV_PUT, key, klen, val, vlen, cb, tag);
+}
+
+int erma_raftkv_del(struct erma_raftkv_client *c, const void *key, uint32_t klen,
+                    erma_raftkv_fn cb, void *tag)
+{
+    return start(c, ERMA_RAFTKV_DEL, key, klen, NULL, 0, cb, tag);
+}
+
+int erma_raftkv_get(struct erma_raftkv_client *c, const void *key, uint32_t klen, bool stale,
+                    erma_raftkv_fn cb, void *tag)
+{
+    return start(c, stale ? ERMA_RAFTKV_GET_LOCAL : ERMA_RAFTKV_GET, key, klen, NULL, 0, cb,
+                 tag);
+}
+
+/* Runs the callback of a completed op and frees its slot. */
+static void finish(struct op *op)
+{
+    struct erma_raftkv_client *c = op->c;
+    c->completions--;
+    c->pending--;
+    op->status == ERMA_OK || op->status == ERMA_ENOENT ? c->stats.done++ : c->stats.failed++;
+    op->cb(op->tag, op->status, op->val, op->vlen);
+    erma_msgbuf_free(c->rpc, &op->req);
+    erma_msgbuf_free(c->rpc, &op->resp);
+    op->have_bufs = false;
+    op->busy = op->completed = false;
+}
+
+int erma_raftkv_client_poll(struct erma_raftkv_client *c)
+{
+    const uint64_t now = erma_now_ns();
+    int done = 0;
+    for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
+        struct op *op = &c->ops[i];
+        if (!op->busy)
+            continue;
+        if (op->waiting && now >= op->deadline)
+            complete(op, ERMA_ETIMEDOUT, NULL, 0);
+        else if (op->waiting && now >= op->retry_at)
+            try_op(op, now);
+        if (op->completed) {
+            finish(op);
+            done++;
+        }
+    }
+    return done;
+}
+
+uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c)
+{
+    if (c->completions)
+        return 0;
+    uint64_t t = UINT64_MAX;
+    for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
+        const struct op *op = &c->ops[i];
+        if (op->busy && op->waiting) {
+            const uint64_t at = op->retry_at < op->deadline ? op->retry_at : op->deadline;
+            t = at < t ? at : t;
+        }
+    }
+    return t;
+}
+
+int erma_raftkv_client_run_once(struct erma_raftkv_client *c)
+{
+    const int work = erma_endpoint_run_once(c->ep);
+    return work + erma_raftkv_client_poll(c);
+}
+
+int erma_raftkv_client_create(const struct erma_raftkv_client_cfg *cfg,
+                              struct erma_raftkv_client **out)
+{
+    if (!cfg || !out || !cfg->uri || !cfg->servers || cfg->nservers == 0 ||
+        cfg->nservers > ERMA_RAFTKV_MAX_PEERS)
+        return ERMA_EINVAL;
+    struct erma_raftkv_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return ERMA_ENOMEM;
+    c->cfg = *cfg;
+    struct erma_raftkv_client_cfg *k = &c->cfg;
+    if (!k->type_base)
+        k->type_base = ERMA_RAFTKV_TYPE_BASE;
+    if (!k->max_ops)
+        k->max_ops = 256;
+    if (!k->op_timeout_ns)
+        k->op_timeout_ns = 10000000000ull;
+    if (!k->try_timeout_ns)
+        k->try_timeout_ns = 1000000000ull;
+    if (!k->retry_ns)
+        k->retry_ns = 10000000;
+    if (!k->failure_ns)
+        k->failure_ns = 200000000;
+    if (!k->down_ns)
+        k->down_ns = 1000000000ull;
+    k->servers = NULL;
+    int rc = ERMA_OK;
+    for (unsigned i = 0; i < k->nservers; i++) {
+        c->srv[i].sess = -1;
+        if (!cfg->servers[i] ||
+            (size_t)snprintf(c->srv[i].uri, URI_MAX, "%s", cfg->servers[i]) >= URI_MAX)
+            rc = ERMA_EADDR;
+    }
+    c->ops = calloc(k->max_ops, sizeof *c->ops);
+    if (rc == ERMA_OK && !c->ops)
+        rc = ERMA_ENOMEM;
+    if (rc == ERMA_OK)
+        rc = erma_nexus_create(NULL, &c->nx);
+    if (rc == ERMA_OK)
+        rc = erma_endpoint_create(k->uri, 0, k->ep_cfg, &c->ep);
+    if (rc == ERMA_OK) {
+        const struct erma_rpc_cfg rcfg = {.failure_ns = k->failure_ns,
+                                          .req_timeout_ns = k->try_timeout_ns,
+                                          .connect_timeout_ns = k->failure_ns,
+                                          .sm_handler = on_sm,
+                                          .sm_ctx = c};
+        rc = erma_rpc_create(c->nx, c->ep, &rcfg, &c->rpc);
+    }
+    for (unsigned i = 0; rc == ERMA_OK && i < k->nservers; i++) {
+        c->srv[i].sess = erma_session_create(c->rpc, c->srv[i].uri, 0);
+        if (c->srv[i].sess < 0)
+            c->srv[i].sess = -1;
+    }
+    if (rc != ERMA_OK) {
+        erma_raftkv_client_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return ERMA_OK;
+}
+
+void erma_raftkv_client_destroy(struct erma_raftkv_client *c)
+{
+    if (!c)
+        return;
+    c->destroying = true;
+    for (uint32_t i = 0; c->ops && i < c->cfg.max_ops; i++) {
+        struct op *op = &c->ops[i];
+        if (op->busy && op->have_bufs && !op->inflight) {
+            erma_msgbuf_free(c->rpc, &op->req);
+            erma_msgbuf_free(c->rpc, &op->resp);
+            op->have_bufs = false;
+        }
+    }
+    erma_rpc_destroy(c->rpc); /* in-flight tries end, freeing their buffers */
+    for (uint32_t i = 0; c->ops && i < c->cfg.max_ops; i++) {
+        struct op *op = &c->ops[i];
+        if (op->busy)
+            op->cb(op->tag, ERMA_ECANCELLED, NULL, 0);
+    }
+    erma_endpoint_destroy(c->ep);
+    erma_nexus_destroy(c->nx);
+    free(c->ops);
+    free(c);
+}
+
+struct erma_endpoint *erma_raftkv_client_endpoint(const struct erma_raftkv_client *c)
+{
+    return c->ep;
+}
+
+unsigned erma_raftkv_client_leader(const struct erma_raftkv_client *c)
+{
+    return c->leader;
+}
+
+uint32_t erma_raftkv_client_pending(const struct erma_raftkv_client *c)
+{
+    return c->pending;
+}
+
+void erma_raftkv_client_get_stats(const struct erma_raftkv_client *c,
+                                  struct erma_raftkv_client_stats *out)
+{
+    *out = c->stats;
+}

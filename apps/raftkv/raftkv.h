@@ -1,0 +1,327 @@
+/*
+ * raftkv/raftkv.h - a key-value store replicated with Raft: Debian's
+ * libraft (canonical raft 0.15, <raft.h>, used unmodified) over erma RPCs,
+ * its state machine apps/kv's table (kv/kv.h).
+ *
+ * Three pieces, each usable alone:
+ *
+ * raft_io over erma (io.c)
+ *   erma_raftkv_io_init() fills a struct raft_io whose messages travel as
+ *   erma RPCs on one endpoint and whose state lives in a directory.
+ *   Network. One request type per raft message kind, type_base +
+ *   RAFT_IO_APPEND_ENTRIES .. type_base + RAFT_IO_TIMEOUT_NOW (AppendEntries,
+ *   its result, RequestVote, its result, InstallSnapshot, TimeoutNow), each
+ *   [u64 sender id][u16 len][sender address][body] and answered with an
+ *   empty response: raft's own results travel as messages of their own, as
+ *   raft expects of an unreliable network. A message is encoded into an
+ *   erma message buffer inside send(); the send callback runs once the RPC
+ *   has completed, from the next erma_raftkv_io_poll(), never from inside
+ *   send(): 0 when the peer's endpoint took it, RAFT_NOCONNECTION when the
+ *   peer is down (no connected session: a send to it fails at once, a new
+ *   session is tried at most every reconnect_ns) or failed while it was in
+ *   flight (ERMA_EPEERFAILED, ERMA_ETIMEDOUT, ...), RAFT_TOOMANY past
+ *   max_inflight sends to one peer, RAFT_CANCELED at close. A send never
+ *   blocks. Received entries of one AppendEntries share one raft_malloc()
+ *   batch (each entry's .batch points to it, as libraft requires); received
+ *   messages are handed to raft by the next poll, not from inside erma's
+ *   handler. A server address is the base URI of the peer's endpoint 0
+ *   (sim://F/H:P, udp://IP:P, ...).
+ *   Storage (dir): `meta` holds term and vote (written to meta.tmp,
+ *   fsynced, renamed, the directory fsynced: set_term and set_vote return
+ *   only once it is durable); `log` is an append-only file of records
+ *   [u32 magic][u32 len][u64 index][u64 term][u16 type][u16 0][u32 0]
+ *   [data, padded to 8][u64 FNV-1a of all before] whose tail, torn by a
+ *   crash, is cut at load; `snap` holds the last snapshot (index, term,
+ *   configuration and the state machine's bytes, checked the same way).
+ *   The log is also kept in memory. append() writes at once; the entries
+ *   of every append of one loop pass are made durable by one fdatasync
+ *   at the next poll, then their callbacks run (a group commit). truncate()
+ *   cuts the file (ftruncate) and the memory. snapshot_put() writes the
+ *   snapshot file, then rewrites the log without the entries before
+ *   index - trailing (all of them when trailing is 0, an installed
+ *   snapshot). Ticks: every msecs of erma_now_ns() (virtual time on the
+ *   sim fabric), checked by each poll; time() is erma_now_ns() in ms,
+ *   random() a seeded xoshiro256**.
+ *   no_fsync skips every fsync (benchmarks only: a crash may lose
+ *   acknowledged writes).
+ *
+ * The state machine (fsm.c)
+ *   erma_raftkv_fsm_init() fills a struct raft_fsm over an erma_kv table
+ *   and an ordered index of its keys (apps/kv's own, kv/index.h). Commands
+ *   (erma_raftkv_cmd_put/_del) are [u8 op][u32 klen][u32 vlen][key][value];
+ *   apply() puts or deletes and returns the outcome (ERMA_OK, ERMA_ENOENT,
+ *   ERMA_E2BIG) as its result pointer, (void *)(intptr_t)status. A snapshot
+ *   is [u64 magic][u64 count] count x [u32 klen][u32 vlen][key][value] in
+ *   key order (the same bytes on every replica holding the same keys);
+ *   restore() empties the table and puts them back. The table is as lossy
+ *   as apps/kv's (MICA: a full bucket drops its oldest item, the circular
+ *   log overwrites what it wraps over): size it (buckets, log_bytes) for
+ *   the data, or lose items. Replicas that applied the same commands have
+ *   byte-identical tables; one restored from a snapshot holds the same
+ *   keys and values in another layout.
+ *
+ * The service (server.c, client.c)
+ *   A server (erma_raftkv_server_create) is one replica: a nexus, an
+ *   endpoint at peers[id - 1] (thread 0), the raft io and fsm above, and
+ *   libraft's struct raft. A fresh directory is bootstrapped with the
+ *   configuration of all peers (ids 1..npeers, all voters), as every
+ *   replica does, so any of them may start first. Request types
+ *   type_base + ERMA_RAFTKV_PUT, _DEL, _GET, _GET_LOCAL carry apps/kv's
+ *   request formats (erma_kv_req_put/_del/_get); every answer is
+ *   [i32 status][u32 len][bytes]:
+ *     ERMA_OK, ERMA_ENOENT   done (GET: bytes = the value)
+ *     ERMA_RAFTKV_REDIRECT   not the leader: bytes = the leader's address,
+ *                            empty when none is known
+ *     ERMA_EAGAIN            leadership lost before the outcome was known
+ *                            (the write may or may not take effect), or the
+ *                            server is shutting down
+ *     ERMA_EBADPKT, ERMA_E2BIG, ERMA_ENOMEM  a bad or too large request
+ *   PUT and DEL go through raft_apply() and are answered once applied on
+ *   the leader (so committed: an acknowledged write survives any minority
+ *   of failures). GET is linearizable: a raft_barrier() issued after the
+ *   GET arrived is applied on the leader, then the leader's table answers.
+ *   GET_LOCAL is the documented faster option: any replica answers from
+ *   its own table at once, no barrier, so it may return stale data.
+ *
+ *   A server's RPC sessions take their tokens from the clock: a replica
+ *   restarted at the same address must not reuse its last life's tokens
+ *   (a peer would take the new session for the old one and drop its
+ *   requests as stale).
+ *
+ *   A client (erma_raftkv_client_create) has its own nexus and endpoint,
+ *   sends each op to the replica it believes leads and follows redirects.
+ *   A try that fails at the RPC level (the replica died: failure_ns of
+ *   silence, or no session within failure_ns, or try_timeout_ns without an
+ *   answer) marks that replica down for down_ns and moves the op on to the
+ *   next replica not marked down, at once; a redirect that names no leader
+ *   (an election), or names one marked down (most likely the leader that
+ *   just died, which the others have not yet timed out), moves it on after
+ *   retry_ns; ERMA_EAGAIN retries the same replica after retry_ns. An op
+ *   fails only after op_timeout_ns. A write retried after an unknown
+ *   outcome may take effect twice; PUT of the same value and DELETE are
+ *   idempotent for a single client.
+ *
+ * Event loop. Each server and client is driven by its endpoint's loop plus
+ * its own poll (deferred callbacks, received messages, ticks, retries),
+ * which must follow every endpoint pass: erma_raftkv_server_run_once() is
+ * one pass then a poll; erma_raftkv_server_run() runs
+ * erma_endpoint_run_until() with the poll in its done() hook, returning
+ * to it whenever a poll did work (so what the poll queued leaves with the
+ * next pass, not after an idle sleep) and bounding each call by the next
+ * tick, so a sleeping endpoint still ticks on time. On the sim fabric,
+ * erma_raftkv_sim_run() steps servers and clients through erma_sim_run()
+ * in slices that end at the next tick or client timer (the fabric only
+ * knows the endpoints' own timers), its done() hook polling them after
+ * each round of passes; a run with the same seeds is the same run.
+ *
+ * Nothing here is thread-safe: one thread drives a server or client.
+ * Functions return ERMA_OK or a negative erma_err code unless noted.
+ */
+#ifndef ERMA_RAFTKV_H
+#define ERMA_RAFTKV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <raft.h>
+
+#include "erma/endpoint.h"
+#include "erma/rpc.h"
+
+#define ERMA_RAFTKV_TYPE_BASE 96 /* default request type base */
+#define ERMA_RAFTKV_MAX_PEERS 16
+#define ERMA_RAFTKV_REDIRECT 1 /* answer status: not the leader (positive: not an erma_err) */
+
+/* Client request types, from type_base (raft's messages use type_base + 1..6). */
+enum erma_raftkv_op {
+    ERMA_RAFTKV_PUT = 8,
+    ERMA_RAFTKV_DEL,
+    ERMA_RAFTKV_GET,       /* linearizable, on the leader */
+    ERMA_RAFTKV_GET_LOCAL, /* any replica's own table: fast, may be stale */
+    ERMA_RAFTKV_TYPES      /* types used: type_base .. type_base + ERMA_RAFTKV_TYPES - 1 */
+};
+
+/* ---- raft_io over erma ---- */
+
+struct erma_raftkv_io_cfg {
+    const char *dir;         /* existing directory for meta, log and snap */
+    uint8_t type_base;       /* 0: ERMA_RAFTKV_TYPE_BASE */
+    bool no_fsync;           /* benchmarks only */
+    uint64_t seed;           /* random(); 0: from the server id */
+    uint64_t reconnect_ns;   /* a down peer gets a new session at most this often,
+                                default 20 ms */
+    uint32_t max_inflight;   /* sends in flight to one peer, default 4096 */
+};
+
+struct erma_raftkv_io_stats {
+    uint64_t sent, send_failed, received, rx_bad;
+    uint64_t send_acked; /* sends the peer's endpoint took */
+    uint64_t appends, entries_written, syncs, truncates;
+    uint64_t snapshots_put, snapshots_installed; /* installed: put with trailing 0 */
+    uint64_t snapshots_sent;                      /* snapshot_get: loaded to send */
+    uint64_t ticks;
+};
+
+/* Fills io and registers raft's six request types on nx (before the
+ * endpoint's erma_rpc is created); the io is not usable until
+ * erma_raftkv_io_attach(). */
+int erma_raftkv_io_init(struct raft_io *io, struct erma_nexus *nx,
+                        const struct erma_raftkv_io_cfg *cfg);
+/* The erma_rpc the io sends on; its cfg.sm_handler must be
+ * erma_raftkv_io_sm with sm_ctx the io (or call it from its own). */
+void erma_raftkv_io_attach(struct raft_io *io, struct erma_rpc *rpc);
+void erma_raftkv_io_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err,
+                       void *ctx);
+/* Opens a session to a peer ahead of the first send (which otherwise
+ * fails RAFT_NOCONNECTION while the session connects). */
+int erma_raftkv_io_connect(struct raft_io *io, raft_id id, const char *address);
+/* After each endpoint pass: due callbacks, received messages, the tick.
+ * Returns the work done. */
+int erma_raftkv_io_poll(struct raft_io *io);
+/* erma_now_ns() time of the next tick (UINT64_MAX before start). */
+uint64_t erma_raftkv_io_next_timer(const struct raft_io *io);
+/* Frees the io; after raft_close() completed and the erma_rpc is destroyed. */
+void erma_raftkv_io_destroy(struct raft_io *io);
+void erma_raftkv_io_get_stats(const struct raft_io *io, struct erma_raftkv_io_stats *out);
+
+/* ---- the state machine ---- */
+
+enum { ERMA_RAFTKV_CMD_PUT = 1, ERMA_RAFTKV_CMD_DEL = 2 };
+
+int erma_raftkv_fsm_init(struct raft_fsm *fsm, uint32_t buckets, uint64_t log_bytes);
+void erma_raftkv_fsm_close(struct raft_fsm *fsm);
+const struct erma_kv *erma_raftkv_fsm_kv(const struct raft_fsm *fsm);
+uint64_t erma_raftkv_fsm_keys(const struct raft_fsm *fsm);
+uint64_t erma_raftkv_fsm_restores(const struct raft_fsm *fsm);
+/* Calls fn(ctx, key, klen, val, vlen) for every key in order (a key the
+ * table has lost comes with val NULL); stops when fn returns non-zero. */
+void erma_raftkv_fsm_walk(const struct raft_fsm *fsm,
+                          int (*fn)(void *ctx, const void *key, uint32_t klen, const void *val,
+                                    uint32_t vlen),
+                          void *ctx);
+/* A command in a raft_malloc() buffer, ready for raft_apply(). */
+int erma_raftkv_cmd_put(struct raft_buffer *buf, const void *key, uint32_t klen,
+                        const void *val, uint32_t vlen);
+int erma_raftkv_cmd_del(struct raft_buffer *buf, const void *key, uint32_t klen);
+
+/* ---- server ---- */
+
+struct erma_raftkv_server_cfg {
+    raft_id id;                    /* 1..npeers */
+    const char *const *peers;      /* every replica's endpoint URI; peers[id - 1] is ours */
+    unsigned npeers;               /* at most ERMA_RAFTKV_MAX_PEERS */
+    const char *data_dir;          /* NULL: a new temporary one (mkdtemp), removed
+                                      at destroy */
+    uint8_t type_base;             /* 0: ERMA_RAFTKV_TYPE_BASE */
+    unsigned heartbeat_ms;         /* default 50 (raft's tick) */
+    unsigned election_ms;          /* default 500 */
+    unsigned snapshot_threshold;   /* default 1024 (raft's) */
+    unsigned snapshot_trailing;    /* default 128 (raft's) */
+    bool no_fsync;
+    uint32_t kv_buckets;           /* default 2^16 */
+    uint64_t kv_log_bytes;         /* default 64 MiB */
+    uint64_t seed;                 /* raft's random() (election timeouts); 0: from id */
+    const struct erma_endpoint_cfg *ep_cfg; /* may be NULL */
+    uint64_t failure_ns;           /* rpc cfg.failure_ns and connect_timeout_ns: a
+                                      silent peer's sends fail after this; 0: 200 ms */
+    uint64_t rto_ns;               /* rpc cfg.rto_ns; 0: erma's default */
+};
+
+struct erma_raftkv_server_stats {
+    uint64_t puts, dels, gets, local_gets, redirects, failed;
+};
+
+struct erma_raftkv_server;
+
+int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
+                              struct erma_raftkv_server **out);
+/* Stops raft (pending client requests are answered ERMA_EAGAIN) and frees
+ * everything; the data directory stays unless the server made it. */
+void erma_raftkv_server_destroy(struct erma_raftkv_server *s);
+struct erma_endpoint *erma_raftkv_server_endpoint(const struct erma_raftkv_server *s);
+struct raft *erma_raftkv_server_raft(struct erma_raftkv_server *s);
+const struct raft_fsm *erma_raftkv_server_fsm(const struct erma_raftkv_server *s);
+const struct raft_io *erma_raftkv_server_io(const struct erma_raftkv_server *s);
+const char *erma_raftkv_server_dir(const struct erma_raftkv_server *s);
+/* raft's state (RAFT_FOLLOWER, RAFT_CANDIDATE, RAFT_LEADER). */
+int erma_raftkv_server_state(const struct erma_raftkv_server *s);
+void erma_raftkv_server_get_stats(const struct erma_raftkv_server *s,
+                                  struct erma_raftkv_server_stats *out);
+/* After an endpoint pass: the io's poll. */
+int erma_raftkv_server_poll(struct erma_raftkv_server *s);
+uint64_t erma_raftkv_server_next_timer(const struct erma_raftkv_server *s);
+/* One endpoint pass and a poll; returns the work done. */
+int erma_raftkv_server_run_once(struct erma_raftkv_server *s);
+/* Runs the loop until stop(ctx) (may be NULL) or timeout_ns pass. */
+int erma_raftkv_server_run(struct erma_raftkv_server *s, bool (*stop)(void *ctx), void *ctx,
+                           uint64_t timeout_ns);
+
+/* ---- client ---- */
+
+struct erma_raftkv_client_cfg {
+    const char *uri;               /* the client's endpoint URI (port 0: any) */
+    const char *const *servers;    /* the replicas' URIs, as the servers' peers */
+    unsigned nservers;
+    uint8_t type_base;             /* 0: ERMA_RAFTKV_TYPE_BASE */
+    uint32_t max_ops;              /* ops in progress at once, default 256 */
+    uint64_t op_timeout_ns;        /* an op fails ERMA_ETIMEDOUT after this, default 10 s */
+    uint64_t try_timeout_ns;       /* one try at one replica (rpc req_timeout_ns),
+                                      default 1 s */
+    uint64_t retry_ns;             /* wait before trying another replica when none
+                                      is known to lead, default 10 ms */
+    uint64_t failure_ns;           /* rpc cfg.failure_ns; 0: 200 ms */
+    uint64_t down_ns;              /* a replica that failed a try is passed over this
+                                      long while another is not, unless named leader,
+                                      default 1 s */
+    const struct erma_endpoint_cfg *ep_cfg;
+};
+
+struct erma_raftkv_client_stats {
+    uint64_t ops, done, failed, redirects, retries, tries_failed;
+};
+
+/* cb(tag, status, val, vlen) runs once per started op, from
+ * erma_raftkv_client_poll(), never from the call that started it: ERMA_OK
+ * (GET: the value, valid during the call), ERMA_ENOENT (GET, DEL of a
+ * missing key), ERMA_ETIMEDOUT, ERMA_E2BIG. */
+typedef void (*erma_raftkv_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
+
+struct erma_raftkv_client;
+
+int erma_raftkv_client_create(const struct erma_raftkv_client_cfg *cfg,
+                              struct erma_raftkv_client **out);
+/* Pending ops complete with ERMA_ECANCELLED. */
+void erma_raftkv_client_destroy(struct erma_raftkv_client *c);
+struct erma_endpoint *erma_raftkv_client_endpoint(const struct erma_raftkv_client *c);
+/* ERMA_ENOSLOTS when max_ops are in progress. */
+int erma_raftkv_put(struct erma_raftkv_client *c, const void *key, uint32_t klen,
+                    const void *val, uint32_t vlen, erma_raftkv_fn cb, void *tag);
+int erma_raftkv_del(struct erma_raftkv_client *c, const void *key, uint32_t klen,
+                    erma_raftkv_fn cb, void *tag);
+/* stale: GET_LOCAL at the replica thought to lead (may be stale). */
+int erma_raftkv_get(struct erma_raftkv_client *c, const void *key, uint32_t klen, bool stale,
+                    erma_raftkv_fn cb, void *tag);
+/* The index (into cfg.servers) of the replica the client sends to next. */
+unsigned erma_raftkv_client_leader(const struct erma_raftkv_client *c);
+uint32_t erma_raftkv_client_pending(const struct erma_raftkv_client *c);
+void erma_raftkv_client_get_stats(const struct erma_raftkv_client *c,
+                                  struct erma_raftkv_client_stats *out);
+/* After an endpoint pass: retries that are due, completions; returns the
+ * ops completed. */
+int erma_raftkv_client_poll(struct erma_raftkv_client *c);
+uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c);
+int erma_raftkv_client_run_once(struct erma_raftkv_client *c);
+
+/* ---- the sim fabric ---- */
+
+struct erma_sim;
+/* Steps the servers and clients given (NULL entries skipped) on sim in
+ * virtual time until done(ctx) (may be NULL) or duration_ns pass: ERMA_OK
+ * or ERMA_ETIMEDOUT. */
+int erma_raftkv_sim_run(struct erma_sim *sim, struct erma_raftkv_server *const *servers,
+                        unsigned nservers, struct erma_raftkv_client *const *clients,
+                        unsigned nclients, uint64_t duration_ns, bool (*done)(void *ctx),
+                        void *ctx);
+
+#endif

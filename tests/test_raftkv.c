@@ -1,0 +1,613 @@
+/* raftkv (apps/raftkv/raftkv.h): libraft over erma RPCs on the sim fabric,
+ * in virtual time. A 3-replica cluster elects a leader and applies 10^4
+ * PUTs identically on every replica; killing the leader elects another and
+ * the client carries on with no acknowledged write lost; a restarted
+ * replica catches up from the log, or through a snapshot when it lagged
+ * past the leader's trailing entries. Every run is bounded in virtual time
+ * and every loop in count. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "erma/clock.h"
+#include "erma/sim.h"
+#include "kv/kv.h"
+#include "raftkv/raftkv.h"
+
+#define N 3
+#define SEC 1000000000ull
+#define MS 1000000ull
+#define MAX_KEYS 10000
+
+struct cluster {
+    struct erma_sim *sim;
+    struct erma_raftkv_server *srv[N];
+    struct erma_raftkv_client *cli;
+    char uri[N][64];
+    const char *uris[N];
+    char dir[N][PATH_MAX];
+    struct erma_raftkv_server_cfg cfg; /* what every replica starts with */
+};
+
+/* The directories of the cluster a test runs, removed by the teardown
+ * when the test failed before cluster_down(). */
+static char (*test_dirs)[PATH_MAX];
+
+/* Where the replicas' directories go: $TMPDIR if set, else /dev/shm when
+ * there is one (tmpfs: every fsync is still made, and costs nothing),
+ * else /tmp. */
+static const char *scratch_dir(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (tmp && *tmp)
+        return tmp;
+    return access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+}
+
+static void server_up(struct cluster *c, unsigned i)
+{
+    struct erma_raftkv_server_cfg cfg = c->cfg;
+    cfg.id = i + 1;
+    cfg.peers = c->uris;
+    cfg.npeers = N;
+    cfg.data_dir = c->dir[i];
+    cfg.seed = 1000 + i;
+    assert_int_equal(erma_raftkv_server_create(&cfg, &c->srv[i]), ERMA_OK);
+}
+
+static void server_down(struct cluster *c, unsigned i)
+{
+    erma_raftkv_server_destroy(c->srv[i]);
+    c->srv[i] = NULL;
+}
+
+static void cluster_up(struct cluster *c, const char *name, unsigned snapshot_threshold,
+                       unsigned snapshot_trailing)
+{
+    memset(c, 0, sizeof *c);
+    struct erma_sim_cfg sc;
+    erma_sim_cfg_default(&sc);
+    sc.hosts = N + 1;
+    sc.seed = 7;
+    assert_int_equal(erma_sim_create(name, &sc, &c->sim), ERMA_OK);
+    erma_sim_use_clock(c->sim);
+    c->cfg = (struct erma_raftkv_server_cfg){
+        .heartbeat_ms = 20, .election_ms = 200, .failure_ns = 100 * MS,
+        .snapshot_threshold = snapshot_threshold, .snapshot_trailing = snapshot_trailing,
+        .kv_buckets = 1u << 14, .kv_log_bytes = 8u << 20};
+    for (unsigned i = 0; i < N; i++) {
+        snprintf(c->uri[i], sizeof c->uri[i], "sim://%s/%u:31000", name, i);
+        c->uris[i] = c->uri[i];
+        snprintf(c->dir[i], sizeof c->dir[i], "%s/test_raftkv-XXXXXX", scratch_dir());
+        assert_non_null(mkdtemp(c->dir[i]));
+    }
+    test_dirs = c->dir;
+    for (unsigned i = 0; i < N; i++)
+        server_up(c, i);
+    char curi[64];
+    snprintf(curi, sizeof curi, "sim://%s/%u:0", name, N);
+    const struct erma_raftkv_client_cfg cc = {.uri = curi, .servers = c->uris, .nservers = N,
+                                              .max_ops = 256, .failure_ns = 100 * MS};
+    assert_int_equal(erma_raftkv_client_create(&cc, &c->cli), ERMA_OK);
+}
+
+static int remove_dir(const char *dir)
+{
+    static const char *const names[] = {"meta", "log", "snap", "meta.tmp", "log.tmp",
+                                        "snap.tmp"};
+    char path[PATH_MAX + 16];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    return rmdir(dir);
+}
+
+static int remove_test_dirs(void **state)
+{
+    (void)state;
+    for (unsigned i = 0; test_dirs && i < N; i++)
+        if (test_dirs[i][0])
+            remove_dir(test_dirs[i]);
+    test_dirs = NULL;
+    return 0;
+}
+
+static void cluster_down(struct cluster *c)
+{
+    erma_raftkv_client_destroy(c->cli);
+    for (unsigned i = 0; i < N; i++)
+        if (c->srv[i])
+            server_down(c, i);
+    erma_sim_destroy(c->sim);
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(remove_dir(c->dir[i]), 0);
+    test_dirs = NULL;
+}
+
+static int run(struct cluster *c, uint64_t ns, bool (*done)(void *ctx), void *ctx)
+{
+    return erma_raftkv_sim_run(c->sim, c->srv, N, &c->cli, 1, ns, done, ctx);
+}
+
+/* The one live leader, or -1. */
+static int leader(const struct cluster *c)
+{
+    int l = -1;
+    for (unsigned i = 0; i < N; i++)
+        if (c->srv[i] && erma_raftkv_server_state(c->srv[i]) == RAFT_LEADER) {
+            if (l >= 0)
+                return -1;
+            l = (int)i;
+        }
+    return l;
+}
+
+static bool has_leader(void *ctx)
+{
+    return leader(ctx) >= 0;
+}
+
+static int wait_leader(struct cluster *c)
+{
+    assert_int_equal(run(c, 10 * SEC, has_leader, c), ERMA_OK);
+    return leader(c);
+}
+
+/* ---- a workload: PUTs of keys [0, total), window at a time ---- */
+
+struct load {
+    struct cluster *c;
+    uint32_t total, next, inflight, acked, failed, window, round;
+    uint32_t stop_at; /* done() holds once this many are acked (0: all) */
+    bool acked_key[MAX_KEYS];
+};
+
+static void key_of(uint32_t k, char key[16])
+{
+    snprintf(key, 16, "key%06u", k);
+}
+
+static uint32_t val_of(uint32_t k, uint32_t round, char val[64])
+{
+    return (uint32_t)snprintf(val, 64, "value-%06u-round-%u-%s", k, round,
+                              k % 7 ? "short" : "a little longer than the others");
+}
+
+struct put_tag {
+    struct load *l;
+    uint32_t k;
+};
+
+static struct put_tag tags[MAX_KEYS];
+
+static void put_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    (void)val;
+    (void)vlen;
+    struct put_tag *t = tag;
+    t->l->inflight--;
+    if (status == ERMA_OK) {
+        t->l->acked++;
+        t->l->acked_key[t->k] = true;
+    } else {
+        t->l->failed++;
+        print_message("  put %u: %s\n", t->k, erma_strerror(status));
+    }
+}
+
+static bool load_step(void *ctx)
+{
+    struct load *l = ctx;
+    while (l->inflight < l->window && l->next < l->total) {
+        char key[16], val[64];
+        key_of(l->next, key);
+        const uint32_t vlen = val_of(l->next, l->round, val);
+        tags[l->next] = (struct put_tag){l, l->next};
+        if (erma_raftkv_put(l->c->cli, key, (uint32_t)strlen(key), val, vlen, put_done,
+                            &tags[l->next]) != ERMA_OK)
+            break;
+        l->next++;
+        l->inflight++;
+    }
+    if (l->stop_at && l->acked >= l->stop_at)
+        return true;
+    return l->inflight == 0 && l->next == l->total;
+}
+
+static void load_init(struct load *l, struct cluster *c, uint32_t total, uint32_t round)
+{
+    memset(l, 0, sizeof *l);
+    l->c = c;
+    l->total = total;
+    l->window = 64;
+    l->round = round;
+}
+
+/* ---- checking the replicas ---- */
+
+static bool applied_equal(void *ctx)
+{
+    struct cluster *c = ctx;
+    raft_index want = 0;
+    const int l = leader(c);
+    if (l < 0)
+        return false;
+    want = raft_last_applied(erma_raftkv_server_raft(c->srv[l]));
+    for (unsigned i = 0; i < N; i++)
+        if (c->srv[i] && raft_last_applied(erma_raftkv_server_raft(c->srv[i])) != want)
+            return false;
+    return true;
+}
+
+struct cmp {
+    const struct erma_kv *other;
+    uint64_t n, bad;
+    uint8_t buf[ERMA_KV_MAX_ITEM];
+};
+
+static int cmp_one(void *ctx, const void *key, uint32_t klen, const void *val, uint32_t vlen)
+{
+    struct cmp *m = ctx;
+    uint32_t olen = 0;
+    m->n++;
+    if (!val || erma_kv_get(m->other, key, klen, m->buf, sizeof m->buf, &olen) != ERMA_OK ||
+        olen != vlen || memcmp(m->buf, val, vlen) != 0)
+        m->bad++;
+    return 0;
+}
+
+static struct cmp cmp_state;
+
+/* Every live replica holds the same keys and values as replica a. */
+static void replicas_equal(struct cluster *c, uint64_t keys)
+{
+    if (run(c, 10 * SEC, applied_equal, c) != ERMA_OK) {
+        for (unsigned i = 0; i < N; i++) {
+            if (!c->srv[i])
+                continue;
+            struct raft *r = erma_raftkv_server_raft(c->srv[i]);
+            struct erma_raftkv_io_stats io;
+            erma_raftkv_io_get_stats(erma_raftkv_server_io(c->srv[i]), &io);
+            print_message("  replica %u: state %d term %llu last index %llu applied %llu; "
+                          "io sent %llu (%llu failed, %llu acked) received %llu entries %llu "
+                          "snapshots put %llu installed %llu sent %llu\n",
+                          i + 1, raft_state(r), (unsigned long long)r->current_term,
+                          (unsigned long long)raft_last_index(r),
+                          (unsigned long long)raft_last_applied(r),
+                          (unsigned long long)io.sent, (unsigned long long)io.send_failed,
+                          (unsigned long long)io.send_acked, (unsigned long long)io.received,
+                          (unsigned long long)io.entries_written,
+                          (unsigned long long)io.snapshots_put,
+                          (unsigned long long)io.snapshots_installed,
+                          (unsigned long long)io.snapshots_sent);
+        }
+        fail_msg("the replicas did not converge");
+    }
+    int a = -1;
+    for (unsigned i = 0; i < N && a < 0; i++)
+        if (c->srv[i])
+            a = (int)i;
+    const struct raft_fsm *fa = erma_raftkv_server_fsm(c->srv[a]);
+    assert_int_equal(erma_raftkv_fsm_keys(fa), keys);
+    for (unsigned i = 0; i < N; i++) {
+        if (!c->srv[i] || (int)i == a)
+            continue;
+        const struct raft_fsm *fi = erma_raftkv_server_fsm(c->srv[i]);
+        assert_int_equal(erma_raftkv_fsm_keys(fi), keys);
+        memset(&cmp_state, 0, sizeof cmp_state);
+        cmp_state.other = erma_raftkv_fsm_kv(fi);
+        erma_raftkv_fsm_walk(fa, cmp_one, &cmp_state);
+        assert_int_equal(cmp_state.n, keys);
+        assert_int_equal(cmp_state.bad, 0);
+    }
+}
+
+/* Every acked key of l holds its value on replica i. */
+static void holds_acked(struct cluster *c, unsigned i, const struct load *l)
+{
+    const struct erma_kv *kv = erma_raftkv_fsm_kv(erma_raftkv_server_fsm(c->srv[i]));
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < l->total; k++) {
+        if (!l->acked_key[k])
+            continue;
+        char key[16], want[64], got[64];
+        key_of(k, key);
+        const uint32_t wlen = val_of(k, l->round, want);
+        uint32_t glen = 0;
+        assert_int_equal(erma_kv_get(kv, key, (uint32_t)strlen(key), got, sizeof got, &glen),
+                         ERMA_OK);
+        assert_int_equal(glen, wlen);
+        assert_memory_equal(got, want, wlen);
+        n++;
+    }
+    assert_int_equal(n, l->acked);
+}
+
+/* ---- linearizable GETs through the client ---- */
+
+struct gets {
+    struct cluster *c;
+    const struct load *l;
+    uint32_t next, inflight, ok, wrong, failed;
+};
+
+struct get_tag {
+    struct gets *g;
+    uint32_t k;
+};
+
+static struct get_tag gtags[MAX_KEYS];
+
+static void get_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct get_tag *t = tag;
+    t->g->inflight--;
+    char want[64];
+    const uint32_t wlen = val_of(t->k, t->g->l->round, want);
+    if (status == ERMA_OK && vlen == wlen && memcmp(val, want, wlen) == 0)
+        t->g->ok++;
+    else if (status == ERMA_OK || status == ERMA_ENOENT)
+        t->g->wrong++;
+    else
+        t->g->failed++;
+}
+
+static bool gets_step(void *ctx)
+{
+    struct gets *g = ctx;
+    while (g->inflight < 64 && g->next < g->l->total) {
+        const uint32_t k = g->next++;
+        if (!g->l->acked_key[k])
+            continue;
+        char key[16];
+        key_of(k, key);
+        gtags[k] = (struct get_tag){g, k};
+        assert_int_equal(erma_raftkv_get(g->c->cli, key, (uint32_t)strlen(key), false, get_done,
+                                         &gtags[k]),
+                         ERMA_OK);
+        g->inflight++;
+    }
+    return g->inflight == 0 && g->next == g->l->total;
+}
+
+static void read_back(struct cluster *c, const struct load *l)
+{
+    struct gets g = {.c = c, .l = l};
+    assert_int_equal(run(c, 60 * SEC, gets_step, &g), ERMA_OK);
+    assert_int_equal(g.wrong, 0);
+    assert_int_equal(g.failed, 0);
+    assert_int_equal(g.ok, l->acked);
+}
+
+static struct load load;
+
+/* ---- single ops ---- */
+
+struct one {
+    bool done;
+    int status;
+    char val[64];
+    uint32_t vlen;
+};
+
+static void one_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct one *o = tag;
+    o->done = true;
+    o->status = status;
+    o->vlen = vlen;
+    if (val && vlen <= sizeof o->val)
+        memcpy(o->val, val, vlen);
+}
+
+static bool one_finished(void *ctx)
+{
+    return ((struct one *)ctx)->done;
+}
+
+enum { OP_DEL, OP_GET, OP_GET_STALE };
+
+/* Runs one op on key k to its end; returns its status. */
+static int one_op(struct cluster *c, int op, uint32_t k, struct one *o)
+{
+    char key[16];
+    key_of(k, key);
+    memset(o, 0, sizeof *o);
+    const uint32_t klen = (uint32_t)strlen(key);
+    const int rc = op == OP_DEL ? erma_raftkv_del(c->cli, key, klen, one_done, o)
+                                : erma_raftkv_get(c->cli, key, klen, op == OP_GET_STALE,
+                                                  one_done, o);
+    assert_int_equal(rc, ERMA_OK);
+    assert_int_equal(run(c, 20 * SEC, one_finished, o), ERMA_OK);
+    return o->status;
+}
+
+/* ---- (1) a leader, 10^4 PUTs, identical replicas ---- */
+
+static void test_replicate(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_up(&c, "rkv1", 0, 0);
+    const int l = wait_leader(&c);
+    assert_true(l >= 0);
+    const uint64_t t0 = erma_now_ns();
+    load_init(&load, &c, MAX_KEYS, 1);
+    assert_int_equal(run(&c, 120 * SEC, load_step, &load), ERMA_OK);
+    assert_int_equal(load.failed, 0);
+    assert_int_equal(load.acked, MAX_KEYS);
+    print_message("  leader %d; 10^4 PUTs in %.1f ms of virtual time\n", l + 1,
+                  (double)(erma_now_ns() - t0) / 1e6);
+    replicas_equal(&c, MAX_KEYS);
+    /* The same commands on the same empty tables: the same bytes. */
+    size_t len0, leni;
+    const void *m0 = erma_kv_memory(erma_raftkv_fsm_kv(erma_raftkv_server_fsm(c.srv[0])), &len0);
+    for (unsigned i = 1; i < N; i++) {
+        const struct raft_fsm *f = erma_raftkv_server_fsm(c.srv[i]);
+        assert_int_equal(erma_raftkv_fsm_restores(f), 0);
+        const void *mi = erma_kv_memory(erma_raftkv_fsm_kv(f), &leni);
+        assert_int_equal(leni, len0);
+        assert_memory_equal(mi, m0, len0);
+    }
+    holds_acked(&c, 0, &load);
+    /* every key back through the leader's barrier */
+    read_back(&c, &load);
+    /* DELETE, then GETs: through the barrier, and the stale-allowed local one */
+    struct one o;
+    char want[64];
+    for (uint32_t k = 0; k < 100; k++)
+        assert_int_equal(one_op(&c, OP_DEL, k, &o), ERMA_OK);
+    assert_int_equal(one_op(&c, OP_DEL, 5, &o), ERMA_ENOENT);
+    assert_int_equal(one_op(&c, OP_GET, 5, &o), ERMA_ENOENT);
+    assert_int_equal(one_op(&c, OP_GET_STALE, 500, &o), ERMA_OK);
+    assert_int_equal(o.vlen, val_of(500, 1, want));
+    assert_memory_equal(o.val, want, o.vlen);
+    assert_int_equal(one_op(&c, OP_GET, 500, &o), ERMA_OK);
+    assert_memory_equal(o.val, want, o.vlen);
+    replicas_equal(&c, MAX_KEYS - 100);
+    struct erma_raftkv_server_stats st;
+    erma_raftkv_server_get_stats(c.srv[leader(&c)], &st);
+    assert_true(st.gets >= MAX_KEYS);
+    struct erma_raftkv_io_stats io;
+    erma_raftkv_io_get_stats(erma_raftkv_server_io(c.srv[leader(&c)]), &io);
+    print_message("  leader io: %llu appends, %llu syncs, %llu sent (%llu failed), %llu "
+                  "snapshots\n",
+                  (unsigned long long)io.appends, (unsigned long long)io.syncs,
+                  (unsigned long long)io.sent, (unsigned long long)io.send_failed,
+                  (unsigned long long)io.snapshots_put);
+    cluster_down(&c);
+}
+
+/* ---- (2) the leader killed with writes in flight ---- */
+
+static void test_leader_killed(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_up(&c, "rkv2", 0, 0);
+    const int l0 = wait_leader(&c);
+    assert_true(l0 >= 0);
+    const raft_term term0 = erma_raftkv_server_raft(c.srv[l0])->current_term;
+    load_init(&load, &c, 3000, 2);
+    load.stop_at = 1000;
+    assert_int_equal(run(&c, 60 * SEC, load_step, &load), ERMA_OK);
+    const uint32_t acked_before = load.acked, inflight = load.inflight;
+    server_down(&c, l0); /* as a crash: nothing more leaves it */
+    const uint64_t t_kill = erma_now_ns();
+    assert_int_equal(run(&c, 10 * SEC, has_leader, &c), ERMA_OK);
+    const uint64_t t_elected = erma_now_ns();
+    load.stop_at = 0;
+    assert_int_equal(run(&c, 60 * SEC, load_step, &load), ERMA_OK);
+    const int l1 = leader(&c);
+    assert_true(l1 >= 0 && l1 != l0);
+    assert_true(erma_raftkv_server_raft(c.srv[l1])->current_term > term0);
+    assert_int_equal(load.failed, 0);
+    assert_int_equal(load.acked, load.total);
+    struct erma_raftkv_client_stats cs;
+    erma_raftkv_client_get_stats(c.cli, &cs);
+    print_message("  leader %d killed after %u acks (%u in flight); leader %d elected %.1f ms "
+                  "later; the rest done %.1f ms after that (%llu redirects, %llu tries "
+                  "failed)\n",
+                  l0 + 1, acked_before, inflight, l1 + 1, (double)(t_elected - t_kill) / 1e6,
+                  (double)(erma_now_ns() - t_elected) / 1e6, (unsigned long long)cs.redirects,
+                  (unsigned long long)cs.tries_failed);
+    /* Nothing acknowledged is lost: on both survivors and through the leader. */
+    replicas_equal(&c, load.total);
+    for (unsigned i = 0; i < N; i++)
+        if (c.srv[i])
+            holds_acked(&c, i, &load);
+    read_back(&c, &load);
+    cluster_down(&c);
+}
+
+/* ---- (3) a restarted replica catches up ---- */
+
+static int follower(const struct cluster *c)
+{
+    const int l = leader(c);
+    return l < 0 ? -1 : (l + 1) % N;
+}
+
+/* Kills a follower, writes `more` keys past `before`, restarts it. */
+static unsigned lag_and_restart(struct cluster *c, uint32_t before, uint32_t more)
+{
+    load_init(&load, c, before, 3);
+    assert_int_equal(run(c, 60 * SEC, load_step, &load), ERMA_OK);
+    assert_int_equal(load.acked, before);
+    const int f = follower(c);
+    assert_true(f >= 0);
+    server_down(c, (unsigned)f);
+    load.total = before + more;
+    assert_int_equal(run(c, 60 * SEC, load_step, &load), ERMA_OK);
+    assert_int_equal(load.failed, 0);
+    assert_int_equal(load.acked, before + more);
+    server_up(c, (unsigned)f);
+    replicas_equal(c, load.total);
+    holds_acked(c, (unsigned)f, &load);
+    return (unsigned)f;
+}
+
+static void test_restart_from_log(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_up(&c, "rkv3", 0, 0); /* raft's defaults: 1024 entries, 128 trailing */
+    assert_true(wait_leader(&c) >= 0);
+    const unsigned f = lag_and_restart(&c, 200, 300);
+    struct erma_raftkv_io_stats io;
+    erma_raftkv_io_get_stats(erma_raftkv_server_io(c.srv[f]), &io);
+    assert_int_equal(io.snapshots_installed, 0);
+    assert_true(io.entries_written >= 300);
+    print_message("  replica %u restarted: %llu entries from the leader, no snapshot\n", f + 1,
+                  (unsigned long long)io.entries_written);
+    read_back(&c, &load);
+    cluster_down(&c);
+}
+
+static void test_restart_from_snapshot(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_up(&c, "rkv4", 64, 16); /* a snapshot every 64 entries, 16 kept */
+    assert_true(wait_leader(&c) >= 0);
+    const unsigned f = lag_and_restart(&c, 500, 1000);
+    struct erma_raftkv_io_stats io;
+    erma_raftkv_io_get_stats(erma_raftkv_server_io(c.srv[f]), &io);
+    assert_true(io.snapshots_installed >= 1);
+    struct erma_raftkv_io_stats lio;
+    erma_raftkv_io_get_stats(erma_raftkv_server_io(c.srv[leader(&c)]), &lio);
+    assert_true(lio.snapshots_sent >= 1);
+    print_message("  replica %u restarted: %llu snapshot(s) installed, %llu entries after; "
+                  "%llu state-machine restores\n",
+                  f + 1, (unsigned long long)io.snapshots_installed,
+                  (unsigned long long)io.entries_written,
+                  (unsigned long long)erma_raftkv_fsm_restores(
+                      erma_raftkv_server_fsm(c.srv[f])));
+    read_back(&c, &load);
+    /* and it keeps up from there */
+    load.total = 1700;
+    assert_int_equal(run(&c, 60 * SEC, load_step, &load), ERMA_OK);
+    assert_int_equal(load.acked, 1700);
+    replicas_equal(&c, 1700);
+    cluster_down(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_replicate, remove_test_dirs),
+        cmocka_unit_test_teardown(test_leader_killed, remove_test_dirs),
+        cmocka_unit_test_teardown(test_restart_from_log, remove_test_dirs),
+        cmocka_unit_test_teardown(test_restart_from_snapshot, remove_test_dirs),
+    };
+    if (getenv("RAFTKV_TEST")) /* one test by name, for debugging */
+        cmocka_set_test_filter(getenv("RAFTKV_TEST"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
