@@ -3,7 +3,8 @@
  * PUTs identically on every replica; killing the leader elects another and
  * the client carries on with no acknowledged write lost; a restarted
  * replica catches up from the log, or through a snapshot when it lagged
- * past the leader's trailing entries. Every run is bounded in virtual time
+ * past the leader's trailing entries; a leader cut off from the others
+ * heals without two leaders committing in one term. Every run is bounded in virtual time
  * and every loop in count. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,6 +39,10 @@ struct cluster {
 /* The directories of the cluster a test runs, removed by the teardown
  * when the test failed before cluster_down(). */
 static char (*test_dirs)[PATH_MAX];
+
+/* The watch run() feeds (test 5), dropped by the teardown too. */
+struct watch;
+static struct watch *watching;
 
 /* Where the replicas' directories go: $TMPDIR if set, else /dev/shm when
  * there is one (tmpfs: every fsync is still made, and costs nothing),
@@ -112,6 +117,7 @@ static int remove_dir(const char *dir)
 static int remove_test_dirs(void **state)
 {
     (void)state;
+    watching = NULL;
     for (unsigned i = 0; test_dirs && i < N; i++)
         if (test_dirs[i][0])
             remove_dir(test_dirs[i]);
@@ -131,8 +137,97 @@ static void cluster_down(struct cluster *c)
     test_dirs = NULL;
 }
 
+/* ---- watching every replica's raft state (test 5) ----
+ * While a watch is set, run() looks at every live replica after each
+ * round of polls (erma_raftkv_sim_run's done() hook): the replicas seen
+ * leading each term, those seen committing (commit index advanced) while
+ * leading, and each follower's commit advancing under a leader it names. */
+
+#define WATCH_TERMS 256
+
+struct watch {
+    struct cluster *c;
+    bool (*done)(void *ctx);
+    void *ctx;
+    raft_index commit[N];
+    uint8_t leaders[WATCH_TERMS];    /* bit i: replica i seen leading the term */
+    uint8_t committers[WATCH_TERMS]; /* bit i: seen leading and committing in the term */
+    uint64_t rounds, commits, violations;
+};
+
+static unsigned bits(uint8_t m)
+{
+    unsigned n = 0;
+    for (; m; m &= (uint8_t)(m - 1))
+        n++;
+    return n;
+}
+
+static void watch_look(struct watch *w)
+{
+    w->rounds++;
+    for (unsigned i = 0; i < N; i++) {
+        if (!w->c->srv[i])
+            continue;
+        struct raft *r = erma_raftkv_server_raft(w->c->srv[i]);
+        const raft_term t = r->current_term;
+        if (t >= WATCH_TERMS) {
+            w->violations++;
+            print_message("  watch: replica %u in term %llu, past what is watched\n", i + 1,
+                          (unsigned long long)t);
+            continue;
+        }
+        const bool leads = raft_state(r) == RAFT_LEADER;
+        const bool committed = r->commit_index > w->commit[i];
+        if (committed)
+            w->commits++;
+        w->commit[i] = r->commit_index;
+        if (leads) {
+            w->leaders[t] |= (uint8_t)(1u << i);
+            if (committed)
+                w->committers[t] |= (uint8_t)(1u << i);
+        } else if (committed && raft_state(r) == RAFT_FOLLOWER) {
+            /* a follower commits what the term's leader told it: that leader,
+             * if seen, is the one it names */
+            raft_id id = 0;
+            const char *addr = NULL;
+            raft_leader(r, &id, &addr);
+            if (id != 0 && w->leaders[t] && w->leaders[t] != (uint8_t)(1u << (id - 1))) {
+                w->violations++;
+                print_message("  watch: replica %u committed in term %llu under leader %llu, "
+                              "but the term's leader mask is %#x\n",
+                              i + 1, (unsigned long long)t, (unsigned long long)id,
+                              w->leaders[t]);
+            }
+        }
+        if (bits(w->leaders[t]) > 1 || bits(w->committers[t]) > 1) {
+            w->violations++;
+            print_message("  watch: term %llu: leaders %#x, committing leaders %#x\n",
+                          (unsigned long long)t, w->leaders[t], w->committers[t]);
+        }
+    }
+}
+
+static bool watch_done(void *ctx)
+{
+    struct watch *w = ctx;
+    watch_look(w);
+    return w->done && w->done(w->ctx);
+}
+
 static int run(struct cluster *c, uint64_t ns, bool (*done)(void *ctx), void *ctx)
 {
+    if (watching && watching->c == c) {
+        struct watch *w = watching;
+        bool (*const done0)(void *) = w->done;
+        void *const ctx0 = w->ctx;
+        w->done = done;
+        w->ctx = ctx;
+        const int rc = erma_raftkv_sim_run(c->sim, c->srv, N, &c->cli, 1, ns, watch_done, w);
+        w->done = done0;
+        w->ctx = ctx0;
+        return rc;
+    }
     return erma_raftkv_sim_run(c->sim, c->srv, N, &c->cli, 1, ns, done, ctx);
 }
 
@@ -599,6 +694,170 @@ static void test_restart_from_snapshot(void **state)
     cluster_down(&c);
 }
 
+/* ---- (5) the leader partitioned away, then healed ---- */
+
+/* Drops every packet to or from host `cut` (the replicas are hosts 0..N-1,
+ * the client host N): the cut host is alone, the client with the others. */
+struct partition {
+    int cut; /* -1: none */
+    uint64_t dropped;
+};
+
+static bool partition_tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
+{
+    (void)data;
+    struct partition *p = ctx;
+    if (p->cut >= 0 && ev->src_host != ev->dst_host &&
+        (ev->src_host == (uint16_t)p->cut || ev->dst_host == (uint16_t)p->cut)) {
+        p->dropped++;
+        return false;
+    }
+    return true;
+}
+
+struct part_wait {
+    struct cluster *c;
+    int old;             /* the cut-off leader */
+    raft_term term0;     /* its term */
+    uint32_t acked_goal; /* acks wanted */
+    int leader;          /* out: the majority's leader */
+};
+
+/* Keeps the load going; done once a replica other than the old leader
+ * leads in a later term and acked_goal writes are acknowledged. */
+static bool majority_progress(void *ctx)
+{
+    struct part_wait *pw = ctx;
+    load_step(&load);
+    pw->leader = -1;
+    for (unsigned i = 0; i < N; i++) {
+        struct raft *r = erma_raftkv_server_raft(pw->c->srv[i]);
+        if ((int)i != pw->old && raft_state(r) == RAFT_LEADER && r->current_term > pw->term0)
+            pw->leader = (int)i;
+    }
+    return pw->leader >= 0 && load.acked >= pw->acked_goal;
+}
+
+/* The old leader follows, in the majority leader's term, and has applied
+ * what that leader has. */
+static bool old_caught_up(void *ctx)
+{
+    struct part_wait *pw = ctx;
+    const int l = leader(pw->c);
+    if (l < 0 || l == pw->old)
+        return false;
+    struct raft *rl = erma_raftkv_server_raft(pw->c->srv[l]);
+    struct raft *ro = erma_raftkv_server_raft(pw->c->srv[pw->old]);
+    return raft_state(ro) == RAFT_FOLLOWER && ro->current_term == rl->current_term &&
+           raft_last_applied(ro) == raft_last_applied(rl);
+}
+
+/* Keeps the load going while the cut holds; never done. */
+static bool hold_step(void *ctx)
+{
+    (void)ctx;
+    load_step(&load);
+    return false;
+}
+
+static struct watch watch5;
+
+static void test_partition_heals(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_up(&c, "rkv5", 0, 0);
+    memset(&watch5, 0, sizeof watch5);
+    watch5.c = &c;
+    watching = &watch5;
+    const int l0 = wait_leader(&c);
+    assert_true(l0 >= 0);
+    struct raft *r0 = erma_raftkv_server_raft(c.srv[l0]);
+    const raft_term term0 = r0->current_term;
+    load_init(&load, &c, 3000, 5);
+    load.stop_at = 1000;
+    assert_int_equal(run(&c, 60 * SEC, load_step, &load), ERMA_OK);
+
+    /* cut the leader off from both followers and the client */
+    struct partition part = {.cut = l0};
+    erma_sim_set_tap(c.sim, partition_tap, &part);
+    const uint64_t t_cut = erma_now_ns();
+    const uint32_t acked_cut = load.acked;
+    const raft_index old_commit_cut = r0->commit_index;
+    load.stop_at = 0;
+    struct part_wait pw = {.c = &c, .old = l0, .term0 = term0, .acked_goal = acked_cut + 1000};
+    assert_int_equal(run(&c, 30 * SEC, majority_progress, &pw), ERMA_OK);
+    const int l1 = pw.leader;
+    assert_true(l1 >= 0 && l1 != l0);
+    struct raft *r1 = erma_raftkv_server_raft(c.srv[l1]);
+    const raft_term term1 = r1->current_term;
+    assert_true(term1 > term0);
+    assert_true(r1->commit_index > old_commit_cut);
+    const uint64_t t_progress = erma_now_ns();
+    /* the cut-off leader committed nothing new in all that time (a few
+     * acknowledgements already on the wire when it was cut may land) */
+    const raft_index old_commit_part = r0->commit_index;
+    /* hold the cut 1 s longer: the old leader, alone, steps down and stands
+     * for election (a pre-vote, raftkv sets raft_set_pre_vote) it cannot
+     * win; the majority keeps its leader */
+    assert_int_equal(run(&c, 1 * SEC, hold_step, NULL), ERMA_ETIMEDOUT);
+    assert_int_equal(leader(&c), l1);
+    assert_true(r0->commit_index == old_commit_part);
+    const uint32_t acked_part = load.acked;
+    const raft_index new_commit_part = r1->commit_index;
+    assert_true(old_commit_part < new_commit_part);
+
+    /* heal; the old leader steps down and catches up, the load completes */
+    part.cut = -1;
+    const uint64_t t_heal = erma_now_ns();
+    const int old_state_part = raft_state(r0);
+    const raft_term old_term_part = r0->current_term;
+    load.total = 4000; /* and the client writes on */
+    assert_int_equal(run(&c, 60 * SEC, load_step, &load), ERMA_OK);
+    assert_int_equal(load.failed, 0);
+    assert_int_equal(load.acked, load.total);
+    assert_int_equal(run(&c, 20 * SEC, old_caught_up, &pw), ERMA_OK);
+    const int l2 = leader(&c);
+    assert_true(l2 >= 0 && l2 != l0);
+    assert_int_equal(raft_state(r0), RAFT_FOLLOWER);
+    assert_true(r0->current_term >= term1);
+    replicas_equal(&c, load.total);
+    for (unsigned i = 0; i < N; i++)
+        holds_acked(&c, i, &load);
+    read_back(&c, &load);
+    erma_sim_set_tap(c.sim, NULL, NULL);
+    watching = NULL;
+
+    /* what was watched: one leader per term, commits in the old term and
+     * the new one, and no two leaders committing in one term */
+    unsigned terms_led = 0, terms_committed = 0;
+    for (unsigned t = 0; t < WATCH_TERMS; t++) {
+        terms_led += watch5.leaders[t] != 0;
+        terms_committed += watch5.committers[t] != 0;
+        assert_true(bits(watch5.leaders[t]) <= 1);
+        assert_true(bits(watch5.committers[t]) <= 1);
+    }
+    assert_int_equal(watch5.violations, 0);
+    assert_true(watch5.committers[term0] == (uint8_t)(1u << l0));
+    assert_true(watch5.committers[term1] == (uint8_t)(1u << l1));
+    assert_true(terms_committed >= 2);
+    print_message("  leader %d (term %llu) cut off after %u acks; leader %d in term %llu "
+                  "%.1f ms later, %u more acks by the heal; the old leader at heal: state %d, term %llu, "
+                  "commit %llu -> %llu (majority's %llu); healed, done %.1f ms later with "
+                  "leader %d in term %llu; %llu packets dropped; watched %llu rounds, %llu "
+                  "commits, %u terms led, %u with commits\n",
+                  l0 + 1, (unsigned long long)term0, acked_cut, l1 + 1,
+                  (unsigned long long)term1, (double)(t_progress - t_cut) / 1e6,
+                  acked_part - acked_cut, old_state_part,
+                  (unsigned long long)old_term_part, (unsigned long long)old_commit_cut,
+                  (unsigned long long)old_commit_part, (unsigned long long)new_commit_part,
+                  (double)(erma_now_ns() - t_heal) / 1e6, l2 + 1,
+                  (unsigned long long)erma_raftkv_server_raft(c.srv[l2])->current_term,
+                  (unsigned long long)part.dropped, (unsigned long long)watch5.rounds,
+                  (unsigned long long)watch5.commits, terms_led, terms_committed);
+    cluster_down(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -606,6 +865,7 @@ int main(void)
         cmocka_unit_test_teardown(test_leader_killed, remove_test_dirs),
         cmocka_unit_test_teardown(test_restart_from_log, remove_test_dirs),
         cmocka_unit_test_teardown(test_restart_from_snapshot, remove_test_dirs),
+        cmocka_unit_test_teardown(test_partition_heals, remove_test_dirs),
     };
     if (getenv("RAFTKV_TEST")) /* one test by name, for debugging */
         cmocka_set_test_filter(getenv("RAFTKV_TEST"));
