@@ -101,6 +101,27 @@ static int parse(struct erma_req *req, bool with_value, const uint8_t **key, uin
     return ERMA_OK;
 }
 
+/* Parses req and checks that this replica, as the leader, takes it; false
+ * when it has answered already (malformed, shutting down, or a redirect). */
+static bool admit(struct erma_raftkv_server *s, struct erma_req *req, bool with_value,
+                  const uint8_t **key, uint32_t *klen, const uint8_t **val, uint32_t *vlen)
+{
+    const int rc = parse(req, with_value, key, klen, val, vlen);
+    if (rc != ERMA_OK) {
+        answer(req, rc, NULL, 0);
+        return false;
+    }
+    if (s->closed) {
+        answer(req, ERMA_EAGAIN, NULL, 0);
+        return false;
+    }
+    if (raft_state(&s->raft) != RAFT_LEADER) {
+        redirect(s, req);
+        return false;
+    }
+    return true;
+}
+
 static struct pending *pend_new(struct erma_raftkv_server *s, struct erma_req *req,
                                 enum pend_kind kind, const void *key, uint32_t klen)
 {
@@ -145,22 +166,11 @@ static void write_req(struct erma_req *req, void *ctx, bool del)
     struct erma_raftkv_server *s = ctx;
     const uint8_t *key, *val;
     uint32_t klen, vlen;
-    int rc = parse(req, !del, &key, &klen, &val, &vlen);
-    if (rc != ERMA_OK) {
-        answer(req, rc, NULL, 0);
+    if (!admit(s, req, !del, &key, &klen, &val, &vlen))
         return;
-    }
-    if (s->closed) {
-        answer(req, ERMA_EAGAIN, NULL, 0);
-        return;
-    }
-    if (raft_state(&s->raft) != RAFT_LEADER) {
-        redirect(s, req);
-        return;
-    }
     del ? s->stats.dels++ : s->stats.puts++;
     struct raft_buffer buf;
-    rc = del ? erma_raftkv_cmd_del(&buf, key, klen)
+    int rc = del ? erma_raftkv_cmd_del(&buf, key, klen)
              : erma_raftkv_cmd_put(&buf, key, klen, val, vlen);
     if (rc != ERMA_OK) {
         answer(req, rc, NULL, 0);
@@ -222,19 +232,8 @@ static void on_get(struct erma_req *req, void *ctx)
     struct erma_raftkv_server *s = ctx;
     const uint8_t *key, *val;
     uint32_t klen, vlen;
-    int rc = parse(req, false, &key, &klen, &val, &vlen);
-    if (rc != ERMA_OK) {
-        answer(req, rc, NULL, 0);
+    if (!admit(s, req, false, &key, &klen, &val, &vlen))
         return;
-    }
-    if (s->closed) {
-        answer(req, ERMA_EAGAIN, NULL, 0);
-        return;
-    }
-    if (raft_state(&s->raft) != RAFT_LEADER) {
-        redirect(s, req);
-        return;
-    }
     s->stats.gets++;
     struct pending *p = pend_new(s, req, P_READ, key, klen);
     if (!p) {
@@ -242,7 +241,7 @@ static void on_get(struct erma_req *req, void *ctx)
         return;
     }
     p->barrier.data = p;
-    rc = raft_barrier(&s->raft, &p->barrier, barrier_done);
+    const int rc = raft_barrier(&s->raft, &p->barrier, barrier_done);
     if (rc != 0) {
         pend_free(p);
         if (rc == RAFT_NOTLEADER)
