@@ -80,11 +80,11 @@ rc=$?
 run_rpc() {
   local name=$1 va=$2 vb=$3 setup=${4:-true}
   echo "== rpc over dpdk $name"
-  timeout 60 ip netns exec "$NS_B" sh -c "$setup && exec \"\$0\" server \"\$1\"" "$rpc_peer" \
+  timeout 200 ip netns exec "$NS_B" sh -c "$setup && exec \"\$0\" server \"\$1\"" "$rpc_peer" \
     "dpdk://$DPDK_IP_B:7100?vdev=$vb" > "$dir/rpc_server.log" 2>&1 &
   local spid=$!
   pids+=("$spid")
-  timeout 60 ip netns exec "$NS_A" sh -c "$setup && exec \"\$0\" client \"\$1\" \"\$2\"" \
+  timeout 200 ip netns exec "$NS_A" sh -c "$setup && exec \"\$0\" client \"\$1\" \"\$2\"" \
     "$rpc_peer" "dpdk://$DPDK_IP_A:7200?vdev=$va" "dpdk://$DPDK_IP_B:7100?mac=$MAC_B" 2>&1 |
     grep -vE '^lib(bpf|xdp):' | sed 's/^/rpc client: /'
   local crc=${PIPESTATUS[0]}
