@@ -234,14 +234,6 @@ struct erma_rpc {
     pthread_mutex_t pool_lock;
 };
 
-/* The endpoint's clock read now, for calls from outside the loop: every
- * timestamp of the RPC layer comes from the endpoint's clock, so that none
- * is ever ahead of the time a scan sees. */
-static inline uint64_t refresh_clock(struct erma_rpc *rpc)
-{
-    return erma_ep_clock(rpc->ep);
-}
-
 /* Time from t to now, 0 when t is later (a callback refreshed the clock
  * while a scan still holds the pass's reading). */
 static inline uint64_t since(uint64_t now, uint64_t t)
@@ -250,7 +242,6 @@ static inline uint64_t since(uint64_t now, uint64_t t)
 }
 
 /* tx.c */
-void erma_tx_flush(struct erma_rpc *rpc);
 /* Queues a packet to dst for the next flush, sealed there under s's keys
  * when s is a secure session (s NULL: in the clear). */
 uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,

@@ -221,7 +221,7 @@ int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type,
     else if (!(b = malloc(sizeof *b)))
         return ERMA_ENOMEM;
     *b = (struct backlog){NULL, req_type, req, resp, cont, tag};
-    refresh_clock(rpc); /* called from outside the loop */
+    erma_ep_clock(rpc->ep); /* called from outside the loop */
     if (s->backlog_tail && s->backlog)
         s->backlog_tail->next = b;
     else
@@ -396,7 +396,7 @@ static void free_req_buf(struct erma_rpc *rpc, struct erma_req *rq)
 static void req_clear(struct erma_rpc *rpc, struct erma_req *rq)
 {
     if (rq->resp == &rq->own_resp) {
-        erma_tx_flush(rpc); /* the batch may still point into it */
+        erma_ep_tx_flush(rpc->ep); /* the batch may still point into it */
         erma_msgbuf_free(rpc, &rq->own_resp);
     }
     free_req_buf(rpc, rq);
@@ -530,7 +530,7 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
     if (h->mode == ERMA_WORKER) {
         /* The worker writes pre_resp: no packet in the batch may still be
          * reading this slot's last response from it. */
-        erma_tx_flush(rpc);
+        erma_ep_tx_flush(rpc->ep);
         rq->in_worker = rq->held = true;
         rpc->in_workers++;
         erma_nexus_to_worker(rpc->nx, rq);

@@ -182,7 +182,7 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
     uint64_t sm = c->keepalive_ns < c->connect_retry_ns ? c->keepalive_ns : c->connect_retry_ns;
     sm = sm < c->failure_ns / 4 ? sm : c->failure_ns / 4;
     rpc->sm_scan_ns = sm / 2 ? sm / 2 : 1;
-    const uint64_t now = refresh_clock(rpc);
+    const uint64_t now = erma_ep_clock(rpc->ep);
     rpc->next_scan_ns = now + rpc->scan_ns;
     rpc->next_sm_scan_ns = now + rpc->sm_scan_ns;
     *out = rpc;
@@ -198,7 +198,7 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
         if (rpc->sessions[i] && rpc->sessions[i]->state != FREE)
             erma_session_fail(rpc, rpc->sessions[i], ERMA_ESESSRESET);
     erma_run_completions(rpc);
-    erma_tx_flush(rpc); /* before the sessions and buffers it may point at go */
+    erma_ep_tx_flush(rpc->ep); /* before the sessions and buffers it may point at go */
     /* Requests still on worker threads refer to their sessions: wait for them. */
     for (unsigned spins = 0; rpc->in_workers && spins < 5000000; spins++) {
         struct erma_req *rq = erma_mpsc_pop(&rpc->worker_done);

@@ -328,7 +328,7 @@ void erma_session_fail(struct erma_rpc *rpc, struct session *s, int status)
 
 void erma_session_release(struct erma_rpc *rpc, struct session *s)
 {
-    erma_tx_flush(rpc); /* nothing in the batch may point at this session */
+    erma_ep_tx_flush(rpc->ep); /* nothing in the batch may point at this session */
     if (s->role == SERVER) {
         for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
             erma_server_slot_free(rpc, &s->slots[k]);
@@ -364,7 +364,7 @@ int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
         credits = rpc->cfg.credits;
     if (!ring_has_room(rpc, credits))
         return ERMA_ENOSLOTS;
-    refresh_clock(rpc); /* called from outside the loop */
+    erma_ep_clock(rpc->ep); /* called from outside the loop */
     struct session *s = session_alloc(rpc, CLIENT);
     if (!s)
         return ERMA_ENOMEM;
@@ -377,7 +377,7 @@ int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
     if (rpc->nx->secure)
         randombytes_buf(s->nonce, sizeof s->nonce);
     send_connect(rpc, s, rpc->ep->now);
-    erma_tx_flush(rpc);
+    erma_ep_tx_flush(rpc->ep);
     return s->num;
 }
 
@@ -394,7 +394,7 @@ int erma_session_destroy(struct erma_rpc *rpc, int num)
         return ERMA_OK;
     }
     s->state = DISCONNECTING;
-    s->start_ns = s->last_tx_sm_ns = refresh_clock(rpc);
+    s->start_ns = s->last_tx_sm_ns = erma_ep_clock(rpc->ep);
     s->sm_retries = 0;
     const struct sm_msg m = erma_sess_msg(s);
     erma_sm_send(rpc, s, &s->peer, DISCONNECT_REQ, s->remote_num, &m);

@@ -51,11 +51,6 @@ void erma_tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_add
     }
 }
 
-void erma_tx_flush(struct erma_rpc *rpc)
-{
-    erma_ep_tx_flush(rpc->ep);
-}
-
 /* ---- continuations ---- */
 
 void erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
@@ -71,7 +66,7 @@ void erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int statu
         const unsigned cap = rpc->done_cap ? 2 * rpc->done_cap : 64;
         struct completion *d = realloc(rpc->done, cap * sizeof *d);
         if (!d) { /* no memory to defer: flush so no packet refers to the buffers */
-            erma_tx_flush(rpc);
+            erma_ep_tx_flush(rpc->ep);
             cont(rpc, tag, status, resp);
             return;
         }
@@ -85,7 +80,7 @@ void erma_run_completions(struct erma_rpc *rpc)
 {
     if (rpc->ndone == 0)
         return;
-    erma_tx_flush(rpc); /* a retransmitted request may still sit in the batch */
+    erma_ep_tx_flush(rpc->ep); /* a retransmitted request may still sit in the batch */
     for (unsigned i = 0; i < rpc->ndone; i++) {
         const struct completion c = rpc->done[i];
         c.cont(rpc, c.tag, c.status, c.resp);
