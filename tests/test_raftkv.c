@@ -4,7 +4,8 @@
  * the client carries on with no acknowledged write lost; a restarted
  * replica catches up from the log, or through a snapshot when it lagged
  * past the leader's trailing entries; a leader cut off from the others
- * heals without two leaders committing in one term. Every run is bounded in virtual time
+ * heals without two leaders committing in one term; a write retried after
+ * an unknown outcome runs once, across snapshots. Every run is bounded in virtual time
  * and every loop in count. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -858,6 +859,85 @@ static void test_partition_heals(void **state)
     cluster_down(&c);
 }
 
+/* ---- (6) a write runs once per (client, seq), across a snapshot ---- */
+
+static int apply_one(struct raft_fsm *f, bool del, uint64_t client, uint64_t seq, uint64_t floor,
+                     const char *key, const char *val)
+{
+    const struct erma_raftkv_origin o = {client, seq, floor};
+    struct raft_buffer buf;
+    const uint32_t klen = (uint32_t)strlen(key);
+    assert_int_equal(del ? erma_raftkv_cmd_del(&buf, &o, key, klen)
+                         : erma_raftkv_cmd_put(&buf, &o, key, klen, val, (uint32_t)strlen(val)),
+                     ERMA_OK);
+    void *result = NULL;
+    assert_int_equal(f->apply(f, &buf, &result), 0);
+    raft_free(buf.base);
+    return (int)(intptr_t)result;
+}
+
+static void assert_value(const struct raft_fsm *f, const char *key, const char *want)
+{
+    char got[64];
+    uint32_t vlen = 0;
+    const int rc = erma_kv_get(erma_raftkv_fsm_kv(f), key, (uint32_t)strlen(key), got,
+                               sizeof got, &vlen);
+    if (!want) {
+        assert_int_equal(rc, ERMA_ENOENT);
+        return;
+    }
+    assert_int_equal(rc, ERMA_OK);
+    assert_int_equal(vlen, strlen(want));
+    assert_memory_equal(got, want, vlen);
+}
+
+static void test_at_most_once(void **state)
+{
+    (void)state;
+    struct raft_fsm a, b;
+    assert_int_equal(erma_raftkv_fsm_init(&a, 1024, 1 << 20), ERMA_OK);
+    assert_int_equal(erma_raftkv_fsm_init(&b, 1024, 1 << 20), ERMA_OK);
+    assert_int_equal(apply_one(&a, false, 7, 1, 1, "k", "v1"), ERMA_OK);
+    assert_int_equal(apply_one(&a, false, 7, 2, 1, "k", "v2"), ERMA_OK);
+    /* a retry of seq 1 reached the log after seq 2: nothing changes */
+    assert_int_equal(apply_one(&a, false, 7, 1, 1, "k", "v1"), ERMA_OK);
+    assert_value(&a, "k", "v2");
+    assert_int_equal(apply_one(&a, true, 7, 3, 1, "k", NULL), ERMA_OK);
+    /* the copy of a DEL answers what the DEL did, not ENOENT */
+    assert_int_equal(apply_one(&a, true, 7, 3, 1, "k", NULL), ERMA_OK);
+    assert_value(&a, "k", NULL);
+    /* another client's seq 1 is its own */
+    assert_int_equal(apply_one(&a, false, 8, 1, 1, "k", "x1"), ERMA_OK);
+    assert_value(&a, "k", "x1");
+    /* no origin: no dedup */
+    assert_int_equal(apply_one(&a, true, 0, 0, 0, "k", NULL), ERMA_OK);
+    assert_int_equal(apply_one(&a, true, 0, 0, 0, "k", NULL), ERMA_ENOENT);
+    assert_int_equal(erma_raftkv_fsm_duplicates(&a), 2);
+    /* the outcomes travel in the snapshot */
+    struct raft_buffer *bufs;
+    unsigned n = 0;
+    assert_int_equal(a.snapshot(&a, &bufs, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(b.restore(&b, &bufs[0]), 0); /* takes bufs[0].base */
+    raft_free(bufs);
+    assert_int_equal(apply_one(&b, false, 7, 2, 1, "k", "v2"), ERMA_OK);
+    assert_int_equal(apply_one(&b, false, 8, 1, 1, "k", "x1-again"), ERMA_OK);
+    assert_value(&b, "k", NULL);
+    assert_int_equal(erma_raftkv_fsm_duplicates(&b), 2);
+    /* below the floor the client sent, a copy does nothing either */
+    assert_int_equal(apply_one(&b, false, 7, 4, 4, "k", "v4"), ERMA_OK);
+    assert_int_equal(apply_one(&b, false, 7, 3, 4, "k", "v3-late"), ERMA_OK);
+    assert_value(&b, "k", "v4");
+    /* a damaged snapshot is refused */
+    assert_int_equal(b.snapshot(&b, &bufs, &n), 0);
+    bufs[0].len -= 3;
+    assert_int_equal(a.restore(&a, &bufs[0]), RAFT_MALFORMED);
+    raft_free(bufs[0].base);
+    raft_free(bufs);
+    erma_raftkv_fsm_close(&a);
+    erma_raftkv_fsm_close(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -866,6 +946,7 @@ int main(void)
         cmocka_unit_test_teardown(test_restart_from_log, remove_test_dirs),
         cmocka_unit_test_teardown(test_restart_from_snapshot, remove_test_dirs),
         cmocka_unit_test_teardown(test_partition_heals, remove_test_dirs),
+        cmocka_unit_test(test_at_most_once),
     };
     if (getenv("RAFTKV_TEST")) /* one test by name, for debugging */
         cmocka_set_test_filter(getenv("RAFTKV_TEST"));

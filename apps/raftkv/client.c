@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "erma/clock.h"
 #include "erma/log.h"
@@ -22,6 +23,7 @@ struct op {
     bool have_bufs;
     erma_raftkv_fn cb;
     void *tag;
+    uint64_t seq; /* writes: the op's number at this client; 0 for reads */
     int status;
     const uint8_t *val;
     uint32_t vlen;
@@ -40,6 +42,7 @@ struct erma_raftkv_client {
     struct erma_rpc *rpc;
     struct server srv[ERMA_RAFTKV_MAX_PEERS];
     unsigned leader;
+    uint64_t next_seq;
     struct op *ops;
     uint32_t pending, completions;
     bool destroying;
@@ -141,11 +144,23 @@ static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
     complete(op, st, st == ERMA_OK ? bytes : NULL, st == ERMA_OK ? len : 0);
 }
 
+/* The lowest seq whose answer the client still waits for. */
+static uint64_t floor_seq(const struct erma_raftkv_client *c)
+{
+    uint64_t floor = c->next_seq;
+    for (uint32_t i = 0; i < c->cfg.max_ops; i++)
+        if (c->ops[i].busy && c->ops[i].seq && !c->ops[i].completed && c->ops[i].seq < floor)
+            floor = c->ops[i].seq;
+    return floor;
+}
+
 static void try_op(struct op *op, uint64_t now)
 {
     struct erma_raftkv_client *c = op->c;
     struct server *s = &c->srv[op->server];
     op->waiting = false;
+    if (op->seq)
+        erma_put_le(op->req.data + 16, floor_seq(c), 8);
     if (s->sess < 0)
         s->sess = erma_session_create(c->rpc, s->uri, 0);
     int rc = s->sess < 0 ? s->sess : ERMA_OK;
@@ -175,7 +190,8 @@ static int start(struct erma_raftkv_client *c, uint8_t type, const void *key, ui
             op = &c->ops[i];
     if (!op)
         return ERMA_ENOSLOTS;
-    const size_t size = 8 + (size_t)klen + vlen;
+    const bool write = type != ERMA_RAFTKV_GET && type != ERMA_RAFTKV_GET_LOCAL;
+    const size_t origin = write ? 24 : 0, size = origin + 8 + (size_t)klen + vlen;
     int rc = erma_msgbuf_alloc(c->rpc, size, &op->req);
     if (rc != ERMA_OK)
         return rc;
@@ -184,17 +200,27 @@ static int start(struct erma_raftkv_client *c, uint8_t type, const void *key, ui
         erma_msgbuf_free(c->rpc, &op->req);
         return rc;
     }
+    /* the kv request after the origin: built in a view of the buffer */
+    struct erma_msgbuf kv = op->req;
+    kv.data += origin;
+    kv.max_size -= origin;
     if (type == ERMA_RAFTKV_PUT)
-        rc = erma_kv_req_put(&op->req, key, klen, val, vlen);
+        rc = erma_kv_req_put(&kv, key, klen, val, vlen);
     else if (type == ERMA_RAFTKV_DEL)
-        rc = erma_kv_req_del(&op->req, key, klen);
+        rc = erma_kv_req_del(&kv, key, klen);
     else
-        rc = erma_kv_req_get(&op->req, key, klen);
+        rc = erma_kv_req_get(&kv, key, klen);
     if (rc != ERMA_OK) {
         erma_msgbuf_free(c->rpc, &op->req);
         erma_msgbuf_free(c->rpc, &op->resp);
         return rc;
     }
+    op->seq = write ? ++c->next_seq : 0;
+    if (write) {
+        erma_put_le(op->req.data, c->cfg.id, 8);
+        erma_put_le(op->req.data + 8, op->seq, 8);
+    }
+    erma_msgbuf_resize(&op->req, origin + kv.size);
     const uint64_t now = erma_now_ns();
     op->c = c;
     op->busy = true;
@@ -285,6 +311,39 @@ int erma_raftkv_client_run_once(struct erma_raftkv_client *c)
     return work + erma_raftkv_client_poll(c);
 }
 
+struct run_hook {
+    struct erma_raftkv_client *c;
+    bool (*stop)(void *ctx);
+    void *ctx;
+    bool stopped;
+};
+
+static bool run_hook(void *ctx)
+{
+    struct run_hook *h = ctx;
+    const int work = erma_raftkv_client_poll(h->c);
+    h->stopped = h->stop && h->stop(h->ctx);
+    return h->stopped || work > 0;
+}
+
+int erma_raftkv_client_run(struct erma_raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
+                           uint64_t timeout_ns)
+{
+    const uint64_t start = erma_now_ns();
+    const uint64_t end = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;
+    struct run_hook h = {c, stop, ctx, false};
+    for (;;) {
+        const uint64_t now = erma_now_ns();
+        if (now >= end)
+            return ERMA_ETIMEDOUT;
+        uint64_t until = erma_raftkv_client_next_timer(c);
+        until = until < end ? until : end;
+        erma_endpoint_run_until(c->ep, run_hook, &h, until > now ? until - now : 0);
+        if (h.stopped)
+            return ERMA_OK;
+    }
+}
+
 int erma_raftkv_client_create(const struct erma_raftkv_client_cfg *cfg,
                               struct erma_raftkv_client **out)
 {
@@ -312,6 +371,9 @@ int erma_raftkv_client_create(const struct erma_raftkv_client_cfg *cfg,
         k->down_ns = 1000000000ull;
     k->servers = NULL;
     int rc = ERMA_OK;
+    while (k->id == 0 && rc == ERMA_OK)
+        if (getrandom(&k->id, sizeof k->id, 0) != sizeof k->id)
+            rc = ERMA_ESYS;
     for (unsigned i = 0; i < k->nservers; i++) {
         c->srv[i].sess = -1;
         if (!cfg->servers[i] ||

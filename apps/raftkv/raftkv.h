@@ -48,12 +48,19 @@
  * The state machine (fsm.c)
  *   erma_raftkv_fsm_init() fills a struct raft_fsm over an erma_kv table
  *   and an ordered index of its keys (apps/kv's own, kv/index.h). Commands
- *   (erma_raftkv_cmd_put/_del) are [u8 op][u32 klen][u32 vlen][key][value];
- *   apply() puts or deletes and returns the outcome (ERMA_OK, ERMA_ENOENT,
- *   ERMA_E2BIG) as its result pointer, (void *)(intptr_t)status. A snapshot
- *   is [u64 magic][u64 count] count x [u32 klen][u32 vlen][key][value] in
- *   key order (the same bytes on every replica holding the same keys);
- *   restore() empties the table and puts them back. The table is as lossy
+ *   (erma_raftkv_cmd_put/_del) are [u8 op][u64 client][u64 seq][u64 floor]
+ *   [u32 klen][u32 vlen][key][value]; apply() puts or deletes and returns
+ *   the outcome (ERMA_OK, ERMA_ENOENT, ERMA_E2BIG) as its result pointer,
+ *   (void *)(intptr_t)status. Writes run at most once per (client, seq)
+ *   (Raft thesis 6.3): a client that retries after an unknown outcome
+ *   (a leader lost mid-way) may get both tries into the log; the second
+ *   returns the first's outcome and changes nothing. Per client the state
+ *   machine keeps the outcomes of seqs >= the floor the client last sent,
+ *   for at most 1024 clients (past that, the one that wrote least recently
+ *   is forgotten and its retries may run twice). A snapshot is [u64 magic]
+ *   [u64 count] count x [u32 klen][u32 vlen][key][value] in key order (the
+ *   same bytes on every replica holding the same keys), then the clients'
+ *   outcomes; restore() empties the table and puts them back. The table is as lossy
  *   as apps/kv's (MICA: a full bucket drops its oldest item, the circular
  *   log overwrites what it wraps over): size it (buckets, log_bytes) for
  *   the data, or lose items. Replicas that applied the same commands have
@@ -67,7 +74,8 @@
  *   configuration of all peers (ids 1..npeers, all voters), as every
  *   replica does, so any of them may start first. Request types
  *   type_base + ERMA_RAFTKV_PUT, _DEL, _GET, _GET_LOCAL carry apps/kv's
- *   request formats (erma_kv_req_put/_del/_get); every answer is
+ *   request formats (erma_kv_req_put/_del/_get), PUT and DEL after
+ *   [u64 client][u64 seq][u64 floor] (struct erma_raftkv_origin); every answer is
  *   [i32 status][u32 len][bytes]:
  *     ERMA_OK, ERMA_ENOENT   done (GET: bytes = the value)
  *     ERMA_RAFTKV_REDIRECT   not the leader: bytes = the leader's address,
@@ -97,9 +105,10 @@
  *   (an election), or names one marked down (most likely the leader that
  *   just died, which the others have not yet timed out), moves it on after
  *   retry_ns; ERMA_EAGAIN retries the same replica after retry_ns. An op
- *   fails only after op_timeout_ns. A write retried after an unknown
- *   outcome may take effect twice; PUT of the same value and DELETE are
- *   idempotent for a single client.
+ *   fails only after op_timeout_ns (its outcome is then unknown). Every
+ *   write carries the client's id and its own seq, the same on every try,
+ *   so it takes effect once however often it is tried: PUT, DEL and the
+ *   linearizable GET are linearizable; GET with stale set is not.
  *
  * Event loop. Each server and client is driven by its endpoint's loop plus
  * its own poll (deferred callbacks, received messages, ticks, retries),
@@ -200,10 +209,20 @@ void erma_raftkv_fsm_walk(const struct raft_fsm *fsm,
                           int (*fn)(void *ctx, const void *key, uint32_t klen, const void *val,
                                     uint32_t vlen),
                           void *ctx);
-/* A command in a raft_malloc() buffer, ready for raft_apply(). */
-int erma_raftkv_cmd_put(struct raft_buffer *buf, const void *key, uint32_t klen,
-                        const void *val, uint32_t vlen);
-int erma_raftkv_cmd_del(struct raft_buffer *buf, const void *key, uint32_t klen);
+/* Who sent a write: client 0 means nobody in particular (no dedup). */
+struct erma_raftkv_origin {
+    uint64_t client; /* the client's id, random per client */
+    uint64_t seq;    /* the op's number at that client, from 1 */
+    uint64_t floor;  /* the client has the answers of every seq below this */
+};
+
+/* A command in a raft_malloc() buffer, ready for raft_apply(); o may be NULL. */
+int erma_raftkv_cmd_put(struct raft_buffer *buf, const struct erma_raftkv_origin *o,
+                        const void *key, uint32_t klen, const void *val, uint32_t vlen);
+int erma_raftkv_cmd_del(struct raft_buffer *buf, const struct erma_raftkv_origin *o,
+                        const void *key, uint32_t klen);
+/* Commands not run again because their (client, seq) had run. */
+uint64_t erma_raftkv_fsm_duplicates(const struct raft_fsm *fsm);
 
 /* ---- server ---- */
 
@@ -275,6 +294,9 @@ struct erma_raftkv_client_cfg {
                                       long while another is not, unless named leader,
                                       default 1 s */
     const struct erma_endpoint_cfg *ep_cfg;
+    uint64_t id;                   /* the client's id for at-most-once writes; 0:
+                                      random (getrandom). Two clients with one id
+                                      lose writes. */
 };
 
 struct erma_raftkv_client_stats {
@@ -312,6 +334,10 @@ void erma_raftkv_client_get_stats(const struct erma_raftkv_client *c,
 int erma_raftkv_client_poll(struct erma_raftkv_client *c);
 uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c);
 int erma_raftkv_client_run_once(struct erma_raftkv_client *c);
+/* Runs the loop until stop(ctx) (may be NULL) or timeout_ns pass; the
+ * endpoint sleeps when idle unless its cfg says busy_poll. */
+int erma_raftkv_client_run(struct erma_raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
+                           uint64_t timeout_ns);
 
 /* ---- the sim fabric ---- */
 

@@ -84,14 +84,20 @@ static void redirect(struct erma_raftkv_server *s, struct erma_req *req)
     answer(req, ERMA_RAFTKV_REDIRECT, addr, (uint32_t)strlen(addr));
 }
 
-/* Parses [u32 klen][u32 vlen][key][value] (with_value) or [u32 klen][key]. */
-static int parse(struct erma_req *req, bool with_value, const uint8_t **key, uint32_t *klen,
-                 const uint8_t **val, uint32_t *vlen)
+#define ORIGIN 24 /* a write's [u64 client][u64 seq][u64 floor] */
+
+/* Parses [u32 klen][u32 vlen][key][value] (with_value) or [u32 klen][key],
+ * after skip bytes. */
+static int parse(struct erma_req *req, size_t skip, bool with_value, const uint8_t **key,
+                 uint32_t *klen, const uint8_t **val, uint32_t *vlen)
 {
     const uint8_t *p = erma_req_data(req);
-    const size_t n = erma_req_size(req), hdr = with_value ? 8 : 4;
-    if (!p || n < hdr)
+    size_t n = erma_req_size(req);
+    const size_t hdr = with_value ? 8 : 4;
+    if (!p || n < skip + hdr)
         return ERMA_EBADPKT;
+    p += skip;
+    n -= skip;
     *klen = (uint32_t)erma_get_le(p, 4);
     *vlen = with_value ? (uint32_t)erma_get_le(p + 4, 4) : 0;
     if (*klen == 0 || (uint64_t)hdr + *klen + *vlen != n)
@@ -103,10 +109,11 @@ static int parse(struct erma_req *req, bool with_value, const uint8_t **key, uin
 
 /* Parses req and checks that this replica, as the leader, takes it; false
  * when it has answered already (malformed, shutting down, or a redirect). */
-static bool admit(struct erma_raftkv_server *s, struct erma_req *req, bool with_value,
-                  const uint8_t **key, uint32_t *klen, const uint8_t **val, uint32_t *vlen)
+static bool admit(struct erma_raftkv_server *s, struct erma_req *req, size_t skip,
+                  bool with_value, const uint8_t **key, uint32_t *klen, const uint8_t **val,
+                  uint32_t *vlen)
 {
-    const int rc = parse(req, with_value, key, klen, val, vlen);
+    const int rc = parse(req, skip, with_value, key, klen, val, vlen);
     if (rc != ERMA_OK) {
         answer(req, rc, NULL, 0);
         return false;
@@ -166,12 +173,15 @@ static void write_req(struct erma_req *req, void *ctx, bool del)
     struct erma_raftkv_server *s = ctx;
     const uint8_t *key, *val;
     uint32_t klen, vlen;
-    if (!admit(s, req, !del, &key, &klen, &val, &vlen))
+    if (!admit(s, req, ORIGIN, !del, &key, &klen, &val, &vlen))
         return;
     del ? s->stats.dels++ : s->stats.puts++;
+    const uint8_t *o = erma_req_data(req);
+    const struct erma_raftkv_origin origin = {erma_get_le(o, 8), erma_get_le(o + 8, 8),
+                                              erma_get_le(o + 16, 8)};
     struct raft_buffer buf;
-    int rc = del ? erma_raftkv_cmd_del(&buf, key, klen)
-             : erma_raftkv_cmd_put(&buf, key, klen, val, vlen);
+    int rc = del ? erma_raftkv_cmd_del(&buf, &origin, key, klen)
+             : erma_raftkv_cmd_put(&buf, &origin, key, klen, val, vlen);
     if (rc != ERMA_OK) {
         answer(req, rc, NULL, 0);
         return;
@@ -232,7 +242,7 @@ static void on_get(struct erma_req *req, void *ctx)
     struct erma_raftkv_server *s = ctx;
     const uint8_t *key, *val;
     uint32_t klen, vlen;
-    if (!admit(s, req, false, &key, &klen, &val, &vlen))
+    if (!admit(s, req, 0, false, &key, &klen, &val, &vlen))
         return;
     s->stats.gets++;
     struct pending *p = pend_new(s, req, P_READ, key, klen);
@@ -256,7 +266,7 @@ static void on_get_local(struct erma_req *req, void *ctx)
     struct erma_raftkv_server *s = ctx;
     const uint8_t *key, *val;
     uint32_t klen, vlen;
-    const int rc = parse(req, false, &key, &klen, &val, &vlen);
+    const int rc = parse(req, 0, false, &key, &klen, &val, &vlen);
     if (rc != ERMA_OK) {
         answer(req, rc, NULL, 0);
         return;

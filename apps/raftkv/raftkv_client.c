@@ -1,0 +1,372 @@
+/*
+ * raftkv_client - talks to a raftkv cluster (raftkv/raftkv.h).
+ *
+ *   raftkv_client --servers URI,URI,... [--uri URI] [--stale] COMMAND
+ *     put KEY VALUE   prints "ok"
+ *     get KEY         prints the value, or "(none)" with exit 3 when absent
+ *     del KEY         prints "ok", or "(none)" with exit 3 when absent
+ *     leader          prints the number (1..) of the replica that leads
+ *     load [--seconds S] [--keys K] [--inflight W]
+ *
+ * load writes for S seconds (default 5), W writes in flight (default 8),
+ * each to one of K keys (default 1000) with a value naming the write, never
+ * two at once to one key; then reads every key back (linearizable GET) and
+ * checks that it holds its last acknowledged value (or the value of a
+ * later write whose outcome is unknown). It prints the writes acknowledged
+ * and failed, their latency (median, p99), the longest time without an
+ * acknowledgement (a leader's failover) and the verdict; it exits 1 when a
+ * key lost an acknowledged write, or when no write was acknowledged in the
+ * run's last quarter (the cluster stopped taking writes).
+ *
+ * --stale makes get ask the replica thought to lead for its own copy (fast,
+ * may be stale). Exits 0, 1 on failure (the error named), 2 on bad
+ * arguments, 3 when the key is absent.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "erma/clock.h"
+#include "raftkv/raftkv.h"
+
+#define OP_TIMEOUT_NS 10000000000ull
+#define SHOWN 4096 /* get prints at most this much of a value */
+
+static const char usage_text[] =
+    "usage: raftkv_client --servers URI,URI,... [--uri URI] [--stale] COMMAND\n"
+    "  put KEY VALUE | get KEY | del KEY | leader\n"
+    "  load [--seconds S] [--keys K] [--inflight W]\n"
+    "  --servers LIST  the replicas' URIs, as given to raftkv_server --peers\n"
+    "  --uri URI       this client's endpoint (default udp://127.0.0.1:0)\n"
+    "  --stale         get: the replica's own copy, no barrier (may be stale)\n"
+    "  --seconds S     load: write for S seconds (default 5)\n"
+    "  --keys K        load: keys written (default 1000)\n"
+    "  --inflight W    load: writes in flight (default 8)\n";
+
+static int usage(FILE *f, int rc)
+{
+    fputs(usage_text, f);
+    return rc;
+}
+
+/* ---- one op ---- */
+
+struct one {
+    bool done;
+    int status;
+    char val[SHOWN + 1];
+};
+
+static void one_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct one *o = tag;
+    o->done = true;
+    o->status = status;
+    if (vlen > SHOWN)
+        vlen = SHOWN;
+    if (val)
+        memcpy(o->val, val, vlen);
+    o->val[val ? vlen : 0] = 0;
+}
+
+static bool one_finished(void *ctx)
+{
+    return ((struct one *)ctx)->done;
+}
+
+static int one(struct erma_raftkv_client *c, int argc, char **argv, bool stale)
+{
+    const char *cmd = argv[0];
+    struct one o = {0};
+    int rc = ERMA_EINVAL;
+    if (strcmp(cmd, "put") == 0 && argc == 3)
+        rc = erma_raftkv_put(c, argv[1], (uint32_t)strlen(argv[1]), argv[2],
+                             (uint32_t)strlen(argv[2]), one_done, &o);
+    else if (strcmp(cmd, "get") == 0 && argc == 2)
+        rc = erma_raftkv_get(c, argv[1], (uint32_t)strlen(argv[1]), stale, one_done, &o);
+    else if (strcmp(cmd, "del") == 0 && argc == 2)
+        rc = erma_raftkv_del(c, argv[1], (uint32_t)strlen(argv[1]), one_done, &o);
+    else if (strcmp(cmd, "leader") == 0 && argc == 1)
+        rc = erma_raftkv_get(c, "raftkv_client:leader", 20, false, one_done, &o);
+    else
+        return usage(stderr, 2);
+    if (rc == ERMA_OK)
+        erma_raftkv_client_run(c, one_finished, &o, OP_TIMEOUT_NS + 1000000000ull);
+    rc = rc != ERMA_OK ? rc : o.done ? o.status : ERMA_ETIMEDOUT;
+    if (rc == ERMA_ENOENT && strcmp(cmd, "leader") != 0) {
+        printf("(none)\n");
+        return 3;
+    }
+    if (rc != ERMA_OK && rc != ERMA_ENOENT) {
+        fprintf(stderr, "raftkv_client: %s %s: %s\n", cmd, argc > 1 ? argv[1] : "",
+                erma_strerror(rc));
+        return 1;
+    }
+    if (strcmp(cmd, "leader") == 0)
+        printf("%u\n", erma_raftkv_client_leader(c) + 1);
+    else
+        printf("%s\n", strcmp(cmd, "get") == 0 ? o.val : "ok");
+    return 0;
+}
+
+/* ---- load ---- */
+
+struct key_state {
+    uint64_t acked;   /* the value (write number) last acknowledged, 0: none */
+    uint64_t unknown; /* a later write whose outcome is unknown, 0: none */
+    bool busy;
+    uint64_t start;   /* the write in flight: when it started */
+    uint64_t wrote;
+};
+
+struct load {
+    struct erma_raftkv_client *c;
+    struct key_state *keys;
+    uint32_t nkeys, inflight, busy, next_key;
+    uint64_t end, writes, acked, failed, last_ack, first_ack, longest_gap, late_acks;
+    uint64_t quarter; /* acks after this time count as late */
+    double *lat_us;
+    uint64_t nlat, cap_lat;
+    uint32_t checked, lost, read_failed;
+};
+
+static void val_of(uint64_t w, char out[32])
+{
+    snprintf(out, 32, "w%llu", (unsigned long long)w);
+}
+
+static void key_of(uint32_t k, char out[32])
+{
+    snprintf(out, 32, "key%u", k);
+}
+
+static void written(void *tag, int status, const uint8_t *val, uint32_t vlen);
+
+static void write_next(struct load *l)
+{
+    for (uint32_t tries = 0; tries < l->nkeys && l->busy < l->inflight; tries++) {
+        const uint32_t k = l->next_key++ % l->nkeys;
+        struct key_state *ks = &l->keys[k];
+        if (ks->busy)
+            continue;
+        char key[32], val[32];
+        key_of(k, key);
+        val_of(++l->writes, val);
+        ks->wrote = l->writes;
+        ks->start = erma_now_ns();
+        if (erma_raftkv_put(l->c, key, (uint32_t)strlen(key), val, (uint32_t)strlen(val),
+                            written, ks) != ERMA_OK)
+            return;
+        ks->busy = true;
+        l->busy++;
+    }
+}
+
+static struct load *the_load; /* the callbacks' context */
+
+static void written(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    (void)val;
+    (void)vlen;
+    struct load *l = the_load;
+    struct key_state *ks = tag;
+    const uint64_t now = erma_now_ns();
+    ks->busy = false;
+    l->busy--;
+    if (status != ERMA_OK) {
+        l->failed++;
+        ks->unknown = ks->wrote;
+        return;
+    }
+    ks->acked = ks->wrote;
+    ks->unknown = 0;
+    l->acked++;
+    if (l->first_ack && now - l->last_ack > l->longest_gap)
+        l->longest_gap = now - l->last_ack;
+    if (!l->first_ack)
+        l->first_ack = now;
+    l->last_ack = now;
+    l->late_acks += now >= l->quarter;
+    if (l->nlat < l->cap_lat)
+        l->lat_us[l->nlat++] = (double)(now - ks->start) / 1e3;
+}
+
+static bool load_step(void *ctx)
+{
+    struct load *l = ctx;
+    if (erma_now_ns() < l->end)
+        write_next(l);
+    return erma_now_ns() >= l->end && l->busy == 0;
+}
+
+static void read_back(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct load *l = the_load;
+    const struct key_state *ks = tag;
+    const uint32_t k = (uint32_t)(ks - l->keys);
+    char want[32], alt[32];
+    val_of(ks->acked, want);
+    val_of(ks->unknown, alt);
+    l->checked++;
+    l->busy--;
+    if (status != ERMA_OK && status != ERMA_ENOENT) {
+        l->read_failed++;
+        return;
+    }
+    const bool absent_ok = ks->acked == 0;
+    const bool ok = status == ERMA_ENOENT
+                        ? absent_ok
+                        : (vlen == strlen(want) && memcmp(val, want, vlen) == 0 && ks->acked) ||
+                              (ks->unknown && vlen == strlen(alt) && memcmp(val, alt, vlen) == 0);
+    if (!ok) {
+        l->lost++;
+        if (l->lost <= 5)
+            fprintf(stderr, "raftkv_client: key%u holds %.*s, its last acknowledged write was %s\n",
+                    k, status == ERMA_OK ? (int)vlen : 6,
+                    status == ERMA_OK ? (const char *)val : "(none)", want);
+    }
+}
+
+static bool reads_step(void *ctx)
+{
+    struct load *l = ctx;
+    while (l->next_key < l->nkeys && l->busy < l->inflight) {
+        char key[32];
+        key_of(l->next_key, key);
+        if (erma_raftkv_get(l->c, key, (uint32_t)strlen(key), false, read_back,
+                            &l->keys[l->next_key]) != ERMA_OK)
+            break;
+        l->next_key++;
+        l->busy++;
+    }
+    return l->checked == l->nkeys;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int load_report(struct load *l, double seconds)
+{
+    qsort(l->lat_us, l->nlat, sizeof *l->lat_us, cmp_double);
+    const double p50 = l->nlat ? l->lat_us[l->nlat / 2] : 0;
+    const double p99 = l->nlat ? l->lat_us[(l->nlat * 99) / 100] : 0;
+    printf("raftkv_client load: %llu writes acknowledged in %.1f s (%.0f a second), %llu failed;"
+           " latency median %.0f us, p99 %.0f us; longest time without an acknowledgement"
+           " %.1f ms\n",
+           (unsigned long long)l->acked, seconds, (double)l->acked / seconds,
+           (unsigned long long)l->failed, p50, p99, (double)l->longest_gap / 1e6);
+    printf("raftkv_client load: read back %u keys: %u lost an acknowledged write, %u reads"
+           " failed; %llu writes acknowledged in the last quarter of the run\n",
+           l->checked, l->lost, l->read_failed, (unsigned long long)l->late_acks);
+    if (l->lost || l->read_failed || l->checked != l->nkeys) {
+        fprintf(stderr, "raftkv_client load: FAILED: acknowledged writes lost or unreadable\n");
+        return 1;
+    }
+    if (l->late_acks == 0) {
+        fprintf(stderr, "raftkv_client load: FAILED: no write acknowledged in the last quarter\n");
+        return 1;
+    }
+    printf("raftkv_client load: every key holds its last acknowledged write\n");
+    return 0;
+}
+
+static int load(struct erma_raftkv_client *c, int argc, char **argv)
+{
+    static const struct option opts[] = {{"seconds", required_argument, NULL, 's'},
+                                         {"keys", required_argument, NULL, 'k'},
+                                         {"inflight", required_argument, NULL, 'w'},
+                                         {NULL, 0, NULL, 0}};
+    double seconds = 5;
+    struct load l = {.c = c, .nkeys = 1000, .inflight = 8};
+    optind = 1;
+    for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        if (o == 's')
+            seconds = strtod(optarg, NULL);
+        else if (o == 'k')
+            l.nkeys = (uint32_t)strtoul(optarg, NULL, 0);
+        else if (o == 'w')
+            l.inflight = (uint32_t)strtoul(optarg, NULL, 0);
+        else
+            return usage(stderr, 2);
+    }
+    if (optind != argc || seconds <= 0 || seconds > 3600 || l.nkeys == 0 || l.inflight == 0 ||
+        l.inflight > 256)
+        return usage(stderr, 2);
+    l.keys = calloc(l.nkeys, sizeof *l.keys);
+    l.cap_lat = 1u << 22;
+    l.lat_us = malloc(l.cap_lat * sizeof *l.lat_us);
+    if (!l.keys || !l.lat_us) {
+        fprintf(stderr, "raftkv_client: out of memory\n");
+        return 1;
+    }
+    the_load = &l;
+    const uint64_t start = erma_now_ns();
+    l.end = start + (uint64_t)(seconds * 1e9);
+    l.quarter = l.end - (uint64_t)(seconds * 0.25e9);
+    erma_raftkv_client_run(c, load_step, &l, (uint64_t)(seconds * 1e9) + 2 * OP_TIMEOUT_NS);
+    const double ran = (double)(erma_now_ns() - start) / 1e9;
+    l.next_key = 0;
+    l.busy = 0;
+    erma_raftkv_client_run(c, reads_step, &l, (uint64_t)l.nkeys * OP_TIMEOUT_NS);
+    const int rc = load_report(&l, ran);
+    free(l.keys);
+    free(l.lat_us);
+    return rc;
+}
+
+/* ---- main ---- */
+
+static unsigned split(char *list, const char **out, unsigned max)
+{
+    unsigned n = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        if (n == max)
+            return max + 1;
+        out[n++] = t;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"servers", required_argument, NULL, 's'},
+                                         {"uri", required_argument, NULL, 'u'},
+                                         {"stale", no_argument, NULL, 'S'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *servers[ERMA_RAFTKV_MAX_PEERS];
+    struct erma_raftkv_client_cfg cfg = {.uri = "udp://127.0.0.1:0", .servers = servers,
+                                         .op_timeout_ns = OP_TIMEOUT_NS};
+    bool stale = false;
+    /* "+": stop at the command, whose own options follow it */
+    for (int o; (o = getopt_long(argc, argv, "+", opts, NULL)) != -1;) {
+        if (o == 's')
+            cfg.nservers = split(optarg, servers, ERMA_RAFTKV_MAX_PEERS);
+        else if (o == 'u')
+            cfg.uri = optarg;
+        else if (o == 'S')
+            stale = true;
+        else if (o == 'h')
+            return usage(stdout, 0);
+        else
+            return usage(stderr, 2);
+    }
+    if (optind >= argc || cfg.nservers == 0 || cfg.nservers > ERMA_RAFTKV_MAX_PEERS)
+        return usage(stderr, 2);
+    struct erma_raftkv_client *c;
+    int rc = erma_raftkv_client_create(&cfg, &c);
+    if (rc != ERMA_OK) {
+        fprintf(stderr, "raftkv_client: cannot open %s: %s\n", cfg.uri, erma_strerror(rc));
+        return 1;
+    }
+    argc -= optind;
+    argv += optind;
+    rc = strcmp(argv[0], "load") == 0 ? load(c, argc, argv) : one(c, argc, argv, stale);
+    erma_raftkv_client_destroy(c);
+    return rc;
+}

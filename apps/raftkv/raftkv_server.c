@@ -1,0 +1,134 @@
+/*
+ * raftkv_server - one replica of a raftkv cluster (raftkv/raftkv.h).
+ *
+ *   raftkv_server --id N --peers URI,URI,... --dir DIR [--no-fsync]
+ *                 [--heartbeat-ms H] [--election-ms E] [--seconds S] [--poll]
+ *
+ * Replica N of the cluster whose endpoints are --peers (N counts from 1;
+ * the N-th URI is where this one listens). Its term, vote, log and
+ * snapshots live in DIR (made when missing): started again on the same
+ * DIR it carries on from them. Serves until SIGTERM or SIGINT, or for S
+ * seconds. Idle, it sleeps in the socket (well under 1% of a core);
+ * --poll never sleeps. --no-fsync is for benchmarks only (a crash may lose
+ * acknowledged writes). Exits 0, 1 when it cannot start, 2 on bad
+ * arguments.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "erma/clock.h"
+#include "raftkv/raftkv.h"
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static bool stopped(void *ctx)
+{
+    (void)ctx;
+    return stop;
+}
+
+static const char usage_text[] =
+    "usage: raftkv_server --id N --peers URI,URI,... --dir DIR [--no-fsync]\n"
+    "                     [--heartbeat-ms H] [--election-ms E] [--seconds S] [--poll]\n"
+    "  --id N            this replica's number, 1..peers (its URI is the N-th)\n"
+    "  --peers LIST      every replica's URI, e.g. udp://127.0.0.1:31971,...\n"
+    "  --dir DIR         term, vote, log and snapshots (made when missing)\n"
+    "  --no-fsync        never fsync (benchmarks only: a crash may lose writes)\n"
+    "  --heartbeat-ms H  raft's heartbeat (default 50)\n"
+    "  --election-ms E   raft's election timeout (default 500)\n"
+    "  --seconds S       exit after S seconds (default: at SIGTERM or SIGINT)\n"
+    "  --poll            never sleep (a whole core, the lowest latency)\n";
+
+static int usage(FILE *f, int rc)
+{
+    fputs(usage_text, f);
+    return rc;
+}
+
+/* Splits list at commas into peers (pointers into list). */
+static unsigned split(char *list, const char **peers, unsigned max)
+{
+    unsigned n = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        if (n == max)
+            return max + 1;
+        peers[n++] = t;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"id", required_argument, NULL, 'i'},
+                                         {"peers", required_argument, NULL, 'p'},
+                                         {"dir", required_argument, NULL, 'd'},
+                                         {"no-fsync", no_argument, NULL, 'n'},
+                                         {"heartbeat-ms", required_argument, NULL, 'b'},
+                                         {"election-ms", required_argument, NULL, 'e'},
+                                         {"seconds", required_argument, NULL, 's'},
+                                         {"poll", no_argument, NULL, 'P'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *peers[ERMA_RAFTKV_MAX_PEERS];
+    struct erma_raftkv_server_cfg cfg = {.peers = peers};
+    struct erma_endpoint_cfg ep = {0}; /* zero: the defaults */
+    double seconds = 0;
+    for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        if (o == 'i')
+            cfg.id = strtoull(optarg, NULL, 0);
+        else if (o == 'p')
+            cfg.npeers = split(optarg, peers, ERMA_RAFTKV_MAX_PEERS);
+        else if (o == 'd')
+            cfg.data_dir = optarg;
+        else if (o == 'n')
+            cfg.no_fsync = true;
+        else if (o == 'b')
+            cfg.heartbeat_ms = (unsigned)strtoul(optarg, NULL, 0);
+        else if (o == 'e')
+            cfg.election_ms = (unsigned)strtoul(optarg, NULL, 0);
+        else if (o == 's')
+            seconds = strtod(optarg, NULL);
+        else if (o == 'P')
+            ep.busy_poll = true;
+        else if (o == 'h')
+            return usage(stdout, 0);
+        else
+            return usage(stderr, 2);
+    }
+    if (optind != argc || !cfg.data_dir || cfg.npeers == 0 ||
+        cfg.npeers > ERMA_RAFTKV_MAX_PEERS || cfg.id == 0 || cfg.id > cfg.npeers ||
+        seconds < 0) {
+        fprintf(stderr, "raftkv_server: --id 1..%u, --peers (at most %d) and --dir are needed\n",
+                cfg.npeers, ERMA_RAFTKV_MAX_PEERS);
+        return usage(stderr, 2);
+    }
+    cfg.ep_cfg = &ep;
+    const struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    struct erma_raftkv_server *s;
+    const int rc = erma_raftkv_server_create(&cfg, &s);
+    if (rc != ERMA_OK) {
+        fprintf(stderr, "raftkv_server %llu: cannot start on %s with %s: %s\n",
+                (unsigned long long)cfg.id, peers[cfg.id - 1], cfg.data_dir, erma_strerror(rc));
+        return 1;
+    }
+    printf("raftkv_server %llu: serving on %s, data in %s\n", (unsigned long long)cfg.id,
+           peers[cfg.id - 1], erma_raftkv_server_dir(s));
+    fflush(stdout);
+    const uint64_t end = seconds > 0 ? erma_now_ns() + (uint64_t)(seconds * 1e9) : UINT64_MAX;
+    while (!stop && erma_now_ns() < end)
+        erma_raftkv_server_run(s, stopped, NULL, 100000000); /* a signal within 100 ms */
+    erma_raftkv_server_destroy(s);
+    return 0;
+}
