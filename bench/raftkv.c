@@ -1,0 +1,459 @@
+/*
+ * raftkv - replicated PUTs of raftkv (libraft over erma RPCs) beside one
+ * plain RPC round trip to the same leader, in one run.
+ *
+ *   raftkv [--rounds R] [--iters N] [--seconds S] [--inflight W] [--size B]
+ *          [--modes LIST] [--dir DIR] [--no-failover] [--poll] [--cpu LIST] [--csv]
+ *
+ * Every round starts, for each mode (fsync: the log and term fsynced, the
+ * default durability; nofsync: never), a fresh cluster of 3 raftkv_server
+ * replicas as forked processes on udp loopback with their data in DIR
+ * (default /var/tmp: a disk, so that fsync costs what it costs), then from
+ * this process (busy-polling):
+ *   latency     N times in turn (default 5000): a PUT of B bytes (default
+ *               32) to the leader, replicated and applied before it is
+ *               answered, then a GET of the same key answered by the
+ *               leader from its own table (GET_LOCAL: one RPC round trip,
+ *               no replication): the ratio PUT / RPC of their medians is
+ *               measured op by op in the same run;
+ *   throughput  W PUTs in flight (default 64) for S seconds (default 2);
+ *   failover    the same load, the leader killed (SIGKILL) 0.5 s in: the
+ *               time from the kill to the next acknowledged PUT
+ *               (--no-failover skips it).
+ * The modes alternate in order from round to round (the machines are
+ * noisy). Replicas sleep when idle, as servers do (--poll: they spin, a
+ * core each). Output: a row per round and mode, then per mode the medians
+ * over rounds (the ratio: the median of the per-round ratios). Exits 1
+ * when the cluster cannot start or an op fails outside the failover.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "erma/clock.h"
+#include "kv/kv.h"
+#include "raftkv/raftkv.h"
+
+#define R 3
+#define BASE_PORT 42600
+#define LEADER_WAIT_NS 20000000000ull
+#define OP_WAIT_NS 30000000000ull
+#define MAX_MODES 2
+
+static const char usage[] =
+    "usage: raftkv [options]\n"
+    "  replicated PUT latency and throughput of raftkv (3 replicas as processes on\n"
+    "  udp loopback) beside one RPC round trip to the leader, in one run\n"
+    "  --rounds R      rounds (default 3)\n"
+    "  --iters N       PUT/RPC pairs per round (default 5000)\n"
+    "  --seconds S     throughput phase, seconds (default 2)\n"
+    "  --inflight W    PUTs in flight in the throughput phase (default 64)\n"
+    "  --size B        value bytes (default 32)\n"
+    "  --modes LIST    fsync,nofsync (default both)\n"
+    "  --dir DIR       the replicas' data (default /var/tmp)\n"
+    "  --no-failover   skip the leader kill\n"
+    "  --poll          replicas spin instead of sleeping when idle\n"
+    "  --cpu LIST      CPUs: this process, then the replicas (default: none)\n"
+    "  --csv           CSV instead of the table\n"
+    "  -h, --help      this text\n";
+
+struct opts {
+    unsigned rounds, iters, inflight, nmodes;
+    double seconds;
+    uint32_t size;
+    bool modes_fsync[MAX_MODES], failover, poll;
+    const char *dir;
+};
+
+struct result {
+    struct bench_lat put, rpc;
+    double ratio, puts_per_s, failover_ms;
+    uint64_t failed;
+};
+
+struct cluster {
+    pid_t pid[R];
+    char uri[R][64];
+    const char *uris[R];
+    char dir[512];
+    struct erma_raftkv_client *c;
+};
+
+static const struct bench_cli *the_cli;
+
+/* ---- the replicas ---- */
+
+static volatile sig_atomic_t stop_server;
+
+static void on_term(int sig)
+{
+    (void)sig;
+    stop_server = 1;
+}
+
+static bool server_stopped(void *ctx)
+{
+    (void)ctx;
+    return stop_server;
+}
+
+static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll)
+{
+    const struct sigaction sa = {.sa_handler = on_term};
+    sigaction(SIGTERM, &sa, NULL);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/r%u", cl->dir, i + 1);
+    const struct erma_endpoint_cfg ep = {.busy_poll = poll};
+    const struct erma_raftkv_server_cfg cfg = {.id = i + 1, .peers = cl->uris, .npeers = R,
+                                               .data_dir = dir, .no_fsync = !fsync,
+                                               .ep_cfg = &ep};
+    struct erma_raftkv_server *s;
+    if (erma_raftkv_server_create(&cfg, &s) != ERMA_OK) {
+        fprintf(stderr, "raftkv: replica %u cannot start on %s\n", i + 1, cl->uri[i]);
+        _exit(1);
+    }
+    while (!stop_server)
+        erma_raftkv_server_run(s, server_stopped, NULL, 100000000);
+    erma_raftkv_server_destroy(s);
+    _exit(0);
+}
+
+static void remove_tree(const char *dir)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "raftkv: could not remove %s\n", dir);
+}
+
+/* ---- ops, one at a time ---- */
+
+struct one {
+    bool done;
+    int status;
+};
+
+static void one_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    (void)val;
+    (void)vlen;
+    struct one *o = tag;
+    o->done = true;
+    o->status = status;
+}
+
+static int wait_one(struct erma_raftkv_client *c, struct one *o)
+{
+    const uint64_t end = erma_now_ns() + OP_WAIT_NS;
+    while (!o->done && erma_now_ns() < end)
+        erma_raftkv_client_run_once(c);
+    return o->done ? o->status : ERMA_ETIMEDOUT;
+}
+
+static int op(struct erma_raftkv_client *c, bool put, const char *key, const uint8_t *val,
+              uint32_t vlen)
+{
+    struct one o = {0};
+    const uint32_t klen = (uint32_t)strlen(key);
+    const int rc = put ? erma_raftkv_put(c, key, klen, val, vlen, one_done, &o)
+                       : erma_raftkv_get(c, key, klen, true, one_done, &o);
+    return rc != ERMA_OK ? rc : wait_one(c, &o);
+}
+
+static int cluster_start(struct cluster *cl, const struct opts *o, bool fsync, unsigned round)
+{
+    memset(cl, 0, sizeof *cl);
+    snprintf(cl->dir, sizeof cl->dir, "%s/raftkv-bench-%d-%u-%s", o->dir, (int)getpid(), round,
+             fsync ? "fsync" : "nofsync");
+    if (mkdir(cl->dir, 0700) != 0) {
+        fprintf(stderr, "raftkv: cannot make %s\n", cl->dir);
+        return ERMA_ESYS;
+    }
+    for (unsigned i = 0; i < R; i++) {
+        snprintf(cl->uri[i], sizeof cl->uri[i], "udp://127.0.0.1:%u", BASE_PORT + i);
+        cl->uris[i] = cl->uri[i];
+    }
+    fflush(NULL);
+    for (unsigned i = 0; i < R; i++) {
+        cl->pid[i] = fork();
+        if (cl->pid[i] == 0) {
+            bench_pin(bench_cli_cpu(the_cli, i + 1));
+            serve(cl, i, fsync, o->poll);
+        }
+    }
+    const struct erma_endpoint_cfg ep = {.busy_poll = true};
+    const struct erma_raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = cl->uris,
+                                              .nservers = R, .ep_cfg = &ep,
+                                              .op_timeout_ns = 10000000000ull};
+    int rc = erma_raftkv_client_create(&cc, &cl->c);
+    /* a leader: a PUT that succeeds */
+    const uint64_t end = erma_now_ns() + LEADER_WAIT_NS;
+    while (rc == ERMA_OK && erma_now_ns() < end &&
+           op(cl->c, true, "bench:leader", (const uint8_t *)"1", 1) != ERMA_OK)
+        ;
+    return rc == ERMA_OK && erma_now_ns() < end ? ERMA_OK : ERMA_ETIMEDOUT;
+}
+
+static void cluster_stop(struct cluster *cl)
+{
+    erma_raftkv_client_destroy(cl->c);
+    for (unsigned i = 0; i < R; i++)
+        if (cl->pid[i] > 0)
+            kill(cl->pid[i], SIGTERM);
+    for (unsigned i = 0; i < R; i++)
+        if (cl->pid[i] > 0)
+            waitpid(cl->pid[i], NULL, 0);
+    remove_tree(cl->dir);
+}
+
+/* ---- the phases ---- */
+
+static int latency(struct cluster *cl, const struct opts *o, struct result *r)
+{
+    uint64_t *put = malloc(o->iters * sizeof *put), *rpc = malloc(o->iters * sizeof *rpc);
+    uint8_t *val = calloc(1, o->size ? o->size : 1);
+    int rc = put && rpc && val ? ERMA_OK : ERMA_ENOMEM;
+    for (unsigned i = 0; i < o->iters && rc == ERMA_OK; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "k%u", i % 1000);
+        memcpy(val, &i, o->size < sizeof i ? o->size : sizeof i);
+        uint64_t t0 = erma_now_ns();
+        rc = op(cl->c, true, key, val, o->size);
+        uint64_t t1 = erma_now_ns();
+        put[i] = t1 - t0;
+        if (rc == ERMA_OK)
+            rc = op(cl->c, false, key, NULL, 0);
+        rpc[i] = erma_now_ns() - t1;
+    }
+    if (rc == ERMA_OK) {
+        bench_lat_from_ns(put, o->iters, &r->put);
+        bench_lat_from_ns(rpc, o->iters, &r->rpc);
+        r->ratio = r->put.median_us / r->rpc.median_us;
+    }
+    free(put);
+    free(rpc);
+    free(val);
+    return rc;
+}
+
+struct load {
+    struct erma_raftkv_client *c;
+    uint32_t inflight, busy, size, next;
+    uint64_t acked, failed, first_after; /* first_after: first ack after kill_at */
+    uint64_t kill_at;
+    uint8_t val[ERMA_KV_MAX_ITEM];
+};
+
+static void load_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    (void)val;
+    (void)vlen;
+    struct load *l = tag;
+    l->busy--;
+    if (status != ERMA_OK) {
+        l->failed++;
+        return;
+    }
+    l->acked++;
+    const uint64_t now = erma_now_ns();
+    if (l->kill_at && now > l->kill_at && !l->first_after)
+        l->first_after = now;
+}
+
+static void load_fill(struct load *l)
+{
+    while (l->busy < l->inflight) {
+        char key[32];
+        snprintf(key, sizeof key, "t%u", l->next++ % 100000);
+        if (erma_raftkv_put(l->c, key, (uint32_t)strlen(key), l->val, l->size, load_done, l) !=
+            ERMA_OK)
+            return;
+        l->busy++;
+    }
+}
+
+/* Runs the load until end, then lets what is in flight finish. */
+static void load_run(struct load *l, uint64_t end)
+{
+    while (erma_now_ns() < end) {
+        load_fill(l);
+        erma_raftkv_client_run_once(l->c);
+    }
+    const uint64_t drain = erma_now_ns() + OP_WAIT_NS;
+    while (l->busy && erma_now_ns() < drain)
+        erma_raftkv_client_run_once(l->c);
+}
+
+static struct load *load_new(struct cluster *cl, const struct opts *o)
+{
+    struct load *l = calloc(1, sizeof *l);
+    if (l) {
+        l->c = cl->c;
+        l->inflight = o->inflight;
+        l->size = o->size;
+    }
+    return l;
+}
+
+static int throughput(struct cluster *cl, const struct opts *o, struct result *r)
+{
+    struct load *l = load_new(cl, o);
+    if (!l)
+        return ERMA_ENOMEM;
+    const uint64_t start = erma_now_ns();
+    load_run(l, start + (uint64_t)(o->seconds * 1e9));
+    r->puts_per_s = (double)l->acked / ((double)(erma_now_ns() - start) / 1e9);
+    r->failed += l->failed;
+    const int rc = l->failed ? ERMA_EAGAIN : ERMA_OK;
+    free(l);
+    return rc;
+}
+
+static int failover(struct cluster *cl, const struct opts *o, struct result *r)
+{
+    struct load *l = load_new(cl, o);
+    if (!l)
+        return ERMA_ENOMEM;
+    const uint64_t start = erma_now_ns();
+    load_run(l, start + 500000000ull);
+    const unsigned leader = erma_raftkv_client_leader(cl->c);
+    l->kill_at = erma_now_ns();
+    kill(cl->pid[leader], SIGKILL);
+    waitpid(cl->pid[leader], NULL, 0);
+    cl->pid[leader] = -1;
+    const uint64_t end = l->kill_at + 15000000000ull;
+    while (!l->first_after && erma_now_ns() < end) {
+        load_fill(l);
+        erma_raftkv_client_run_once(l->c);
+    }
+    load_run(l, erma_now_ns() + 200000000ull);
+    r->failover_ms = l->first_after ? (double)(l->first_after - l->kill_at) / 1e6 : -1;
+    const int rc = l->first_after ? ERMA_OK : ERMA_ETIMEDOUT;
+    free(l);
+    return rc;
+}
+
+/* ---- main ---- */
+
+static void parse_modes(const struct bench_cli *cli, struct opts *o, char *list)
+{
+    o->nmodes = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (o->nmodes == MAX_MODES || (strcmp(t, "fsync") && strcmp(t, "nofsync")))
+            bench_cli_fail(cli, "--modes: fsync, nofsync or both, not %s", t);
+        o->modes_fsync[o->nmodes++] = strcmp(t, "fsync") == 0;
+    }
+    if (o->nmodes == 0)
+        bench_cli_fail(cli, "--modes: fsync, nofsync or both");
+}
+
+static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
+{
+    static const struct option lo[] = {BENCH_COMMON_OPTIONS,
+                                        {"rounds", 1, 0, 'n'},   {"iters", 1, 0, 'i'},
+                                        {"seconds", 1, 0, 't'},  {"inflight", 1, 0, 'w'},
+                                        {"modes", 1, 0, 'm'},    {"dir", 1, 0, 'd'},
+                                        {"no-failover", 0, 0, 'F'}, {"poll", 0, 0, 'P'},
+                                        {0, 0, 0, 0}};
+    *o = (struct opts){.rounds = 3, .iters = 5000, .inflight = 64, .seconds = 2, .size = 32,
+                       .nmodes = 2, .modes_fsync = {true, false}, .failover = true,
+                       .dir = "/var/tmp"};
+    bench_cli_init(cli, "raftkv", usage, lo);
+    for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
+        switch (c) {
+        case 'n': o->rounds = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'i': o->iters = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 't': o->seconds = bench_cli_real(cli, optarg); break;
+        case 'w': o->inflight = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'm': parse_modes(cli, o, optarg); break;
+        case 'd': o->dir = optarg; break;
+        case 'F': o->failover = false; break;
+        case 'P': o->poll = true; break;
+        default: bench_cli_fail(cli, NULL);
+        }
+    }
+    if (cli->nsizes > 1)
+        bench_cli_fail(cli, "--size: one size");
+    if (cli->nsizes == 1)
+        o->size = cli->sizes[0];
+    if (o->rounds == 0 || o->iters == 0 || o->inflight == 0 || o->inflight > 256 ||
+        o->seconds <= 0 || o->size == 0 || o->size > 4096)
+        bench_cli_fail(cli, "--rounds, --iters, --inflight (<= 256), --seconds and --size"
+                            " (<= 4096) must be positive");
+}
+
+static int run_round(const struct opts *o, unsigned round, bool fsync, struct result *r)
+{
+    struct cluster cl;
+    memset(r, 0, sizeof *r);
+    int rc = cluster_start(&cl, o, fsync, round);
+    if (rc != ERMA_OK)
+        fprintf(stderr, "raftkv: round %u: no leader within %llu s\n", round,
+                (unsigned long long)(LEADER_WAIT_NS / 1000000000ull));
+    if (rc == ERMA_OK && (rc = latency(&cl, o, r)) != ERMA_OK)
+        fprintf(stderr, "raftkv: round %u: latency phase: %s\n", round, erma_strerror(rc));
+    if (rc == ERMA_OK && (rc = throughput(&cl, o, r)) != ERMA_OK)
+        fprintf(stderr, "raftkv: round %u: throughput phase: %llu PUTs failed\n", round,
+                (unsigned long long)r->failed);
+    r->failover_ms = -1;
+    if (rc == ERMA_OK && o->failover && (rc = failover(&cl, o, r)) != ERMA_OK)
+        fprintf(stderr, "raftkv: round %u: no PUT acknowledged within 15 s of the kill\n",
+                round);
+    cluster_stop(&cl);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_cli cli;
+    struct opts o;
+    parse(&cli, &o, argc, argv);
+    the_cli = &cli;
+    bench_pin(bench_cli_cpu(&cli, 0));
+    bench_note(cli.csv, "raftkv: 3 replicas on udp loopback, data in %s, %u B values, %u rounds"
+               " of %u PUT/RPC pairs, %u in flight for %.1f s%s",
+               o.dir, o.size, o.rounds, o.iters, o.inflight, o.seconds,
+               o.failover ? ", then the leader killed" : "");
+    struct bench_table t;
+    bench_table_start(&t, cli.csv, "bench,round,mode:8,put_p50_us,put_p99_us,rpc_p50_us,"
+                                   "rpc_p99_us,put/rpc,puts_per_s,failover_ms");
+    double ratio[MAX_MODES][64], p50[MAX_MODES][64], p99[MAX_MODES][64], rpc50[MAX_MODES][64],
+        tput[MAX_MODES][64], fo[MAX_MODES][64];
+    unsigned n[MAX_MODES] = {0}, nfo[MAX_MODES] = {0};
+    int status = 0;
+    for (unsigned round = 0; round < o.rounds; round++)
+        for (unsigned k = 0; k < o.nmodes; k++) {
+            const unsigned m = round % 2 ? o.nmodes - 1 - k : k;
+            const char *name = o.modes_fsync[m] ? "fsync" : "nofsync";
+            struct result r;
+            if (run_round(&o, round, o.modes_fsync[m], &r) != ERMA_OK) {
+                status = 1;
+                continue;
+            }
+            bench_table_row(&t, "raftkv,%u,%s,%.1f,%.1f,%.1f,%.1f,%.2f,%.0f,%.1f", round, name,
+                            r.put.median_us, r.put.p99_us, r.rpc.median_us, r.rpc.p99_us,
+                            r.ratio, r.puts_per_s, r.failover_ms);
+            if (n[m] < 64) {
+                ratio[m][n[m]] = r.ratio;
+                p50[m][n[m]] = r.put.median_us;
+                p99[m][n[m]] = r.put.p99_us;
+                rpc50[m][n[m]] = r.rpc.median_us;
+                tput[m][n[m]++] = r.puts_per_s;
+            }
+            if (r.failover_ms >= 0 && nfo[m] < 64)
+                fo[m][nfo[m]++] = r.failover_ms;
+        }
+    for (unsigned m = 0; m < o.nmodes; m++)
+        if (n[m])
+            bench_table_row(&t, "raftkv,median,%s,%.1f,%.1f,%.1f,,%.2f,%.0f,%.1f",
+                            o.modes_fsync[m] ? "fsync" : "nofsync", bench_median(p50[m], n[m]),
+                            bench_median(p99[m], n[m]), bench_median(rpc50[m], n[m]),
+                            bench_median(ratio[m], n[m]), bench_median(tput[m], n[m]),
+                            nfo[m] ? bench_median(fo[m], nfo[m]) : -1.0);
+    return status;
+}
