@@ -20,9 +20,13 @@
 
 enum pend_kind { P_WRITE, P_READ };
 
+struct link {
+    struct link *next, *prev;
+};
+
 /* A client request waiting for raft (an apply or a barrier). */
 struct pending {
-    struct pending *next, *prev;
+    struct link link; /* first: a link is its pending */
     struct erma_raftkv_server *s;
     struct erma_req *req;
     enum pend_kind kind;
@@ -47,7 +51,7 @@ struct erma_raftkv_server {
     struct raft_fsm fsm;
     struct raft raft;
     bool io_inited, fsm_inited, raft_inited, closed;
-    struct pending pend; /* list head */
+    struct link pend; /* the pending requests */
     uint8_t *val;        /* a GET's value */
     struct erma_raftkv_server_stats stats;
 };
@@ -141,17 +145,17 @@ static struct pending *pend_new(struct erma_raftkv_server *s, struct erma_req *r
     p->klen = klen;
     if (klen)
         memcpy(p->key, key, klen);
-    p->next = s->pend.next;
-    p->prev = &s->pend;
-    p->next->prev = p;
-    s->pend.next = p;
+    p->link.next = s->pend.next;
+    p->link.prev = &s->pend;
+    p->link.next->prev = &p->link;
+    s->pend.next = &p->link;
     return p;
 }
 
 static void pend_free(struct pending *p)
 {
-    p->prev->next = p->next;
-    p->next->prev = p->prev;
+    p->link.prev->next = p->link.next;
+    p->link.next->prev = p->link.prev;
     free(p);
 }
 
@@ -468,7 +472,7 @@ void erma_raftkv_server_destroy(struct erma_raftkv_server *s)
     s->closed = true;
     /* requests raft never answered: their erma_reqs go with the rpc */
     while (s->pend.next != &s->pend) {
-        struct pending *p = s->pend.next;
+        struct pending *p = (struct pending *)s->pend.next;
         answer(p->req, ERMA_EAGAIN, NULL, 0);
         pend_free(p);
     }
