@@ -4,6 +4,11 @@
  *
  *   rma_peer server URI          a region and three kvcs servers, 120 s at most
  *   rma_peer client URI SERVER   runs the checks below, exits 0 if all pass
+ *   rma_peer pair URI            both in one process, the server on a thread,
+ *                                both at URI, without the kvcs part (for
+ *                                fabrics that live in one process, whose
+ *                                addresses have no port to count up from:
+ *                                verbs on the mock, tests/verbs)
  *
  * Every endpoint of a side lives in its one process and thread (a dpdk port
  * belongs to one process, and net_af_xdp cannot be shared): the first open
@@ -42,10 +47,13 @@
  * (the reason is printed).
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "endpoint/proto.h" /* ep->tr: the address a derived key is bound to */
 #include "erma/cc.h"
@@ -94,6 +102,12 @@ static int uri_plus(const char *uri, unsigned delta, bool keep_query, char *out,
                            keep_query && query ? query : "");
     return n < 0 || (size_t)n >= len ? ERMA_EADDR : ERMA_OK;
 }
+
+/* pair mode: no kvcs; the server's address once it is up */
+static bool pair_mode;
+static char server_uri[256];
+static atomic_int server_up; /* 0 starting, 1 up, -1 ended */
+static atomic_bool client_done; /* the server need not wait for a STOP */
 
 /* ---- server ---- */
 
@@ -170,8 +184,9 @@ static int serve(const char *uri)
                                   ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE | ERMA_RMA_PERM_REKEY,
                                   &s.region);
     }
-    char kuri[KVCS_SERVERS][160];
-    for (unsigned i = 0; rc == ERMA_OK && i < KVCS_SERVERS; i++) {
+    char kuri[KVCS_SERVERS][160] = {""};
+    const unsigned nkv = pair_mode ? 0 : KVCS_SERVERS;
+    for (unsigned i = 0; rc == ERMA_OK && i < nkv; i++) {
         rc = uri_plus(uri, i + 1, false, kuri[i], sizeof kuri[i]);
         const struct erma_kvcs_server_cfg kc = {.uri = kuri[i], .buckets = 1024,
                                                 .log_bytes = 4u << 20};
@@ -182,11 +197,14 @@ static int serve(const char *uri)
         printf("server: ready: region %" PRIu32 " of %u B on %s, kvcs servers on %s %s %s\n",
                s.region, REGION_LEN, uri, kuri[0], kuri[1], kuri[2]);
         fflush(stdout);
+        if (erma_endpoint_uri(ep, server_uri, sizeof server_uri) == ERMA_OK)
+            atomic_store(&server_up, 1);
         const uint64_t end = erma_now_ns() + SERVER_MAX_NS;
-        for (uint64_t now = 0; now < end && (!s.stop_at || now < s.stop_at);
+        for (uint64_t now = 0; now < end && (!s.stop_at || now < s.stop_at) &&
+                               !atomic_load(&client_done);
              now = erma_now_ns()) {
             erma_endpoint_run_once(ep);
-            for (unsigned i = 0; i < KVCS_SERVERS; i++)
+            for (unsigned i = 0; i < nkv; i++)
                 erma_kvcs_server_run(kv[i], 0);
         }
         struct erma_rma_stats st;
@@ -777,7 +795,7 @@ static int client(const char *uri, const char *server)
         rc = ERMA_ENOMEM;
     if (rc == ERMA_OK)
         one_sided(&c, k, len, buf, src);
-    if (rc == ERMA_OK)
+    if (rc == ERMA_OK && !pair_mode)
         kvcs(&c, uri, server);
     if (c.sess >= 0) { /* the server ends once it answered */
         struct erma_msgbuf req = {0}, resp = {0};
@@ -802,6 +820,35 @@ static int client(const char *uri, const char *server)
     return c.failed ? 1 : 0;
 }
 
+static int serve_rc;
+
+static void *serve_thread(void *uri)
+{
+    serve_rc = serve(uri);
+    atomic_store(&server_up, -1);
+    return NULL;
+}
+
+/* The server on a thread, the client here; the server ends on the
+ * client's STOP (or after SERVER_MAX_NS). 30 s at most to come up. */
+static int pair(const char *uri)
+{
+    pthread_t t;
+    pair_mode = true;
+    if (pthread_create(&t, NULL, serve_thread, (void *)uri))
+        return 1;
+    for (int i = 0; i < 30000 && !atomic_load(&server_up); i++)
+        usleep(1000);
+    const int rc = atomic_load(&server_up) == 1 ? client(uri, server_uri) : -1;
+    atomic_store(&client_done, true);
+    pthread_join(t, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "pair: the server did not come up\n");
+        return serve_rc ? serve_rc : 1;
+    }
+    return rc || serve_rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -809,6 +856,9 @@ int main(int argc, char **argv)
         return serve(argv[2]);
     if (argc == 4 && strcmp(argv[1], "client") == 0)
         return client(argv[2], argv[3]);
-    fprintf(stderr, "usage: rma_peer server URI | rma_peer client URI SERVER_URI\n");
+    if (argc == 3 && strcmp(argv[1], "pair") == 0)
+        return pair(argv[2]);
+    fprintf(stderr, "usage: rma_peer server URI | rma_peer client URI SERVER_URI | "
+                    "rma_peer pair URI\n");
     return 2;
 }

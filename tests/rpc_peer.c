@@ -4,14 +4,21 @@
  *
  *   rpc_peer server URI          serves echo requests for 200 s at most
  *   rpc_peer client URI SERVER   runs the checks below, exits 0 if all pass
+ *   rpc_peer pair URI            both in one process, the server on a thread
+ *                                at URI, the client at URI too (for fabrics
+ *                                that live in one process: verbs on the mock,
+ *                                tests/verbs)
  *
  * The client sends 8 B to 8 MiB requests and responses to dispatch and
  * worker handlers, byte-exact both ways, then 2000 RPCs of random sizes with
  * 16 in flight, each completing once with the right bytes.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "erma/clock.h"
 #include "erma/rand.h"
@@ -21,6 +28,26 @@
 #define ECHO_WORKER 2
 
 static struct echo_stats st;
+
+/* pair mode: the server's address once it is up, and its end */
+static char server_uri[256];
+static atomic_int server_up; /* 0 starting, 1 up, -1 failed */
+static atomic_bool stop_server;
+
+/* Pair mode's fabric is two threads of one process: its round trips are
+ * thread hand-offs on a shared CPU, a millisecond rather than the
+ * transport's hint, and Timely is told so (as rma_peer does for its
+ * windows); beside a CPU hog a thread may not run for half a second, and
+ * a peer in the same process cannot have failed (30 s, as rma_peer). */
+static bool pair_mode;
+static const struct erma_rpc_cfg pair_cfg = {.base_rtt_ns = 1000000,
+                                             .failure_ns = 30000000000ull};
+
+static bool server_stopped(void *ctx)
+{
+    (void)ctx;
+    return atomic_load(&stop_server);
+}
 
 static int serve(const char *uri)
 {
@@ -33,13 +60,15 @@ static int serve(const char *uri)
         (rc = erma_handler_register(nx, ECHO, echo_handler, ERMA_DISPATCH, &st)) == ERMA_OK &&
         (rc = erma_handler_register(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st)) == ERMA_OK &&
         (rc = erma_endpoint_create(uri, 0, NULL, &ep)) == ERMA_OK &&
-        (rc = erma_rpc_create(nx, ep, NULL, &rpc)) != ERMA_OK)
+        (rc = erma_rpc_create(nx, ep, pair_mode ? &pair_cfg : NULL, &rpc)) != ERMA_OK)
         erma_endpoint_destroy(ep);
     if (rc != ERMA_OK) {
         fprintf(stderr, "server: %s\n", erma_strerror(rc));
         return rc == ERMA_ENOTSUP ? 77 : 1;
     }
-    erma_endpoint_run(ep, 200000000000ull);
+    if (erma_endpoint_uri(ep, server_uri, sizeof server_uri) == ERMA_OK)
+        atomic_store(&server_up, 1);
+    erma_endpoint_run_until(ep, server_stopped, NULL, 200000000000ull);
     erma_rpc_destroy(rpc);
     erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
@@ -125,9 +154,10 @@ static int client(const char *uri, const char *server)
     struct erma_nexus *nx;
     struct erma_endpoint *ep = NULL;
     struct erma_rpc *rpc;
+    const struct erma_rpc_cfg *rcfg = pair_mode ? &pair_cfg : NULL;
     int rc = erma_nexus_create(NULL, &nx);
     if (rc == ERMA_OK && ((rc = erma_endpoint_create(uri, 0, NULL, &ep)) != ERMA_OK ||
-                          (rc = erma_rpc_create(nx, ep, NULL, &rpc)) != ERMA_OK)) {
+                          (rc = erma_rpc_create(nx, ep, rcfg, &rpc)) != ERMA_OK)) {
         erma_endpoint_destroy(ep);
         erma_nexus_destroy(nx);
     }
@@ -162,12 +192,45 @@ static int client(const char *uri, const char *server)
     return rc == ERMA_OK && wrong == 0 ? 0 : 1;
 }
 
+static int serve_rc;
+
+static void *serve_thread(void *uri)
+{
+    serve_rc = serve(uri);
+    atomic_store(&server_up, -1); /* if it never came up */
+    return NULL;
+}
+
+/* The server on a thread, the client here; 30 s at most for the server to
+ * come up. */
+static int pair(const char *uri)
+{
+    pthread_t t;
+    pair_mode = true;
+    if (pthread_create(&t, NULL, serve_thread, (void *)uri))
+        return 1;
+    for (int i = 0; i < 30000 && !atomic_load(&server_up); i++)
+        usleep(1000);
+    int rc = atomic_load(&server_up) == 1 ? client(uri, server_uri) : -1;
+    atomic_store(&stop_server, true);
+    pthread_join(t, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "pair: the server did not come up\n");
+        rc = serve_rc ? serve_rc : 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 3 && strcmp(argv[1], "server") == 0)
         return serve(argv[2]);
     if (argc == 4 && strcmp(argv[1], "client") == 0)
         return client(argv[2], argv[3]);
-    fprintf(stderr, "usage: rpc_peer server URI | rpc_peer client URI SERVER_URI\n");
+    if (argc == 3 && strcmp(argv[1], "pair") == 0)
+        return pair(argv[2]);
+    fprintf(stderr, "usage: rpc_peer server URI | rpc_peer client URI SERVER_URI | "
+                    "rpc_peer pair URI\n");
     return 2;
 }
