@@ -5,7 +5,9 @@
  * replica catches up from the log, or through a snapshot when it lagged
  * past the leader's trailing entries; a leader cut off from the others
  * heals without two leaders committing in one term; a write retried after
- * an unknown outcome runs once, across snapshots. Every run is bounded in virtual time
+ * an unknown outcome runs once, across snapshots; the history of
+ * concurrent clients through a leader kill and a partition is linearizable,
+ * and one with stale reads is shown not to be. Every run is bounded in virtual time
  * and every loop in count. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,9 +20,11 @@
 #include <cmocka.h>
 
 #include "erma/clock.h"
+#include "erma/rand.h"
 #include "erma/sim.h"
 #include "kv/kv.h"
 #include "raftkv/raftkv.h"
+#include "lincheck.h"
 
 #define N 3
 #define SEC 1000000000ull
@@ -938,6 +942,268 @@ static void test_at_most_once(void **state)
     erma_raftkv_fsm_close(&b);
 }
 
+/* ---- (7) linearizability: concurrent clients, a leader killed, a partition ----
+ * LIN_CLIENTS clients, two ops in flight each, PUT (unique values), GET
+ * (linearizable) and DEL over LIN_KEYS keys, while the leader is killed,
+ * and comes back, then the leader's answers to the clients are lost for a
+ * while (writes commit unanswered and are tried again: copies reach the
+ * log), then the leader is cut off from the other replicas (clients still
+ * reach it), then the cut heals. Every
+ * op's invoke and completion (virtual time) goes into a history checked by
+ * tests/lincheck.c: it must be linearizable. During the cut, one more
+ * client reads with GET_LOCAL (stale allowed) from the cut-off replica
+ * only: the history with its reads must fail the check. */
+
+#define LIN_CLIENTS 4
+#define LIN_KEYS 8
+#define LIN_WINDOW 2
+#define LIN_THINK_NS (4 * MS)
+
+struct lin_op {
+    struct lin_client *cl;
+    bool busy, stale;
+    enum lincheck_kind kind;
+    char key[8], val[24];
+    uint64_t invoke, next;
+};
+
+struct lin_client {
+    struct lin_run *run;
+    struct erma_raftkv_client *c;
+    bool stale; /* the deliberately stale reader */
+    uint32_t made;
+    struct lin_op ops[LIN_WINDOW];
+};
+
+struct lin_run {
+    struct lincheck_history *lin, *all; /* all: the stale reader's ops too */
+    struct lin_client cl[LIN_CLIENTS + 1];
+    struct erma_raftkv_client *clients[LIN_CLIENTS + 1];
+    unsigned nclients;
+    struct erma_rand rng;
+    uint64_t until; /* a phase ends */
+    bool issuing;
+    uint64_t done, unknown, stale_reads, by_phase[7];
+    unsigned phase;
+};
+
+static void lin_record(struct lin_run *r, const struct lin_op *op, int status,
+                       const uint8_t *val, uint32_t vlen)
+{
+    struct lincheck_op h = {.key = op->key, .key_len = strlen(op->key), .kind = op->kind,
+                            .invoke = op->invoke, .complete = erma_now_ns()};
+    if (status != ERMA_OK && status != ERMA_ENOENT) {
+        if (op->kind == LINCHECK_GET)
+            return; /* a failed read says nothing */
+        h.result = LINCHECK_RESULT_UNKNOWN;
+        h.complete = UINT64_MAX;
+        r->unknown++;
+    } else if (op->kind == LINCHECK_GET) {
+        h.result = status == ERMA_OK ? LINCHECK_RESULT_VALUE : LINCHECK_RESULT_ENOENT;
+        h.value = val;
+        h.value_len = vlen;
+    } else {
+        h.result = status == ERMA_OK ? LINCHECK_RESULT_OK : LINCHECK_RESULT_ENOENT;
+    }
+    if (op->kind == LINCHECK_PUT) {
+        h.value = op->val;
+        h.value_len = strlen(op->val);
+    }
+    if (!op->stale)
+        assert_int_equal(lincheck_add(r->lin, &h), LINCHECK_OK);
+    assert_int_equal(lincheck_add(r->all, &h), LINCHECK_OK);
+}
+
+static void lin_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct lin_op *op = tag;
+    struct lin_run *r = op->cl->run;
+    op->busy = false;
+    /* a pause before the slot's next op (virtual time is fast: without it
+     * the history grows to millions of ops) */
+    op->next = erma_now_ns() + erma_rand_below(&r->rng, LIN_THINK_NS);
+    if (status == ERMA_ECANCELLED && op->kind == LINCHECK_GET)
+        return;
+    lin_record(r, op, status, val, vlen);
+    if (status == ERMA_OK || status == ERMA_ENOENT) {
+        r->done++;
+        r->by_phase[r->phase]++;
+        r->stale_reads += op->stale;
+    }
+}
+
+static void lin_start(struct lin_run *r, struct lin_client *cl, struct lin_op *op)
+{
+    const uint64_t x = erma_rand_u64(&r->rng);
+    snprintf(op->key, sizeof op->key, "lk%u", (unsigned)(x % LIN_KEYS));
+    const unsigned pick = (unsigned)((x >> 8) % 100);
+    op->cl = cl;
+    op->stale = cl->stale;
+    op->kind = cl->stale || pick < 40 ? LINCHECK_GET : pick < 85 ? LINCHECK_PUT : LINCHECK_DEL;
+    snprintf(op->val, sizeof op->val, "c%u.%u", (unsigned)(cl - r->cl), ++cl->made);
+    op->invoke = erma_now_ns();
+    const uint32_t klen = (uint32_t)strlen(op->key);
+    int rc;
+    if (op->kind == LINCHECK_PUT)
+        rc = erma_raftkv_put(cl->c, op->key, klen, op->val, (uint32_t)strlen(op->val), lin_done,
+                             op);
+    else if (op->kind == LINCHECK_DEL)
+        rc = erma_raftkv_del(cl->c, op->key, klen, lin_done, op);
+    else
+        rc = erma_raftkv_get(cl->c, op->key, klen, op->stale, lin_done, op);
+    assert_int_equal(rc, ERMA_OK);
+    op->busy = true;
+}
+
+static bool lin_step(void *ctx)
+{
+    struct lin_run *r = ctx;
+    const uint64_t now = erma_now_ns();
+    for (unsigned i = 0; r->issuing && i < r->nclients; i++)
+        for (unsigned k = 0; k < (r->cl[i].stale ? 1u : LIN_WINDOW); k++)
+            if (!r->cl[i].ops[k].busy && now >= r->cl[i].ops[k].next)
+                lin_start(r, &r->cl[i], &r->cl[i].ops[k]);
+    if (r->issuing)
+        return erma_now_ns() >= r->until;
+    for (unsigned i = 0; i < r->nclients; i++)
+        for (unsigned k = 0; k < LIN_WINDOW; k++)
+            if (r->cl[i].ops[k].busy)
+                return false;
+    return true;
+}
+
+static void lin_phase(struct cluster *c, struct lin_run *r, unsigned phase, uint64_t ns)
+{
+    r->phase = phase;
+    r->until = erma_now_ns() + ns;
+    assert_int_equal(erma_raftkv_sim_run(c->sim, c->srv, N, r->clients, r->nclients, ns + SEC,
+                                         lin_step, r),
+                     ERMA_OK);
+}
+
+static void lin_client(struct lin_run *r, unsigned i, const char *const *uris, unsigned n,
+                       bool stale)
+{
+    char uri[64];
+    snprintf(uri, sizeof uri, "sim://rkv7/%u:0", N);
+    const struct erma_raftkv_client_cfg cc = {.uri = uri, .servers = uris, .nservers = n,
+                                              .max_ops = LIN_WINDOW, .failure_ns = 100 * MS,
+                                              .op_timeout_ns = 3 * SEC, .id = 100 + i};
+    r->cl[i] = (struct lin_client){.run = r, .stale = stale};
+    assert_int_equal(erma_raftkv_client_create(&cc, &r->cl[i].c), ERMA_OK);
+    r->clients[i] = r->cl[i].c;
+}
+
+/* cut: a replica cut off from the other replicas (clients reach it);
+ * mute: a replica whose packets to the clients are lost. -1: none. */
+struct lin_tap {
+    int cut, mute;
+};
+
+static bool lin_tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
+{
+    (void)data;
+    const struct lin_tap *t = ctx;
+    const bool replicas = ev->src_host < N && ev->dst_host < N && ev->src_host != ev->dst_host;
+    if (t->cut >= 0 && replicas && (ev->src_host == t->cut || ev->dst_host == t->cut))
+        return false;
+    return !(t->mute >= 0 && ev->src_host == t->mute && ev->dst_host == N);
+}
+
+static void lin_check(struct lincheck_history *h, bool want_ok, const char *what)
+{
+    static char diag[4096];
+    struct lincheck_stats st;
+    const int rc = lincheck_check(h, 0, diag, sizeof diag, &st);
+    print_message("  %s: %zu ops over %zu keys (%zu unknown-outcome ops dropped), %llu states: "
+                  "%s\n",
+                  what, st.ops, st.keys, st.dropped, (unsigned long long)st.states,
+                  rc == LINCHECK_OK ? "linearizable"
+                  : rc == LINCHECK_NONLINEARIZABLE ? "NOT linearizable"
+                                                   : "no answer");
+    if ((rc == LINCHECK_OK) != want_ok || rc < 0 || rc == LINCHECK_TOO_MANY_STATES)
+        print_message("%s\n", diag);
+    assert_int_equal(rc, want_ok ? LINCHECK_OK : LINCHECK_NONLINEARIZABLE);
+}
+
+static void test_linearizable(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_up(&c, "rkv7", 0, 0);
+    static struct lin_run r;
+    memset(&r, 0, sizeof r);
+    r.lin = lincheck_create();
+    r.all = lincheck_create();
+    assert_non_null(r.lin);
+    assert_non_null(r.all);
+    erma_rand_seed(&r.rng, 77);
+    r.issuing = true;
+    for (unsigned i = 0; i < LIN_CLIENTS; i++)
+        lin_client(&r, i, c.uris, N, false);
+    r.nclients = LIN_CLIENTS;
+    const int l0 = wait_leader(&c);
+    assert_true(l0 >= 0);
+    struct lin_tap tap = {-1, -1};
+    erma_sim_set_tap(c.sim, lin_tap, &tap);
+    lin_phase(&c, &r, 0, SEC);
+    server_down(&c, l0);
+    lin_phase(&c, &r, 1, 2 * SEC);
+    server_up(&c, (unsigned)l0);
+    lin_phase(&c, &r, 2, SEC);
+    /* the leader's answers lost: writes commit unanswered, their clients
+     * try elsewhere, then again at the leader: copies in the log */
+    tap.mute = leader(&c);
+    assert_true(tap.mute >= 0);
+    lin_phase(&c, &r, 3, 1500 * MS);
+    tap.mute = -1;
+    lin_phase(&c, &r, 4, 2 * SEC);
+    tap.cut = leader(&c);
+    assert_true(tap.cut >= 0);
+    const int cut = tap.cut;
+    lin_client(&r, LIN_CLIENTS, &c.uris[cut], 1, true);
+    r.nclients = LIN_CLIENTS + 1;
+    lin_phase(&c, &r, 5, 2 * SEC);
+    tap.cut = -1;
+    lin_phase(&c, &r, 6, 2 * SEC);
+    r.issuing = false;
+    assert_int_equal(erma_raftkv_sim_run(c.sim, c.srv, N, r.clients, r.nclients, 10 * SEC,
+                                         lin_step, &r),
+                     ERMA_OK);
+    erma_sim_set_tap(c.sim, NULL, NULL);
+    print_message("  leader %d killed, restarted; a leader's answers lost; leader %d cut off from "
+                  "the others, healed: %llu ops done (%llu %llu %llu %llu %llu %llu %llu by "
+                  "phase), %llu outcomes unknown, %llu stale reads from the cut-off replica\n",
+                  l0 + 1, cut + 1, (unsigned long long)r.done,
+                  (unsigned long long)r.by_phase[0], (unsigned long long)r.by_phase[1],
+                  (unsigned long long)r.by_phase[2], (unsigned long long)r.by_phase[3],
+                  (unsigned long long)r.by_phase[4], (unsigned long long)r.by_phase[5],
+                  (unsigned long long)r.by_phase[6], (unsigned long long)r.unknown,
+                  (unsigned long long)r.stale_reads);
+    uint64_t dups = 0, retries = 0;
+    for (unsigned i = 0; i < N; i++)
+        dups += erma_raftkv_fsm_duplicates(erma_raftkv_server_fsm(c.srv[i]));
+    for (unsigned i = 0; i < r.nclients; i++) {
+        struct erma_raftkv_client_stats cs;
+        erma_raftkv_client_get_stats(r.cl[i].c, &cs);
+        retries += cs.retries;
+    }
+    print_message("  %llu tries retried; %llu copies of retried writes not run again (over "
+                  "the replicas)\n",
+                  (unsigned long long)retries, (unsigned long long)dups);
+    for (unsigned p = 0; p < 7; p++)
+        assert_true(p == 3 || r.by_phase[p] > 0); /* 3: no answer gets through */
+    assert_true(dups > 0); /* copies of retried writes reached the log */ /* the clients carried on in every phase */
+    assert_true(r.stale_reads > 0);
+    lin_check(r.lin, true, "the clients' history");
+    lin_check(r.all, false, "with the stale reader's GET_LOCALs");
+    for (unsigned i = 0; i < r.nclients; i++)
+        erma_raftkv_client_destroy(r.cl[i].c);
+    lincheck_destroy(r.lin);
+    lincheck_destroy(r.all);
+    cluster_down(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -947,6 +1213,7 @@ int main(void)
         cmocka_unit_test_teardown(test_restart_from_snapshot, remove_test_dirs),
         cmocka_unit_test_teardown(test_partition_heals, remove_test_dirs),
         cmocka_unit_test(test_at_most_once),
+        cmocka_unit_test_teardown(test_linearizable, remove_test_dirs),
     };
     if (getenv("RAFTKV_TEST")) /* one test by name, for debugging */
         cmocka_set_test_filter(getenv("RAFTKV_TEST"));
