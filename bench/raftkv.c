@@ -5,11 +5,16 @@
  *   raftkv [--rounds R] [--iters N] [--seconds S] [--inflight W] [--size B]
  *          [--modes LIST] [--dir DIR] [--no-failover] [--poll] [--cpu LIST] [--csv]
  *
- * Every round starts, for each mode (fsync: the log and term fsynced, the
- * default durability; nofsync: never), a fresh cluster of 3 raftkv_server
- * replicas as forked processes on udp loopback with their data in DIR
- * (default /var/tmp: a disk, so that fsync costs what it costs), then from
- * this process (busy-polling):
+ * Every round starts, for each mode, a fresh cluster of 3 raftkv_server
+ * replicas on udp loopback with their data in DIR (default /var/tmp: a
+ * disk, so that fsync costs what it costs):
+ *   fsync    3 processes, the log and term fsynced (the default durability);
+ *   nofsync  3 processes, never fsynced;
+ *   polled   never fsynced, the 3 replicas in one process whose one thread
+ *            polls their endpoints in turn (no wake-ups or process
+ *            switches: what replicas with a polling core each would see,
+ *            on a machine with too few cores for that; no failover);
+ * then from this process (busy-polling):
  *   latency     N times in turn (default 5000): a PUT of B bytes (default
  *               32) to the leader, replicated and applied before it is
  *               answered, then a GET of the same key answered by the
@@ -43,7 +48,10 @@
 #define BASE_PORT 42600
 #define LEADER_WAIT_NS 20000000000ull
 #define OP_WAIT_NS 30000000000ull
-#define MAX_MODES 2
+#define MAX_MODES 3
+
+enum mode { FSYNC, NOFSYNC, POLLED };
+static const char *const mode_names[] = {"fsync", "nofsync", "polled"};
 
 static const char usage[] =
     "usage: raftkv [options]\n"
@@ -54,10 +62,10 @@ static const char usage[] =
     "  --seconds S     throughput phase, seconds (default 2)\n"
     "  --inflight W    PUTs in flight in the throughput phase (default 64)\n"
     "  --size B        value bytes (default 32)\n"
-    "  --modes LIST    fsync,nofsync (default both)\n"
+    "  --modes LIST    of fsync, nofsync, polled (default all three)\n"
     "  --dir DIR       the replicas' data (default /var/tmp)\n"
     "  --no-failover   skip the leader kill\n"
-    "  --poll          replicas spin instead of sleeping when idle\n"
+    "  --poll          fsync, nofsync: replicas spin instead of sleeping when idle\n"
     "  --cpu LIST      CPUs: this process, then the replicas (default: none)\n"
     "  --csv           CSV instead of the table\n"
     "  -h, --help      this text\n";
@@ -66,7 +74,8 @@ struct opts {
     unsigned rounds, iters, inflight, nmodes;
     double seconds;
     uint32_t size;
-    bool modes_fsync[MAX_MODES], failover, poll;
+    enum mode modes[MAX_MODES];
+    bool failover, poll;
     const char *dir;
 };
 
@@ -77,7 +86,7 @@ struct result {
 };
 
 struct cluster {
-    pid_t pid[R];
+    pid_t pid[R]; /* POLLED: pid[0] runs all three */
     char uri[R][64];
     const char *uris[R];
     char dir[512];
@@ -123,6 +132,33 @@ static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll)
     _exit(0);
 }
 
+/* POLLED: the three replicas in this process, one thread polling their
+ * endpoints in turn: no wake-ups, no process switches, one core. */
+static void serve_all(struct cluster *cl)
+{
+    const struct sigaction sa = {.sa_handler = on_term};
+    sigaction(SIGTERM, &sa, NULL);
+    struct erma_raftkv_server *s[R] = {NULL};
+    const struct erma_endpoint_cfg ep = {.busy_poll = true};
+    for (unsigned i = 0; i < R; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/r%u", cl->dir, i + 1);
+        const struct erma_raftkv_server_cfg cfg = {.id = i + 1, .peers = cl->uris, .npeers = R,
+                                                   .data_dir = dir, .no_fsync = true,
+                                                   .ep_cfg = &ep};
+        if (erma_raftkv_server_create(&cfg, &s[i]) != ERMA_OK) {
+            fprintf(stderr, "raftkv: replica %u cannot start on %s\n", i + 1, cl->uri[i]);
+            _exit(1);
+        }
+    }
+    while (!stop_server)
+        for (unsigned i = 0; i < R; i++)
+            erma_raftkv_server_run_once(s[i]);
+    for (unsigned i = 0; i < R; i++)
+        erma_raftkv_server_destroy(s[i]);
+    _exit(0);
+}
+
 static void remove_tree(const char *dir)
 {
     char cmd[700];
@@ -165,11 +201,11 @@ static int op(struct erma_raftkv_client *c, bool put, const char *key, const uin
     return rc != ERMA_OK ? rc : wait_one(c, &o);
 }
 
-static int cluster_start(struct cluster *cl, const struct opts *o, bool fsync, unsigned round)
+static int cluster_start(struct cluster *cl, const struct opts *o, enum mode m, unsigned round)
 {
     memset(cl, 0, sizeof *cl);
     snprintf(cl->dir, sizeof cl->dir, "%s/raftkv-bench-%d-%u-%s", o->dir, (int)getpid(), round,
-             fsync ? "fsync" : "nofsync");
+             mode_names[m]);
     if (mkdir(cl->dir, 0700) != 0) {
         fprintf(stderr, "raftkv: cannot make %s\n", cl->dir);
         return ERMA_ESYS;
@@ -179,11 +215,13 @@ static int cluster_start(struct cluster *cl, const struct opts *o, bool fsync, u
         cl->uris[i] = cl->uri[i];
     }
     fflush(NULL);
-    for (unsigned i = 0; i < R; i++) {
+    for (unsigned i = 0; i < (m == POLLED ? 1u : R); i++) {
         cl->pid[i] = fork();
         if (cl->pid[i] == 0) {
             bench_pin(bench_cli_cpu(the_cli, i + 1));
-            serve(cl, i, fsync, o->poll);
+            if (m == POLLED)
+                serve_all(cl);
+            serve(cl, i, m == FSYNC, o->poll);
         }
     }
     const struct erma_endpoint_cfg ep = {.busy_poll = true};
@@ -344,12 +382,15 @@ static void parse_modes(const struct bench_cli *cli, struct opts *o, char *list)
 {
     o->nmodes = 0;
     for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (o->nmodes == MAX_MODES || (strcmp(t, "fsync") && strcmp(t, "nofsync")))
-            bench_cli_fail(cli, "--modes: fsync, nofsync or both, not %s", t);
-        o->modes_fsync[o->nmodes++] = strcmp(t, "fsync") == 0;
+        unsigned m = 0;
+        while (m < MAX_MODES && strcmp(t, mode_names[m]) != 0)
+            m++;
+        if (o->nmodes == MAX_MODES || m == MAX_MODES)
+            bench_cli_fail(cli, "--modes: fsync, nofsync, polled, not %s", t);
+        o->modes[o->nmodes++] = (enum mode)m;
     }
     if (o->nmodes == 0)
-        bench_cli_fail(cli, "--modes: fsync, nofsync or both");
+        bench_cli_fail(cli, "--modes: fsync, nofsync, polled");
 }
 
 static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
@@ -361,7 +402,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
                                         {"no-failover", 0, 0, 'F'}, {"poll", 0, 0, 'P'},
                                         {0, 0, 0, 0}};
     *o = (struct opts){.rounds = 3, .iters = 5000, .inflight = 64, .seconds = 2, .size = 32,
-                       .nmodes = 2, .modes_fsync = {true, false}, .failover = true,
+                       .nmodes = 3, .modes = {FSYNC, NOFSYNC, POLLED}, .failover = true,
                        .dir = "/var/tmp"};
     bench_cli_init(cli, "raftkv", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
@@ -387,11 +428,11 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
                             " (<= 4096) must be positive");
 }
 
-static int run_round(const struct opts *o, unsigned round, bool fsync, struct result *r)
+static int run_round(const struct opts *o, unsigned round, enum mode m, struct result *r)
 {
     struct cluster cl;
     memset(r, 0, sizeof *r);
-    int rc = cluster_start(&cl, o, fsync, round);
+    int rc = cluster_start(&cl, o, m, round);
     if (rc != ERMA_OK)
         fprintf(stderr, "raftkv: round %u: no leader within %llu s\n", round,
                 (unsigned long long)(LEADER_WAIT_NS / 1000000000ull));
@@ -401,7 +442,7 @@ static int run_round(const struct opts *o, unsigned round, bool fsync, struct re
         fprintf(stderr, "raftkv: round %u: throughput phase: %llu PUTs failed\n", round,
                 (unsigned long long)r->failed);
     r->failover_ms = -1;
-    if (rc == ERMA_OK && o->failover && (rc = failover(&cl, o, r)) != ERMA_OK)
+    if (rc == ERMA_OK && o->failover && m != POLLED && (rc = failover(&cl, o, r)) != ERMA_OK)
         fprintf(stderr, "raftkv: round %u: no PUT acknowledged within 15 s of the kill\n",
                 round);
     cluster_stop(&cl);
@@ -429,9 +470,9 @@ int main(int argc, char **argv)
     for (unsigned round = 0; round < o.rounds; round++)
         for (unsigned k = 0; k < o.nmodes; k++) {
             const unsigned m = round % 2 ? o.nmodes - 1 - k : k;
-            const char *name = o.modes_fsync[m] ? "fsync" : "nofsync";
+            const char *name = mode_names[o.modes[m]];
             struct result r;
-            if (run_round(&o, round, o.modes_fsync[m], &r) != ERMA_OK) {
+            if (run_round(&o, round, o.modes[m], &r) != ERMA_OK) {
                 status = 1;
                 continue;
             }
@@ -451,7 +492,7 @@ int main(int argc, char **argv)
     for (unsigned m = 0; m < o.nmodes; m++)
         if (n[m])
             bench_table_row(&t, "raftkv,median,%s,%.1f,%.1f,%.1f,,%.2f,%.0f,%.1f",
-                            o.modes_fsync[m] ? "fsync" : "nofsync", bench_median(p50[m], n[m]),
+                            mode_names[o.modes[m]], bench_median(p50[m], n[m]),
                             bench_median(p99[m], n[m]), bench_median(rpc50[m], n[m]),
                             bench_median(ratio[m], n[m]), bench_median(tput[m], n[m]),
                             nfo[m] ? bench_median(fo[m], nfo[m]) : -1.0);

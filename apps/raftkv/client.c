@@ -45,6 +45,7 @@ struct erma_raftkv_client {
     uint64_t next_seq;
     struct op *ops;
     uint32_t pending, completions;
+    uint32_t waiting; /* ops waiting for a retry: poll has nothing to do without them */
     bool destroying;
     struct erma_raftkv_client_stats stats;
 };
@@ -63,10 +64,16 @@ static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int 
         }
 }
 
+static void set_waiting(struct op *op, bool waiting)
+{
+    op->c->waiting += (uint32_t)waiting - (uint32_t)op->waiting;
+    op->waiting = waiting;
+}
+
 static void complete(struct op *op, int status, const uint8_t *val, uint32_t vlen)
 {
     op->completed = true;
-    op->waiting = false;
+    set_waiting(op, false);
     op->status = status;
     op->val = val;
     op->vlen = vlen;
@@ -87,7 +94,7 @@ static unsigned next_server(struct erma_raftkv_client *c, unsigned from, uint64_
 static void retry(struct op *op, unsigned server, uint64_t at)
 {
     op->server = server;
-    op->waiting = true;
+    set_waiting(op, true);
     op->retry_at = at;
     op->c->stats.retries++;
 }
@@ -158,7 +165,7 @@ static void try_op(struct op *op, uint64_t now)
 {
     struct erma_raftkv_client *c = op->c;
     struct server *s = &c->srv[op->server];
-    op->waiting = false;
+    set_waiting(op, false);
     if (op->seq)
         erma_put_le(op->req.data + 16, floor_seq(c), 8);
     if (s->sess < 0)
@@ -272,6 +279,8 @@ static void finish(struct op *op)
 
 int erma_raftkv_client_poll(struct erma_raftkv_client *c)
 {
+    if (!c->completions && !c->waiting)
+        return 0;
     const uint64_t now = erma_now_ns();
     int done = 0;
     for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
@@ -295,6 +304,8 @@ uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c)
     if (c->completions)
         return 0;
     uint64_t t = UINT64_MAX;
+    if (!c->waiting)
+        return t;
     for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
         const struct op *op = &c->ops[i];
         if (op->busy && op->waiting) {
