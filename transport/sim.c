@@ -16,6 +16,7 @@ enum stage { AT_PATH, AT_EGRESS, DELIVER };
 
 struct pkt {
     uint64_t time, seq;
+    uint64_t left; /* past AT_PATH: when its last bit left the path's queue */
     uint16_t src_host, src_port, dst_host, dst_port;
     uint8_t stage, path;
     uint32_t len;
@@ -105,6 +106,27 @@ static uint64_t queue_admit(struct queue *q, uint64_t t, uint32_t wire)
 static int before(const struct pkt *a, const struct pkt *b)
 {
     return a->time < b->time || (a->time == b->time && a->seq < b->seq);
+}
+
+/* Restores heap order after times changed in place (Floyd). */
+static void heapify(struct erma_sim *s)
+{
+    for (size_t k = s->heap_len / 2; k-- > 0;) {
+        struct pkt *x = s->heap[k];
+        size_t i = k;
+        for (;;) {
+            size_t c = 2 * i + 1;
+            if (c >= s->heap_len)
+                break;
+            if (c + 1 < s->heap_len && before(s->heap[c + 1], s->heap[c]))
+                c++;
+            if (!before(s->heap[c], x))
+                break;
+            s->heap[i] = s->heap[c];
+            i = c;
+        }
+        s->heap[i] = x;
+    }
 }
 
 static int heap_push(struct erma_sim *s, struct pkt *p)
@@ -255,11 +277,21 @@ static void step(struct erma_sim *s, struct pkt *p)
     switch (p->stage) {
     case AT_PATH: {
         const uint64_t t = queue_admit(&s->path[p->path], p->time, wire);
-        schedule(s, p, AT_EGRESS, t == UINT64_MAX ? t : t + s->cfg.path_delay_ns[p->path]);
+        if (t == UINT64_MAX) {
+            s->stats.path_drop_buffer[p->path]++;
+            schedule(s, p, AT_EGRESS, t);
+            break;
+        }
+        p->left = t;
+        schedule(s, p, AT_EGRESS, t + s->cfg.path_delay_ns[p->path]);
         break;
     }
     case AT_EGRESS: {
-        if (s->cfg.loss > 0 && erma_rand_double(&s->rng) < s->cfg.loss) {
+        /* No draw for a loss of 0, so runs without per-path loss draw as before. */
+        const double pl = s->cfg.path_loss[p->path];
+        if ((pl > 0 && erma_rand_double(&s->rng) < pl) ||
+            (s->cfg.loss > 0 && erma_rand_double(&s->rng) < s->cfg.loss)) {
+            s->stats.path_drop_loss[p->path]++;
             drop(s, p, ERMA_SIM_DROP_LOSS, &s->stats.drop_loss);
             break;
         }
@@ -326,6 +358,69 @@ uint64_t erma_sim_egress_bytes(const struct erma_sim *s, uint32_t host)
     return host < s->cfg.hosts ? backlog_bytes(&s->egress[host], s->now) : 0;
 }
 
+static bool valid_loss(double x)
+{
+    return x >= 0 && x <= 1; /* false for NaN */
+}
+
+static uint64_t path_rate(const struct erma_sim_cfg *c, uint32_t path)
+{
+    return c->path_rate_bps[path] ? c->path_rate_bps[path] : c->path_bps;
+}
+
+/* now + (t - now) * r0 / r1, rounded up; now when r1 is 0 (no serialisation). */
+static uint64_t rescale_time(uint64_t t, uint64_t now, uint64_t r0, uint64_t r1)
+{
+    if (r1 == 0)
+        return now;
+    return now + (uint64_t)(((unsigned __int128)(t - now) * r0 + r1 - 1) / r1);
+}
+
+int erma_sim_set_path(struct erma_sim *s, uint32_t path, const struct erma_sim_path *np)
+{
+    if (!s || !np || path >= s->cfg.paths || !valid_loss(np->loss))
+        return ERMA_EINVAL;
+    struct queue *q = &s->path[path];
+    const uint64_t now = s->now, r0 = q->bps;
+    s->cfg.path_delay_ns[path] = np->delay_ns;
+    s->cfg.path_rate_bps[path] = np->bps;
+    s->cfg.path_loss[path] = np->loss;
+    const uint64_t r1 = path_rate(&s->cfg, path);
+    /* Bytes still to be sent at now go on at r1: remaining time scales by r0/r1. */
+    const bool rescale = r0 != r1 && r0 != 0 && q->free_at > now;
+    bool moved = false;
+    for (size_t i = 0; i < s->heap_len; i++) {
+        struct pkt *k = s->heap[i];
+        if (k->stage != AT_EGRESS || k->path != path || k->left <= now)
+            continue;
+        if (rescale)
+            k->left = rescale_time(k->left, now, r0, r1);
+        k->time = k->left + np->delay_ns;
+        moved = true;
+    }
+    if (rescale)
+        q->free_at = rescale_time(q->free_at, now, r0, r1);
+    q->bps = r1;
+    if (moved)
+        heapify(s);
+    return ERMA_OK;
+}
+
+int erma_sim_get_path(const struct erma_sim *s, uint32_t path, struct erma_sim_path *out)
+{
+    if (!s || !out || path >= s->cfg.paths)
+        return ERMA_EINVAL;
+    *out = (struct erma_sim_path){.delay_ns = s->cfg.path_delay_ns[path],
+                                  .bps = s->cfg.path_rate_bps[path],
+                                  .loss = s->cfg.path_loss[path]};
+    return ERMA_OK;
+}
+
+uint64_t erma_sim_path_max_bytes(const struct erma_sim *s, uint32_t path)
+{
+    return path < s->cfg.paths ? s->path[path].max_bytes : 0;
+}
+
 void erma_sim_set_trace(struct erma_sim *s, erma_sim_trace_fn fn, void *ctx)
 {
     s->trace = fn;
@@ -341,6 +436,9 @@ int erma_sim_create(const char *name, const struct erma_sim_cfg *cfg, struct erm
         cfg->paths > ERMA_SIM_MAX_PATHS || cfg->loss < 0 || cfg->loss > 1 ||
         cfg->reorder < 0 || cfg->reorder > 1)
         return ERMA_EINVAL;
+    for (uint32_t p = 0; p < cfg->paths; p++)
+        if (!valid_loss(cfg->path_loss[p]))
+            return ERMA_EINVAL;
     struct erma_sim *s = calloc(1, sizeof *s);
     if (!s)
         return ERMA_ENOMEM;
@@ -358,8 +456,12 @@ int erma_sim_create(const char *name, const struct erma_sim_cfg *cfg, struct erm
         s->uplink[h].bps = cfg->link_bps;
         s->egress[h] = (struct queue){.bps = cfg->link_bps, .buffer = cfg->switch_buffer};
     }
+    for (uint32_t p = ERMA_SIM_MAX_PATHS; p-- > cfg->paths;) { /* ignored: keep them 0 */
+        s->cfg.path_loss[p] = 0;
+        s->cfg.path_rate_bps[p] = 0;
+    }
     for (uint32_t p = 0; p < cfg->paths; p++)
-        s->path[p] = (struct queue){.bps = cfg->path_bps, .buffer = cfg->switch_buffer};
+        s->path[p] = (struct queue){.bps = path_rate(cfg, p), .buffer = cfg->switch_buffer};
     pthread_mutex_lock(&registry_lock);
     for (struct erma_sim *o = registry; o; o = o->next) {
         if (strcmp(o->name, name) == 0) {

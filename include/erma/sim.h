@@ -8,9 +8,13 @@
  * `hosts` hosts joined by one switch. A packet from host A to host B:
  *   1. leaves A's uplink (link_bps serialisation, unbounded NIC queue),
  *   2. after link_delay_ns crosses one of `paths` ECMP core paths, chosen by
- *      hashing (hosts, UDP ports); each path adds path_delay_ns[p] and, if
- *      path_bps is set, its own serialisation and a switch_buffer queue,
- *   3. is randomly dropped with probability `loss`,
+ *      hashing (hosts, UDP ports); path p serialises at path_rate_bps[p], or
+ *      at path_bps when that is 0, behind a drop-tail queue of switch_buffer
+ *      bytes (no queue and no serialisation when the rate is 0), then adds
+ *      path_delay_ns[p],
+ *   3. is randomly dropped with probability path_loss[p] as it comes off
+ *      path p, then with probability `loss` (independently: a packet on p
+ *      survives with probability (1 - path_loss[p]) * (1 - loss)),
  *   4. queues at the switch egress port towards B: link_bps serialisation
  *      and a drop-tail buffer of switch_buffer bytes,
  *   5. after link_delay_ns (plus, with probability `reorder`, a random extra
@@ -24,6 +28,30 @@
  * endpoint has had its turn. erma_sim_use_clock() makes erma_now_ns() read
  * the fabric's time. With the same seed and the same calls, a run is the
  * same run, packet for packet.
+ *
+ * Per-path impairments (multipath experiments): path_loss[p] and
+ * path_rate_bps[p] make one path lossy or slow; entries at and beyond
+ * `paths` are ignored, and with all of them 0 the fabric behaves, and draws
+ * random numbers, exactly as without them. erma_sim_set_path() changes a
+ * path's delay, rate and loss during a run, at the current virtual time:
+ *   - the rate applies to every byte not yet sent onto the path: packets
+ *     waiting in its queue, and the rest of the one being serialised, go on
+ *     at the new rate (their departure times are rescaled; at rate 0 they
+ *     leave at once), and so do packets that reach the path later;
+ *   - the delay applies to packets whose last bit leaves the path's queue
+ *     after the call (those still queued included); packets already
+ *     propagating keep the delay they left with;
+ *   - the loss applies to packets that come off the path after the call,
+ *     including ones already on it.
+ * The change is part of the run: the same seed and the same calls, including
+ * erma_sim_set_path() at the same virtual times, give the same run.
+ *
+ * Per-path statistics: path_pkts[p] counts packets hashed to path p when
+ * sent; path_drop_loss[p] those of them dropped at random (path_loss[p] or
+ * `loss`), so the path_drop_loss[] sum to drop_loss; path_drop_buffer[p]
+ * those dropped because path p's own queue was full. Drops at the switch
+ * egress port belong to no path: they are drop_buffer minus the sum of
+ * path_drop_buffer[].
  *
  * Endpoints open "sim://NAME/HOST:PORT" with erma_endpoint_create(); PORT 0
  * picks a free port. Close every such transport before erma_sim_destroy().
@@ -46,13 +74,24 @@ struct erma_sim_cfg {
     uint64_t link_delay_ns;
     uint32_t paths;
     uint64_t path_delay_ns[ERMA_SIM_MAX_PATHS];
-    uint64_t path_bps;      /* 0: the core is never the bottleneck */
+    uint64_t path_bps;      /* 0: paths without path_rate_bps[p] never queue */
     uint64_t switch_buffer; /* bytes per queue; 0: unbounded */
     double loss;
     double reorder;
     uint64_t reorder_delay_ns;
     uint32_t frame_overhead;
     uint64_t seed;
+    /* Per path, for p < paths; each in [0, 1]; 0: only `loss` applies. */
+    double path_loss[ERMA_SIM_MAX_PATHS];
+    /* Per path, bits/s; 0: path_bps. */
+    uint64_t path_rate_bps[ERMA_SIM_MAX_PATHS];
+};
+
+/* One core path's settings, for erma_sim_set_path() and erma_sim_get_path(). */
+struct erma_sim_path {
+    uint64_t delay_ns; /* as path_delay_ns[p] */
+    uint64_t bps;      /* as path_rate_bps[p]: 0 means path_bps */
+    double loss;       /* as path_loss[p], in [0, 1] */
 };
 
 enum erma_sim_event_kind {
@@ -76,6 +115,8 @@ struct erma_sim_stats {
     uint64_t drop_loss, drop_buffer, drop_rx_full, drop_no_port;
     uint64_t reordered;
     uint64_t path_pkts[ERMA_SIM_MAX_PATHS];
+    uint64_t path_drop_loss[ERMA_SIM_MAX_PATHS];   /* random loss on path p */
+    uint64_t path_drop_buffer[ERMA_SIM_MAX_PATHS]; /* path p's queue full */
 };
 
 typedef void (*erma_sim_trace_fn)(void *ctx, const struct erma_sim_event *ev);
@@ -107,6 +148,16 @@ void erma_sim_set_trace(struct erma_sim *sim, erma_sim_trace_fn fn, void *ctx);
 uint64_t erma_sim_uplink_max_bytes(const struct erma_sim *sim, uint32_t host);
 /* Current backlog in bytes in host's uplink queue. */
 uint64_t erma_sim_uplink_bytes(const struct erma_sim *sim, uint32_t host);
+
+/* Sets path's delay, rate and loss from the current virtual time on (see
+ * above); path < paths and loss in [0, 1], else ERMA_EINVAL and no change.
+ * Returns ERMA_OK. */
+int erma_sim_set_path(struct erma_sim *sim, uint32_t path, const struct erma_sim_path *p);
+/* Reads path's current settings as erma_sim_set_path() takes them (bps 0
+ * when the path runs at path_bps); ERMA_EINVAL if path >= paths. */
+int erma_sim_get_path(const struct erma_sim *sim, uint32_t path, struct erma_sim_path *out);
+/* Largest backlog in bytes seen in path's queue (0 if path >= paths). */
+uint64_t erma_sim_path_max_bytes(const struct erma_sim *sim, uint32_t path);
 
 /* For fault tests: tap sees every packet as it is sent (ev.kind is
  * ERMA_SIM_DELIVER, ev.time the send time) and may change its bytes in
