@@ -115,11 +115,15 @@ struct slot {
     erma_cont_fn cont;
     void *tag;
     uint32_t req_pkts, resp_pkts; /* resp_pkts 0 until the first response packet */
-    uint32_t num_tx, num_rx;      /* packets sent / replies accepted, in the slot's index space */
+    uint32_t num_tx, num_rx;      /* packets sent / replies received without a gap, in the
+                                     slot's index space */
+    uint64_t rx_bits;             /* bit k: the reply to packet num_rx + k came (out of order) */
+    uint64_t resend;              /* bit k: packet num_rx + k is to be sent again (lost) */
     uint64_t progress_ns, start_ns;
     uint32_t tx_ns[ERMA_MAX_CREDITS]; /* send time of packet i, mod 2^32 ns, at [i % 32] */
     /* server */
-    uint32_t srv_rx;              /* request packets received in order */
+    uint32_t srv_rx;              /* request packets received without a gap */
+    uint64_t srv_bits;            /* bit k: request packet srv_rx + k came (out of order) */
     struct erma_req *rq;          /* the current request, NULL before the first */
 };
 

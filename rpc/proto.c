@@ -50,9 +50,39 @@ static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *s
     return rpc->ep->tr->max_pkt;
 }
 
+/* A slot keeps at most this many packets past its first unanswered one
+ * (tx_ns holds their send times; the bitmaps are 64 bits). */
+#define WINDOW ERMA_MAX_CREDITS
+
+static uint64_t bit(uint32_t k)
+{
+    return (uint64_t)1 << k;
+}
+
 static bool slot_pending(const struct slot *sl)
 {
-    return sl->busy && sl->num_tx < client_total_tx(sl);
+    return sl->busy && (sl->resend || (sl->num_tx < client_total_tx(sl) &&
+                                       sl->num_tx - sl->num_rx < WINDOW));
+}
+
+/* Packets sent and neither answered nor queued to be sent again: each
+ * holds a credit. */
+static uint32_t slot_outstanding(const struct slot *sl)
+{
+    const uint32_t span = sl->num_tx - sl->num_rx;
+    const uint64_t mask = span >= 64 ? ~(uint64_t)0 : bit(span) - 1;
+    return span - (uint32_t)__builtin_popcountll((sl->rx_bits | sl->resend) & mask);
+}
+
+/* The next packet of a pending slot: a lost one first, else a new one. */
+static uint32_t slot_next_pkt(struct slot *sl)
+{
+    if (sl->resend) {
+        const uint32_t k = (uint32_t)__builtin_ctzll(sl->resend);
+        sl->resend &= ~bit(k);
+        return sl->num_rx + k;
+    }
+    return sl->num_tx++;
 }
 
 /* Sends the next packet of the session's next slot with one pending (round
@@ -67,7 +97,7 @@ static uint32_t send_next(struct erma_rpc *rpc, struct session *s)
         if (slot_pending(sl)) {
             s->rr = (uint8_t)((s->rr + n + 1) % ERMA_SESSION_SLOTS);
             s->credits--;
-            return send_pkt(rpc, s, sl, sl->num_tx++);
+            return send_pkt(rpc, s, sl, slot_next_pkt(sl));
         }
     }
     return 0;
@@ -171,6 +201,7 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     sl->tag = b->tag;
     sl->req_pkts = erma_msg_pkts(sl->req->size, rpc->pkt_data);
     sl->resp_pkts = sl->num_tx = sl->num_rx = 0;
+    sl->rx_bits = sl->resend = 0;
     sl->progress_ns = sl->start_ns = rpc->ep->now;
     for (uint32_t k = 0; k < sl->req_pkts; k++)
         hdr_put(erma_msg_hdr(sl->req, k), sl->req_type, sl->req->size, s->remote_num, ERMA_PKT_REQ,
@@ -179,7 +210,7 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
 
 static void slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl, int status)
 {
-    s->credits += sl->num_tx - sl->num_rx;
+    s->credits += slot_outstanding(sl);
     sl->busy = false;
     busy_remove(rpc, s);
     erma_complete(rpc, sl->cont, sl->tag, status, sl->resp);
@@ -264,10 +295,13 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
         if (rpc->cfg.req_timeout_ns && since(now, sl->start_ns) > rpc->cfg.req_timeout_ns) {
             slot_finish(rpc, s, sl, ERMA_ETIMEDOUT);
             kick = true;
-        } else if (sl->num_tx > sl->num_rx && since(now, sl->progress_ns) > rpc->cfg.rto_ns) {
-            /* go-back-N: resend everything after the last reply */
-            s->credits += sl->num_tx - sl->num_rx;
-            sl->num_tx = sl->num_rx;
+        } else if (slot_outstanding(sl) && since(now, sl->progress_ns) > rpc->cfg.rto_ns) {
+            /* selective: send again only the packets without a reply */
+            const uint32_t span = sl->num_tx - sl->num_rx;
+            const uint64_t lost = (bit(span) - 1) & ~(sl->rx_bits | sl->resend);
+            s->credits += (uint32_t)__builtin_popcountll(lost);
+            rpc->stats.retransmitted_pkts += (uint64_t)__builtin_popcountll(lost);
+            sl->resend |= lost;
             sl->progress_ns = now;
             rpc->stats.retransmits++;
             kick = true;
@@ -315,6 +349,23 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot
         rpc->cfg.rtt_hook(rpc->cfg.rtt_ctx, s->num, rtt);
 }
 
+/* Marks the reply to packet i received (it returns its credit); the
+ * first unanswered packet moves past every reply received without a gap. */
+static void client_mark(struct session *s, struct slot *sl, uint32_t i)
+{
+    const uint64_t b = bit(i - sl->num_rx);
+    sl->rx_bits |= b;
+    if (sl->resend & b) /* it came after all: its credit came back at the timeout */
+        sl->resend &= ~b;
+    else
+        s->credits++;
+    while (sl->rx_bits & 1) {
+        sl->rx_bits >>= 1;
+        sl->resend >>= 1;
+        sl->num_rx++;
+    }
+}
+
 static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_hdr *h,
                       const struct erma_rx_pkt *pkt)
 {
@@ -324,11 +375,8 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
         rpc->stats.rx_stale++;
         return;
     }
-    if (i != sl->num_rx) {
-        if (i < sl->num_rx)
-            rpc->stats.rx_dup++;
-        else
-            rpc->stats.rx_reordered++;
+    if (i < sl->num_rx || (sl->rx_bits & bit(i - sl->num_rx))) {
+        rpc->stats.rx_dup++;
         return;
     }
     const uint32_t len = pkt->len - ERMA_HDR_SIZE;
@@ -349,9 +397,15 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
             return;
         }
     }
+    if (i != sl->num_rx)
+        rpc->stats.rx_reordered++;
     cc_sample(rpc, s, sl, i);
-    sl->num_rx++;
-    s->credits++;
+    /* The first response packet says the server has every request packet:
+     * credit returns still missing were lost, or are late duplicates. */
+    for (uint32_t k = sl->num_rx; !is_cr && i + 1 == sl->req_pkts && k < i; k++)
+        if (k >= sl->num_rx && !(sl->rx_bits & bit(k - sl->num_rx)))
+            client_mark(s, sl, k);
+    client_mark(s, sl, i);
     sl->progress_ns = rpc->ep->now;
     if (!is_cr && sl->num_rx == client_total_tx(sl))
         slot_finish(rpc, s, sl, ERMA_OK);
@@ -439,6 +493,7 @@ void erma_server_slot_free(struct erma_rpc *rpc, struct slot *sl)
     struct erma_req *rq = sl->rq;
     sl->rq = NULL;
     sl->srv_rx = 0;
+    sl->srv_bits = 0;
     if (rq && rq->held)
         rq->slot = NULL;
     else if (rq)
@@ -548,17 +603,20 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
     rq->held = true;
 }
 
-/* A request packet i for the slot's current request. */
+/* A request packet i for the slot's current request. Packets may come in
+ * any order within 64 of the first missing one: each is kept and answered
+ * with its credit return; the handler runs once all have come. */
 static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl,
                            const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
     struct erma_req *rq = sl->rq;
     const uint32_t i = h->pkt_num, req_pkts = erma_msg_pkts(rq->size, rpc->pkt_data);
-    if (i > sl->srv_rx) {
+    if (i >= sl->srv_rx + 64) {
         rpc->stats.rx_reordered++;
         return;
     }
-    if (i < sl->srv_rx) { /* a retransmission: answer again what is idempotent */
+    if (i < sl->srv_rx || (sl->srv_bits & ((uint64_t)1 << (i - sl->srv_rx)))) {
+        /* a retransmission: answer again what is idempotent */
         rpc->stats.rx_dup++;
         if (i + 1 < req_pkts)
             server_send_cr(rpc, s, sl, i);
@@ -573,16 +631,22 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
     if (req_pkts == 1) {
         rq->data = data; /* processed in the RX buffer */
     } else {
-        if (i == 0 && erma_msgbuf_alloc(rpc, rq->size, &rq->req_buf) != ERMA_OK)
+        if (!rq->owns_req && erma_msgbuf_alloc(rpc, rq->size, &rq->req_buf) != ERMA_OK)
             return; /* dropped; the client will retransmit */
         rq->owns_req = true;
         rq->data = rq->req_buf.data;
         memcpy(rq->req_buf.data + (size_t)i * rpc->pkt_data, data, len);
     }
-    sl->srv_rx++;
+    if (i != sl->srv_rx)
+        rpc->stats.rx_reordered++;
+    sl->srv_bits |= (uint64_t)1 << (i - sl->srv_rx);
+    while (sl->srv_bits & 1) {
+        sl->srv_bits >>= 1;
+        sl->srv_rx++;
+    }
     if (i + 1 < req_pkts)
         server_send_cr(rpc, s, sl, i);
-    else
+    if (sl->srv_rx == req_pkts)
         server_call(rpc, s, sl);
 }
 
@@ -593,12 +657,13 @@ static struct erma_req *server_new_req(struct erma_rpc *rpc, struct session *s, 
     struct erma_req *rq = sl->rq;
     if (rq && !rq->held) {
         req_clear(rpc, rq);
-        sl->srv_rx = 0;
     } else {
         erma_server_slot_free(rpc, sl);
         if (!(rq = sl->rq = req_get(rpc, s, sl)))
             return NULL; /* dropped; the client will retransmit */
     }
+    sl->srv_rx = 0;
+    sl->srv_bits = 0;
     sl->req_num = h->req_num;
     rq->type = h->req_type;
     rq->size = h->msg_size;
@@ -615,8 +680,10 @@ static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma
         return;
     }
     if (h->req_num > sl->req_num) {
-        if (h->pkt_type != ERMA_PKT_REQ || h->pkt_num != 0) {
-            rpc->stats.rx_reordered++;
+        /* any request packet starts it: the client sends the slot's next
+         * request only once it had the whole last response */
+        if (h->pkt_type != ERMA_PKT_REQ) {
+            rpc->stats.rx_stale++;
             return;
         }
         if (!(rq = server_new_req(rpc, s, sl, h)))

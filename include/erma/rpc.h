@@ -173,8 +173,9 @@ struct erma_rpc_stats {
     uint64_t rx_no_session; /* for no session of ours, dropped */
     uint64_t rx_stale;      /* for an old request, dropped */
     uint64_t rx_dup;        /* duplicates (answered again where idempotent) */
-    uint64_t rx_reordered;  /* ahead of the expected packet, dropped */
-    uint64_t retransmits;   /* go-back-N rollbacks */
+    uint64_t rx_reordered;  /* taken out of order (kept: selective acknowledgement) */
+    uint64_t retransmits;   /* timeouts that sent packets again */
+    uint64_t retransmitted_pkts; /* packets sent again: only those without a reply */
     uint64_t handler_calls, rpcs_done, rpcs_failed;
     uint64_t sessions_refused;
     uint64_t cookies_sent;  /* connect requests answered with a cookie, no state kept */
