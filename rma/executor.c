@@ -48,7 +48,8 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
 {
     if (!rma || !t || !t->local || t->len == 0 || t->peer < 0 ||
         (uint32_t)t->peer >= rma->npeers || t->priority >= ERMA_RMA_PRIORITIES ||
-        (t->op != ERMA_RMA_READ && t->op != ERMA_RMA_WRITE))
+        (t->op != ERMA_RMA_READ && t->op != ERMA_RMA_WRITE) ||
+        (t->fence && t->op != ERMA_RMA_WRITE))
         return ERMA_EINVAL;
     const int usable = erma_rkey_usable(rma, &t->rkey);
     if (usable != ERMA_OK)
@@ -58,13 +59,23 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
         if (x->state != XFER_FREE)
             continue;
         const uint64_t chunks = (t->len + ERMA_RMA_MAX_OP - 1) / ERMA_RMA_MAX_OP;
+        /* A fenced transfer waits, holding no slot, for the WRITEs in
+         * progress now (portal.c, fences); then its chunks flow as any. */
+        const uint32_t wait = t->fence ? erma_fence_count(rma, t->peer, t->rkey.region) : 0;
         *x = (struct xfer){.state = XFER_ACTIVE, .op = (uint8_t)t->op, .prio = t->priority,
                            .peer = t->peer, .rkey = t->rkey, .offset = t->offset,
                            .local = t->local, .len = t->len, .max_retries = t->max_retries,
-                           .tag = t->tag, .start_ns = erma_ep_clock(rma->ep)};
+                           .tag = t->tag, .start_ns = erma_ep_clock(rma->ep),
+                           .fence = t->fence, .fence_wait = wait};
         if (t->max_retries && !(x->tries = calloc(chunks, sizeof *x->tries))) {
             x->state = XFER_FREE;
             return ERMA_ENOMEM;
+        }
+        if (x->op == ERMA_RMA_WRITE)
+            x->wseq = ++rma->wseq;
+        if (wait) {
+            rma->fenced_xfers++;
+            rma->stats.fence_held++;
         }
         erma_exec_wake(rma);
         return (int)i;
@@ -75,7 +86,7 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
 /* The next chunk of x to issue, or false when none is ready. */
 static bool next_chunk(const struct xfer *x, uint64_t *off)
 {
-    if (x->state != XFER_ACTIVE || x->status != ERMA_OK)
+    if (x->state != XFER_ACTIVE || x->status != ERMA_OK || x->fence_wait)
         return false;
     if (x->nredo) {
         *off = x->redo[x->nredo - 1];
@@ -86,6 +97,7 @@ static bool next_chunk(const struct xfer *x, uint64_t *off)
 }
 
 static void chunk_done(struct erma_rma *rma, struct slot *s);
+static void xfer_complete(struct erma_rma *rma, struct xfer *x, uint32_t id);
 
 /* Submits one chunk of x if the windows allow; false when they do not. */
 static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint64_t off)
@@ -109,7 +121,8 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
     }
     const struct erma_rma_cmd c = {.op = x->op, .peer = x->peer, .rkey = x->rkey,
                                    .offset = x->offset + off, .local = x->local + off,
-                                   .len = n, .priority = x->prio, .tag = id};
+                                   .len = n, .priority = x->prio, .tag = id,
+                                   .fence = x->fence};
     if (erma_portal_submit(rma, &c, chunk_done) < 0)
         return false;
     if (!rma->cfg.cc_off)
@@ -129,6 +142,21 @@ int erma_exec_poll(struct erma_rma *rma)
     rma->exec_wake_ns = UINT64_MAX;
     const uint32_t nx = rma->cfg.transfers;
     int work = 0;
+    /* Fenced transfers a failed write cancelled (portal.c, fences): they
+     * complete without a chunk sent. */
+    while (rma->fence_cancel) { /* a cancel may cancel another */
+        rma->fence_cancel = false;
+        for (uint32_t id = 0; id < nx; id++) {
+            struct xfer *x = &rma->xfers[id];
+            if (x->state == XFER_ACTIVE && x->fence && !x->fence_wait &&
+                x->fence_status != ERMA_OK && x->status == ERMA_OK) {
+                x->status = x->fence_status;
+                rma->stats.fence_cancelled++;
+                xfer_complete(rma, x, id);
+                work++;
+            }
+        }
+    }
     /* One chunk per transfer per round, so transfers share the windows. */
     for (bool progress = true; progress && rma->free_slots >= 0;) {
         progress = false;
@@ -201,12 +229,20 @@ static void chunk_done(struct erma_rma *rma, struct slot *s)
     }
     if (x->inflight || (x->status == ERMA_OK && (x->nredo || x->next_off < x->len)))
         return;
+    xfer_complete(rma, x, id);
+}
+
+static void xfer_complete(struct erma_rma *rma, struct xfer *x, uint32_t id)
+{
     const struct erma_rma_completion c = {.tag = x->tag, .status = x->status, .id = id,
                                           .transfer = true, .retries = x->retries,
                                           .total_delay_ns = rma->ep->now - x->start_ns};
     xfer_release(x);
     x->state = XFER_DONE;
     erma_cq_push(rma, &c);
+    /* after its completion is queued: a fenced write it cancels completes later */
+    if (x->op == ERMA_RMA_WRITE)
+        erma_fence_done(rma, x->peer, x->rkey.region, x->wseq, x->status);
 }
 
 const struct erma_window *erma_rma_window(struct erma_rma *rma, int peer,

@@ -29,6 +29,10 @@ enum rma_type {
 };
 
 #define RMA_FLAG_PLAIN 1    /* RMA_ERROR not sealed: tag is zero */
+/* WRITE_REQ of a fenced WRITE. Informational: the initiator enforces the
+ * fence (portal.c), the target only counts it (stats.fenced). Authenticated
+ * like the rest of the header. */
+#define RMA_FLAG_FENCE 2
 
 struct rma_ophdr {
     uint8_t type, status, flags, pkt_idx; /* status: -erma_err */
@@ -109,7 +113,9 @@ struct solicit {       /* the target's own outstanding solicitation */
     int32_t next_hash;     /* chain of live solicitations by (identity, init_ctr) */
 };
 
-enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_ISSUED, SLOT_SENT_DATA, SLOT_DONE };
+/* SLOT_FENCED: a fenced WRITE held back, in rma->fenced, until the earlier
+ * writes it waits for have completed (see "fences" in portal.c). */
+enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_ISSUED, SLOT_SENT_DATA, SLOT_DONE, SLOT_FENCED };
 
 struct slot {
     uint8_t state, op, prio;
@@ -125,6 +131,11 @@ struct slot {
     uint64_t tag;
     uint64_t init_ctr;
     uint64_t submit_ns, issue_ns;
+    uint64_t queued_ns;     /* entered the local queue (DISPATCH_TIMEOUT from here) */
+    uint64_t wseq;          /* WRITE command (done NULL): its place among writes */
+    uint32_t fence_wait;    /* SLOT_FENCED: earlier writes not yet completed */
+    int fence_status;       /* ERMA_OK, or ERMA_ECANCELLED: one of them failed */
+    bool fence;
     uint64_t sent_ns;       /* the last packet that asked for an answer */
     uint64_t deadline_ns;   /* TIMEOUT at this time (engine clock) */
     uint64_t wire_deadline; /* the deadline the target sees (wire clock) */
@@ -159,6 +170,10 @@ struct xfer {
     uint16_t *tries;         /* per chunk: failures so far */
     int status;
     uint64_t tag, start_ns;
+    uint64_t wseq;           /* WRITE: its place among writes */
+    bool fence;              /* no chunk issued while fence_wait */
+    uint32_t fence_wait;
+    int fence_status;
 };
 
 struct erma_rma {
@@ -191,6 +206,11 @@ struct erma_rma {
     struct slot *slots;
     int32_t free_slots;
     struct list queued[ERMA_RMA_PRIORITIES];
+    struct list fenced;        /* SLOT_FENCED slots, in submission order */
+    uint64_t wseq;             /* WRITE commands and transfers numbered */
+    uint32_t fenced_xfers;     /* transfers with fence_wait > 0 */
+    bool fence_settling;
+    bool fence_cancel;         /* a fenced transfer is to complete cancelled */
     int32_t *heap;             /* slots in flight, a min-heap by deadline */
     uint32_t nheap;
     uint32_t inbound;          /* READ bytes outstanding */
@@ -254,6 +274,13 @@ int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd,
                        void (*done)(struct erma_rma *rma, struct slot *s));
 int erma_portal_issue(struct erma_rma *rma, int work);
 void erma_cq_push(struct erma_rma *rma, const struct erma_rma_completion *c);
+/* Fences (portal.c). How many WRITE commands and transfers to (peer,
+ * region) are in progress: what a fenced write submitted now waits for. */
+uint32_t erma_fence_count(const struct erma_rma *rma, int peer, uint32_t region);
+/* A WRITE command or transfer numbered wseq to (peer, region) completed
+ * with status: the fenced writes after it wait for one write less, and are
+ * cancelled if it failed. */
+void erma_fence_done(struct erma_rma *rma, int peer, uint32_t region, uint64_t wseq, int status);
 /* ERMA_OK when this engine can use key k (its cipher), else why not. */
 int erma_rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k);
 

@@ -48,6 +48,7 @@ int erma_portal_init(struct erma_rma *rma)
     }
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++)
         rma->queued[p] = (struct list){-1, -1};
+    rma->fenced = (struct list){-1, -1};
     rma->heap = malloc(n * sizeof *rma->heap);
     return rma->heap ? ERMA_OK : ERMA_ENOMEM;
 }
@@ -186,16 +187,19 @@ void erma_cq_push(struct erma_rma *rma, const struct erma_rma_completion *c)
 static void finish(struct erma_rma *rma, struct slot *s, int status)
 {
     const int32_t i = (int32_t)(s - rma->slots);
+    const bool unsent = s->state == SLOT_QUEUED || s->state == SLOT_FENCED;
     if (s->state == SLOT_QUEUED)
         list_remove(&rma->queued[s->prio], rma->slots, i);
+    else if (s->state == SLOT_FENCED)
+        list_remove(&rma->fenced, rma->slots, i);
     else
         heap_remove(rma, i);
-    if (s->op == ERMA_RMA_READ && s->state != SLOT_QUEUED) {
+    if (s->op == ERMA_RMA_READ && !unsent) {
         rma->inbound -= s->len;
         erma_exec_wake(rma); /* the inbound window opened */
     } else if (s->op == ERMA_RMA_READ)
         rma->queued_in -= s->len;
-    if (s->state == SLOT_QUEUED)
+    if (unsent)
         s->issue_ns = rma->ep->now;
     s->status = status;
     rma->stats.completed++;
@@ -209,6 +213,125 @@ static void finish(struct erma_rma *rma, struct slot *s, int status)
                                           .issue_delay_ns = s->issue_ns - s->submit_ns,
                                           .total_delay_ns = rma->ep->now - s->submit_ns};
     erma_cq_push(rma, &c);
+    /* after its completion is queued: a fenced write it cancels completes later */
+    if (s->op == ERMA_RMA_WRITE)
+        erma_fence_done(rma, s->peer, s->rkey.region, s->wseq, status);
+}
+
+/* ---- fences ----
+ *
+ * A fenced WRITE (cmd.fence, xfer.fence) is applied only after every
+ * earlier WRITE of this engine to the same region (same peer and region id)
+ * has completed: "earlier" are the WRITE commands submitted and the WRITE
+ * transfers started before it and not completed then (a transfer with all
+ * its chunks and retries). The fence is enforced here, at the initiator,
+ * as MP-RDMA's "stop-wait" synchronise: the fenced write's request is not
+ * sent until those writes have completed. The target then needs no state
+ * per initiator (1RMA's target keeps none, and could not learn of writes
+ * lost on the way), and nothing else changes on the wire: the request's
+ * FENCE flag is informational. It holds because a completed write writes
+ * nothing more: DONE comes after its last byte is applied, and after any
+ * failure (TIMEOUT included: the target stops taking its data at its
+ * deadline less clock_skew_ns) none of its data is applied any more. The
+ * cost is the round trips of the writes it waits for.
+ *
+ * If any write it waited for failed, the fenced write is not sent: it
+ * completes with ERMA_ECANCELLED, after that write's completion, having
+ * written nothing (a flag written after data must not land on data that
+ * did not). Non-fenced writes and reads never wait for anything.
+ *
+ * A fenced command that has to wait holds its slot (its id is returned at
+ * submit) in SLOT_FENCED, outside the priority queues, so it blocks no
+ * other op, and its DISPATCH_TIMEOUT runs only from its release into the
+ * queue. That is safe: what it waits for already holds its slot (commands)
+ * or is a transfer, which holds none; for those, at most cfg.slots - 1
+ * slots are ever SLOT_FENCED (submit refuses more with ERMA_ENOSLOTS), so
+ * one slot always frees up for a transfer's next chunk (once its
+ * completion is polled, as for any command). A waiting fenced transfer
+ * holds no slot. Waits are bounded: each write waited for completes within
+ * its timeouts (and a transfer's retries). */
+
+static bool write_in_progress(const struct slot *s)
+{
+    return s->op == ERMA_RMA_WRITE && !s->done && s->state != SLOT_FREE && s->state != SLOT_DONE;
+}
+
+uint32_t erma_fence_count(const struct erma_rma *rma, int peer, uint32_t region)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < rma->cfg.slots; i++) {
+        const struct slot *s = &rma->slots[i];
+        n += write_in_progress(s) && s->peer == peer && s->rkey.region == region;
+    }
+    for (uint32_t i = 0; i < rma->cfg.transfers; i++) {
+        const struct xfer *x = &rma->xfers[i];
+        n += x->state == XFER_ACTIVE && x->op == ERMA_RMA_WRITE && x->peer == peer &&
+             x->rkey.region == region;
+    }
+    return n;
+}
+
+static uint32_t fenced_slots(const struct erma_rma *rma)
+{
+    uint32_t n = 0;
+    for (int32_t i = rma->fenced.head; i >= 0; i = rma->slots[i].next)
+        n++;
+    return n;
+}
+
+/* Releases the fenced slots no longer waiting: into their queue, or
+ * cancelled (which may release or cancel others: again until none). */
+static void fence_settle(struct erma_rma *rma)
+{
+    rma->fence_settling = true;
+    for (bool again = true; again;) {
+        again = false;
+        for (int32_t i = rma->fenced.head, next; i >= 0; i = next) {
+            struct slot *s = &rma->slots[i];
+            next = s->next;
+            if (s->fence_wait)
+                continue;
+            if (s->fence_status != ERMA_OK) {
+                rma->stats.fence_cancelled++;
+                finish(rma, s, s->fence_status);
+                again = true;
+                continue;
+            }
+            list_remove(&rma->fenced, rma->slots, i);
+            s->state = SLOT_QUEUED;
+            s->queued_ns = rma->ep->now;
+            list_push(&rma->queued[s->prio], rma->slots, i);
+        }
+    }
+    rma->fence_settling = false;
+}
+
+void erma_fence_done(struct erma_rma *rma, int peer, uint32_t region, uint64_t wseq, int status)
+{
+    bool released = false;
+    for (int32_t i = rma->fenced.head; i >= 0; i = rma->slots[i].next) {
+        struct slot *s = &rma->slots[i];
+        if (s->wseq <= wseq || s->peer != peer || s->rkey.region != region || !s->fence_wait)
+            continue; /* not one it waits for: it came later, or elsewhere */
+        if (status != ERMA_OK)
+            s->fence_status = ERMA_ECANCELLED;
+        released |= --s->fence_wait == 0;
+    }
+    for (uint32_t i = 0; rma->fenced_xfers && i < rma->cfg.transfers; i++) {
+        struct xfer *x = &rma->xfers[i];
+        if (x->state != XFER_ACTIVE || !x->fence_wait || x->wseq <= wseq || x->peer != peer ||
+            x->rkey.region != region)
+            continue;
+        if (status != ERMA_OK)
+            x->fence_status = ERMA_ECANCELLED;
+        if (--x->fence_wait == 0) {
+            rma->fenced_xfers--;
+            rma->fence_cancel |= x->fence_status != ERMA_OK;
+            erma_exec_wake(rma);
+        }
+    }
+    if (released && !rma->fence_settling)
+        fence_settle(rma);
 }
 
 int erma_rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k)
@@ -226,6 +349,8 @@ int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c,
         (c->op != ERMA_RMA_READ && c->op != ERMA_RMA_WRITE && c->op != ERMA_RMA_REKEY) ||
         (c->op != ERMA_RMA_REKEY && c->len == 0))
         return ERMA_EINVAL;
+    if (c->fence && c->op != ERMA_RMA_WRITE)
+        return ERMA_EINVAL; /* a fence orders WRITEs only */
     if (c->op != ERMA_RMA_REKEY && c->len > ERMA_RMA_MAX_OP)
         return ERMA_E2BIG;
     const int usable = erma_rkey_usable(rma, &c->rkey);
@@ -233,16 +358,29 @@ int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c,
         return usable;
     if (rma->free_slots < 0)
         return ERMA_ENOSLOTS;
+    /* A chunk (done set) of a fenced transfer: the executor held it back
+     * already; the flag only marks its request. */
+    const uint32_t wait = c->fence && !done ? erma_fence_count(rma, c->peer, c->rkey.region) : 0;
+    if (wait && fenced_slots(rma) + 1 >= rma->cfg.slots)
+        return ERMA_ENOSLOTS; /* keep a slot that no fenced write waits in (fences) */
     const int32_t i = rma->free_slots;
     struct slot *s = &rma->slots[i];
     rma->free_slots = s->next;
-    *s = (struct slot){.state = SLOT_QUEUED, .op = (uint8_t)c->op, .prio = c->priority,
-                       .done = done, .peer = c->peer, .rkey = c->rkey,
+    const uint64_t now = erma_ep_clock(rma->ep);
+    *s = (struct slot){.state = wait ? SLOT_FENCED : SLOT_QUEUED, .op = (uint8_t)c->op,
+                       .prio = c->priority, .done = done, .peer = c->peer, .rkey = c->rkey,
                        .offset = c->offset, .local = c->local,
                        .len = c->op == ERMA_RMA_REKEY ? RMA_REKEY_DATA : c->len,
                        .grace_ns = c->grace_ns, .tag = c->tag,
-                       .submit_ns = erma_ep_clock(rma->ep)};
-    list_push(&rma->queued[c->priority], rma->slots, i);
+                       .submit_ns = now, .queued_ns = now, .fence = c->fence,
+                       .fence_wait = wait,
+                       .wseq = c->op == ERMA_RMA_WRITE && !done ? ++rma->wseq : 0};
+    if (wait) {
+        list_push(&rma->fenced, rma->slots, i);
+        rma->stats.fence_held++;
+    } else {
+        list_push(&rma->queued[c->priority], rma->slots, i);
+    }
     if (s->op == ERMA_RMA_READ)
         rma->queued_in += s->len;
     rma->stats.submitted++;
@@ -277,7 +415,8 @@ int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max
 
 static struct rma_ophdr op_header(const struct erma_rma *rma, const struct slot *s, uint8_t type)
 {
-    return (struct rma_ophdr){.type = type, .flags = 0,
+    return (struct rma_ophdr){.type = type,
+                              .flags = type == RMA_WRITE_REQ && s->fence ? RMA_FLAG_FENCE : 0,
                               .slot = (uint16_t)(s - rma->slots), .region = s->rkey.region,
                               .key_gen = s->rkey.key_gen, .offset = s->offset,
                               .identity = rma->cfg.identity, .init_ctr = s->init_ctr,
@@ -365,7 +504,7 @@ int erma_portal_poll(struct erma_rma *rma)
     const uint64_t now = rma->ep->now;
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++)
         for (int32_t h; (h = rma->queued[p].head) >= 0 &&
-                        now - rma->slots[h].submit_ns >= rma->cfg.dispatch_timeout_ns;
+                        now - rma->slots[h].queued_ns >= rma->cfg.dispatch_timeout_ns;
              work++)
             finish(rma, &rma->slots[h], ERMA_EDISPATCH);
     work = erma_portal_issue(rma, work);
@@ -385,7 +524,7 @@ uint64_t erma_portal_next_timer(const struct erma_rma *rma)
             continue;
         if (can_issue(rma, &rma->slots[h]))
             return rma->ep->now;
-        const uint64_t d = rma->slots[h].submit_ns + rma->cfg.dispatch_timeout_ns;
+        const uint64_t d = rma->slots[h].queued_ns + rma->cfg.dispatch_timeout_ns;
         t = d < t ? d : t;
     }
     if (rma->nheap) {

@@ -283,8 +283,10 @@ static void serve_one(struct erma_rma *rma, const struct queued_req *q)
         send_status(rma, &q->src, &h, ERMA_EPERM, &k);
     else if (h.type == RMA_READ_REQ)
         send_read(rma, &q->src, &h, r->addr + h.offset, &k);
-    else
+    else {
+        rma->stats.fenced += h.type == RMA_WRITE_REQ && (h.flags & RMA_FLAG_FENCE);
         solicit(rma, &q->src, &h, &k);
+    }
 }
 
 /* Solicited data: only for a live solicitation, from its initiator, for

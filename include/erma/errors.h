@@ -27,7 +27,7 @@ enum erma_err {
     ERMA_ETIMEDOUT = -8,       /* operation timed out */
     ERMA_EPEERFAILED = -9,     /* remote endpoint declared dead */
     ERMA_ESESSRESET = -10,     /* session reset or disconnected locally */
-    ERMA_ECANCELLED = -11,     /* cancelled by the application */
+    ERMA_ECANCELLED = -11,     /* cancelled: by the application, or a fenced write whose earlier write failed */
     ERMA_ENOSLOTS = -12,       /* no free slot / session / command slot */
     ERMA_EREFUSED = -13,       /* peer refused (e.g. credits would overflow its ring) */
     ERMA_ENOENT = -14,         /* no such handler, session or object */

@@ -88,6 +88,8 @@
  *   ERMA_ENOREGION   no region with that id (never, or deregistered)
  *   ERMA_EBOUNDS     offset + length past the region's end
  *   ERMA_EPERM       the region does not allow the op
+ *   ERMA_ECANCELLED  a fenced WRITE or transfer: a write it waited for
+ *                    failed (Fences); never sent, nothing written
  * Sealed packets that fail to open, or that match no live op, are dropped
  * and counted (stats); the op then completes by its own timeout.
  *
@@ -117,6 +119,26 @@
  * (TIMEOUT, NACK, DISPATCH_TIMEOUT) is retried up to max_retries times;
  * the transfer completes once, after its last chunk, with ERMA_OK or the
  * first final failure.
+ *
+ * Fences (MP-RDMA's "synchronise"): a WRITE command or transfer with fence
+ * set is applied only after every earlier WRITE of this engine to the same
+ * region (same peer, same rkey.region) has completed. Earlier: the WRITE
+ * commands submitted and WRITE transfers started before it that have not
+ * completed by then (a transfer counts until its completion, all its chunks
+ * and retries done). The initiator enforces it: the fenced write's request
+ * is not sent before then, so it costs their round trips. A completed
+ * write writes nothing more (see Deadlines for a TIMEOUT), so the target
+ * never applies a fenced write's byte before theirs. If one of those writes
+ * failed (any status but ERMA_OK), the fenced one completes with
+ * ERMA_ECANCELLED, after that failure's completion, sending nothing. A
+ * fenced transfer's chunks are not ordered among themselves, and writes
+ * after a fenced one are not ordered against it unless fenced themselves.
+ * Reads and non-fenced writes never wait. A fenced command that waits
+ * holds its slot (outside the local queue: it blocks nothing, and its
+ * DISPATCH_TIMEOUT counts from when it may go); submit answers
+ * ERMA_ENOSLOTS rather than let waiting fenced commands hold every slot. A
+ * waiting fenced transfer holds no slot. Completions come in the order ops
+ * complete, as without fences.
  *
  * Threading: like its endpoint, an engine belongs to one thread. Calls
  * return ERMA_OK (or a non-negative id) or a negative erma_err code.
@@ -207,6 +229,7 @@ struct erma_rma_cmd {
     uint64_t grace_ns;            /* REKEY: old key stays valid this long */
     uint8_t priority;             /* 0 (first) .. ERMA_RMA_PRIORITIES - 1 */
     uint64_t tag;                 /* returned in the completion */
+    bool fence;                   /* WRITE only (else ERMA_EINVAL): see Fences */
 };
 
 struct erma_rma_xfer {
@@ -219,6 +242,7 @@ struct erma_rma_xfer {
     uint32_t max_retries;         /* per chunk */
     uint8_t priority;
     uint64_t tag;
+    bool fence;                   /* WRITE only (else ERMA_EINVAL): see Fences */
 };
 
 struct erma_rma_completion {
@@ -244,6 +268,9 @@ struct erma_rma_stats {
                                      from) their deadline, dropped unanswered */
     uint64_t duplicates;          /* target: requests for an op it already
                                      solicits (replays), dropped */
+    uint64_t fence_held;          /* fenced WRITEs and transfers that waited */
+    uint64_t fence_cancelled;     /* ... and completed ERMA_ECANCELLED */
+    uint64_t fenced;              /* target: fenced WRITE requests served */
 };
 
 /* An initiator's view of one peer's round trips (erma_rma_peer_rtt). */
@@ -309,10 +336,13 @@ int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid);
 /* Round-trip estimate and timeout towards peer. */
 int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt *out);
 /* Queues cmd; returns its slot id. ERMA_ENOSLOTS when every slot is busy or
- * awaits erma_rma_poll(); ERMA_EINVAL, ERMA_E2BIG (len > ERMA_RMA_MAX_OP),
+ * awaits erma_rma_poll(), or when a fenced WRITE that has to wait would take
+ * the last slot not held by waiting fenced WRITEs; ERMA_EINVAL (also: fence
+ * on a READ or REKEY), ERMA_E2BIG (len > ERMA_RMA_MAX_OP),
  * ERMA_ENOTSUP (the key's cipher is AES-256-GCM and this CPU has no AES-NI). */
 int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd);
-/* Starts a transfer; returns its id. ERMA_ENOSLOTS past cfg.transfers. */
+/* Starts a transfer; returns its id. ERMA_ENOSLOTS past cfg.transfers;
+ * ERMA_EINVAL (also: fence on a READ). */
 int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *x);
 /* Moves up to max completions (commands and transfers) into out. */
 int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max);
