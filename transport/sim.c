@@ -109,24 +109,27 @@ static int before(const struct pkt *a, const struct pkt *b)
 }
 
 /* Restores heap order after times changed in place (Floyd). */
+/* Moves x down from slot i to where the heap wants it. */
+static void sift_down(struct erma_sim *s, size_t i, struct pkt *x)
+{
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= s->heap_len)
+            break;
+        if (c + 1 < s->heap_len && before(s->heap[c + 1], s->heap[c]))
+            c++;
+        if (!before(s->heap[c], x))
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    s->heap[i] = x;
+}
+
 static void heapify(struct erma_sim *s)
 {
-    for (size_t k = s->heap_len / 2; k-- > 0;) {
-        struct pkt *x = s->heap[k];
-        size_t i = k;
-        for (;;) {
-            size_t c = 2 * i + 1;
-            if (c >= s->heap_len)
-                break;
-            if (c + 1 < s->heap_len && before(s->heap[c + 1], s->heap[c]))
-                c++;
-            if (!before(s->heap[c], x))
-                break;
-            s->heap[i] = s->heap[c];
-            i = c;
-        }
-        s->heap[i] = x;
-    }
+    for (size_t k = s->heap_len / 2; k-- > 0;)
+        sift_down(s, k, s->heap[k]);
 }
 
 static int heap_push(struct erma_sim *s, struct pkt *p)
@@ -151,20 +154,8 @@ static int heap_push(struct erma_sim *s, struct pkt *p)
 static struct pkt *heap_pop(struct erma_sim *s)
 {
     struct pkt *top = s->heap[0], *last = s->heap[--s->heap_len];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= s->heap_len)
-            break;
-        if (c + 1 < s->heap_len && before(s->heap[c + 1], s->heap[c]))
-            c++;
-        if (!before(s->heap[c], last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
     if (s->heap_len)
-        s->heap[i] = last;
+        sift_down(s, 0, last);
     return top;
 }
 

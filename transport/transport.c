@@ -166,18 +166,6 @@ int erma_transport_cfg_resolve(const struct erma_transport_cfg *cfg,
     return ERMA_OK;
 }
 
-unsigned erma_transport_inject_loss(struct erma_transport *tr, struct erma_rx_pkt *pkts,
-                                    unsigned n)
-{
-    unsigned kept = 0;
-    for (unsigned i = 0; i < n; i++) {
-        if (erma_splitmix64(&tr->drop_state) < tr->drop_threshold)
-            tr->stats.rx_injected_drops++;
-        else
-            pkts[kept++] = pkts[i];
-    }
-    return kept;
-}
 
 int erma_transport_open(const char *uri, const struct erma_transport_cfg *cfg,
                         struct erma_transport **out)

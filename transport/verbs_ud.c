@@ -787,18 +787,6 @@ static void rx_source(const struct ibv_wc *wc, const uint8_t *buf, struct erma_a
     make_addr(src, gid, wc->slid, wc->src_qp);
 }
 
-/* Drops the injected fraction of pkts[0..n) (cfg.rx_drop) in place. */
-static unsigned inject_loss(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned n)
-{
-    unsigned kept = 0;
-    for (unsigned i = 0; i < n; i++) {
-        if (erma_splitmix64(&tr->drop_state) < tr->drop_threshold)
-            tr->stats.rx_injected_drops++;
-        else
-            pkts[kept++] = pkts[i];
-    }
-    return kept;
-}
 
 static int verbs_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max)
 {
@@ -836,7 +824,7 @@ static int verbs_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, u
         recover(v);
     }
     tr->stats.rx_pkts += n;
-    return (int)(tr->drop_threshold ? inject_loss(tr, pkts, n) : n);
+    return (int)(tr->drop_threshold ? erma_transport_inject_loss(tr, pkts, n) : n);
 }
 
 static const struct erma_transport_ops erma_verbs_ops = {

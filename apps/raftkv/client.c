@@ -464,3 +464,14 @@ void erma_raftkv_client_get_stats(const struct erma_raftkv_client *c,
 {
     *out = c->stats;
 }
+
+unsigned erma_raftkv_split(char *list, const char **out, unsigned max)
+{
+    unsigned n = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == max)
+            return max + 1;
+        out[n++] = t;
+    }
+    return n;
+}

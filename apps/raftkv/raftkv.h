@@ -339,6 +339,10 @@ int erma_raftkv_client_run_once(struct erma_raftkv_client *c);
 int erma_raftkv_client_run(struct erma_raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
                            uint64_t timeout_ns);
 
+/* Splits a comma-separated list of URIs in place into out[0..max); returns
+ * how many (max + 1 when there were more). For command lines. */
+unsigned erma_raftkv_split(char *list, const char **out, unsigned max);
+
 /* ---- the sim fabric ---- */
 
 struct erma_sim;

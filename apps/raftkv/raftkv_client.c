@@ -320,18 +320,6 @@ static int load(struct erma_raftkv_client *c, int argc, char **argv)
 
 /* ---- main ---- */
 
-static unsigned split(char *list, const char **out, unsigned max)
-{
-    unsigned n = 0;
-    for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
-         t = strtok_r(NULL, ",", &save)) {
-        if (n == max)
-            return max + 1;
-        out[n++] = t;
-    }
-    return n;
-}
-
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"servers", required_argument, NULL, 's'},
@@ -346,7 +334,7 @@ int main(int argc, char **argv)
     /* "+": stop at the command, whose own options follow it */
     for (int o; (o = getopt_long(argc, argv, "+", opts, NULL)) != -1;) {
         if (o == 's')
-            cfg.nservers = split(optarg, servers, ERMA_RAFTKV_MAX_PEERS);
+            cfg.nservers = erma_raftkv_split(optarg, servers, ERMA_RAFTKV_MAX_PEERS);
         else if (o == 'u')
             cfg.uri = optarg;
         else if (o == 'S')

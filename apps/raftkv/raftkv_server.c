@@ -54,19 +54,6 @@ static int usage(FILE *f, int rc)
     return rc;
 }
 
-/* Splits list at commas into peers (pointers into list). */
-static unsigned split(char *list, const char **peers, unsigned max)
-{
-    unsigned n = 0;
-    for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
-         t = strtok_r(NULL, ",", &save)) {
-        if (n == max)
-            return max + 1;
-        peers[n++] = t;
-    }
-    return n;
-}
-
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"id", required_argument, NULL, 'i'},
@@ -87,7 +74,7 @@ int main(int argc, char **argv)
         if (o == 'i')
             cfg.id = strtoull(optarg, NULL, 0);
         else if (o == 'p')
-            cfg.npeers = split(optarg, peers, ERMA_RAFTKV_MAX_PEERS);
+            cfg.npeers = erma_raftkv_split(optarg, peers, ERMA_RAFTKV_MAX_PEERS);
         else if (o == 'd')
             cfg.data_dir = optarg;
         else if (o == 'n')

@@ -30,6 +30,7 @@
 #ifndef ERMA_TRANSPORT_DRIVER_H
 #define ERMA_TRANSPORT_DRIVER_H
 
+#include "erma/rand.h"
 #include "erma/transport.h"
 
 ERMA_BEGIN_DECLS
@@ -152,10 +153,21 @@ static inline int erma_transport_check_tx(const struct erma_transport *tr,
     return ERMA_OK;
 }
 
-/* Internal to transports: drops the injected fraction of pkts[0..n) in
- * place and returns how many remain. */
-unsigned erma_transport_inject_loss(struct erma_transport *tr, struct erma_rx_pkt *pkts,
-                                    unsigned n);
+/* Internal to transports (inline: modules carry no liberma): drops the
+ * injected fraction of pkts[0..n) (cfg.rx_drop) in place and returns how
+ * many remain. */
+static inline unsigned erma_transport_inject_loss(struct erma_transport *tr,
+                                                  struct erma_rx_pkt *pkts, unsigned n)
+{
+    unsigned kept = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (erma_splitmix64(&tr->drop_state) < tr->drop_threshold)
+            tr->stats.rx_injected_drops++;
+        else
+            pkts[kept++] = pkts[i];
+    }
+    return kept;
+}
 
 extern const struct erma_transport_ops erma_udp_ops;
 extern const struct erma_transport_ops erma_sim_ops;
