@@ -76,7 +76,7 @@
 #define WAIT_NS 10000000000ull /* any one wait of the client */
 #endif
 #define OP_TIMEOUT_NS 2000000000ull   /* one-sided ops: far above a loaded machine's stalls */
-#define BASE_RTT_NS 1000000ull        /* for the executor's windows (client()) */
+#define BASE_RTT_NS 50000000ull       /* for the executor's windows (client()) */
 #define NKEYS 48
 
 static uint8_t pattern(uint64_t i)
@@ -764,7 +764,11 @@ static int client(const char *uri, const char *server)
      * namespaces take 0.1-0.5 ms, and milliseconds while another process
      * loads this 2-core machine: the remote window sat at its floor of 1/64
      * op and a 300 KB READ transfer took from 0.5 s to 28 s. BASE_RTT_NS is
-     * that round trip with its jitter, as cc.h asks. */
+     * that round trip with its jitter, as cc.h asks, on a machine loaded as
+     * the suite's may be: beside a CPU hog af_xdp's round trips reached
+     * 20 ms and, with a 1 ms base, the windows decreased to 1/64 op until a
+     * 200 KB WRITE transfer could not finish in 10 s: 50 ms now. This test
+     * checks bytes and statuses; the windows' behaviour is tested on the sim. */
     struct erma_window_cfg wcfg;
     if (rc == ERMA_OK) {
         const uint64_t link = c.ep->tr->hints.link_bps ? c.ep->tr->hints.link_bps : 10000000000ull;
