@@ -56,8 +56,10 @@
  * unacknowledged packets per session; the server answers each non-last
  * request packet with a credit return and the last with the first response
  * packet; the client pulls further response packets with
- * request-for-response packets; losses are repaired by go-back-N after
- * cfg.rto_ns; reordered packets are dropped. Session management (connect
+ * request-for-response packets; packets that come out of order are kept
+ * (selective acknowledgement: each reply acknowledges its own packet) and
+ * after cfg.rto_ns only the packets without a reply are sent again.
+ * Session management (connect
  * with a credit grant, disconnect, keepalive, failure detection) travels
  * in-band over the same transport.
  *
@@ -141,7 +143,7 @@ struct erma_cc_switches {
 struct erma_rpc_cfg {
     uint32_t credits;          /* per session, default and most ERMA_MAX_CREDITS (32);
                                   sessions x credits fit the endpoint's RX ring */
-    uint64_t rto_ns;           /* go-back-N timeout, default 5 ms */
+    uint64_t rto_ns;           /* resend timeout, default 5 ms */
     uint64_t failure_ns;       /* peer declared dead after this silence, default 500 ms */
     uint64_t keepalive_ns;     /* ping an idle peer this often, default failure_ns / 5 */
     uint64_t connect_retry_ns; /* first resend of a connect request, default 20 ms;
