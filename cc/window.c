@@ -195,8 +195,15 @@ static void window_issue(struct erma_window *w, uint64_t now)
     w->last_issue_ns = now;
 }
 
+/* Algorithm 1: a failure cuts only when the window has not decreased
+ * (cut or delay-based) within the last srtt, so a burst of k failures from
+ * one congestion event divides it by cut once, not cut^k. */
 static void window_cut(struct erma_window *w, const struct erma_window_cfg *cfg, uint64_t now)
 {
+    if (now < w->next_decrease_ns) {
+        w->cuts_skipped++;
+        return;
+    }
     w->cwnd /= cfg->cut;
     if (w->cwnd < cfg->min_cwnd)
         w->cwnd = cfg->min_cwnd;

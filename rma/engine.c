@@ -75,7 +75,7 @@ static const struct erma_rma_cfg defaults = {
     .inbound_window = 1u << 20,
     .max_regions = 1024,
     .serve_batch = 16,
-    .nack_threshold = 256,
+    .nack_threshold = 1024,
     .solicits = 64,
     .solicit_window = 1u << 20,
     .transfers = 64,
@@ -113,6 +113,19 @@ static void cfg_defaults(struct erma_rma_cfg *c, const struct erma_transport_hin
     const uint64_t shortest = c->op_timeout_ns ? c->op_timeout_ns : c->op_timeout_min_ns;
     if (!c->clock_skew_ns && !h->shared_clock)
         c->clock_skew_ns = shortest / 4 < 1000000 ? shortest / 4 : 1000000;
+    /* 1RMA's NACK threshold: the work a response queued behind can wait for
+     * and still reach its initiator before the shortest op timeout an
+     * initiator configured like this one sets (a fixed timeout, else the
+     * RTO's floor, base RTT + op_timeout_min_ns). At least one largest op. */
+    if (!c->nack_bytes) {
+        const uint64_t timeout = c->op_timeout_ns ? c->op_timeout_ns : base + c->op_timeout_min_ns;
+        const uint64_t spent = base + c->dispatch_timeout_ns;
+        const uint64_t bps = h->link_bps ? h->link_bps : 25000000000ull;
+        const uint64_t least = ERMA_RMA_MAX_OP + RMA_OVERHEAD;
+        const uint64_t bytes =
+            timeout > spent ? (uint64_t)((double)(timeout - spent) * (double)bps / 8e9) : 0;
+        c->nack_bytes = bytes > least ? bytes : least;
+    }
 }
 
 static bool cfg_valid(const struct erma_rma_cfg *c)
@@ -192,6 +205,11 @@ uint64_t erma_rma_identity(const struct erma_rma *rma)
 void erma_rma_get_stats(const struct erma_rma *rma, struct erma_rma_stats *out)
 {
     *out = rma->stats;
+}
+
+void erma_rma_get_cfg(const struct erma_rma *rma, struct erma_rma_cfg *out)
+{
+    *out = rma->cfg;
 }
 
 int erma_rma_uri(const struct erma_rma *rma, char *out, size_t len)

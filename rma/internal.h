@@ -190,6 +190,7 @@ struct erma_rma {
     struct region *regions;
     struct queued_req *queue;  /* ring of nack_threshold */
     uint32_t q_head, q_len;
+    uint64_t q_bytes;          /* queued work: rma_work() of each request */
     uint64_t busy_until_ns;    /* cfg.serve_ns: no request served before this */
     struct solicit *sol;
     int32_t sol_free;
@@ -226,6 +227,14 @@ struct erma_rma {
     uint64_t exec_wake_ns;     /* the next time a window may open */
     uint8_t scratch[ERMA_RMA_MAX_OP];
 };
+
+/* The work a request queues at the target, in bytes on the wire: its data
+ * (READ response or solicited WRITE/REKEY data) and one packet's overhead.
+ * len is not yet verified: a forged one counts as one largest op at most. */
+static inline uint64_t rma_work(const struct rma_ophdr *h)
+{
+    return (h->len < ERMA_RMA_MAX_OP ? h->len : ERMA_RMA_MAX_OP) + RMA_OVERHEAD;
+}
 
 /* engine.c */
 /* The clock deadlines travel in: wall-clock ns (the sim's time on the sim),

@@ -348,7 +348,8 @@ void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct
     }
     if (!alive(rma, h))
         return;
-    if (rma->q_len >= rma->cfg.nack_threshold) {
+    if (rma->q_len >= rma->cfg.nack_threshold ||
+        (rma->q_len && rma->q_bytes + rma_work(h) > rma->cfg.nack_bytes)) {
         refuse(rma, h, pkt);
         return;
     }
@@ -358,6 +359,9 @@ void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct
     memcpy(q->pkt, pkt->data, RMA_OVERHEAD);
     if (++rma->q_len > rma->stats.max_queue)
         rma->stats.max_queue = rma->q_len;
+    rma->q_bytes += rma_work(h);
+    if (rma->q_bytes > rma->stats.max_queue_bytes)
+        rma->stats.max_queue_bytes = rma->q_bytes;
 }
 
 int erma_serve_poll(struct erma_rma *rma)
@@ -367,6 +371,7 @@ int erma_serve_poll(struct erma_rma *rma)
          work++) {
         if (rma->cfg.serve_ns)
             rma->busy_until_ns = rma->ep->now + rma->cfg.serve_ns;
+        rma->q_bytes -= rma_work(&rma->queue[rma->q_head].h);
         serve_one(rma, &rma->queue[rma->q_head]);
         rma->q_head = (rma->q_head + 1) % rma->cfg.nack_threshold;
         rma->q_len--;

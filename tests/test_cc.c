@@ -668,27 +668,31 @@ static void test_window_cuts(void **state)
     struct erma_window *r = erma_window_find(&cc, 1, IN);
     assert_near(cc.local.cwnd, 5);
     assert_near(r->cwnd, 50);
+    /* The remote window keeps its own time: the local cut 1 us ago does
+     * not hold off its cut. */
     op(&cc, 1, ERMA_ETIMEDOUT, 0, 0, now += 1000);
     assert_near(cc.local.cwnd, 5);
     assert_near(r->cwnd, 5);
-    op(&cc, 1, ERMA_ENACK, 0, 0, now += 1000);
+    /* srtt is 10 us (base_rtt_ns): a NACK 11 us later cuts again. */
+    op(&cc, 1, ERMA_ENACK, 0, 0, now += 11000);
     assert_near(cc.local.cwnd, 5);
     assert_near(r->cwnd, 0.5);
     /* Errors that say nothing about congestion change nothing. */
-    op(&cc, 1, ERMA_EAUTH, 0, 0, now += 1000);
+    op(&cc, 1, ERMA_EAUTH, 0, 0, now += 20000);
     op(&cc, 1, ERMA_EBOUNDS, 0, 0, now += 1000);
     assert_near(cc.local.cwnd, 5);
     assert_near(r->cwnd, 0.5);
     assert_int_equal(r->cuts, 2);
     assert_int_equal(cc.local.cuts, 1);
+    assert_int_equal(r->cuts_skipped, 0);
     assert_int_equal(r->inflight, 0);
     assert_int_equal(cc.local.inflight, 0);
-    /* Cuts are not rate-limited, and stop at min_cwnd. */
-    for (int i = 0; i < 3; i++)
-        op(&cc, 1, ERMA_ENACK, 0, 0, now);
-    assert_near(r->cwnd, 1.0 / 64);
-    for (int i = 0; i < 3; i++)
+    /* Cuts spaced more than an srtt apart stop at min_cwnd. */
+    for (int i = 0; i < 3; i++) {
+        op(&cc, 1, ERMA_ENACK, 0, 0, now += 10000);
         op(&cc, 1, ERMA_EDISPATCH, 0, 0, now);
+    }
+    assert_near(r->cwnd, 1.0 / 64);
     assert_near(cc.local.cwnd, 1.0 / 64);
     /* A cut also holds off the next delay-based decrease for an srtt. */
     struct erma_window_cc c2;
@@ -698,8 +702,52 @@ static void test_window_cuts(void **state)
     assert_near(erma_window_find(&c2, 2, IN)->cwnd, 5);
     op(&c2, 2, ERMA_OK, 0, 100000, 5000000 + 10000);
     assert_true(erma_window_find(&c2, 2, IN)->cwnd < 5);
+    /* ... and a delay-based decrease holds off the next cut. */
+    const double w = erma_window_find(&c2, 2, IN)->cwnd;
+    op(&c2, 2, ERMA_ETIMEDOUT, 0, 0, 5000000 + 10001);
+    assert_near(erma_window_find(&c2, 2, IN)->cwnd, w);
     erma_window_destroy(&c2);
     erma_window_destroy(&cc);
+}
+
+/* Algorithm 1: k failures of one window within an RTT cut it once (not
+ * cut^k); the same failures spaced more than an RTT apart cut each time. */
+static void test_window_cut_once_per_rtt(void **state)
+{
+    (void)state;
+    struct erma_window_cfg cfg = hand_wcfg; /* srtt 10 us, cut 10 */
+    cfg.init_cwnd = 100;
+    static const int fails[] = {ERMA_ENACK, ERMA_ETIMEDOUT, ERMA_EDISPATCH};
+    for (size_t f = 0; f < sizeof fails / sizeof fails[0]; f++) {
+        struct erma_window_cc cc;
+        assert_int_equal(erma_window_init(&cc, &cfg), ERMA_OK);
+        const bool local = fails[f] == ERMA_EDISPATCH;
+        uint64_t now = 1000000;
+        /* A burst of 8 failures within 9 us (< srtt): one cut. */
+        for (int i = 0; i < 8; i++)
+            op(&cc, 1, fails[f], 0, 0, now + (uint64_t)i * 1250);
+        const struct erma_window *w = local ? &cc.local : erma_window_find(&cc, 1, IN);
+        const struct erma_window *other = local ? erma_window_find(&cc, 1, IN) : &cc.local;
+        assert_near(w->cwnd, 10);
+        assert_int_equal(w->cuts, 1);
+        assert_int_equal(w->cuts_skipped, 7);
+        assert_near(other->cwnd, 100);
+        /* Exactly one srtt after the cut the window may be cut again. */
+        op(&cc, 1, fails[f], 0, 0, now + 9999);
+        assert_near(w->cwnd, 10);
+        op(&cc, 1, fails[f], 0, 0, now + 10000);
+        assert_near(w->cwnd, 1);
+        /* Failures spaced 11 us apart (> srtt): each one cuts. */
+        erma_window_destroy(&cc);
+        assert_int_equal(erma_window_init(&cc, &cfg), ERMA_OK);
+        for (int i = 0; i < 3; i++)
+            op(&cc, 1, fails[f], 0, 0, now + (uint64_t)i * 11000);
+        w = local ? &cc.local : erma_window_find(&cc, 1, IN);
+        assert_near(w->cwnd, 0.1);
+        assert_int_equal(w->cuts, 3);
+        assert_int_equal(w->cuts_skipped, 0);
+        erma_window_destroy(&cc);
+    }
 }
 
 /* A local signal does not shrink a remote window, nor a remote one the
@@ -1083,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_window_ai),
         cmocka_unit_test(test_window_md),
         cmocka_unit_test(test_window_cuts),
+        cmocka_unit_test(test_window_cut_once_per_rtt),
         cmocka_unit_test(test_window_local_remote_split),
         cmocka_unit_test(test_window_merged),
         cmocka_unit_test(test_window_issue_gate),

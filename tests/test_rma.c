@@ -262,6 +262,124 @@ static void test_dispatch_timeout(void **state)
     free(t.mem);
 }
 
+/* ---- the NACK threshold in bytes, and expired requests (sim) ---- */
+
+/* Counts the target's packets sent after the deadline of the request they
+ * answer (the deadline travels in the clear, as authenticated data). */
+struct late_tap {
+    uint64_t sent, late;
+};
+
+static bool late_tap_fn(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
+{
+    struct late_tap *t = ctx;
+    if (ev->src_host != 0 || ev->len < ERMA_HDR_SIZE + 72 ||
+        (data[14] & 0xf) != ERMA_PROTO_RMA)
+        return true;
+    t->sent++;
+    if (ev->time > erma_get_le(data + ERMA_HDR_SIZE + 56, 8))
+        t->late++;
+    return true;
+}
+
+enum { FLOOD_HOSTS = 4, FLOOD_OPS = 64 };
+
+/* Three initiators each submit 64 READs of 4 KB at once to a target that
+ * serves one request per 2 us (a 4 KB op per 2 us: 16 Gb/s, and 806 KB of
+ * work in all). Returns the completions' counts in ok/nack/timeout. */
+static void flood(struct erma_rma_cfg *cfg, struct erma_rma_stats *ts, struct late_tap *tap,
+                  unsigned *ok, unsigned *nack, unsigned *timeout)
+{
+    struct world w;
+    struct target t;
+    world_up_cfg(&w, true, FLOOD_HOSTS, NULL, cfg);
+    target_up(&w, &t);
+    erma_sim_set_tap(w.sim, late_tap_fn, tap);
+    static uint8_t bufs[FLOOD_HOSTS][FLOOD_OPS][ERMA_RMA_MAX_OP];
+    for (unsigned h = 1; h < FLOOD_HOSTS; h++) {
+        const struct erma_rkey k = rkey_for(&w, h, t.rw);
+        const int p = peer0(&w, h);
+        for (int i = 0; i < FLOOD_OPS; i++) {
+            const struct erma_rma_cmd c = cmd_of(ERMA_RMA_READ, p, &k, 4096 * (i % 16),
+                                                 bufs[h][i], ERMA_RMA_MAX_OP, i);
+            assert_true(erma_rma_submit(w.rma[h], &c) >= 0);
+        }
+    }
+    *ok = *nack = *timeout = 0;
+    for (unsigned h = 1; h < FLOOD_HOSTS; h++) {
+        struct erma_rma_completion c[FLOOD_OPS];
+        assert_int_equal(world_wait(&w, h, c, FLOOD_OPS, 1000000000ull), FLOOD_OPS);
+        for (int i = 0; i < FLOOD_OPS; i++) {
+            if (c[i].status == ERMA_OK) {
+                assert_memory_equal(bufs[h][c[i].tag], t.mem + 4096 * (c[i].tag % 16), 4096);
+                (*ok)++;
+            } else if (c[i].status == ERMA_ENACK) {
+                (*nack)++;
+            } else {
+                assert_int_equal(c[i].status, ERMA_ETIMEDOUT);
+                (*timeout)++;
+            }
+        }
+    }
+    /* let the target drain what it still holds */
+    int never = 0;
+    world_run(&w, 2000000, NULL, &never);
+    erma_rma_get_stats(w.rma[0], ts);
+    erma_rma_get_cfg(w.rma[0], &cfg[0]);
+    erma_sim_set_tap(w.sim, NULL, NULL);
+    world_down(&w);
+    free(t.mem);
+}
+
+/* The default threshold is 1RMA's (TIMEOUT - RTT - DISPATCH_TIMEOUT) x
+ * bandwidth; a target past it NACKs and its queued work never exceeds it;
+ * nothing is sent after the deadline of the request it answers. */
+static void test_nack_bytes(void **state)
+{
+    (void)state;
+    struct erma_rma_cfg cfg[FLOOD_HOSTS] = {{.serve_batch = 1, .serve_ns = 2000}};
+    struct erma_rma_stats ts;
+    struct late_tap tap = {0};
+    unsigned ok, nack, timeout;
+    flood(cfg, &ts, &tap, &ok, &nack, &timeout);
+    /* TIMEOUT = base + op_timeout_min, RTT = base: base cancels out. */
+    const uint64_t want =
+        (uint64_t)((double)(cfg[0].op_timeout_min_ns - cfg[0].dispatch_timeout_ns) * 25e9 / 8e9);
+    print_message("  NACK threshold %lu bytes (TIMEOUT - RTT = %lu ns, dispatch %lu ns): "
+                  "%u OK, %u NACK, %u TIMEOUT; queue at most %lu bytes (%lu requests), "
+                  "%lu expired, %lu of %lu packets sent after their deadline\n",
+                  (unsigned long)cfg[0].nack_bytes, (unsigned long)cfg[0].op_timeout_min_ns,
+                  (unsigned long)cfg[0].dispatch_timeout_ns, ok, nack, timeout,
+                  (unsigned long)ts.max_queue_bytes, (unsigned long)ts.max_queue,
+                  (unsigned long)ts.expired, (unsigned long)tap.late, (unsigned long)tap.sent);
+    assert_int_equal(cfg[0].nack_bytes, want);
+    assert_true(nack > 0 && ok > 0);
+    assert_int_equal(ts.nacks_sent, nack);
+    assert_true(ts.max_queue_bytes <= cfg[0].nack_bytes);
+    assert_true(ts.max_queue_bytes + 4096 + 104 > cfg[0].nack_bytes); /* it filled */
+    assert_int_equal(tap.late, 0);
+    assert_true(tap.sent > 0);
+
+    /* The override, with a threshold above all the work and a fixed 100 us
+     * timeout: requests wait longer than their initiators do, and those
+     * that reach the head of the queue expired are dropped, not served. */
+    struct erma_rma_cfg big[FLOOD_HOSTS];
+    for (unsigned h = 0; h < FLOOD_HOSTS; h++)
+        big[h] = (struct erma_rma_cfg){.serve_batch = 1, .serve_ns = h ? 0 : 2000,
+                                       .nack_bytes = 64u << 20, .op_timeout_ns = 100000};
+    struct late_tap tap2 = {0};
+    flood(big, &ts, &tap2, &ok, &nack, &timeout);
+    print_message("  NACK threshold %lu bytes, 100 us timeout: %u OK, %u NACK, %u TIMEOUT, "
+                  "%lu expired, %lu served, %lu of %lu packets sent after their deadline\n",
+                  (unsigned long)big[0].nack_bytes, ok, nack, timeout,
+                  (unsigned long)ts.expired, (unsigned long)ts.served, (unsigned long)tap2.late,
+                  (unsigned long)tap2.sent);
+    assert_int_equal(nack, 0);
+    assert_true(timeout > 0 && ts.expired > 0);
+    assert_int_equal(ts.served + ts.expired, 3 * FLOOD_OPS);
+    assert_int_equal(tap2.late, 0);
+}
+
 /* ---- tampering and replay (sim tap) ---- */
 
 struct tap {
@@ -716,6 +834,7 @@ int main(void)
         cmocka_unit_test_prestate(test_nack, &UDP),
         cmocka_unit_test_prestate(test_dispatch_timeout, &SIM),
         cmocka_unit_test_prestate(test_dispatch_timeout, &UDP),
+        cmocka_unit_test(test_nack_bytes),
         cmocka_unit_test_prestate(test_tamper, &SIM),
         cmocka_unit_test_prestate(test_replay, &SIM),
         cmocka_unit_test_prestate(test_garbage, &SIM),

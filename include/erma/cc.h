@@ -184,8 +184,11 @@
  * cwnd stays in [min_cwnd, max_cwnd]. "Once per RTT": a decrease (or a cut)
  * at time t allows the next decrease of that window from t + srtt, where
  * srtt is the window's smoothed RTT (EWMA, weight 1/8, of the total_delay of
- * successful ops, base_rtt_ns before the first). Cuts themselves are not
- * rate-limited: k failures in a row cut k times.
+ * successful ops, base_rtt_ns before the first). Cuts are rate-limited the
+ * same way, as in 1RMA's Algorithm 1 ("if no decrease happened in the last
+ * RTT"): k failures of one window within an srtt cut it once; failures
+ * spaced more than an srtt apart cut each time. The local and each remote
+ * window keep their own time (next_decrease_ns).
  *
  * An op to (dst, dir) may issue when, for both windows, fewer than
  * max(cwnd, 1) ops are in flight and the window's pacing allows it: each
@@ -381,8 +384,9 @@ struct erma_window {
     uint64_t srtt_ns;
     uint64_t issued;            /* ops issued */
     uint64_t last_issue_ns;
-    uint64_t next_decrease_ns;  /* no decrease before this time */
+    uint64_t next_decrease_ns;  /* no decrease (nor cut) before this time */
     uint64_t decreases, cuts;
+    uint64_t cuts_skipped;      /* failures that came within an srtt of a decrease */
 };
 
 struct erma_window_remote; /* table entry, private */

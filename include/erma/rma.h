@@ -73,7 +73,7 @@
  *
  * Completion status (erma_rma_completion.status):
  *   ERMA_OK          done; READ data is in cmd.local
- *   ERMA_ENACK       the target's request queue was past cfg.nack_threshold,
+ *   ERMA_ENACK       the target's queued work was past its NACK threshold,
  *                    or its solicitation table or window was full (WRITE,
  *                    REKEY): not queued, nothing done
  *   ERMA_ETIMEDOUT   no complete answer within the op's timeout (target
@@ -106,6 +106,26 @@
  * Delays: issue_delay_ns is from submit to the request leaving (local
  * queueing), total_delay_ns from submit to completion; total - issue is the
  * remote delay the window CC acts on.
+ *
+ * NACK threshold: the target queues requests for its serving engine and
+ * NACKs one (sealed, for an authentic request only) that would take its
+ * queued work past cfg.nack_bytes, or its queue past cfg.nack_threshold
+ * entries. A request's work is its length (4096 at most: the length is
+ * not verified yet) plus one packet's overhead (104 bytes). By default nack_bytes is 1RMA's
+ * (TIMEOUT - RTT - DISPATCH_TIMEOUT) x bandwidth: work queued beyond it
+ * would be answered after the initiator's TIMEOUT. The target takes the
+ * values from its own configuration and its transport's hints, assuming
+ * its initiators are configured alike: TIMEOUT is the shortest op timeout
+ * such an initiator sets (cfg.op_timeout_ns, else the RTO's floor, base
+ * RTT + cfg.op_timeout_min_ns), RTT the transport's base RTT,
+ * DISPATCH_TIMEOUT cfg.dispatch_timeout_ns and bandwidth its link rate;
+ * at least one largest op (4096 + 104 bytes). erma starts an op's timeout
+ * when the request leaves, so the DISPATCH_TIMEOUT term only adds margin.
+ * On the sim fabric's defaults (25 Gb/s, op_timeout_min_ns 25 us, 10 us
+ * dispatch timeout) it is 47 KB; on udp (10 ms floor, 1 ms dispatch timeout) about 28 MB,
+ * where the queue's 1024 entries bound it first. Requests whose deadline
+ * has passed when they reach the head of the queue are dropped, not
+ * served (Deadlines).
  *
  * Solicitation: a READ is issued only while the initiator's outstanding
  * READ bytes plus its length fit cfg.inbound_window, so it never receives
@@ -207,7 +227,12 @@ struct erma_rma_cfg {
                                      the shortest op timeout, at most 1 ms */
     uint32_t max_regions;         /* default 1024 */
     uint32_t serve_batch;         /* requests served per loop pass, default 16 */
-    uint32_t nack_threshold;      /* request queue depth that NACKs, default 256 */
+    uint64_t nack_bytes;          /* target: queued work (bytes) past which a
+                                     request is NACKed; 0 (default): 1RMA's
+                                     (TIMEOUT - RTT - DISPATCH_TIMEOUT) x link
+                                     rate (NACK threshold below) */
+    uint32_t nack_threshold;      /* target: queued requests at most (memory),
+                                     default 1024; one more is NACKed too */
     uint64_t serve_ns;            /* time spent per request served, to model a
                                      slower target on the sim; default 0 */
     uint32_t solicits;            /* target: solicitations in flight, default 64 */
@@ -264,6 +289,7 @@ struct erma_rma_stats {
     uint64_t rx_unmatched;        /* answers for no live op (late, replayed, forged) */
     uint64_t data_rejected;       /* target: data for no live solicitation */
     uint64_t max_queue;           /* deepest request queue seen */
+    uint64_t max_queue_bytes;     /* most queued work seen, bytes */
     uint64_t expired;             /* target: requests past (or implausibly far
                                      from) their deadline, dropped unanswered */
     uint64_t duplicates;          /* target: requests for an op it already
@@ -288,6 +314,8 @@ int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
 void erma_rma_destroy(struct erma_rma *rma);
 uint64_t erma_rma_identity(const struct erma_rma *rma);
 void erma_rma_get_stats(const struct erma_rma *rma, struct erma_rma_stats *out);
+/* The configuration in use: the one given, its zeros replaced by defaults. */
+void erma_rma_get_cfg(const struct erma_rma *rma, struct erma_rma_cfg *out);
 
 /* ---- target: regions ---- */
 
