@@ -65,13 +65,16 @@ static bool slot_pending(const struct slot *sl)
                                        sl->num_tx - sl->num_rx < WINDOW));
 }
 
-/* Packets sent and neither answered nor queued to be sent again: each
- * holds a credit. */
+/* Packets sent and neither answered nor queued to be sent again (bit k:
+ * packet num_rx + k): each holds a credit. */
+static uint64_t slot_unanswered(const struct slot *sl)
+{
+    return (bit(sl->num_tx - sl->num_rx) - 1) & ~(sl->rx_bits | sl->resend);
+}
+
 static uint32_t slot_outstanding(const struct slot *sl)
 {
-    const uint32_t span = sl->num_tx - sl->num_rx;
-    const uint64_t mask = span >= 64 ? ~(uint64_t)0 : bit(span) - 1;
-    return span - (uint32_t)__builtin_popcountll((sl->rx_bits | sl->resend) & mask);
+    return (uint32_t)__builtin_popcountll(slot_unanswered(sl));
 }
 
 /* The next packet of a pending slot: a lost one first, else a new one. */
@@ -295,13 +298,12 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
         if (rpc->cfg.req_timeout_ns && since(now, sl->start_ns) > rpc->cfg.req_timeout_ns) {
             slot_finish(rpc, s, sl, ERMA_ETIMEDOUT);
             kick = true;
-        } else if (slot_outstanding(sl) && since(now, sl->progress_ns) > rpc->cfg.rto_ns) {
+        } else if (slot_unanswered(sl) && since(now, sl->progress_ns) > rpc->cfg.rto_ns) {
             /* selective: send again only the packets without a reply */
-            const uint32_t span = sl->num_tx - sl->num_rx;
-            const uint64_t lost = (bit(span) - 1) & ~(sl->rx_bits | sl->resend);
-            s->credits += (uint32_t)__builtin_popcountll(lost);
-            rpc->stats.retransmitted_pkts += (uint64_t)__builtin_popcountll(lost);
-            sl->resend |= lost;
+            const uint32_t lost = slot_outstanding(sl);
+            s->credits += lost;
+            rpc->stats.retransmitted_pkts += lost;
+            sl->resend |= slot_unanswered(sl);
             sl->progress_ns = now;
             rpc->stats.retransmits++;
             kick = true;
@@ -401,10 +403,10 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
         rpc->stats.rx_reordered++;
     cc_sample(rpc, s, sl, i);
     /* The first response packet says the server has every request packet:
-     * credit returns still missing were lost, or are late duplicates. */
-    for (uint32_t k = sl->num_rx; !is_cr && i + 1 == sl->req_pkts && k < i; k++)
-        if (k >= sl->num_rx && !(sl->rx_bits & bit(k - sl->num_rx)))
-            client_mark(s, sl, k);
+     * credit returns still missing were lost, or are late duplicates
+     * (num_rx is always the first packet without a reply). */
+    while (!is_cr && i + 1 == sl->req_pkts && sl->num_rx < i)
+        client_mark(s, sl, sl->num_rx);
     client_mark(s, sl, i);
     sl->progress_ns = rpc->ep->now;
     if (!is_cr && sl->num_rx == client_total_tx(sl))
@@ -615,7 +617,7 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
         rpc->stats.rx_reordered++;
         return;
     }
-    if (i < sl->srv_rx || (sl->srv_bits & ((uint64_t)1 << (i - sl->srv_rx)))) {
+    if (i < sl->srv_rx || (sl->srv_bits & bit(i - sl->srv_rx))) {
         /* a retransmission: answer again what is idempotent */
         rpc->stats.rx_dup++;
         if (i + 1 < req_pkts)
@@ -639,7 +641,7 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
     }
     if (i != sl->srv_rx)
         rpc->stats.rx_reordered++;
-    sl->srv_bits |= (uint64_t)1 << (i - sl->srv_rx);
+    sl->srv_bits |= bit(i - sl->srv_rx);
     while (sl->srv_bits & 1) {
         sl->srv_bits >>= 1;
         sl->srv_rx++;
