@@ -111,7 +111,8 @@ static bool server_stopped(void *ctx)
     return stop_server;
 }
 
-static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll)
+/* Replica i of the cluster, in a forked child (on failure the child exits 1). */
+static struct erma_raftkv_server *replica(struct cluster *cl, unsigned i, bool fsync, bool poll)
 {
     const struct sigaction sa = {.sa_handler = on_term};
     sigaction(SIGTERM, &sa, NULL);
@@ -126,6 +127,12 @@ static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll)
         fprintf(stderr, "raftkv: replica %u cannot start on %s\n", i + 1, cl->uri[i]);
         _exit(1);
     }
+    return s;
+}
+
+static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll)
+{
+    struct erma_raftkv_server *s = replica(cl, i, fsync, poll);
     while (!stop_server)
         erma_raftkv_server_run(s, server_stopped, NULL, 100000000);
     erma_raftkv_server_destroy(s);
@@ -136,21 +143,9 @@ static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll)
  * endpoints in turn: no wake-ups, no process switches, one core. */
 static void serve_all(struct cluster *cl)
 {
-    const struct sigaction sa = {.sa_handler = on_term};
-    sigaction(SIGTERM, &sa, NULL);
-    struct erma_raftkv_server *s[R] = {NULL};
-    const struct erma_endpoint_cfg ep = {.busy_poll = true};
-    for (unsigned i = 0; i < R; i++) {
-        char dir[600];
-        snprintf(dir, sizeof dir, "%s/r%u", cl->dir, i + 1);
-        const struct erma_raftkv_server_cfg cfg = {.id = i + 1, .peers = cl->uris, .npeers = R,
-                                                   .data_dir = dir, .no_fsync = true,
-                                                   .ep_cfg = &ep};
-        if (erma_raftkv_server_create(&cfg, &s[i]) != ERMA_OK) {
-            fprintf(stderr, "raftkv: replica %u cannot start on %s\n", i + 1, cl->uri[i]);
-            _exit(1);
-        }
-    }
+    struct erma_raftkv_server *s[R];
+    for (unsigned i = 0; i < R; i++)
+        s[i] = replica(cl, i, false, true);
     while (!stop_server)
         for (unsigned i = 0; i < R; i++)
             erma_raftkv_server_run_once(s[i]);

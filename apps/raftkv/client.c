@@ -9,6 +9,7 @@
 #include "erma/log.h"
 #include "erma/wire.h"
 #include "kv/kv.h"
+#include "raftkv/loop.h"
 #include "raftkv/raftkv.h"
 
 #define URI_MAX 128
@@ -322,37 +323,20 @@ int erma_raftkv_client_run_once(struct erma_raftkv_client *c)
     return work + erma_raftkv_client_poll(c);
 }
 
-struct run_hook {
-    struct erma_raftkv_client *c;
-    bool (*stop)(void *ctx);
-    void *ctx;
-    bool stopped;
-};
-
-static bool run_hook(void *ctx)
+static int poll_obj(void *c)
 {
-    struct run_hook *h = ctx;
-    const int work = erma_raftkv_client_poll(h->c);
-    h->stopped = h->stop && h->stop(h->ctx);
-    return h->stopped || work > 0;
+    return erma_raftkv_client_poll(c);
+}
+
+static uint64_t next_timer_obj(const void *c)
+{
+    return erma_raftkv_client_next_timer(c);
 }
 
 int erma_raftkv_client_run(struct erma_raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
                            uint64_t timeout_ns)
 {
-    const uint64_t start = erma_now_ns();
-    const uint64_t end = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;
-    struct run_hook h = {c, stop, ctx, false};
-    for (;;) {
-        const uint64_t now = erma_now_ns();
-        if (now >= end)
-            return ERMA_ETIMEDOUT;
-        uint64_t until = erma_raftkv_client_next_timer(c);
-        until = until < end ? until : end;
-        erma_endpoint_run_until(c->ep, run_hook, &h, until > now ? until - now : 0);
-        if (h.stopped)
-            return ERMA_OK;
-    }
+    return raftkv_run(c->ep, poll_obj, next_timer_obj, c, stop, ctx, timeout_ns);
 }
 
 int erma_raftkv_client_create(const struct erma_raftkv_client_cfg *cfg,

@@ -14,6 +14,7 @@
 #include "erma/sim.h"
 #include "erma/wire.h"
 #include "kv/kv.h"
+#include "raftkv/loop.h"
 #include "raftkv/raftkv.h"
 
 #define URI_MAX 128
@@ -541,39 +542,20 @@ int erma_raftkv_server_run_once(struct erma_raftkv_server *s)
     return work + erma_raftkv_server_poll(s);
 }
 
-struct run_hook {
-    struct erma_raftkv_server *s;
-    bool (*stop)(void *ctx);
-    void *ctx;
-    bool stopped;
-};
-
-/* After each pass: the poll; back to the caller when it did work (what it
- * queued leaves with the next pass, not after a sleep) or to stop. */
-static bool run_hook(void *ctx)
+static int poll_obj(void *s)
 {
-    struct run_hook *h = ctx;
-    const int work = erma_raftkv_server_poll(h->s);
-    h->stopped = h->stop && h->stop(h->ctx);
-    return h->stopped || work > 0;
+    return erma_raftkv_server_poll(s);
+}
+
+static uint64_t next_timer_obj(const void *s)
+{
+    return erma_raftkv_server_next_timer(s);
 }
 
 int erma_raftkv_server_run(struct erma_raftkv_server *s, bool (*stop)(void *ctx), void *ctx,
                            uint64_t timeout_ns)
 {
-    const uint64_t start = erma_now_ns();
-    const uint64_t end = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;
-    struct run_hook h = {s, stop, ctx, false};
-    for (;;) {
-        const uint64_t now = erma_now_ns();
-        if (now >= end)
-            return ERMA_ETIMEDOUT;
-        uint64_t until = erma_raftkv_server_next_timer(s);
-        until = until < end ? until : end;
-        erma_endpoint_run_until(s->ep, run_hook, &h, until > now ? until - now : 0);
-        if (h.stopped)
-            return ERMA_OK;
-    }
+    return raftkv_run(s->ep, poll_obj, next_timer_obj, s, stop, ctx, timeout_ns);
 }
 
 /* ---- the sim fabric ---- */
