@@ -55,6 +55,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "peer_pair.h"
 #include "endpoint/proto.h" /* ep->tr: the address a derived key is bound to */
 #include "erma/cc.h"
 #include "erma/clock.h"
@@ -102,12 +103,6 @@ static int uri_plus(const char *uri, unsigned delta, bool keep_query, char *out,
                            keep_query && query ? query : "");
     return n < 0 || (size_t)n >= len ? ERMA_EADDR : ERMA_OK;
 }
-
-/* pair mode: no kvcs; the server's address once it is up */
-static bool pair_mode;
-static char server_uri[256];
-static atomic_int server_up; /* 0 starting, 1 up, -1 ended */
-static atomic_bool client_done; /* the server need not wait for a STOP */
 
 /* ---- server ---- */
 
@@ -185,7 +180,7 @@ static int serve(const char *uri)
                                   &s.region);
     }
     char kuri[KVCS_SERVERS][160] = {""};
-    const unsigned nkv = pair_mode ? 0 : KVCS_SERVERS;
+    const unsigned nkv = peer_pair.on ? 0 : KVCS_SERVERS;
     for (unsigned i = 0; rc == ERMA_OK && i < nkv; i++) {
         rc = uri_plus(uri, i + 1, false, kuri[i], sizeof kuri[i]);
         const struct erma_kvcs_server_cfg kc = {.uri = kuri[i], .buckets = 1024,
@@ -197,11 +192,10 @@ static int serve(const char *uri)
         printf("server: ready: region %" PRIu32 " of %u B on %s, kvcs servers on %s %s %s\n",
                s.region, REGION_LEN, uri, kuri[0], kuri[1], kuri[2]);
         fflush(stdout);
-        if (erma_endpoint_uri(ep, server_uri, sizeof server_uri) == ERMA_OK)
-            atomic_store(&server_up, 1);
+        peer_pair_up(ep);
         const uint64_t end = erma_now_ns() + SERVER_MAX_NS;
         for (uint64_t now = 0; now < end && (!s.stop_at || now < s.stop_at) &&
-                               !atomic_load(&client_done);
+                               !peer_pair_done();
              now = erma_now_ns()) {
             erma_endpoint_run_once(ep);
             for (unsigned i = 0; i < nkv; i++)
@@ -799,7 +793,7 @@ static int client(const char *uri, const char *server)
         rc = ERMA_ENOMEM;
     if (rc == ERMA_OK)
         one_sided(&c, k, len, buf, src);
-    if (rc == ERMA_OK && !pair_mode)
+    if (rc == ERMA_OK && !peer_pair.on)
         kvcs(&c, uri, server);
     if (c.sess >= 0) { /* the server ends once it answered */
         struct erma_msgbuf req = {0}, resp = {0};
@@ -824,33 +818,14 @@ static int client(const char *uri, const char *server)
     return c.failed ? 1 : 0;
 }
 
-static int serve_rc;
-
-static void *serve_thread(void *uri)
-{
-    serve_rc = serve(uri);
-    atomic_store(&server_up, -1);
-    return NULL;
-}
-
 /* The server on a thread, the client here; the server ends on the
- * client's STOP (or after SERVER_MAX_NS). 30 s at most to come up. */
+ * client's STOP (or after SERVER_MAX_NS). */
 static int pair(const char *uri)
 {
-    pthread_t t;
-    pair_mode = true;
-    if (pthread_create(&t, NULL, serve_thread, (void *)uri))
-        return 1;
-    for (int i = 0; i < 30000 && !atomic_load(&server_up); i++)
-        usleep(1000);
-    const int rc = atomic_load(&server_up) == 1 ? client(uri, server_uri) : -1;
-    atomic_store(&client_done, true);
-    pthread_join(t, NULL);
-    if (rc < 0) {
-        fprintf(stderr, "pair: the server did not come up\n");
-        return serve_rc ? serve_rc : 1;
-    }
-    return rc || serve_rc ? 1 : 0;
+    const int rc = peer_pair_run(uri, serve, client);
+    if (rc < 0)
+        return peer_pair.serve_rc ? peer_pair.serve_rc : 1;
+    return rc || peer_pair.serve_rc ? 1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -22,6 +22,7 @@
 
 #include "erma/clock.h"
 #include "erma/rand.h"
+#include "peer_pair.h"
 #include "rpc_util.h"
 
 #define ECHO 1
@@ -29,24 +30,18 @@
 
 static struct echo_stats st;
 
-/* pair mode: the server's address once it is up, and its end */
-static char server_uri[256];
-static atomic_int server_up; /* 0 starting, 1 up, -1 failed */
-static atomic_bool stop_server;
-
 /* Pair mode's fabric is two threads of one process: its round trips are
  * thread hand-offs on a shared CPU, a millisecond rather than the
  * transport's hint, and Timely is told so (as rma_peer does for its
  * windows); beside a CPU hog a thread may not run for half a second, and
  * a peer in the same process cannot have failed (30 s, as rma_peer). */
-static bool pair_mode;
 static const struct erma_rpc_cfg pair_cfg = {.base_rtt_ns = 1000000,
                                              .failure_ns = 30000000000ull};
 
 static bool server_stopped(void *ctx)
 {
     (void)ctx;
-    return atomic_load(&stop_server);
+    return peer_pair_done();
 }
 
 static int serve(const char *uri)
@@ -60,14 +55,13 @@ static int serve(const char *uri)
         (rc = erma_handler_register(nx, ECHO, echo_handler, ERMA_DISPATCH, &st)) == ERMA_OK &&
         (rc = erma_handler_register(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st)) == ERMA_OK &&
         (rc = erma_endpoint_create(uri, 0, NULL, &ep)) == ERMA_OK &&
-        (rc = erma_rpc_create(nx, ep, pair_mode ? &pair_cfg : NULL, &rpc)) != ERMA_OK)
+        (rc = erma_rpc_create(nx, ep, peer_pair.on ? &pair_cfg : NULL, &rpc)) != ERMA_OK)
         erma_endpoint_destroy(ep);
     if (rc != ERMA_OK) {
         fprintf(stderr, "server: %s\n", erma_strerror(rc));
         return rc == ERMA_ENOTSUP ? 77 : 1;
     }
-    if (erma_endpoint_uri(ep, server_uri, sizeof server_uri) == ERMA_OK)
-        atomic_store(&server_up, 1);
+    peer_pair_up(ep);
     erma_endpoint_run_until(ep, server_stopped, NULL, 200000000000ull);
     erma_rpc_destroy(rpc);
     erma_endpoint_destroy(ep);
@@ -170,7 +164,7 @@ static int client(const char *uri, const char *server)
     struct erma_nexus *nx;
     struct erma_endpoint *ep = NULL;
     struct erma_rpc *rpc;
-    const struct erma_rpc_cfg *rcfg = pair_mode ? &pair_cfg : NULL;
+    const struct erma_rpc_cfg *rcfg = peer_pair.on ? &pair_cfg : NULL;
     int rc = erma_nexus_create(NULL, &nx);
     if (rc == ERMA_OK && ((rc = erma_endpoint_create(uri, 0, NULL, &ep)) != ERMA_OK ||
                           (rc = erma_rpc_create(nx, ep, rcfg, &rpc)) != ERMA_OK)) {
@@ -208,33 +202,11 @@ static int client(const char *uri, const char *server)
     return rc == ERMA_OK && wrong == 0 ? 0 : 1;
 }
 
-static int serve_rc;
-
-static void *serve_thread(void *uri)
-{
-    serve_rc = serve(uri);
-    atomic_store(&server_up, -1); /* if it never came up */
-    return NULL;
-}
-
-/* The server on a thread, the client here; 30 s at most for the server to
- * come up. */
+/* The server on a thread, the client here. */
 static int pair(const char *uri)
 {
-    pthread_t t;
-    pair_mode = true;
-    if (pthread_create(&t, NULL, serve_thread, (void *)uri))
-        return 1;
-    for (int i = 0; i < 30000 && !atomic_load(&server_up); i++)
-        usleep(1000);
-    int rc = atomic_load(&server_up) == 1 ? client(uri, server_uri) : -1;
-    atomic_store(&stop_server, true);
-    pthread_join(t, NULL);
-    if (rc < 0) {
-        fprintf(stderr, "pair: the server did not come up\n");
-        rc = serve_rc ? serve_rc : 1;
-    }
-    return rc;
+    const int rc = peer_pair_run(uri, serve, client);
+    return rc >= 0 ? rc : peer_pair.serve_rc ? peer_pair.serve_rc : 1;
 }
 
 int main(int argc, char **argv)
