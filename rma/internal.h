@@ -180,6 +180,7 @@ struct erma_rma {
     struct erma_endpoint *ep;  /* its transport queue, TX batch and clock */
     struct erma_transport *tr; /* ep->tr */
     struct erma_rma_cfg cfg;
+    bool warned_nack;          /* the small NACK threshold warning was logged */
     uint32_t pkt_data;         /* payload bytes per packet */
     uint64_t ctr;              /* this engine's nonce counter */
     int64_t wire_off;          /* wire clock - engine clock (0 on the sim) */

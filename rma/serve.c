@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "erma/log.h"
 #include "internal.h"
 
 struct key {
@@ -332,8 +333,16 @@ static void refuse(struct erma_rma *rma, const struct rma_ophdr *h, const struct
 {
     struct region *r;
     struct key k;
-    if (verify(rma, h, pkt->data, pkt->len, &pkt->src, &r, &k) == ERMA_OK)
-        send_status(rma, &pkt->src, h, ERMA_ENACK, &k);
+    if (verify(rma, h, pkt->data, pkt->len, &pkt->src, &r, &k) != ERMA_OK)
+        return;
+    send_status(rma, &pkt->src, h, ERMA_ENACK, &k);
+    if (rma->q_len < 4 && !rma->warned_nack) { /* once: a threshold this small is a mistake */
+        rma->warned_nack = true;
+        ERMA_WARN("rma: NACKed a request with %u queued: NACK threshold %llu bytes (1RMA's "
+                  "(TIMEOUT - RTT - DISPATCH_TIMEOUT) x bandwidth unless cfg.nack_bytes is set; "
+                  "is dispatch_timeout_ns close to op_timeout_ns?)",
+                  rma->q_len, (unsigned long long)rma->cfg.nack_bytes);
+    }
 }
 
 void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
