@@ -119,6 +119,7 @@ struct slot {
                                      slot's index space */
     uint64_t rx_bits;             /* bit k: the reply to packet num_rx + k came (out of order) */
     uint64_t resend;              /* bit k: packet num_rx + k is to be sent again (lost) */
+    uint64_t again;               /* bit k: packet num_rx + k was sent again already */
     uint64_t progress_ns, start_ns;
     uint32_t tx_ns[ERMA_MAX_CREDITS]; /* send time of packet i, mod 2^32 ns, at [i % 32] */
     /* server */
@@ -185,6 +186,8 @@ struct session {
     uint64_t next_tx_ns;      /* pacing: when the next packet may leave */
     bool in_wheel;            /* the wheel holds this session's next packet */
     uint8_t rr;               /* round robin over slots */
+    uint8_t dupthresh;        /* replies to later packets that make one lost (fast resend) */
+    uint64_t min_rtt_ns;      /* smallest RTT sample, from packets sent once */
     uint64_t rtt_samples, paced_pkts, direct_pkts;
     struct slot slots[ERMA_SESSION_SLOTS];
 };

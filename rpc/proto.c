@@ -204,7 +204,7 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     sl->tag = b->tag;
     sl->req_pkts = erma_msg_pkts(sl->req->size, rpc->pkt_data);
     sl->resp_pkts = sl->num_tx = sl->num_rx = 0;
-    sl->rx_bits = sl->resend = 0;
+    sl->rx_bits = sl->resend = sl->again = 0;
     sl->progress_ns = sl->start_ns = rpc->ep->now;
     for (uint32_t k = 0; k < sl->req_pkts; k++)
         hdr_put(erma_msg_hdr(sl->req, k), sl->req_type, sl->req->size, s->remote_num, ERMA_PKT_REQ,
@@ -303,6 +303,7 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
             const uint32_t lost = slot_outstanding(sl);
             s->credits += lost;
             rpc->stats.retransmitted_pkts += lost;
+            sl->again |= slot_unanswered(sl);
             sl->resend |= slot_unanswered(sl);
             sl->progress_ns = now;
             rpc->stats.retransmits++;
@@ -338,12 +339,24 @@ static int client_take_resp(struct erma_rpc *rpc, struct slot *sl, const struct 
     return ERMA_OK;
 }
 
-/* An RTT sample from the reply to packet i feeds Timely. */
+/* An RTT sample from the reply to packet i feeds Timely; none from a
+ * packet sent again, whose reply may answer either copy (Karn). A reply
+ * to a copy sent sooner than half the smallest RTT ago answers the first
+ * one: the loss was reordering, and fast retransmits wait for more. */
 static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot *sl, uint32_t i)
 {
     const uint64_t now = cc_now(rpc);
     const uint32_t elapsed = (uint32_t)now - sl->tx_ns[i % ERMA_MAX_CREDITS]; /* mod 2^32 */
     const uint64_t rtt = elapsed ? elapsed : 1;
+    if (sl->again & bit(i - sl->num_rx)) {
+        if (2 * rtt < s->min_rtt_ns) {
+            rpc->stats.spurious_retransmits++;
+            s->dupthresh = s->dupthresh < WINDOW / 2 ? 2 * s->dupthresh : WINDOW;
+        }
+        return;
+    }
+    if (rtt < s->min_rtt_ns || !s->min_rtt_ns)
+        s->min_rtt_ns = rtt;
     s->rtt_samples++;
     if (!rpc->cfg.cc.off)
         erma_timely_update(&s->timely, rtt, now);
@@ -364,8 +377,30 @@ static void client_mark(struct session *s, struct slot *sl, uint32_t i)
     while (sl->rx_bits & 1) {
         sl->rx_bits >>= 1;
         sl->resend >>= 1;
+        sl->again >>= 1;
         sl->num_rx++;
     }
+}
+
+/* Fast retransmit: packets go out in index order the first time, so one
+ * sent once and still without a reply when the reply to the packet
+ * dupthresh after it came was lost; it goes again now, not at the timeout.
+ * A packet sent again already waits for the timeout. */
+static void client_fast_resend(struct erma_rpc *rpc, struct session *s, struct slot *sl,
+                               uint32_t i)
+{
+    if (i < sl->num_rx + s->dupthresh)
+        return;
+    const uint64_t before = bit(i - s->dupthresh - sl->num_rx + 1) - 1;
+    const uint64_t lost = slot_unanswered(sl) & before & ~sl->again;
+    if (!lost)
+        return;
+    const uint32_t n = (uint32_t)__builtin_popcountll(lost);
+    s->credits += n;
+    rpc->stats.retransmitted_pkts += n;
+    rpc->stats.fast_retransmits += n;
+    sl->resend |= lost;
+    sl->again |= lost;
 }
 
 static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_hdr *h,
@@ -408,6 +443,7 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     while (!is_cr && i + 1 == sl->req_pkts && sl->num_rx < i)
         client_mark(s, sl, sl->num_rx);
     client_mark(s, sl, i);
+    client_fast_resend(rpc, s, sl, i);
     sl->progress_ns = rpc->ep->now;
     if (!is_cr && sl->num_rx == client_total_tx(sl))
         slot_finish(rpc, s, sl, ERMA_OK);

@@ -314,6 +314,7 @@ static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
     const uint64_t base = (erma_rand_u64(&rpc->rng) & (ERMA_MAX_REQ_NUM >> 8)) * ERMA_SESSION_SLOTS;
     if (role == CLIENT)
         erma_timely_init(&s->timely, &rpc->timely_cfg, s->start_ns);
+    s->dupthresh = 3; /* TCP's, until reordering shows it is too few */
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
         s->slots[k].req_num = role == CLIENT ? base + k : 0; /* server: 0 is none yet */
     rpc->active_sessions++;

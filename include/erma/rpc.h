@@ -57,8 +57,9 @@
  * request packet with a credit return and the last with the first response
  * packet; the client pulls further response packets with
  * request-for-response packets; packets that come out of order are kept
- * (selective acknowledgement: each reply acknowledges its own packet) and
- * after cfg.rto_ns only the packets without a reply are sent again.
+ * (selective acknowledgement: each reply acknowledges its own packet);
+ * only the packets without a reply are sent again, once replies to three
+ * later packets came (fast retransmit), else after cfg.rto_ns.
  * Session management (connect
  * with a credit grant, disconnect, keepalive, failure detection) travels
  * in-band over the same transport.
@@ -178,6 +179,9 @@ struct erma_rpc_stats {
     uint64_t rx_reordered;  /* taken out of order (kept: selective acknowledgement) */
     uint64_t retransmits;   /* timeouts that sent packets again */
     uint64_t retransmitted_pkts; /* packets sent again: only those without a reply */
+    uint64_t fast_retransmits;  /* packets sent again before the timeout: replies to
+                                   later ones came */
+    uint64_t spurious_retransmits; /* of those, ones whose first reply came after all */
     uint64_t handler_calls, rpcs_done, rpcs_failed;
     uint64_t sessions_refused;
     uint64_t cookies_sent;  /* connect requests answered with a cookie, no state kept */
