@@ -1,5 +1,6 @@
 /* The endpoint: its transport queue, TX batch, clock, demultiplexer, loop
  * and idle wait, and the sim driver. */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ static void cfg_defaults(struct erma_endpoint_cfg *c)
     c->mtu = c->mtu ? c->mtu : defaults.mtu;
     c->rx_ring = c->rx_ring ? c->rx_ring : defaults.rx_ring;
     c->idle_wait_ns = c->idle_wait_ns ? c->idle_wait_ns : defaults.idle_wait_ns;
+    c->paths = c->paths ? c->paths : 1;
 }
 
 /* Splits "scheme://host:PORT[?query]" at PORT: *port_at points at the ':'
@@ -62,7 +64,83 @@ int erma_uri_for_thread(const char *base, uint8_t tid, char *out, size_t len)
 
 static int reg_chunk(void *ctx, void *addr, size_t len)
 {
-    return erma_transport_reg_mem(ctx, addr, len);
+    struct erma_endpoint *ep = ctx;
+    int rc = ERMA_OK;
+    for (unsigned k = 0; k < ep->npaths && rc == ERMA_OK; k++)
+        rc = erma_transport_reg_mem(ep->path[k], addr, len);
+    return rc;
+}
+
+int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, unsigned k,
+                      struct erma_addr *out)
+{
+    if (k == 0) {
+        *out = *addr;
+        return ERMA_OK;
+    }
+    return ep->tr->ops->addr_path ? ep->tr->ops->addr_path(ep->tr, addr, k, out) : ERMA_EADDR;
+}
+
+int erma_ep_path_of(const struct erma_endpoint *ep, const struct erma_addr *base, unsigned n,
+                    const struct erma_addr *a)
+{
+    if (erma_addr_eq(base, a))
+        return 0;
+    struct erma_addr b;
+    for (unsigned k = 1; k < n; k++)
+        if (erma_ep_path_addr(ep, base, k, &b) == ERMA_OK && erma_addr_eq(&b, a))
+            return (int)k;
+    return -1;
+}
+
+static void close_paths(struct erma_endpoint *ep)
+{
+    for (unsigned k = 0; k < ep->npaths; k++)
+        erma_transport_close(ep->path[k]);
+    ep->npaths = 0;
+    ep->tr = NULL;
+}
+
+/* Opens uri and, for virtual paths, the cfg.paths - 1 ports after it. */
+static int open_paths(struct erma_endpoint *ep, const char *uri,
+                      const struct erma_transport_cfg *tcfg)
+{
+    const unsigned want = ep->cfg.paths;
+    const char *colon, *query;
+    unsigned port = 0;
+    const bool any_port = split_uri(uri, &colon, &query, &port) == ERMA_OK && port == 0;
+    int rc = ERMA_EADDR;
+    for (int tries = 0; tries < 16 && ep->npaths < want; tries++) {
+        close_paths(ep);
+        if ((rc = erma_transport_open(uri, tcfg, &ep->path[0])) != ERMA_OK)
+            return rc;
+        ep->tr = ep->path[0];
+        ep->npaths = 1;
+        if (want > 1 && !ep->tr->ops->addr_path) {
+            ERMA_ERROR("endpoint: %s has no virtual paths (udp and sim have)", uri);
+            return ERMA_ENOTSUP;
+        }
+        char next[256];
+        struct erma_addr a;
+        for (unsigned k = 1; k < want; k++) {
+            rc = erma_ep_path_addr(ep, &ep->tr->local, k, &a);
+            if (rc == ERMA_OK)
+                rc = erma_transport_addr_str(ep->tr, &a, next, sizeof next);
+            if (rc == ERMA_OK)
+                rc = erma_transport_open(next, tcfg, &ep->path[k]);
+            if (rc != ERMA_OK)
+                break;
+            ep->npaths++;
+        }
+        if (rc != ERMA_OK && !any_port) /* a fixed port: no other to try */
+            break;
+    }
+    if (ep->npaths < want) {
+        ERMA_ERROR("endpoint: cannot open %u ports from %s for its virtual paths", want, uri);
+        close_paths(ep);
+        return rc != ERMA_OK ? rc : ERMA_EADDR;
+    }
+    return ERMA_OK;
 }
 
 int erma_endpoint_create(const char *base_uri, uint8_t tid, const struct erma_endpoint_cfg *cfg,
@@ -77,6 +155,11 @@ int erma_endpoint_create(const char *base_uri, uint8_t tid, const struct erma_en
     cfg_defaults(&ep->cfg);
     ep->tid = tid;
     memset(ep->by_id, -1, sizeof ep->by_id);
+    if (ep->cfg.paths > ERMA_MAX_PATHS) {
+        ERMA_ERROR("endpoint: %u virtual paths asked, at most %u", ep->cfg.paths, ERMA_MAX_PATHS);
+        free(ep);
+        return ERMA_EINVAL;
+    }
     char uri[512];
     int rc = erma_uri_for_thread(base_uri, tid, uri, sizeof uri);
     if (rc != ERMA_OK)
@@ -85,16 +168,16 @@ int erma_endpoint_create(const char *base_uri, uint8_t tid, const struct erma_en
                                             .rx_drop = ep->cfg.fault_drop,
                                             .drop_seed = ep->cfg.fault_seed};
     if (rc == ERMA_OK)
-        rc = erma_transport_open(uri, &tcfg, &ep->tr);
+        rc = open_paths(ep, uri, &tcfg);
     if (rc == ERMA_OK) {
-        const struct erma_pool_cfg pcfg = {.reg = reg_chunk, .reg_ctx = ep->tr};
+        const struct erma_pool_cfg pcfg = {.reg = reg_chunk, .reg_ctx = ep};
         rc = erma_pool_create(&pcfg, &ep->pool);
     }
     if (rc == ERMA_OK && !(ep->room = malloc((size_t)ERMA_MAX_BURST * ep->tr->max_pkt)))
         rc = ERMA_ENOMEM;
     if (rc != ERMA_OK) {
         erma_pool_destroy(ep->pool);
-        erma_transport_close(ep->tr);
+        close_paths(ep);
         free(ep);
         return rc;
     }
@@ -112,7 +195,7 @@ void erma_endpoint_destroy(struct erma_endpoint *ep)
     erma_ep_tx_flush(ep);
     free(ep->room);
     erma_pool_destroy(ep->pool);
-    erma_transport_close(ep->tr);
+    close_paths(ep);
     free(ep);
 }
 
@@ -173,18 +256,40 @@ void erma_ep_tx_flush(struct erma_endpoint *ep)
     for (unsigned i = 0; i < ep->ntx; i++)
         if (ep->prep[i])
             ep->prep[i](ep->prep_ctx[i], &ep->tx[i], ep->room + (size_t)i * ep->tr->max_pkt);
-    unsigned sent = 0;
-    for (int tries = 0; sent < ep->ntx && tries < TX_TRIES; tries++) {
-        const int n = erma_tx_burst(ep->tr, ep->tx + sent, ep->ntx - sent);
-        if (n < 0) {
-            ERMA_WARN("endpoint: tx_burst failed: %s", erma_strerror(n));
-            break;
+    /* runs of packets on one path, in order */
+    for (unsigned a = 0, b; a < ep->ntx; a = b) {
+        const uint8_t path = ep->tx[a].path < ep->npaths ? ep->tx[a].path : 0;
+        for (b = a + 1; b < ep->ntx && ep->tx[b].path == ep->tx[a].path;)
+            b++;
+        unsigned sent = 0;
+        for (int tries = 0; a + sent < b && tries < TX_TRIES; tries++) {
+            const int n = erma_tx_burst(ep->path[path], ep->tx + a + sent, b - a - sent);
+            if (n < 0) {
+                ERMA_WARN("endpoint: tx_burst failed: %s", erma_strerror(n));
+                break;
+            }
+            sent += (unsigned)n;
         }
-        sent += (unsigned)n;
+        ep->stats.tx_pkts += sent;
+        ep->stats.tx_dropped += b - a - sent;
     }
-    ep->stats.tx_pkts += sent;
-    ep->stats.tx_dropped += ep->ntx - sent;
     ep->ntx = 0;
+}
+
+/* Receives from every path, the first port first. */
+static int rx_paths(struct erma_endpoint *ep, struct erma_rx_pkt *rx)
+{
+    int n = erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
+    n = n > 0 ? n : 0;
+    for (unsigned k = 0; k < (unsigned)n; k++)
+        rx[k].path = 0;
+    for (unsigned p = 1; p < ep->npaths && n < ERMA_MAX_BURST; p++) {
+        const int m = erma_rx_burst(ep->path[p], rx + n, ERMA_MAX_BURST - (unsigned)n);
+        for (int k = 0; k < m; k++)
+            rx[n + k].path = (uint8_t)p;
+        n += m > 0 ? m : 0;
+    }
+    return n;
 }
 
 /* ---- the loop ---- */
@@ -204,7 +309,7 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
 {
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
     erma_ep_tx_flush(ep); /* what the application queued since the last pass goes first */
-    const int n = erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
+    const int n = ep->npaths > 1 ? rx_paths(ep, rx) : erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
     const uint64_t now = erma_ep_clock(ep); /* the one reading of this pass */
     int work = n > 0 ? n : 0;
     ep->stats.rx_pkts += (uint64_t)work;
@@ -242,6 +347,25 @@ static bool awaits(const struct erma_endpoint *ep)
     return false;
 }
 
+/* Sleeps until a packet on any path; a path that cannot be polled with
+ * the others makes it a short sleep on the first. */
+static void wait_paths(struct erma_endpoint *ep, uint64_t ns)
+{
+    struct pollfd fds[ERMA_MAX_PATHS];
+    unsigned n = 0;
+    for (; n < ep->npaths && ep->npaths > 1; n++)
+        if (!ep->path[n]->ops->poll_fd || (fds[n].fd = ep->path[n]->ops->poll_fd(ep->path[n])) < 0)
+            break;
+    if (ep->npaths == 1 || n < ep->npaths) {
+        erma_transport_wait(ep->tr, ep->npaths == 1 || ns < 100000 ? ns : 100000);
+        return;
+    }
+    for (unsigned k = 0; k < n; k++)
+        fds[k].events = POLLIN;
+    const struct timespec t = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    ppoll(fds, n, &t, NULL);
+}
+
 static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
 {
     const uint64_t now = ep->now;
@@ -261,7 +385,7 @@ static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
     if (until > now + ERMA_IDLE_SLEEP_MAX_NS)
         until = now + ERMA_IDLE_SLEEP_MAX_NS;
     if (until > now)
-        erma_transport_wait(ep->tr, until - now);
+        wait_paths(ep, until - now);
 }
 
 int erma_endpoint_run_until(struct erma_endpoint *ep, bool (*done)(void *ctx), void *ctx,

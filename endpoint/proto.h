@@ -40,7 +40,9 @@ typedef void (*erma_ep_prep_fn)(void *ctx, struct erma_tx_pkt *p, uint8_t *room)
 struct erma_endpoint {
     struct erma_endpoint_cfg cfg;
     uint8_t tid;
-    struct erma_transport *tr;
+    struct erma_transport *tr;   /* path[0]: its own port */
+    struct erma_transport *path[ERMA_MAX_PATHS]; /* virtual paths: the next ports */
+    unsigned npaths;
     struct erma_pool *pool;
     uint64_t now;        /* the clock, read once per pass (erma_ep_clock) */
     uint64_t idle_since; /* when the loop last found work */
@@ -57,6 +59,14 @@ struct erma_endpoint {
     uint8_t *room; /* ERMA_MAX_BURST x tr->max_pkt */
     unsigned ntx;
 };
+
+/* The address k virtual paths (ports) after addr; ERMA_EADDR when the
+ * transport has none. */
+int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, unsigned k,
+                      struct erma_addr *out);
+/* k when a is base's path k for some k < n, else -1. */
+int erma_ep_path_of(const struct erma_endpoint *ep, const struct erma_addr *base, unsigned n,
+                    const struct erma_addr *a);
 
 /* Registers p for header protos ids[0..nids); ERMA_EAGAIN when one is taken,
  * ERMA_ENOSLOTS when ERMA_EP_PROTOS protocols are on ep already. */

@@ -120,8 +120,10 @@ struct slot {
     uint64_t rx_bits;             /* bit k: the reply to packet num_rx + k came (out of order) */
     uint64_t resend;              /* bit k: packet num_rx + k is to be sent again (lost) */
     uint64_t again;               /* bit k: packet num_rx + k was sent again already */
+    uint8_t backoff;              /* timeouts in a row: the timeout is rto_ns << backoff */
     uint64_t progress_ns, start_ns;
     uint32_t tx_ns[ERMA_MAX_CREDITS]; /* send time of packet i, mod 2^32 ns, at [i % 32] */
+    uint8_t tx_path[ERMA_MAX_CREDITS]; /* the virtual path packet i went on, at [i % 32] */
     /* server */
     uint32_t srv_rx;              /* request packets received without a gap */
     uint64_t srv_bits;            /* bit k: request packet srv_rx + k came (out of order) */
@@ -163,6 +165,17 @@ struct sm_msg {
 
 #define SM_SECURE 1 /* the sender's nexus has a pre-shared key */
 #define SM_AES 2    /* CONNECT_REQ: the client can do AES-256-GCM; CONNECT_RESP: use it */
+/* bits 4-6: virtual paths - 1; CONNECT_REQ: the client's, CONNECT_RESP: the session's */
+#define SM_PATHS(n) ((uint8_t)(((n) - 1) << 4))
+#define SM_PATHS_OF(flags) (1u + ((flags) >> 4 & 7u))
+
+/* One virtual path of a client session (rpc.h, Virtual paths). */
+struct vpath {
+    uint32_t srtt_ns;       /* smoothed RTT of replies to packets sent on it, 0: none yet */
+    uint16_t loss;          /* share of its packets lost, moving average, in 1/65536 */
+    uint64_t pruned_until;  /* not used until then; 0: in use */
+    uint8_t prunes;         /* times pruned: each doubles the time out (at most 6) */
+};
 
 struct session {
     uint16_t num, remote_num;
@@ -187,6 +200,11 @@ struct session {
     bool in_wheel;            /* the wheel holds this session's next packet */
     uint8_t rr;               /* round robin over slots */
     uint8_t dupthresh;        /* replies to later packets that make one lost (fast resend) */
+    uint8_t paths;            /* virtual paths: the client's ports 0..paths-1 */
+    uint8_t tx_path;          /* the path of the packet being sent */
+    uint8_t path_rr;          /* client: round robin over paths */
+    int8_t clock_path;        /* client: the path whose reply just came, -1: none */
+    struct vpath vp[ERMA_MAX_PATHS];
     uint64_t min_rtt_ns;      /* smallest RTT sample, from packets sent once */
     uint64_t rtt_samples, paced_pkts, direct_pkts;
     struct slot slots[ERMA_SESSION_SLOTS];
@@ -246,6 +264,16 @@ struct erma_rpc {
 static inline uint64_t since(uint64_t now, uint64_t t)
 {
     return now > t ? now - t : 0;
+}
+
+/* Which of s's virtual paths a packet from a came on (its peer's port
+ * path k), or -1: not s's peer. */
+static inline int erma_session_path(const struct erma_rpc *rpc, const struct session *s,
+                                    const struct erma_addr *a)
+{
+    if (s->paths <= 1)
+        return erma_addr_eq(&s->peer, a) ? 0 : -1;
+    return erma_ep_path_of(rpc->ep, &s->peer, s->paths, a);
 }
 
 /* tx.c */

@@ -35,8 +35,106 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
 
 /* Sends client packet i; returns the bytes it brings onto the path: the
  * request packet, or for an RFR the response packet it asks for. */
+/* Timeouts in a row without a reply double a slot's timeout, up to 64 x;
+ * prunes of a path double its time out as much. */
+#define MAX_BACKOFF 6
+
+/* ---- virtual paths (client) ---- */
+
+/* Virtual paths: loss is averaged over about LOSS_AVG packets of a path; a
+ * path is pruned when its loss passes twice the best other one's plus
+ * PRUNE_LOSS (in 1/65536: 1%), or its smoothed RTT four times the best
+ * other one's, and probed again PRUNE_RTOS timeouts later, twice that after each
+ * prune of the same path, up to 64 times. */
+#define LOSS_AVG 256
+#define PRUNE_LOSS 655
+#define PRUNE_RTOS 4
+
+/* The path of the next packet: the one whose reply just came (its packet
+ * left the network), else the next in use, round robin. */
+static uint8_t pick_path(struct erma_rpc *rpc, struct session *s)
+{
+    if (s->paths <= 1)
+        return 0;
+    if (s->clock_path >= 0) {
+        const uint8_t p = (uint8_t)s->clock_path;
+        s->clock_path = -1;
+        if (!s->vp[p].pruned_until)
+            return p;
+    }
+    for (unsigned n = 0; n < s->paths; n++) {
+        const uint8_t p = (uint8_t)((s->path_rr + n) % s->paths);
+        struct vpath *v = &s->vp[p];
+        if (v->pruned_until && rpc->ep->now >= v->pruned_until)
+            *v = (struct vpath){.prunes = v->prunes}; /* probe it again, with a clean record */
+        if (!v->pruned_until) {
+            s->path_rr = (uint8_t)(p + 1);
+            return p;
+        }
+    }
+    return 0; /* (never all pruned) */
+}
+
+static uint64_t bit(uint32_t k)
+{
+    return (uint64_t)1 << k;
+}
+
+
+/* Prunes path p when its loss or delay stands out against the best other
+ * path in use; the last path in use stays. */
+static void path_judge(struct erma_rpc *rpc, struct session *s, uint8_t p)
+{
+    struct vpath *v = &s->vp[p];
+    uint32_t loss = UINT16_MAX, rtt = UINT32_MAX, others = 0;
+    for (unsigned k = 0; k < s->paths; k++) {
+        const struct vpath *o = &s->vp[k];
+        if (k == p || o->pruned_until)
+            continue;
+        others++;
+        loss = o->loss < loss ? o->loss : loss;
+        rtt = o->srtt_ns && o->srtt_ns < rtt ? o->srtt_ns : rtt;
+    }
+    if (!others || v->pruned_until)
+        return;
+    const bool lossy = v->loss > 2 * loss + PRUNE_LOSS;
+    const bool slow = rtt != UINT32_MAX && v->srtt_ns > 4 * (uint64_t)rtt &&
+                      v->srtt_ns > rtt + 4 * s->min_rtt_ns;
+    if (lossy || slow) { /* out for longer each time, up to 64 times */
+        v->pruned_until = rpc->ep->now + (PRUNE_RTOS * rpc->cfg.rto_ns << v->prunes);
+        v->prunes += v->prunes < MAX_BACKOFF;
+        rpc->stats.paths_pruned++;
+    }
+}
+
+/* Takes an RTT sample of path p; false when p is out of use. */
+static bool path_sample(struct erma_rpc *rpc, struct session *s, uint8_t p, uint64_t rtt)
+{
+    struct vpath *v = &s->vp[p];
+    const uint32_t r = rtt < UINT32_MAX ? (uint32_t)rtt : UINT32_MAX;
+    v->srtt_ns = v->srtt_ns ? v->srtt_ns - v->srtt_ns / 8 + r / 8 : r;
+    v->loss -= v->loss / LOSS_AVG;
+    if (s->paths > 1)
+        path_judge(rpc, s, p);
+    return !v->pruned_until;
+}
+
+static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost, const struct slot *sl)
+{
+    for (; lost; lost &= lost - 1) {
+        const uint32_t i = sl->num_rx + (uint32_t)__builtin_ctzll(lost);
+        const uint8_t p = sl->tx_path[i % ERMA_MAX_CREDITS];
+        struct vpath *v = &s->vp[p];
+        v->loss += (uint16_t)((UINT16_MAX - v->loss) / LOSS_AVG);
+        if (s->paths > 1)
+            path_judge(rpc, s, p);
+    }
+}
+
 static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl, uint32_t i)
 {
+    s->tx_path = pick_path(rpc, s);
+    sl->tx_path[i % ERMA_MAX_CREDITS] = s->tx_path;
     sl->tx_ns[i % ERMA_MAX_CREDITS] = (uint32_t)cc_now(rpc);
     if (i < sl->req_pkts) {
         const uint8_t *data;
@@ -54,10 +152,7 @@ static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *s
  * (tx_ns holds their send times; the bitmaps are 64 bits). */
 #define WINDOW ERMA_MAX_CREDITS
 
-static uint64_t bit(uint32_t k)
-{
-    return (uint64_t)1 << k;
-}
+
 
 static bool slot_pending(const struct slot *sl)
 {
@@ -205,6 +300,7 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     sl->req_pkts = erma_msg_pkts(sl->req->size, rpc->pkt_data);
     sl->resp_pkts = sl->num_tx = sl->num_rx = 0;
     sl->rx_bits = sl->resend = sl->again = 0;
+    sl->backoff = 0;
     sl->progress_ns = sl->start_ns = rpc->ep->now;
     for (uint32_t k = 0; k < sl->req_pkts; k++)
         hdr_put(erma_msg_hdr(sl->req, k), sl->req_type, sl->req->size, s->remote_num, ERMA_PKT_REQ,
@@ -298,14 +394,17 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
         if (rpc->cfg.req_timeout_ns && since(now, sl->start_ns) > rpc->cfg.req_timeout_ns) {
             slot_finish(rpc, s, sl, ERMA_ETIMEDOUT);
             kick = true;
-        } else if (slot_unanswered(sl) && since(now, sl->progress_ns) > rpc->cfg.rto_ns) {
+        } else if (slot_unanswered(sl) &&
+                   since(now, sl->progress_ns) > rpc->cfg.rto_ns << sl->backoff) {
             /* selective: send again only the packets without a reply */
             const uint32_t lost = slot_outstanding(sl);
             s->credits += lost;
             rpc->stats.retransmitted_pkts += lost;
+            path_lost(rpc, s, slot_unanswered(sl), sl);
             sl->again |= slot_unanswered(sl);
             sl->resend |= slot_unanswered(sl);
             sl->progress_ns = now;
+            sl->backoff += sl->backoff < MAX_BACKOFF; /* the path may be slower than rto_ns */
             rpc->stats.retransmits++;
             kick = true;
         }
@@ -357,6 +456,8 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot
     }
     if (rtt < s->min_rtt_ns || !s->min_rtt_ns)
         s->min_rtt_ns = rtt;
+    if (!path_sample(rpc, s, sl->tx_path[i % ERMA_MAX_CREDITS], rtt))
+        return; /* a path that stands out says nothing of the others' congestion */
     s->rtt_samples++;
     if (!rpc->cfg.cc.off)
         erma_timely_update(&s->timely, rtt, now);
@@ -382,20 +483,35 @@ static void client_mark(struct session *s, struct slot *sl, uint32_t i)
     }
 }
 
-/* Fast retransmit: packets go out in index order the first time, so one
- * sent once and still without a reply when the reply to the packet
- * dupthresh after it came was lost; it goes again now, not at the timeout.
- * A packet sent again already waits for the timeout. */
+/* Fast retransmit: a path delivers in order, so a packet sent once and
+ * still without a reply once the replies to dupthresh packets sent after
+ * it on its path came was lost; it goes again now, not at the timeout.
+ * (Paths differ in delay: packets on different ones say nothing of each
+ * other.) A packet sent again already waits for the timeout. */
 static void client_fast_resend(struct erma_rpc *rpc, struct session *s, struct slot *sl,
                                uint32_t i)
 {
     if (i < sl->num_rx + s->dupthresh)
         return;
-    const uint64_t before = bit(i - s->dupthresh - sl->num_rx + 1) - 1;
-    const uint64_t lost = slot_unanswered(sl) & before & ~sl->again;
+    const uint32_t top = i - sl->num_rx;
+    const uint64_t cand = slot_unanswered(sl) & ~sl->again & (bit(top) - 1);
+    if (!cand)
+        return;
+    const uint8_t path = sl->tx_path[i % ERMA_MAX_CREDITS];
+    uint64_t lost = 0;
+    uint32_t later = 1; /* replies to packets after k on the path: i's first */
+    for (uint32_t k = top; k-- > 0;) {
+        if (sl->tx_path[(sl->num_rx + k) % ERMA_MAX_CREDITS] != path)
+            continue;
+        if (sl->rx_bits & bit(k))
+            later++;
+        else if ((cand & bit(k)) && later >= s->dupthresh)
+            lost |= bit(k);
+    }
     if (!lost)
         return;
     const uint32_t n = (uint32_t)__builtin_popcountll(lost);
+    path_lost(rpc, s, lost, sl);
     s->credits += n;
     rpc->stats.retransmitted_pkts += n;
     rpc->stats.fast_retransmits += n;
@@ -443,7 +559,9 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     while (!is_cr && i + 1 == sl->req_pkts && sl->num_rx < i)
         client_mark(s, sl, sl->num_rx);
     client_mark(s, sl, i);
+    sl->backoff = 0;
     client_fast_resend(rpc, s, sl, i);
+    s->clock_path = (int8_t)pkt->path; /* the next packet goes where this one left */
     sl->progress_ns = rpc->ep->now;
     if (!is_cr && sl->num_rx == client_total_tx(sl))
         slot_finish(rpc, s, sl, ERMA_OK);
@@ -782,8 +900,8 @@ void erma_rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct er
     }
     struct session *s = erma_session_get(rpc, h->dest_session);
     const bool to_server = h->pkt_type == ERMA_PKT_REQ || h->pkt_type == ERMA_PKT_RFR;
-    if (!s || s->state != CONNECTED || s->role != (to_server ? SERVER : CLIENT) ||
-        !erma_addr_eq(&s->peer, &pkt->src)) {
+    const int path = s ? erma_session_path(rpc, s, &pkt->src) : -1;
+    if (!s || s->state != CONNECTED || s->role != (to_server ? SERVER : CLIENT) || path < 0) {
         rpc->stats.rx_no_session++;
         return;
     }
@@ -796,6 +914,7 @@ void erma_rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct er
         return;
     }
     s->last_rx_ns = rpc->ep->now;
+    s->tx_path = (uint8_t)path; /* a server answers on the path the packet came on */
     if (to_server)
         server_rx(rpc, s, h, pkt);
     else

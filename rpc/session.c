@@ -103,8 +103,9 @@ static void send_connect(struct erma_rpc *rpc, struct session *s, uint64_t now)
     struct sm_msg m = erma_sess_msg(s);
     m.cookie = s->cookie;
     m.req_num = rpc->cfg.keepalive_ns; /* how long the server may hear nothing */
+    m.flags = SM_PATHS(rpc->ep->npaths);
     if (rpc->nx->secure) {
-        m.flags = SM_SECURE | (erma_seal_aes_available() ? SM_AES : 0);
+        m.flags |= SM_SECURE | (erma_seal_aes_available() ? SM_AES : 0);
         memcpy(m.nonce, s->nonce, sizeof m.nonce);
         if (m.cookie)
             prove(rpc, SEAL_CONNECT, &m);
@@ -315,6 +316,8 @@ static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
     if (role == CLIENT)
         erma_timely_init(&s->timely, &rpc->timely_cfg, s->start_ns);
     s->dupthresh = 3; /* TCP's, until reordering shows it is too few */
+    s->paths = 1;      /* until the connect handshake says more */
+    s->clock_path = -1;
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
         s->slots[k].req_num = role == CLIENT ? base + k : 0; /* server: 0 is none yet */
     rpc->active_sessions++;
@@ -438,6 +441,8 @@ static struct session *server_session_new(struct erma_rpc *rpc, const struct erm
         return NULL;
     s->state = CONNECTED;
     s->peer = *peer;
+    s->paths = (uint8_t)(SM_PATHS_OF(m->flags) < rpc->ep->npaths ? SM_PATHS_OF(m->flags)
+                                                                 : rpc->ep->npaths);
     s->token = m->token;
     s->remote_num = m->client_session;
     /* The client pings every keepalive (its connect request says how often):
@@ -461,7 +466,7 @@ static int server_seal(struct erma_rpc *rpc, struct session *s, struct sm_msg *m
     m->server_session = s->num;
     m->credits = s->credits_max;
     m->err = ERMA_OK;
-    m->flags = SM_SECURE | (aes ? SM_AES : 0);
+    m->flags = SM_SECURE | (aes ? SM_AES : 0) | SM_PATHS(s->paths);
     prove(rpc, SEAL_ACCEPT, m);
     s->accept = *m;
     return seal_from(rpc, s, m, false);
@@ -520,7 +525,8 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
         m = &s->accept;
     else if (s)
         *m = (struct sm_msg){.token = m->token, .client_session = m->client_session,
-                             .server_session = s->num, .credits = s->credits_max};
+                             .server_session = s->num, .credits = s->credits_max,
+                             .flags = SM_PATHS(s->paths)};
     else if (secure)
         prove(rpc, SEAL_REFUSE, m); /* to a proven client: it may take the refusal as final */
     erma_sm_send(rpc, NULL, &pkt->src, CONNECT_RESP, m->client_session, m);
@@ -531,7 +537,7 @@ static void on_server_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
 {
     struct session *s = erma_session_get(rpc, h->dest_session);
     const bool ours = s && s->role == SERVER && s->token == m->token &&
-                      erma_addr_eq(&s->peer, &pkt->src);
+                      erma_session_path(rpc, s, &pkt->src) >= 0;
     if (ours)
         s->last_rx_ns = rpc->ep->now;
     if (type == DISCONNECT_REQ) {
@@ -582,6 +588,8 @@ static void on_connect_resp(struct erma_rpc *rpc, struct session *s, struct sm_m
         return;
     }
     s->remote_num = m->server_session;
+    s->paths = (uint8_t)(SM_PATHS_OF(m->flags) < rpc->ep->npaths ? SM_PATHS_OF(m->flags)
+                                                                 : rpc->ep->npaths);
     set_credits(rpc, s, m->credits);
     s->state = CONNECTED;
     sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);
@@ -592,7 +600,8 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
                           const struct erma_rx_pkt *pkt, struct sm_msg *m)
 {
     struct session *s = erma_session_get(rpc, h->dest_session);
-    if (!s || s->role != CLIENT || s->token != m->token || !erma_addr_eq(&s->peer, &pkt->src)) {
+    if (!s || s->role != CLIENT || s->token != m->token ||
+        erma_session_path(rpc, s, &pkt->src) < 0) {
         rpc->stats.rx_no_session++;
         return;
     }
@@ -626,7 +635,7 @@ void erma_sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erm
     uint32_t len = pkt->len;
     if (rpc->nx->secure && session_msg(h->req_type)) { /* sealed under the session's keys */
         struct session *s = erma_session_get(rpc, h->dest_session);
-        if (!s || !s->seal.on || !erma_addr_eq(&s->peer, &pkt->src)) {
+        if (!s || !s->seal.on || erma_session_path(rpc, s, &pkt->src) < 0) {
             rpc->stats.rx_no_session++;
             return;
         }

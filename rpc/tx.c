@@ -19,11 +19,21 @@ static void tx_seal(void *ctx, struct erma_tx_pkt *p, uint8_t *room)
     p->data_len = 0;
 }
 
+/* On virtual path k a client sends from its port k to the server's own
+ * port; the server answers from its port k to the client's port k. */
 static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s,
                                    const struct erma_addr *dst, uint8_t **room)
 {
     const bool sealed = s && s->seal.on;
-    return erma_ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL, room);
+    const uint8_t path = s && s->tx_path < s->paths ? s->tx_path : 0;
+    struct erma_addr there;
+    if (path && s->role == SERVER && dst == &s->peer &&
+        erma_ep_path_addr(rpc->ep, dst, path, &there) == ERMA_OK)
+        dst = &there;
+    struct erma_tx_pkt *p = erma_ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL,
+                                       room);
+    p->path = path;
+    return p;
 }
 
 uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "../bench/bench.h"
+#include "endpoint/proto.h"
 #include "erma/clock.h"
 #include "erma/rand.h"
 #include "erma/transport_driver.h"
@@ -630,6 +631,80 @@ static void test_port_zero_and_run_until(void **state)
     kill_server();
 }
 
+/* Virtual paths on loopback: a 4-path client and server (ports 0: the
+ * kernel's free port and the 3 after it) move 1 MiB each way on all four
+ * client ports; a 1-path client gets a 1-path session from the same
+ * server. One thread runs both endpoints. */
+static bool vp_step(struct erma_endpoint *ep[2], struct call *k)
+{
+    const uint64_t end = erma_now_ns() + 30000000000ull;
+    while (!k->done && erma_now_ns() < end)
+        for (int i = 0; i < 2; i++)
+            erma_endpoint_run_once(ep[i]);
+    return k->done;
+}
+
+static void vp_call(struct erma_rpc *rpc, struct erma_endpoint *ep[2], int sess, uint32_t id,
+                    uint32_t req_size, uint32_t resp_size)
+{
+    struct call k = {0};
+    assert_int_equal(erma_msgbuf_alloc(rpc, req_size, &k.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(rpc, 64, &k.resp), ERMA_OK);
+    fill_req(&k.req, id, resp_size);
+    assert_int_equal(erma_rpc_call(rpc, sess, ECHO, &k.req, &k.resp, on_call, &k), ERMA_OK);
+    assert_true(vp_step(ep, &k));
+    assert_int_equal(k.status, ERMA_OK);
+    assert_int_equal(check_resp(&k.resp, id, resp_size), 0);
+    erma_msgbuf_free(rpc, &k.req);
+    erma_msgbuf_free(rpc, &k.resp);
+}
+
+static void test_virtual_paths(void **state)
+{
+    (void)state;
+    struct erma_nexus *nx;
+    struct echo_stats st = {0};
+    struct erma_endpoint *ep[2];
+    struct erma_rpc *rpc[2];
+    char uri[64];
+    const struct erma_endpoint_cfg four = {.paths = 4};
+    assert_int_equal(erma_nexus_create(NULL, &nx), ERMA_OK);
+    assert_int_equal(erma_handler_register(nx, ECHO, echo_handler, ERMA_DISPATCH, &st), ERMA_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(erma_endpoint_create("udp://127.0.0.1:0", 0, &four, &ep[i]), ERMA_OK);
+        assert_int_equal(erma_rpc_create(nx, ep[i], NULL, &rpc[i]), ERMA_OK);
+    }
+    assert_int_equal(erma_endpoint_uri(ep[0], uri, sizeof uri), ERMA_OK);
+    const int sess = erma_session_create(rpc[1], uri, 0);
+    assert_true(sess >= 0);
+    vp_call(rpc[1], ep, sess, 1, 1u << 20, REQ_HDR);
+    vp_call(rpc[1], ep, sess, 2, REQ_HDR, 1u << 20);
+    for (unsigned p = 0; p < 4; p++) { /* every port of both ends carried packets */
+        assert_true(ep[1]->path[p]->stats.tx_pkts > 0);
+        assert_true(ep[0]->path[p]->stats.tx_pkts > 0);
+    }
+    /* a client with one port gets a one-path session from the same server */
+    struct erma_endpoint *one[2] = {ep[0], NULL};
+    struct erma_rpc *rpc1;
+    assert_int_equal(erma_endpoint_create("udp://127.0.0.1:0", 0, NULL, &one[1]), ERMA_OK);
+    assert_int_equal(erma_rpc_create(nx, one[1], NULL, &rpc1), ERMA_OK);
+    const int s1 = erma_session_create(rpc1, uri, 0);
+    assert_true(s1 >= 0);
+    vp_call(rpc1, one, s1, 3, 1u << 20, REQ_HDR);
+    assert_int_equal(atomic_load(&st.bad), 0);
+    /* more paths than an endpoint may have is a precise error */
+    struct erma_endpoint *bad;
+    const struct erma_endpoint_cfg many = {.paths = ERMA_MAX_PATHS + 1};
+    assert_int_equal(erma_endpoint_create("udp://127.0.0.1:0", 0, &many, &bad), ERMA_EINVAL);
+    erma_rpc_destroy(rpc1);
+    erma_endpoint_destroy(one[1]);
+    for (int i = 0; i < 2; i++) {
+        erma_rpc_destroy(rpc[i]);
+        erma_endpoint_destroy(ep[i]);
+    }
+    erma_nexus_destroy(nx);
+}
+
 int main(void)
 {
     const int base = test_port_base(8);
@@ -644,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_nested_malformed),
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_port_zero_and_run_until),
+        cmocka_unit_test(test_virtual_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,7 +47,7 @@ static void net_down(struct net *n)
 static void send(struct net *n, unsigned from, unsigned to, uint32_t len)
 {
     static uint8_t buf[1472];
-    const struct erma_tx_pkt p = {&n->addr[to], buf, len, NULL, 0};
+    const struct erma_tx_pkt p = {.dst = &n->addr[to], .hdr = buf, .hdr_len = len};
     assert_int_equal(erma_tx_burst(n->tr[from], &p, 1), 1);
 }
 
@@ -167,7 +167,7 @@ static void test_ecmp(void **state)
         snprintf(uri, sizeof uri, "sim://ecmp/0:%u", 2000 + port);
         assert_int_equal(erma_transport_open(uri, NULL, &t), ERMA_OK);
         static uint8_t buf[64];
-        const struct erma_tx_pkt p = {&n.addr[1], buf, 64, NULL, 0};
+        const struct erma_tx_pkt p = {.dst = &n.addr[1], .hdr = buf, .hdr_len = 64};
         for (int i = 0; i < 10; i++)
             assert_int_equal(erma_tx_burst(t, &p, 1), 1);
         erma_transport_close(t);
@@ -260,14 +260,14 @@ static void test_rx_ring_and_no_port(void **state)
     struct erma_addr nowhere;
     assert_int_equal(erma_transport_resolve(n.tr[0], "sim://ring/1:999", &nowhere), ERMA_OK);
     static uint8_t buf[10];
-    const struct erma_tx_pkt p = {&nowhere, buf, 10, NULL, 0};
+    const struct erma_tx_pkt p = {.dst = &nowhere, .hdr = buf, .hdr_len = 10};
     assert_int_equal(erma_tx_burst(n.tr[0], &p, 1), 1);
     drain(&n, 1, NULL, 0);
     struct erma_sim_stats st;
     erma_sim_get_stats(n.sim, &st);
     assert_int_equal(st.drop_rx_full, 12);
     assert_int_equal(st.drop_no_port, 1);
-    const struct erma_tx_pkt big = {&n.addr[1], buf, n.tr[0]->max_pkt + 1, NULL, 0};
+    const struct erma_tx_pkt big = {.dst = &n.addr[1], .hdr = buf, .hdr_len = n.tr[0]->max_pkt + 1};
     assert_int_equal(erma_tx_burst(n.tr[0], &big, 1), ERMA_E2BIG);
     net_down(&n);
 }

@@ -56,9 +56,10 @@ static void exchange(const char *host)
         for (uint32_t k = 0; k < len; k++)
             data[i][k] = (uint8_t)(i * 7 + k);
         /* even packets in one segment, odd ones split in two */
-        tx[i] = i % 2 ? (struct erma_tx_pkt){&to_b, data[i], len / 2, data[i] + len / 2,
-                                              len - len / 2}
-                      : (struct erma_tx_pkt){&to_b, data[i], len, NULL, 0};
+        tx[i] = i % 2 ? (struct erma_tx_pkt){.dst = &to_b, .hdr = data[i], .hdr_len = len / 2,
+                                              .data = data[i] + len / 2,
+                                              .data_len = len - len / 2}
+                      : (struct erma_tx_pkt){.dst = &to_b, .hdr = data[i], .hdr_len = len};
     }
     assert_int_equal(erma_tx_burst(a, tx, 32), 32);
     struct erma_rx_pkt rx[32];
@@ -71,7 +72,8 @@ static void exchange(const char *host)
     assert_int_equal(a->stats.tx_pkts, 32);
     assert_int_equal(b->stats.rx_pkts, 32);
     /* an oversize packet fails the call before anything goes */
-    struct erma_tx_pkt big[2] = {tx[0], {&to_b, data[0], a->max_pkt, data[1], 1}};
+    struct erma_tx_pkt big[2] = {tx[0], {.dst = &to_b, .hdr = data[0], .hdr_len = a->max_pkt,
+                                          .data = data[1], .data_len = 1}};
     assert_int_equal(erma_tx_burst(a, big, 2), ERMA_E2BIG);
     assert_int_equal(receive(b, rx, copy, 1, 50000000), 0);
     assert_int_equal(a->stats.tx_pkts, 32);
@@ -140,7 +142,7 @@ static void test_jumbo_and_loss_injection(void **state)
     const struct erma_transport_cfg lossy = {.rx_drop = 0.5, .drop_seed = 3};
     assert_int_equal(erma_transport_open("udp://127.0.0.1:0", &lossy, &b), ERMA_OK);
     static uint8_t buf[8972];
-    struct erma_tx_pkt p = {&b->local, buf, 1000, NULL, 0};
+    struct erma_tx_pkt p = {.dst = &b->local, .hdr = buf, .hdr_len = 1000};
     unsigned sent = 0;
     for (int i = 0; i < 64; i++) { /* 2000 packets in bursts, received as they come */
         for (int k = 0; k < 32; k++)
@@ -155,7 +157,7 @@ static void test_jumbo_and_loss_injection(void **state)
                   (unsigned long long)(got - dropped), (unsigned long long)dropped);
     assert_int_equal(got, sent); /* the kernel lost none */
     assert_true(dropped > sent * 4 / 10 && dropped < sent * 6 / 10);
-    const struct erma_tx_pkt too_big = {&b->local, buf, 8973, NULL, 0};
+    const struct erma_tx_pkt too_big = {.dst = &b->local, .hdr = buf, .hdr_len = 8973};
     assert_int_equal(erma_tx_burst(a, &too_big, 1), ERMA_E2BIG);
     erma_transport_close(a);
     erma_transport_close(b);

@@ -734,6 +734,20 @@ static int sim_addr_str(const struct erma_transport *tr, const struct erma_addr 
     return n < 0 || (size_t)n >= len ? ERMA_EINVAL : ERMA_OK;
 }
 
+static int sim_addr_path(const struct erma_transport *tr, const struct erma_addr *a, unsigned k,
+                         struct erma_addr *out)
+{
+    (void)tr;
+    uint16_t host, port;
+    if (a->len != 4)
+        return ERMA_EADDR;
+    decode_addr(a, &host, &port);
+    if (port + k > 65535)
+        return ERMA_EADDR;
+    encode_addr(out, host, (uint16_t)(port + k));
+    return ERMA_OK;
+}
+
 const struct erma_transport_ops erma_sim_ops = {
     .scheme = "sim",
     .open = sim_open,
@@ -742,4 +756,5 @@ const struct erma_transport_ops erma_sim_ops = {
     .rx_burst = sim_rx_burst,
     .resolve = sim_resolve,
     .addr_str = sim_addr_str,
+    .addr_path = sim_addr_path,
 };

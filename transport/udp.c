@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,29 @@ static int udp_wait(struct erma_transport *tr, uint64_t timeout_ns)
     return ppoll(&p, 1, &t, NULL) < 0 && errno != EINTR ? ERMA_ESYS : ERMA_OK;
 }
 
+static int udp_addr_path(const struct erma_transport *tr, const struct erma_addr *a, unsigned k,
+                         struct erma_addr *out)
+{
+    (void)tr;
+    const struct sockaddr *sa = (const struct sockaddr *)a->raw;
+    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
+        return ERMA_EADDR;
+    /* sin_port and sin6_port sit at the same place */
+    uint16_t port;
+    memcpy(&port, a->raw + offsetof(struct sockaddr_in, sin_port), 2);
+    if (ntohs(port) + k > 65535)
+        return ERMA_EADDR;
+    *out = *a;
+    port = htons((uint16_t)(ntohs(port) + k));
+    memcpy(out->raw + offsetof(struct sockaddr_in, sin_port), &port, 2);
+    return ERMA_OK;
+}
+
+static int udp_poll_fd(const struct erma_transport *tr)
+{
+    return ((const struct udp *)tr)->fd;
+}
+
 const struct erma_transport_ops erma_udp_ops = {
     .scheme = "udp",
     .open = udp_open,
@@ -266,4 +290,6 @@ const struct erma_transport_ops erma_udp_ops = {
     .wait = udp_wait,
     .resolve = udp_resolve,
     .addr_str = udp_addr_str,
+    .addr_path = udp_addr_path,
+    .poll_fd = udp_poll_fd,
 };

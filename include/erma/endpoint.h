@@ -59,7 +59,18 @@ struct erma_endpoint_cfg {
     bool busy_poll;
     double fault_drop;     /* tests only: drop this fraction of received packets */
     uint64_t fault_seed;   /* the seed of those drops */
+    /* Virtual paths (udp and sim only): the endpoint also takes the next
+     * paths - 1 ports after its own and sends each RPC session's packets
+     * from one of them, so that routers hashing UDP ports (ECMP) spread a
+     * session over up to `paths` routes; the rpc layer picks the path of
+     * each packet (rpc.h, Virtual paths). Default 1 (one port), at most
+     * ERMA_MAX_PATHS. With port 0 in the URI the kernel's (or fabric's)
+     * free port and the ones after it are taken, trying other ports when
+     * one of those is in use. */
+    uint32_t paths;
 };
+
+#define ERMA_MAX_PATHS 8
 
 struct erma_endpoint_stats {
     uint64_t tx_pkts, rx_pkts;

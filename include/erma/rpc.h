@@ -60,6 +60,14 @@
  * (selective acknowledgement: each reply acknowledges its own packet);
  * only the packets without a reply are sent again, once replies to three
  * later packets came (fast retransmit), else after cfg.rto_ns.
+ *
+ * Virtual paths: on endpoints opened with erma_endpoint_cfg.paths = K > 1
+ * (both ends; a session takes the smaller K), a session spreads its
+ * packets over K UDP port pairs, which ECMP routers hash onto different
+ * routes. Each new packet goes on the path whose reply just came; a path
+ * whose loss or delay stands out is pruned and probed again later
+ * (stats.paths_pruned); details in docs/PROTOCOL.md.
+ *
  * Session management (connect
  * with a credit grant, disconnect, keepalive, failure detection) travels
  * in-band over the same transport.
@@ -182,6 +190,7 @@ struct erma_rpc_stats {
     uint64_t fast_retransmits;  /* packets sent again before the timeout: replies to
                                    later ones came */
     uint64_t spurious_retransmits; /* of those, ones whose first reply came after all */
+    uint64_t paths_pruned;      /* virtual paths taken out of use for loss or delay */
     uint64_t handler_calls, rpcs_done, rpcs_failed;
     uint64_t sessions_refused;
     uint64_t cookies_sent;  /* connect requests answered with a cookie, no state kept */

@@ -35,18 +35,23 @@
 
 ERMA_BEGIN_DECLS
 
+/* path: which of an endpoint's virtual paths (its transports, one port
+ * each) a packet leaves on or came in on; set and read by the endpoint
+ * layer, ignored by transports. */
 struct erma_tx_pkt {
     const struct erma_addr *dst;
     const void *hdr;    /* first segment */
     uint32_t hdr_len;
     const void *data;   /* optional second segment (NULL when data_len is 0) */
     uint32_t data_len;
+    uint8_t path;
 };
 
 struct erma_rx_pkt {
     uint8_t *data;
     uint32_t len;
     struct erma_addr src;
+    uint8_t path;
 };
 
 struct erma_transport_cfg {
@@ -80,6 +85,13 @@ struct erma_transport_ops {
     /* Blocks until a packet may be there to receive or timeout_ns passed;
      * may be NULL (a polled device: no way to sleep). */
     int (*wait)(struct erma_transport *tr, uint64_t timeout_ns);
+    /* The address k ports after addr (virtual paths); may be NULL (no
+     * virtual paths on this transport). ERMA_EADDR past port 65535. */
+    int (*addr_path)(const struct erma_transport *tr, const struct erma_addr *addr, unsigned k,
+                     struct erma_addr *out);
+    /* A file descriptor that polls readable when a packet is there, or -1;
+     * may be NULL. For an endpoint waiting on several transports. */
+    int (*poll_fd)(const struct erma_transport *tr);
 };
 
 /* What a transport knows of its path (0: unknown), for the defaults of the
