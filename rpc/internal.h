@@ -175,7 +175,11 @@ struct vpath {
     uint16_t loss;          /* share of its packets lost, moving average, in 1/65536 */
     uint64_t pruned_until;  /* not used until then; 0: in use */
     uint8_t prunes;         /* times pruned: each doubles the time out (at most 6) */
+    uint8_t probe;          /* back from a prune: PROBE_READY, then PROBE_OUT until the
+                               reply to its one packet (or its loss) */
+    uint16_t inflight;      /* packets sent on it and neither answered nor lost */
 };
+enum { PROBE_NONE, PROBE_READY, PROBE_OUT };
 
 struct session {
     uint16_t num, remote_num;

@@ -50,29 +50,56 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
 #define PRUNE_LOSS 655
 #define PRUNE_RTOS 4
 
-/* The path of the next packet: the one whose reply just came (its packet
- * left the network), else the next in use, round robin. */
+/* The path of the next packet: the one in use with the fewest packets
+ * out, the one whose reply just came among equals (ACK clocking: a
+ * packet leaves where one left the network), else round robin. */
 static uint8_t pick_path(struct erma_rpc *rpc, struct session *s)
 {
     if (s->paths <= 1)
         return 0;
-    if (s->clock_path >= 0) {
-        const uint8_t p = (uint8_t)s->clock_path;
-        s->clock_path = -1;
-        if (!s->vp[p].pruned_until)
-            return p;
-    }
+    int best = -1;
     for (unsigned n = 0; n < s->paths; n++) {
         const uint8_t p = (uint8_t)((s->path_rr + n) % s->paths);
         struct vpath *v = &s->vp[p];
-        if (v->pruned_until && rpc->ep->now >= v->pruned_until)
-            *v = (struct vpath){.prunes = v->prunes}; /* probe it again, with a clean record */
-        if (!v->pruned_until) {
-            s->path_rr = (uint8_t)(p + 1);
-            return p;
-        }
+        if (v->pruned_until && rpc->ep->now >= v->pruned_until) /* probe it, with a clean record */
+            *v = (struct vpath){.prunes = v->prunes, .probe = PROBE_READY,
+                                .inflight = v->inflight};
+        if (v->pruned_until || v->probe == PROBE_OUT)
+            continue;
+        if (best < 0 || v->inflight < s->vp[best].inflight ||
+            (v->inflight == s->vp[best].inflight && p == s->clock_path))
+            best = p;
     }
-    return 0; /* (never all pruned) */
+    s->clock_path = -1;
+    if (best < 0)
+        return 0; /* (never: path_free() first) */
+    struct vpath *v = &s->vp[best];
+    s->path_rr = (uint8_t)(best + 1);
+    v->probe = v->probe == PROBE_READY ? PROBE_OUT : PROBE_NONE;
+    v->inflight++;
+    return (uint8_t)best;
+}
+
+/* Packet i of sl is out no longer (answered, lost or given up). */
+static void path_done(struct session *s, const struct slot *sl, uint32_t i)
+{
+    uint16_t *n = &s->vp[sl->tx_path[i % ERMA_MAX_CREDITS]].inflight;
+    *n -= *n > 0;
+}
+
+/* False while every path in use waits for its probe's reply: a session
+ * sends one packet on each path first, and on a path back from a prune,
+ * before it knows how fast the path is. */
+static bool path_free(const struct erma_rpc *rpc, const struct session *s)
+{
+    if (s->paths <= 1)
+        return true;
+    for (unsigned p = 0; p < s->paths; p++) {
+        const struct vpath *v = &s->vp[p];
+        if ((!v->pruned_until || rpc->ep->now >= v->pruned_until) && v->probe != PROBE_OUT)
+            return true;
+    }
+    return false;
 }
 
 static uint64_t bit(uint32_t k)
@@ -114,6 +141,7 @@ static bool path_sample(struct erma_rpc *rpc, struct session *s, uint8_t p, uint
     const uint32_t r = rtt < UINT32_MAX ? (uint32_t)rtt : UINT32_MAX;
     v->srtt_ns = v->srtt_ns ? v->srtt_ns - v->srtt_ns / 8 + r / 8 : r;
     v->loss -= v->loss / LOSS_AVG;
+    v->probe = PROBE_NONE;
     if (s->paths > 1)
         path_judge(rpc, s, p);
     return !v->pruned_until;
@@ -125,7 +153,9 @@ static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost, co
         const uint32_t i = sl->num_rx + (uint32_t)__builtin_ctzll(lost);
         const uint8_t p = sl->tx_path[i % ERMA_MAX_CREDITS];
         struct vpath *v = &s->vp[p];
+        path_done(s, sl, i);
         v->loss += (uint16_t)((UINT16_MAX - v->loss) / LOSS_AVG);
+        v->probe = PROBE_NONE;
         if (s->paths > 1)
             path_judge(rpc, s, p);
     }
@@ -188,7 +218,7 @@ static uint32_t slot_next_pkt(struct slot *sl)
  * credit. */
 static uint32_t send_next(struct erma_rpc *rpc, struct session *s)
 {
-    if (s->credits == 0)
+    if (s->credits == 0 || !path_free(rpc, s))
         return 0;
     for (unsigned n = 0; n < ERMA_SESSION_SLOTS; n++) {
         struct slot *sl = &s->slots[(s->rr + n) % ERMA_SESSION_SLOTS];
@@ -310,6 +340,8 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
 static void slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl, int status)
 {
     s->credits += slot_outstanding(sl);
+    for (uint64_t out = s->paths > 1 ? slot_unanswered(sl) : 0; out; out &= out - 1)
+        path_done(s, sl, sl->num_rx + (uint32_t)__builtin_ctzll(out));
     sl->busy = false;
     busy_remove(rpc, s);
     erma_complete(rpc, sl->cont, sl->tag, status, sl->resp);
@@ -470,11 +502,14 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot
 static void client_mark(struct session *s, struct slot *sl, uint32_t i)
 {
     const uint64_t b = bit(i - sl->num_rx);
+    s->vp[sl->tx_path[i % ERMA_MAX_CREDITS]].probe = PROBE_NONE; /* its path delivers */
     sl->rx_bits |= b;
-    if (sl->resend & b) /* it came after all: its credit came back at the timeout */
+    if (sl->resend & b) { /* it came after all: its credit came back at the timeout */
         sl->resend &= ~b;
-    else
+    } else {
         s->credits++;
+        path_done(s, sl, i);
+    }
     while (sl->rx_bits & 1) {
         sl->rx_bits >>= 1;
         sl->resend >>= 1;

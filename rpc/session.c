@@ -590,6 +590,8 @@ static void on_connect_resp(struct erma_rpc *rpc, struct session *s, struct sm_m
     s->remote_num = m->server_session;
     s->paths = (uint8_t)(SM_PATHS_OF(m->flags) < rpc->ep->npaths ? SM_PATHS_OF(m->flags)
                                                                  : rpc->ep->npaths);
+    for (unsigned p = 0; s->paths > 1 && p < s->paths; p++)
+        s->vp[p].probe = PROBE_READY; /* one packet each until its reply */
     set_credits(rpc, s, m->credits);
     s->state = CONNECTED;
     sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);

@@ -64,8 +64,9 @@
  * Virtual paths: on endpoints opened with erma_endpoint_cfg.paths = K > 1
  * (both ends; a session takes the smaller K), a session spreads its
  * packets over K UDP port pairs, which ECMP routers hash onto different
- * routes. Each new packet goes on the path whose reply just came; a path
- * whose loss or delay stands out is pruned and probed again later
+ * routes. Each packet goes on the path with the fewest packets out (the
+ * one whose reply just came among equals); a path whose loss or delay
+ * stands out is pruned and probed again later
  * (stats.paths_pruned); details in docs/PROTOCOL.md.
  *
  * Session management (connect
