@@ -249,6 +249,22 @@ struct erma_tx_pkt *erma_ep_tx(struct erma_endpoint *ep, const struct erma_addr 
     return &ep->tx[i];
 }
 
+/* Sends tx[a..b) on tr, counting what the transport would not take. */
+static void send_run(struct erma_endpoint *ep, struct erma_transport *tr, unsigned a, unsigned b)
+{
+    unsigned sent = 0;
+    for (int tries = 0; a + sent < b && tries < TX_TRIES; tries++) {
+        const int n = erma_tx_burst(tr, ep->tx + a + sent, b - a - sent);
+        if (n < 0) {
+            ERMA_WARN("endpoint: tx_burst failed: %s", erma_strerror(n));
+            break;
+        }
+        sent += (unsigned)n;
+    }
+    ep->stats.tx_pkts += sent;
+    ep->stats.tx_dropped += b - a - sent;
+}
+
 void erma_ep_tx_flush(struct erma_endpoint *ep)
 {
     if (ep->ntx == 0)
@@ -256,22 +272,14 @@ void erma_ep_tx_flush(struct erma_endpoint *ep)
     for (unsigned i = 0; i < ep->ntx; i++)
         if (ep->prep[i])
             ep->prep[i](ep->prep_ctx[i], &ep->tx[i], ep->room + (size_t)i * ep->tr->max_pkt);
-    /* runs of packets on one path, in order */
-    for (unsigned a = 0, b; a < ep->ntx; a = b) {
-        const uint8_t path = ep->tx[a].path < ep->npaths ? ep->tx[a].path : 0;
-        for (b = a + 1; b < ep->ntx && ep->tx[b].path == ep->tx[a].path;)
-            b++;
-        unsigned sent = 0;
-        for (int tries = 0; a + sent < b && tries < TX_TRIES; tries++) {
-            const int n = erma_tx_burst(ep->path[path], ep->tx + a + sent, b - a - sent);
-            if (n < 0) {
-                ERMA_WARN("endpoint: tx_burst failed: %s", erma_strerror(n));
-                break;
-            }
-            sent += (unsigned)n;
+    if (ep->npaths == 1) {
+        send_run(ep, ep->tr, 0, ep->ntx);
+    } else { /* runs of packets on one path, in order */
+        for (unsigned a = 0, b; a < ep->ntx; a = b) {
+            for (b = a + 1; b < ep->ntx && ep->tx[b].path == ep->tx[a].path;)
+                b++;
+            send_run(ep, ep->path[ep->tx[a].path < ep->npaths ? ep->tx[a].path : 0], a, b);
         }
-        ep->stats.tx_pkts += sent;
-        ep->stats.tx_dropped += b - a - sent;
     }
     ep->ntx = 0;
 }

@@ -142,29 +142,29 @@ static bool path_sample(struct erma_rpc *rpc, struct session *s, uint8_t p, uint
     v->srtt_ns = v->srtt_ns ? v->srtt_ns - v->srtt_ns / 8 + r / 8 : r;
     v->loss -= v->loss / LOSS_AVG;
     v->probe = PROBE_NONE;
-    if (s->paths > 1)
-        path_judge(rpc, s, p);
+    path_judge(rpc, s, p);
     return !v->pruned_until;
 }
 
 static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost, const struct slot *sl)
 {
-    for (; lost; lost &= lost - 1) {
+    for (lost = s->paths > 1 ? lost : 0; lost; lost &= lost - 1) {
         const uint32_t i = sl->num_rx + (uint32_t)__builtin_ctzll(lost);
         const uint8_t p = sl->tx_path[i % ERMA_MAX_CREDITS];
         struct vpath *v = &s->vp[p];
         path_done(s, sl, i);
         v->loss += (uint16_t)((UINT16_MAX - v->loss) / LOSS_AVG);
         v->probe = PROBE_NONE;
-        if (s->paths > 1)
-            path_judge(rpc, s, p);
+        path_judge(rpc, s, p);
     }
 }
 
 static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl, uint32_t i)
 {
-    s->tx_path = pick_path(rpc, s);
-    sl->tx_path[i % ERMA_MAX_CREDITS] = s->tx_path;
+    if (s->paths > 1) {
+        s->tx_path = pick_path(rpc, s);
+        sl->tx_path[i % ERMA_MAX_CREDITS] = s->tx_path;
+    }
     sl->tx_ns[i % ERMA_MAX_CREDITS] = (uint32_t)cc_now(rpc);
     if (i < sl->req_pkts) {
         const uint8_t *data;
@@ -488,7 +488,7 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot
     }
     if (rtt < s->min_rtt_ns || !s->min_rtt_ns)
         s->min_rtt_ns = rtt;
-    if (!path_sample(rpc, s, sl->tx_path[i % ERMA_MAX_CREDITS], rtt))
+    if (s->paths > 1 && !path_sample(rpc, s, sl->tx_path[i % ERMA_MAX_CREDITS], rtt))
         return; /* a path that stands out says nothing of the others' congestion */
     s->rtt_samples++;
     if (!rpc->cfg.cc.off)
@@ -502,13 +502,15 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot
 static void client_mark(struct session *s, struct slot *sl, uint32_t i)
 {
     const uint64_t b = bit(i - sl->num_rx);
-    s->vp[sl->tx_path[i % ERMA_MAX_CREDITS]].probe = PROBE_NONE; /* its path delivers */
+    if (s->paths > 1)
+        s->vp[sl->tx_path[i % ERMA_MAX_CREDITS]].probe = PROBE_NONE; /* its path delivers */
     sl->rx_bits |= b;
     if (sl->resend & b) { /* it came after all: its credit came back at the timeout */
         sl->resend &= ~b;
     } else {
         s->credits++;
-        path_done(s, sl, i);
+        if (s->paths > 1)
+            path_done(s, sl, i);
     }
     while (sl->rx_bits & 1) {
         sl->rx_bits >>= 1;
