@@ -378,6 +378,15 @@ int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps)
         now = erma_now_ns();
     }
     *gbps = rc == ERMA_OK ? (double)bytes * 8 / (double)(now - start) : 0;
+    if (getenv("ERMA_BENCH_STATS")) {
+        struct erma_rpc_stats st;
+        erma_rpc_get_stats(c.rpc, &st);
+        fprintf(stderr, "# bw: %llu packets sent again (%llu fast, %llu spurious) in %llu timeouts, "
+                        "%llu paths pruned\n",
+                (unsigned long long)st.retransmitted_pkts, (unsigned long long)st.fast_retransmits,
+                (unsigned long long)st.spurious_retransmits, (unsigned long long)st.retransmits,
+                (unsigned long long)st.paths_pruned);
+    }
     call_free(&c, &k);
     client_close(&c);
     return rc;

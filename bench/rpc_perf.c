@@ -66,6 +66,8 @@ static const char usage[] =
     "  --secure          also erma with authenticated, encrypted sessions\n"
     "  --symmetric       rate: both processes send and serve\n"
     "  --no-poll         erma endpoints sleep when idle (default: busy-poll)\n"
+    "  --paths K         erma endpoints with K virtual paths (ports; default 1)\n"
+    "  --cc-off          erma clients without congestion control\n"
     "  --cpu LIST        CPUs: this process, then its servers (default: no pinning;\n"
     "                    docs/PERFORMANCE.md uses --cpu 0,1)\n"
     "  --csv             CSV instead of the table\n"
@@ -102,16 +104,18 @@ static pid_t spawn_server(const struct opts *o, const char *role, const char *ur
     if (n <= 0)
         return -1;
     self[n] = 0;
-    char *argv[40];
+    char *argv[48];
     int argc = 0;
     for (char *t = strtok(prefix, " "); t && argc < 32; t = strtok(NULL, " "))
         argv[argc++] = t;
-    char sessions[16], credits[16];
+    char sessions[16], credits[16], paths[16];
     snprintf(sessions, sizeof sessions, "%u", o->rpc.sessions);
     snprintf(credits, sizeof credits, "%u", o->cfg.credits);
+    snprintf(paths, sizeof paths, "%u", o->ep.paths ? o->ep.paths : 1);
     char *tail[] = {self,     "--role",    (char *)role, "--server",
                     (char *)uri, "--sessions", sessions, "--credits",
-                    credits,  o->ep.busy_poll ? NULL : "--no-poll", NULL};
+                    credits,  "--paths",   paths,        o->ep.busy_poll ? NULL : "--no-poll",
+                    NULL};
     memcpy(argv + argc, tail, sizeof tail);
     const pid_t pid = fork();
     if (pid == 0) {
@@ -265,7 +269,8 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"credits", 1, 0, 'c'},  {"seconds", 1, 0, 't'}, {"rounds", 1, 0, 'r'},
         {"factors", 0, 0, 'f'},  {"role", 1, 0, 'o'},    {"spawn", 1, 0, 'p'},
         {"listen-server", 1, 0, 'L'}, {"listen-raw", 1, 0, 'W'}, {"symmetric", 0, 0, 'y'},
-        {"no-poll", 0, 0, 'P'},  {"secure", 0, 0, 'S'},  {0, 0, 0, 0}};
+        {"no-poll", 0, 0, 'P'},  {"secure", 0, 0, 'S'},  {"paths", 1, 0, 'k'},
+        {"cc-off", 0, 0, 'C'},   {0, 0, 0, 0}};
     bench_cli_init(cli, "rpc_perf", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -289,6 +294,8 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'W': o->listen_raw = optarg; break;
         case 'P': o->ep.busy_poll = false; break;
         case 'S': o->secure = true; break;
+        case 'k': o->ep.paths = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 'C': o->cfg.cc.off = true; break;
         default: bench_cli_fail(cli, NULL);
         }
     }

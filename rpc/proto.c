@@ -43,12 +43,14 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
 
 /* Virtual paths: loss is averaged over about LOSS_AVG packets of a path; a
  * path is pruned when its loss passes twice the best other one's plus
- * PRUNE_LOSS (in 1/65536: 1%), or its smoothed RTT four times the best
- * other one's, and probed again PRUNE_RTOS timeouts later, twice that after each
+ * PRUNE_LOSS (in 1/65536: 1%), its smoothed RTT 16 times the best other
+ * one's, or a reply comes PRUNE_LATE packets behind the slot's newest;
+ * it is probed again PRUNE_RTOS timeouts later, twice that after each
  * prune of the same path, up to 64 times. */
 #define LOSS_AVG 256
 #define PRUNE_LOSS 655
 #define PRUNE_RTOS 4
+#define PRUNE_LATE (ERMA_MAX_CREDITS / 2)
 
 /* The path of the next packet: the one in use with the fewest packets
  * out, the one whose reply just came among equals (ACK clocking: a
@@ -109,8 +111,10 @@ static uint64_t bit(uint32_t k)
 
 
 /* Prunes path p when its loss or delay stands out against the best other
- * path in use; the last path in use stays. */
-static void path_judge(struct erma_rpc *rpc, struct session *s, uint8_t p)
+ * path in use, or its reply came `late` packets behind the newest one the
+ * slot has (MP-RDMA's out-of-order pruning: such a path holds the slot's
+ * window); the last path in use stays. */
+static void path_judge(struct erma_rpc *rpc, struct session *s, uint8_t p, uint32_t late)
 {
     struct vpath *v = &s->vp[p];
     uint32_t loss = UINT16_MAX, rtt = UINT32_MAX, others = 0;
@@ -125,9 +129,9 @@ static void path_judge(struct erma_rpc *rpc, struct session *s, uint8_t p)
     if (!others || v->pruned_until)
         return;
     const bool lossy = v->loss > 2 * loss + PRUNE_LOSS;
-    const bool slow = rtt != UINT32_MAX && v->srtt_ns > 4 * (uint64_t)rtt &&
-                      v->srtt_ns > rtt + 4 * s->min_rtt_ns;
-    if (lossy || slow) { /* out for longer each time, up to 64 times */
+    const bool slow = rtt != UINT32_MAX && v->srtt_ns > 16 * (uint64_t)rtt &&
+                      v->srtt_ns > rtt + 16 * s->min_rtt_ns;
+    if (lossy || slow || late > PRUNE_LATE) { /* out for longer each time, up to 64 times */
         v->pruned_until = rpc->ep->now + (PRUNE_RTOS * rpc->cfg.rto_ns << v->prunes);
         v->prunes += v->prunes < MAX_BACKOFF;
         rpc->stats.paths_pruned++;
@@ -135,14 +139,15 @@ static void path_judge(struct erma_rpc *rpc, struct session *s, uint8_t p)
 }
 
 /* Takes an RTT sample of path p; false when p is out of use. */
-static bool path_sample(struct erma_rpc *rpc, struct session *s, uint8_t p, uint64_t rtt)
+static bool path_sample(struct erma_rpc *rpc, struct session *s, uint8_t p, uint64_t rtt,
+                        uint32_t late)
 {
     struct vpath *v = &s->vp[p];
     const uint32_t r = rtt < UINT32_MAX ? (uint32_t)rtt : UINT32_MAX;
     v->srtt_ns = v->srtt_ns ? v->srtt_ns - v->srtt_ns / 8 + r / 8 : r;
     v->loss -= v->loss / LOSS_AVG;
     v->probe = PROBE_NONE;
-    path_judge(rpc, s, p);
+    path_judge(rpc, s, p, late);
     return !v->pruned_until;
 }
 
@@ -155,7 +160,7 @@ static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost, co
         path_done(s, sl, i);
         v->loss += (uint16_t)((UINT16_MAX - v->loss) / LOSS_AVG);
         v->probe = PROBE_NONE;
-        path_judge(rpc, s, p);
+        path_judge(rpc, s, p, 0);
     }
 }
 
@@ -488,7 +493,10 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot
     }
     if (rtt < s->min_rtt_ns || !s->min_rtt_ns)
         s->min_rtt_ns = rtt;
-    if (s->paths > 1 && !path_sample(rpc, s, sl->tx_path[i % ERMA_MAX_CREDITS], rtt))
+    const uint32_t newest = sl->rx_bits ? sl->num_rx + 63 - (uint32_t)__builtin_clzll(sl->rx_bits)
+                                        : i;
+    if (s->paths > 1 && !path_sample(rpc, s, sl->tx_path[i % ERMA_MAX_CREDITS], rtt,
+                                     newest > i ? newest - i : 0))
         return; /* a path that stands out says nothing of the others' congestion */
     s->rtt_samples++;
     if (!rpc->cfg.cc.off)
