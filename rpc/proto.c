@@ -42,7 +42,7 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
 /* ---- virtual paths (client) ---- */
 
 /* Virtual paths: loss is averaged over about LOSS_AVG packets of a path; a
- * path is pruned when its loss passes twice the best other one's plus
+ * path is pruned when its loss passes twice the others' mean plus
  * PRUNE_LOSS (in 1/65536: 1%), its smoothed RTT 16 times the best other
  * one's, or a reply comes PRUNE_LATE packets behind the slot's newest;
  * it is probed again PRUNE_RTOS timeouts later, twice that after each
@@ -117,18 +117,18 @@ static uint64_t bit(uint32_t k)
 static void path_judge(struct erma_rpc *rpc, struct session *s, uint8_t p, uint32_t late)
 {
     struct vpath *v = &s->vp[p];
-    uint32_t loss = UINT16_MAX, rtt = UINT32_MAX, others = 0;
+    uint32_t loss = 0, rtt = UINT32_MAX, others = 0;
     for (unsigned k = 0; k < s->paths; k++) {
         const struct vpath *o = &s->vp[k];
         if (k == p || o->pruned_until)
             continue;
         others++;
-        loss = o->loss < loss ? o->loss : loss;
+        loss += o->loss;
         rtt = o->srtt_ns && o->srtt_ns < rtt ? o->srtt_ns : rtt;
     }
     if (!others || v->pruned_until)
         return;
-    const bool lossy = v->loss > 2 * loss + PRUNE_LOSS;
+    const bool lossy = v->loss > 2 * loss / others + PRUNE_LOSS;
     const bool slow = rtt != UINT32_MAX && v->srtt_ns > 16 * (uint64_t)rtt &&
                       v->srtt_ns > rtt + 16 * s->min_rtt_ns;
     if (lossy || slow || late > PRUNE_LATE) { /* out for longer each time, up to 64 times */
@@ -437,7 +437,9 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
             const uint32_t lost = slot_outstanding(sl);
             s->credits += lost;
             rpc->stats.retransmitted_pkts += lost;
-            path_lost(rpc, s, slot_unanswered(sl), sl);
+            /* only the first is surely lost: the rest may wait behind it
+             * in queues (and a loss on every path would prune them all) */
+            path_lost(rpc, s, slot_unanswered(sl) & -slot_unanswered(sl), sl);
             sl->again |= slot_unanswered(sl);
             sl->resend |= slot_unanswered(sl);
             sl->progress_ns = now;
