@@ -187,6 +187,9 @@ static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *s
  * (tx_ns holds their send times; the bitmaps are 64 bits). */
 #define WINDOW ERMA_MAX_CREDITS
 
+/* A CR's data: the server's srv_rx (4 bytes) and srv_bits (8), little-endian. */
+#define CR_ACK_LEN 12
+
 
 
 static bool slot_pending(const struct slot *sl)
@@ -530,6 +533,25 @@ static void client_mark(struct session *s, struct slot *sl, uint32_t i)
     }
 }
 
+/* A CR's arrival bitmap: request packets the server has whose own CRs
+ * were lost (or are late) are answered too. Never the last request
+ * packet: response packet 0 answers it. */
+static void client_take_acks(struct session *s, struct slot *sl, const uint8_t *ack)
+{
+    const uint32_t crs = sl->req_pkts - 1 < sl->num_tx ? sl->req_pkts - 1 : sl->num_tx;
+    const uint32_t top = (uint32_t)erma_get_le(ack, 4);
+    uint64_t bits = erma_get_le(ack + 4, 8);
+    while (sl->num_rx < top && sl->num_rx < crs)
+        client_mark(s, sl, sl->num_rx);
+    for (; bits; bits &= bits - 1) {
+        const uint64_t j = top + (uint64_t)__builtin_ctzll(bits);
+        if (j >= crs)
+            break;
+        if (j >= sl->num_rx && !(sl->rx_bits & bit((uint32_t)(j - sl->num_rx))))
+            client_mark(s, sl, (uint32_t)j);
+    }
+}
+
 /* Fast retransmit: a path delivers in order, so a packet sent once and
  * still without a reply once the replies to dupthresh packets sent after
  * it on its path came was lost; it goes again now, not at the timeout.
@@ -581,7 +603,7 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     }
     const uint32_t len = pkt->len - ERMA_HDR_SIZE;
     const bool is_cr = i + 1 < sl->req_pkts;
-    if (is_cr != (h->pkt_type == ERMA_PKT_CR) || (is_cr && len != 0)) {
+    if (is_cr != (h->pkt_type == ERMA_PKT_CR) || (is_cr && len != CR_ACK_LEN)) {
         rpc->stats.rx_bad++;
         return;
     }
@@ -606,6 +628,8 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     while (!is_cr && i + 1 == sl->req_pkts && sl->num_rx < i)
         client_mark(s, sl, sl->num_rx);
     client_mark(s, sl, i);
+    if (is_cr)
+        client_take_acks(s, sl, pkt->data + ERMA_HDR_SIZE);
     sl->backoff = 0;
     client_fast_resend(rpc, s, sl, i);
     s->clock_path = (int8_t)pkt->path; /* the next packet goes where this one left */
@@ -626,11 +650,16 @@ static void server_send_resp_pkt(struct erma_rpc *rpc, struct session *s, struct
     erma_tx_data(rpc, s, &s->peer, erma_msg_hdr(rq->resp, j), data, len);
 }
 
+/* A credit return for request packet i, with the server's arrival bitmap:
+ * the packets it has without a gap (srv_rx) and the 64 after (srv_bits),
+ * so that one CR also stands for earlier ones that were lost. */
 static void server_send_cr(struct erma_rpc *rpc, struct session *s, const struct slot *sl,
                            uint32_t i)
 {
-    uint8_t *h = erma_tx_ctrl(rpc, s, &s->peer, ERMA_HDR_SIZE);
+    uint8_t *h = erma_tx_ctrl(rpc, s, &s->peer, ERMA_HDR_SIZE + CR_ACK_LEN);
     hdr_put(h, sl->rq->type, 0, s->remote_num, ERMA_PKT_CR, i, sl->req_num);
+    erma_put_le(h + ERMA_HDR_SIZE, sl->srv_rx, 4);
+    erma_put_le(h + ERMA_HDR_SIZE + 4, sl->srv_bits, 8);
 }
 
 static void server_send_error(struct erma_rpc *rpc, struct session *s, const struct slot *sl)
@@ -915,7 +944,9 @@ static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma
 static bool length_ok(const struct erma_hdr *h, uint32_t len, uint32_t pkt_data)
 {
     const uint32_t data = len - ERMA_HDR_SIZE;
-    if (h->pkt_type == ERMA_PKT_CR || h->pkt_type == ERMA_PKT_RFR)
+    if (h->pkt_type == ERMA_PKT_CR)
+        return data == CR_ACK_LEN;
+    if (h->pkt_type == ERMA_PKT_RFR)
         return data == 0;
     if (h->pkt_type == ERMA_PKT_REQ && h->pkt_num >= erma_msg_pkts(h->msg_size, pkt_data))
         return false;

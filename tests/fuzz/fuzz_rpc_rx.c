@@ -412,9 +412,9 @@ static void capture(const struct erma_sim_event *ev, const uint8_t *data)
 }
 
 /* Every packet an endpoint sends is well-formed (docs/PROTOCOL.md): a valid
- * header; no data in CR and RFR; a REQ carries exactly its part of the
- * message; a RESP at most a packet and the message; SM messages their
- * length. */
+ * header; 12 bytes in a CR (its arrival bitmap), none in an RFR; a REQ
+ * carries exactly its part of the message; a RESP at most a packet and the
+ * message; SM messages their length. */
 static void check_sent(const struct erma_sim_event *ev, const uint8_t *data)
 {
     const uint32_t pkt_data = FUZZ_MAX_PKT - ERMA_HDR_SIZE, len = ev->len - ERMA_HDR_SIZE;
@@ -427,14 +427,16 @@ static void check_sent(const struct erma_sim_event *ev, const uint8_t *data)
     }
     FUZZ_CHECK(h.proto == ERMA_PROTO_RPC, "host %u sent proto %u", ev->src_host, h.proto);
     uint32_t want = len;
-    if (h.pkt_type == ERMA_PKT_CR || h.pkt_type == ERMA_PKT_RFR) {
+    if (h.pkt_type == ERMA_PKT_CR) {
+        want = 12; /* the server's arrival bitmap */
+    } else if (h.pkt_type == ERMA_PKT_RFR) {
         want = 0;
     } else if (h.pkt_type == ERMA_PKT_REQ) {
         const uint64_t off = (uint64_t)h.pkt_num * pkt_data;
         want = off < h.msg_size ? (uint32_t)(h.msg_size - off < pkt_data ? h.msg_size - off
                                                                            : pkt_data) : 0;
     }
-    FUZZ_CHECK(len == want && len <= pkt_data && len <= h.msg_size,
+    FUZZ_CHECK(len == want && len <= pkt_data && (h.pkt_type == ERMA_PKT_CR || len <= h.msg_size),
                "host %u sent %u data bytes in a packet of type %u, pkt_num %u, msg_size %u",
                ev->src_host, len, h.pkt_type, h.pkt_num, h.msg_size);
 }
