@@ -197,6 +197,12 @@ int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out);
  * larger of the two (request for a PUT-like, response for a GET-like call). */
 int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps);
 
+/* A port on sim host 0 from which `paths` consecutive ports take `paths`
+ * different core paths to host 1's ports server_port.. and back (virtual
+ * paths, each on its own route); 0 if none in 40000..59999. */
+struct erma_sim;
+uint16_t bench_sim_spread_port(const struct erma_sim *sim, unsigned paths, uint16_t server_port);
+
 /* Incast on the sim fabric, in virtual time: `clients` hosts each stream
  * `size`-byte requests (one at a time, 32 B responses) to one server host
  * through its switch egress port. Goodput counts request data delivered to

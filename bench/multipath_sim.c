@@ -23,7 +23,6 @@
 #include "erma/endpoint.h"
 #include "erma/rpc.h"
 #include "erma/sim.h"
-#include "erma/wire.h"
 
 static const char usage[] =
     "usage: multipath_sim [options]\n"
@@ -65,36 +64,6 @@ static bool flag_set(void *ctx)
     return *(int *)ctx != 0;
 }
 
-/* The core path a packet from (sh, sport) to (dh, dport) takes. */
-static int path_of(struct erma_sim *sim, uint16_t sh, uint16_t sport, uint16_t dh, uint16_t dport)
-{
-    struct erma_sim_stats a, b;
-    uint8_t pkt[ERMA_HDR_SIZE] = {0};
-    erma_sim_get_stats(sim, &a);
-    if (erma_sim_inject(sim, sh, sport, dh, dport, pkt, sizeof pkt) != ERMA_OK)
-        return -1;
-    erma_sim_get_stats(sim, &b);
-    for (int p = 0; p < PATHS; p++)
-        if (b.path_pkts[p] != a.path_pkts[p])
-            return p;
-    return -1;
-}
-
-/* A client port base whose PATHS ports take PATHS different paths both ways. */
-static uint16_t client_base(struct erma_sim *sim)
-{
-    for (uint16_t base = 40000; base < 60000; base += PATHS) {
-        unsigned seen = 0, back = 0;
-        for (uint16_t k = 0; k < PATHS; k++) {
-            seen |= 1u << path_of(sim, 0, (uint16_t)(base + k), 1, SERVER_PORT);
-            back |= 1u << path_of(sim, 1, (uint16_t)(SERVER_PORT + k), 0, (uint16_t)(base + k));
-        }
-        if (seen == (1u << PATHS) - 1 && back == seen)
-            return base;
-    }
-    return 0;
-}
-
 static int run_one(double loss, unsigned paths, unsigned messages, struct run *r)
 {
     static unsigned serial;
@@ -109,7 +78,7 @@ static int run_one(double loss, unsigned paths, unsigned messages, struct run *r
     if (erma_sim_create(name, &sc, &sim) != ERMA_OK)
         return -1;
     erma_sim_use_clock(sim);
-    const uint16_t base = client_base(sim);
+    const uint16_t base = bench_sim_spread_port(sim, PATHS, SERVER_PORT);
     snprintf(uri[0], sizeof uri[0], "sim://%s/0:%u", name, base);
     snprintf(uri[1], sizeof uri[1], "sim://%s/1:%u", name, SERVER_PORT);
     struct erma_nexus *nx[2] = {0};

@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "erma/clock.h"
 #include "erma/endpoint.h"
+#include "erma/sim.h"
 #include "erma/log.h"
 #include "erma/rand.h"
 #include "erma/rpc.h"
@@ -390,4 +391,19 @@ int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps)
     call_free(&c, &k);
     client_close(&c);
     return rc;
+}
+
+uint16_t bench_sim_spread_port(const struct erma_sim *sim, unsigned paths, uint16_t server_port)
+{
+    for (uint16_t base = 40000; base < 60000; base = (uint16_t)(base + paths)) {
+        unsigned seen = 0, back = 0;
+        for (uint16_t k = 0; k < paths; k++) {
+            const uint16_t c = (uint16_t)(base + k), sv = (uint16_t)(server_port + k);
+            seen |= 1u << erma_sim_flow_path(sim, 0, c, 1, server_port);
+            back |= 1u << erma_sim_flow_path(sim, 1, sv, 0, c);
+        }
+        if (seen == (1u << paths) - 1 && back == seen)
+            return base;
+    }
+    return 0;
 }

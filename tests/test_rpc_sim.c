@@ -13,6 +13,7 @@
 #include "erma/sim.h"
 #include "erma/transport_driver.h"
 #include "erma/wire.h"
+#include "../bench/bench.h"
 #include "rpc_util.h"
 
 #define ECHO 1
@@ -416,40 +417,7 @@ struct mp_run {
     struct erma_sim_stats fs;
 };
 
-/* The core path a packet from (h0, sport) to (h1, dport) takes. */
-static int mp_path_of(struct erma_sim *sim, uint16_t sh, uint16_t sport, uint16_t dh,
-                      uint16_t dport)
-{
-    struct erma_sim_stats a, b;
-    uint8_t pkt[ERMA_HDR_SIZE] = {0};
-    erma_sim_get_stats(sim, &a);
-    assert_int_equal(erma_sim_inject(sim, sh, sport, dh, dport, pkt, sizeof pkt), ERMA_OK);
-    erma_sim_get_stats(sim, &b);
-    for (int p = 0; p < MP_PATHS; p++)
-        if (b.path_pkts[p] != a.path_pkts[p])
-            return p;
-    return -1;
-}
-
-/* A client port base whose MP_PATHS ports, both ways, take MP_PATHS
- * different paths. */
-static uint16_t mp_client_base(struct erma_sim *sim)
-{
-    for (uint16_t base = 40000; base < 60000; base += MP_PATHS) {
-        unsigned seen = 0, back = 0;
-        for (uint16_t k = 0; k < MP_PATHS; k++) {
-            seen |= 1u << mp_path_of(sim, 0, (uint16_t)(base + k), 1, MP_SERVER_PORT);
-            back |= 1u << mp_path_of(sim, 1, (uint16_t)(MP_SERVER_PORT + k), 0,
-                                     (uint16_t)(base + k));
-        }
-        if (seen == (1u << MP_PATHS) - 1 && back == seen)
-            return base;
-    }
-    fail_msg("no client port base spreads over %d paths", MP_PATHS);
-    return 0;
-}
-
-/* loss_path / slow_path: -1 for none, else the single-path session's path. */
+/* lossy_path / slow_path: degrade the single-path session's path. */
 static void mp_run(const char *name, unsigned paths, double loss, bool lossy_path,
                    bool slow_path, struct mp_run *r)
 {
@@ -460,8 +428,9 @@ static void mp_run(const char *name, unsigned paths, double loss, bool lossy_pat
     sc.loss = loss;
     struct world w;
     world_up_cfg(&w, name, &sc);
-    const uint16_t base = mp_client_base(w.sim);
-    const int first = mp_path_of(w.sim, 0, base, 1, MP_SERVER_PORT);
+    const uint16_t base = bench_sim_spread_port(w.sim, MP_PATHS, MP_SERVER_PORT);
+    assert_true(base > 0);
+    const int first = erma_sim_flow_path(w.sim, 0, base, 1, MP_SERVER_PORT);
     snprintf(w.uri[0], sizeof w.uri[0], "sim://%s/0:%u", name, base);
     if (lossy_path)
         assert_int_equal(erma_sim_set_path(w.sim, (uint32_t)first,

@@ -605,6 +605,21 @@ static int sim_open(const char *rest, const struct erma_transport_cfg *cfg,
     return ERMA_OK;
 }
 
+static uint32_t flow_path(const struct erma_sim *s, uint16_t sh, uint16_t sp, uint16_t dh,
+                          uint16_t dp)
+{
+    const uint64_t flow = (uint64_t)sh << 48 | (uint64_t)dh << 32 | (uint64_t)sp << 16 | dp;
+    return (uint32_t)(mix64(flow) % s->cfg.paths);
+}
+
+int erma_sim_flow_path(const struct erma_sim *s, uint16_t src_host, uint16_t src_port,
+                       uint16_t dst_host, uint16_t dst_port)
+{
+    if (!s || src_host >= s->cfg.hosts || dst_host >= s->cfg.hosts)
+        return ERMA_EINVAL;
+    return (int)flow_path(s, src_host, src_port, dst_host, dst_port);
+}
+
 /* Puts one packet on the fabric at the source's uplink (after the tap). */
 static int send_one(struct erma_sim *s, uint16_t sh, uint16_t sp, uint16_t dh, uint16_t dp,
                     const struct erma_tx_pkt *t)
@@ -618,8 +633,7 @@ static int send_one(struct erma_sim *s, uint16_t sh, uint16_t sp, uint16_t dh, u
     memcpy(p->data, t->hdr, t->hdr_len);
     if (t->data_len)
         memcpy(p->data + t->hdr_len, t->data, t->data_len);
-    const uint64_t flow = (uint64_t)sh << 48 | (uint64_t)dh << 32 | (uint64_t)sp << 16 | dp;
-    p->path = (uint8_t)(mix64(flow) % s->cfg.paths);
+    p->path = (uint8_t)flow_path(s, sh, sp, dh, dp);
     if (s->tap) {
         const struct erma_sim_event ev = {s->now, ERMA_SIM_DELIVER, sh, sp, dh, dp, len,
                                           p->path};

@@ -158,6 +158,10 @@ int erma_sim_set_path(struct erma_sim *sim, uint32_t path, const struct erma_sim
 int erma_sim_get_path(const struct erma_sim *sim, uint32_t path, struct erma_sim_path *out);
 /* Largest backlog in bytes seen in path's queue (0 if path >= paths). */
 uint64_t erma_sim_path_max_bytes(const struct erma_sim *sim, uint32_t path);
+/* The core path (0..paths-1) the flow's packets hash to, as an ECMP switch
+ * would hash its UDP ports; ERMA_EINVAL for a host beyond the fabric. */
+int erma_sim_flow_path(const struct erma_sim *sim, uint16_t src_host, uint16_t src_port,
+                       uint16_t dst_host, uint16_t dst_port);
 
 /* For fault tests: tap sees every packet as it is sent (ev.kind is
  * ERMA_SIM_DELIVER, ev.time the send time) and may change its bytes in
