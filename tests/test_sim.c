@@ -168,10 +168,18 @@ static void test_ecmp(void **state)
         assert_int_equal(erma_transport_open(uri, NULL, &t), ERMA_OK);
         static uint8_t buf[64];
         const struct erma_tx_pkt p = {.dst = &n.addr[1], .hdr = buf, .hdr_len = 64};
+        struct erma_sim_stats before, after;
+        erma_sim_get_stats(n.sim, &before);
         for (int i = 0; i < 10; i++)
             assert_int_equal(erma_tx_burst(t, &p, 1), 1);
+        erma_sim_get_stats(n.sim, &after);
+        /* erma_sim_flow_path names the path the flow took */
+        const int path = erma_sim_flow_path(n.sim, 0, (uint16_t)(2000 + port), 1, 101);
+        assert_true(path >= 0 && path < 4);
+        assert_int_equal(after.path_pkts[path] - before.path_pkts[path], 10);
         erma_transport_close(t);
     }
+    assert_int_equal(erma_sim_flow_path(n.sim, 0, 2000, 2, 101), ERMA_EINVAL); /* no host 2 */
     drain(&n, 1, NULL, 0);
     struct erma_sim_stats st;
     erma_sim_get_stats(n.sim, &st);
