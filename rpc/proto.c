@@ -33,8 +33,6 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
     return rpc->cfg.cc.no_batch_clock ? erma_now_ns() : rpc->ep->now;
 }
 
-/* Sends client packet i; returns the bytes it brings onto the path: the
- * request packet, or for an RFR the response packet it asks for. */
 /* Timeouts in a row without a reply double a slot's timeout, up to 64 x;
  * prunes of a path double its time out as much. */
 #define MAX_BACKOFF 6
@@ -89,6 +87,13 @@ static void path_done(struct session *s, const struct slot *sl, uint32_t i)
     *n -= *n > 0;
 }
 
+/* The packets of mask (bit k: packet num_rx + k) are out no longer. */
+static void paths_done(struct session *s, const struct slot *sl, uint64_t mask)
+{
+    for (mask = s->paths > 1 ? mask : 0; mask; mask &= mask - 1)
+        path_done(s, sl, sl->num_rx + (uint32_t)__builtin_ctzll(mask));
+}
+
 /* False while every path in use waits for its probe's reply: a session
  * sends one packet on each path first, and on a path back from a prune,
  * before it knows how fast the path is. */
@@ -109,10 +114,9 @@ static uint64_t bit(uint32_t k)
     return (uint64_t)1 << k;
 }
 
-
-/* Prunes path p when its loss or delay stands out against the best other
- * path in use, or its reply came `late` packets behind the newest one the
- * slot has (MP-RDMA's out-of-order pruning: such a path holds the slot's
+/* Prunes path p when its loss or delay stands out against the other paths
+ * in use, or its reply came `late` packets behind the newest one the slot
+ * has (MP-RDMA's out-of-order pruning: such a path holds the slot's
  * window); the last path in use stays. */
 static void path_judge(struct erma_rpc *rpc, struct session *s, uint8_t p, uint32_t late)
 {
@@ -164,6 +168,8 @@ static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost, co
     }
 }
 
+/* Sends client packet i; returns the bytes it brings onto the path: the
+ * request packet, or for an RFR the response packet it asks for. */
 static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl, uint32_t i)
 {
     if (s->paths > 1) {
@@ -189,8 +195,6 @@ static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *s
 
 /* A CR's data: the server's srv_rx (4 bytes) and srv_bits (8), little-endian. */
 #define CR_ACK_LEN 12
-
-
 
 static bool slot_pending(const struct slot *sl)
 {
@@ -348,8 +352,7 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
 static void slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl, int status)
 {
     s->credits += slot_outstanding(sl);
-    for (uint64_t out = s->paths > 1 ? slot_unanswered(sl) : 0; out; out &= out - 1)
-        path_done(s, sl, sl->num_rx + (uint32_t)__builtin_ctzll(out));
+    paths_done(s, sl, slot_unanswered(sl));
     sl->busy = false;
     busy_remove(rpc, s);
     erma_complete(rpc, sl->cont, sl->tag, status, sl->resp);
@@ -442,7 +445,9 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
             rpc->stats.retransmitted_pkts += lost;
             /* only the first is surely lost: the rest may wait behind it
              * in queues (and a loss on every path would prune them all) */
-            path_lost(rpc, s, slot_unanswered(sl) & -slot_unanswered(sl), sl);
+            const uint64_t out = slot_unanswered(sl);
+            path_lost(rpc, s, out & -out, sl);
+            paths_done(s, sl, out & (out - 1));
             sl->again |= slot_unanswered(sl);
             sl->resend |= slot_unanswered(sl);
             sl->progress_ns = now;
