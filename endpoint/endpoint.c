@@ -284,14 +284,14 @@ void erma_ep_tx_flush(struct erma_endpoint *ep)
     ep->ntx = 0;
 }
 
-/* Receives from every path, the first port first. */
+/* Receives from every path, starting with the next one each pass (a busy
+ * port must not starve the others). */
 static int rx_paths(struct erma_endpoint *ep, struct erma_rx_pkt *rx)
 {
-    int n = erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
-    n = n > 0 ? n : 0;
-    for (unsigned k = 0; k < (unsigned)n; k++)
-        rx[k].path = 0;
-    for (unsigned p = 1; p < ep->npaths && n < ERMA_MAX_BURST; p++) {
+    int n = 0;
+    const unsigned first = ep->rx_first++ % ep->npaths;
+    for (unsigned q = 0; q < ep->npaths && n < ERMA_MAX_BURST; q++) {
+        const unsigned p = (first + q) % ep->npaths;
         const int m = erma_rx_burst(ep->path[p], rx + n, ERMA_MAX_BURST - (unsigned)n);
         for (int k = 0; k < m; k++)
             rx[n + k].path = (uint8_t)p;

@@ -43,6 +43,7 @@ struct erma_endpoint {
     struct erma_transport *tr;   /* path[0]: its own port */
     struct erma_transport *path[ERMA_MAX_PATHS]; /* virtual paths: the next ports */
     unsigned npaths;
+    unsigned rx_first; /* the path the next pass receives from first */
     struct erma_pool *pool;
     uint64_t now;        /* the clock, read once per pass (erma_ep_clock) */
     uint64_t idle_since; /* when the loop last found work */

@@ -80,11 +80,13 @@ static uint8_t pick_path(struct erma_rpc *rpc, struct session *s)
     return (uint8_t)best;
 }
 
-/* Packet i of sl is out no longer (answered, lost or given up). */
+/* Packet i of sl is out no longer (answered, lost or given up): its path
+ * may take packets again even if it was the path's probe. */
 static void path_done(struct session *s, const struct slot *sl, uint32_t i)
 {
-    uint16_t *n = &s->vp[sl->tx_path[i % ERMA_MAX_CREDITS]].inflight;
-    *n -= *n > 0;
+    struct vpath *v = &s->vp[sl->tx_path[i % ERMA_MAX_CREDITS]];
+    v->inflight -= v->inflight > 0;
+    v->probe = PROBE_NONE;
 }
 
 /* The packets of mask (bit k: packet num_rx + k) are out no longer. */
@@ -637,7 +639,8 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
         client_take_acks(s, sl, pkt->data + ERMA_HDR_SIZE);
     sl->backoff = 0;
     client_fast_resend(rpc, s, sl, i);
-    s->clock_path = (int8_t)pkt->path; /* the next packet goes where this one left */
+    if (s->paths > 1)
+        s->clock_path = (int8_t)pkt->path; /* the next packet goes where this one left */
     sl->progress_ns = rpc->ep->now;
     if (!is_cr && sl->num_rx == client_total_tx(sl))
         slot_finish(rpc, s, sl, ERMA_OK);

@@ -496,6 +496,41 @@ static void test_multipath(void **state)
     assert_true(slow4.gbps >= 10 * slow1.gbps);
 }
 
+/* A new 4-path session sends one probe packet per path; requests the
+ * server fails (REQ_ERROR: no handler) end those probes too, so the
+ * session sends on (a path left waiting for its probe's reply once
+ * stopped the session for good). */
+static void test_multipath_errors(void **state)
+{
+    (void)state;
+    struct erma_sim_cfg sc;
+    erma_sim_cfg_default(&sc);
+    sc.paths = MP_PATHS;
+    struct world w;
+    world_up_cfg(&w, "mperr", &sc);
+    const struct erma_endpoint_cfg ec = {.paths = MP_PATHS};
+    for (unsigned h = 0; h < 2; h++)
+        world_rpc(&w, h, NULL, &ec);
+    const int s = connect(&w, 0, 1);
+    struct call c[MP_PATHS] = {0};
+    for (int k = 0; k < MP_PATHS; k++) {
+        assert_int_equal(erma_msgbuf_alloc(w.rpc[0], REQ_HDR, &c[k].req), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(w.rpc[0], 16, &c[k].resp), ERMA_OK);
+        fill_req(&c[k].req, (uint32_t)k, 8);
+        assert_int_equal(erma_rpc_call(w.rpc[0], s, 77, &c[k].req, &c[k].resp, on_call, &c[k]),
+                         ERMA_OK);
+    }
+    for (int k = 0; k < MP_PATHS; k++) {
+        assert_int_equal(run_until(&w, &c[k].done, 1000000000ull), ERMA_OK);
+        assert_int_equal(c[k].status, ERMA_ENOENT);
+        erma_msgbuf_free(w.rpc[0], &c[k].req);
+        erma_msgbuf_free(w.rpc[0], &c[k].resp);
+    }
+    for (uint32_t id = 0; id < 8; id++) /* within call_once's 10 s bound, not a hang */
+        call_once(&w, 0, s, ECHO, 64 << 10, 64 << 10, id, ERMA_OK);
+    world_down(&w);
+}
+
 /* ---- nested: host 0 -> proxy on host 1 -> echo on host 2 ---- */
 
 static struct proxy g_proxy;
@@ -1389,6 +1424,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest multipath[] = {
         cmocka_unit_test(test_multipath),
+        cmocka_unit_test(test_multipath_errors),
     };
     if (argc > 1 && strcmp(argv[1], "multipath") == 0)
         return cmocka_run_group_tests(multipath, NULL, NULL);

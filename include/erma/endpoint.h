@@ -66,7 +66,10 @@ struct erma_endpoint_cfg {
      * each packet (rpc.h, Virtual paths). Default 1 (one port), at most
      * ERMA_MAX_PATHS. With port 0 in the URI the kernel's (or fabric's)
      * free port and the ones after it are taken, trying other ports when
-     * one of those is in use. */
+     * one of those is in use. With a fixed port, thread t's endpoint takes
+     * PORT + t and the paths - 1 after it, which thread t + 1 needs too:
+     * give such threads URIs `paths` ports apart (the open fails with
+     * ERMA_EADDR, and the log says so, when a port is taken). */
     uint32_t paths;
 };
 
