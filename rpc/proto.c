@@ -165,7 +165,6 @@ static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost, co
         struct vpath *v = &s->vp[p];
         path_done(s, sl, i);
         v->loss += (uint16_t)((UINT16_MAX - v->loss) / LOSS_AVG);
-        v->probe = PROBE_NONE;
         path_judge(rpc, s, p, 0);
     }
 }
@@ -214,6 +213,17 @@ static uint64_t slot_unanswered(const struct slot *sl)
 static uint32_t slot_outstanding(const struct slot *sl)
 {
     return (uint32_t)__builtin_popcountll(slot_unanswered(sl));
+}
+
+/* Queues the packets of lost (bit k: packet num_rx + k, each without a
+ * reply) to be sent again, first of all, giving back their credits. */
+static void slot_resend(struct erma_rpc *rpc, struct session *s, struct slot *sl, uint64_t lost)
+{
+    const uint32_t n = (uint32_t)__builtin_popcountll(lost);
+    s->credits += n;
+    rpc->stats.retransmitted_pkts += n;
+    sl->resend |= lost;
+    sl->again |= lost;
 }
 
 /* The next packet of a pending slot: a lost one first, else a new one. */
@@ -441,17 +451,13 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
             kick = true;
         } else if (slot_unanswered(sl) &&
                    since(now, sl->progress_ns) > rpc->cfg.rto_ns << sl->backoff) {
-            /* selective: send again only the packets without a reply */
-            const uint32_t lost = slot_outstanding(sl);
-            s->credits += lost;
-            rpc->stats.retransmitted_pkts += lost;
-            /* only the first is surely lost: the rest may wait behind it
-             * in queues (and a loss on every path would prune them all) */
+            /* selective: send again only the packets without a reply; only
+             * the first is surely lost: the rest may wait behind it in
+             * queues (and a loss on every path would prune them all) */
             const uint64_t out = slot_unanswered(sl);
             path_lost(rpc, s, out & -out, sl);
             paths_done(s, sl, out & (out - 1));
-            sl->again |= slot_unanswered(sl);
-            sl->resend |= slot_unanswered(sl);
+            slot_resend(rpc, s, sl, out);
             sl->progress_ns = now;
             sl->backoff += sl->backoff < MAX_BACKOFF; /* the path may be slower than rto_ns */
             rpc->stats.retransmits++;
@@ -586,13 +592,9 @@ static void client_fast_resend(struct erma_rpc *rpc, struct session *s, struct s
     }
     if (!lost)
         return;
-    const uint32_t n = (uint32_t)__builtin_popcountll(lost);
     path_lost(rpc, s, lost, sl);
-    s->credits += n;
-    rpc->stats.retransmitted_pkts += n;
-    rpc->stats.fast_retransmits += n;
-    sl->resend |= lost;
-    sl->again |= lost;
+    slot_resend(rpc, s, sl, lost);
+    rpc->stats.fast_retransmits += (uint32_t)__builtin_popcountll(lost);
 }
 
 static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_hdr *h,
