@@ -169,18 +169,6 @@ struct sm_msg {
 #define SM_PATHS(n) ((uint8_t)(((n) - 1) << 4))
 #define SM_PATHS_OF(flags) (1u + ((flags) >> 4 & 7u))
 
-/* One virtual path of a client session (rpc.h, Virtual paths). */
-struct vpath {
-    uint32_t srtt_ns;       /* smoothed RTT of replies to packets sent on it, 0: none yet */
-    uint16_t loss;          /* share of its packets lost, moving average, in 1/65536 */
-    uint64_t pruned_until;  /* not used until then; 0: in use */
-    uint8_t prunes;         /* times pruned: each doubles the time out (at most 6) */
-    uint8_t probe;          /* back from a prune: PROBE_READY, then PROBE_OUT until the
-                               reply to its one packet (or its loss) */
-    uint16_t inflight;      /* packets sent on it and neither answered nor lost */
-};
-enum { PROBE_NONE, PROBE_READY, PROBE_OUT };
-
 struct session {
     uint16_t num, remote_num;
     uint8_t role, state, remote_tid;
@@ -204,11 +192,8 @@ struct session {
     bool in_wheel;            /* the wheel holds this session's next packet */
     uint8_t rr;               /* round robin over slots */
     uint8_t dupthresh;        /* replies to later packets that make one lost (fast resend) */
-    uint8_t paths;            /* virtual paths: the client's ports 0..paths-1 */
     uint8_t tx_path;          /* the path of the packet being sent */
-    uint8_t path_rr;          /* client: round robin over paths */
-    int8_t clock_path;        /* client: the path whose reply just came, -1: none */
-    struct vpath vp[ERMA_MAX_PATHS];
+    struct erma_paths ps;     /* virtual paths: the client's ports 0..ps.n-1 */
     uint64_t min_rtt_ns;      /* smallest RTT sample, from packets sent once */
     uint64_t rtt_samples, paced_pkts, direct_pkts;
     struct slot slots[ERMA_SESSION_SLOTS];
@@ -275,9 +260,9 @@ static inline uint64_t since(uint64_t now, uint64_t t)
 static inline int erma_session_path(const struct erma_rpc *rpc, const struct session *s,
                                     const struct erma_addr *a)
 {
-    if (s->paths <= 1)
+    if (s->ps.n <= 1)
         return erma_addr_eq(&s->peer, a) ? 0 : -1;
-    return erma_ep_path_of(rpc->ep, &s->peer, s->paths, a);
+    return erma_ep_path_of(rpc->ep, &s->peer, s->ps.n, a);
 }
 
 /* tx.c */

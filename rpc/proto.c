@@ -37,78 +37,28 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
  * prunes of a path double its time out as much. */
 #define MAX_BACKOFF 6
 
-/* ---- virtual paths (client) ---- */
+/* ---- virtual paths (client; erma/cc.h, VIRTUAL PATHS) ---- */
 
-/* Virtual paths: loss is averaged over about LOSS_AVG packets of a path; a
- * path is pruned when its loss passes twice the others' mean plus
- * PRUNE_LOSS (in 1/65536: 1%), its smoothed RTT 16 times the best other
- * one's, or a reply comes PRUNE_LATE packets behind the slot's newest;
- * it is probed again PRUNE_RTOS timeouts later, twice that after each
- * prune of the same path, up to 64 times. */
-#define LOSS_AVG 256
-#define PRUNE_LOSS 655
+/* A pruned path rests PRUNE_RTOS timeouts, twice that after each prune. */
 #define PRUNE_RTOS 4
-#define PRUNE_LATE (ERMA_MAX_CREDITS / 2)
 
-/* The path of the next packet: the one in use with the fewest packets
- * out, the one whose reply just came among equals (ACK clocking: a
- * packet leaves where one left the network), else round robin. */
-static uint8_t pick_path(struct erma_rpc *rpc, struct session *s)
+static uint64_t path_rest(const struct erma_rpc *rpc)
 {
-    if (s->paths <= 1)
-        return 0;
-    int best = -1;
-    for (unsigned n = 0; n < s->paths; n++) {
-        const uint8_t p = (uint8_t)((s->path_rr + n) % s->paths);
-        struct vpath *v = &s->vp[p];
-        if (v->pruned_until && rpc->ep->now >= v->pruned_until) /* probe it, with a clean record */
-            *v = (struct vpath){.prunes = v->prunes, .probe = PROBE_READY,
-                                .inflight = v->inflight};
-        if (v->pruned_until || v->probe == PROBE_OUT)
-            continue;
-        if (best < 0 || v->inflight < s->vp[best].inflight ||
-            (v->inflight == s->vp[best].inflight && p == s->clock_path))
-            best = p;
-    }
-    s->clock_path = -1;
-    if (best < 0)
-        return 0; /* (never: path_free() first) */
-    struct vpath *v = &s->vp[best];
-    s->path_rr = (uint8_t)(best + 1);
-    v->probe = v->probe == PROBE_READY ? PROBE_OUT : PROBE_NONE;
-    v->inflight++;
-    return (uint8_t)best;
+    return PRUNE_RTOS * rpc->cfg.rto_ns;
 }
 
 /* Packet i of sl is out no longer (answered, lost or given up): its path
  * may take packets again even if it was the path's probe. */
 static void path_done(struct session *s, const struct slot *sl, uint32_t i)
 {
-    struct vpath *v = &s->vp[sl->tx_path[i % ERMA_MAX_CREDITS]];
-    v->inflight -= v->inflight > 0;
-    v->probe = PROBE_NONE;
+    erma_paths_done(&s->ps, sl->tx_path[i % ERMA_MAX_CREDITS]);
 }
 
 /* The packets of mask (bit k: packet num_rx + k) are out no longer. */
 static void paths_done(struct session *s, const struct slot *sl, uint64_t mask)
 {
-    for (mask = s->paths > 1 ? mask : 0; mask; mask &= mask - 1)
+    for (mask = s->ps.n > 1 ? mask : 0; mask; mask &= mask - 1)
         path_done(s, sl, sl->num_rx + (uint32_t)__builtin_ctzll(mask));
-}
-
-/* False while every path in use waits for its probe's reply: a session
- * sends one packet on each path first, and on a path back from a prune,
- * before it knows how fast the path is. */
-static bool path_free(const struct erma_rpc *rpc, const struct session *s)
-{
-    if (s->paths <= 1)
-        return true;
-    for (unsigned p = 0; p < s->paths; p++) {
-        const struct vpath *v = &s->vp[p];
-        if ((!v->pruned_until || rpc->ep->now >= v->pruned_until) && v->probe != PROBE_OUT)
-            return true;
-    }
-    return false;
 }
 
 static uint64_t bit(uint32_t k)
@@ -116,56 +66,12 @@ static uint64_t bit(uint32_t k)
     return (uint64_t)1 << k;
 }
 
-/* Prunes path p when its loss or delay stands out against the other paths
- * in use, or its reply came `late` packets behind the newest one the slot
- * has (MP-RDMA's out-of-order pruning: such a path holds the slot's
- * window); the last path in use stays. */
-static void path_judge(struct erma_rpc *rpc, struct session *s, uint8_t p, uint32_t late)
-{
-    struct vpath *v = &s->vp[p];
-    uint32_t loss = 0, rtt = UINT32_MAX, others = 0;
-    for (unsigned k = 0; k < s->paths; k++) {
-        const struct vpath *o = &s->vp[k];
-        if (k == p || o->pruned_until)
-            continue;
-        others++;
-        loss += o->loss;
-        rtt = o->srtt_ns && o->srtt_ns < rtt ? o->srtt_ns : rtt;
-    }
-    if (!others || v->pruned_until)
-        return;
-    const bool lossy = v->loss > 2 * loss / others + PRUNE_LOSS;
-    const bool slow = rtt != UINT32_MAX && v->srtt_ns > 16 * (uint64_t)rtt &&
-                      v->srtt_ns > rtt + 16 * s->min_rtt_ns;
-    if (lossy || slow || late > PRUNE_LATE) { /* out for longer each time, up to 64 times */
-        v->pruned_until = rpc->ep->now + (PRUNE_RTOS * rpc->cfg.rto_ns << v->prunes);
-        v->prunes += v->prunes < MAX_BACKOFF;
-        rpc->stats.paths_pruned++;
-    }
-}
-
-/* Takes an RTT sample of path p; false when p is out of use. */
-static bool path_sample(struct erma_rpc *rpc, struct session *s, uint8_t p, uint64_t rtt,
-                        uint32_t late)
-{
-    struct vpath *v = &s->vp[p];
-    const uint32_t r = rtt < UINT32_MAX ? (uint32_t)rtt : UINT32_MAX;
-    v->srtt_ns = v->srtt_ns ? v->srtt_ns - v->srtt_ns / 8 + r / 8 : r;
-    v->loss -= v->loss / LOSS_AVG;
-    v->probe = PROBE_NONE;
-    path_judge(rpc, s, p, late);
-    return !v->pruned_until;
-}
-
 static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost, const struct slot *sl)
 {
-    for (lost = s->paths > 1 ? lost : 0; lost; lost &= lost - 1) {
+    for (lost = s->ps.n > 1 ? lost : 0; lost; lost &= lost - 1) {
         const uint32_t i = sl->num_rx + (uint32_t)__builtin_ctzll(lost);
-        const uint8_t p = sl->tx_path[i % ERMA_MAX_CREDITS];
-        struct vpath *v = &s->vp[p];
-        path_done(s, sl, i);
-        v->loss += (uint16_t)((UINT16_MAX - v->loss) / LOSS_AVG);
-        path_judge(rpc, s, p, 0);
+        rpc->stats.paths_pruned += erma_paths_lost(&s->ps, sl->tx_path[i % ERMA_MAX_CREDITS],
+                                                   rpc->ep->now, path_rest(rpc));
     }
 }
 
@@ -173,8 +79,8 @@ static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost, co
  * request packet, or for an RFR the response packet it asks for. */
 static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *sl, uint32_t i)
 {
-    if (s->paths > 1) {
-        s->tx_path = pick_path(rpc, s);
+    if (s->ps.n > 1) {
+        s->tx_path = erma_paths_pick(&s->ps, rpc->ep->now);
         sl->tx_path[i % ERMA_MAX_CREDITS] = s->tx_path;
     }
     sl->tx_ns[i % ERMA_MAX_CREDITS] = (uint32_t)cc_now(rpc);
@@ -242,7 +148,7 @@ static uint32_t slot_next_pkt(struct slot *sl)
  * credit. */
 static uint32_t send_next(struct erma_rpc *rpc, struct session *s)
 {
-    if (s->credits == 0 || !path_free(rpc, s))
+    if (s->credits == 0 || !erma_paths_free(&s->ps, rpc->ep->now))
         return 0;
     for (unsigned n = 0; n < ERMA_SESSION_SLOTS; n++) {
         struct slot *sl = &s->slots[(s->rr + n) % ERMA_SESSION_SLOTS];
@@ -513,9 +419,13 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot
         s->min_rtt_ns = rtt;
     const uint32_t newest = sl->rx_bits ? sl->num_rx + 63 - (uint32_t)__builtin_clzll(sl->rx_bits)
                                         : i;
-    if (s->paths > 1 && !path_sample(rpc, s, sl->tx_path[i % ERMA_MAX_CREDITS], rtt,
-                                     newest > i ? newest - i : 0))
-        return; /* a path that stands out says nothing of the others' congestion */
+    if (s->ps.n > 1) {
+        const uint8_t p = sl->tx_path[i % ERMA_MAX_CREDITS];
+        rpc->stats.paths_pruned += erma_paths_sample(&s->ps, p, rtt, newest > i ? newest - i : 0,
+                                                     rpc->ep->now, path_rest(rpc));
+        if (s->ps.p[p].pruned_until)
+            return; /* a path that stands out says nothing of the others' congestion */
+    }
     s->rtt_samples++;
     if (!rpc->cfg.cc.off)
         erma_timely_update(&s->timely, rtt, now);
@@ -528,14 +438,14 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot
 static void client_mark(struct session *s, struct slot *sl, uint32_t i)
 {
     const uint64_t b = bit(i - sl->num_rx);
-    if (s->paths > 1)
-        s->vp[sl->tx_path[i % ERMA_MAX_CREDITS]].probe = PROBE_NONE; /* its path delivers */
+    if (s->ps.n > 1)
+        s->ps.p[sl->tx_path[i % ERMA_MAX_CREDITS]].probe = ERMA_PROBE_NONE; /* its path delivers */
     sl->rx_bits |= b;
     if (sl->resend & b) { /* it came after all: its credit came back at the timeout */
         sl->resend &= ~b;
     } else {
         s->credits++;
-        if (s->paths > 1)
+        if (s->ps.n > 1)
             path_done(s, sl, i);
     }
     while (sl->rx_bits & 1) {
@@ -641,8 +551,8 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
         client_take_acks(s, sl, pkt->data + ERMA_HDR_SIZE);
     sl->backoff = 0;
     client_fast_resend(rpc, s, sl, i);
-    if (s->paths > 1)
-        s->clock_path = (int8_t)pkt->path; /* the next packet goes where this one left */
+    if (s->ps.n > 1)
+        s->ps.clock = (int8_t)pkt->path; /* the next packet goes where this one left */
     sl->progress_ns = rpc->ep->now;
     if (!is_cr && sl->num_rx == client_total_tx(sl))
         slot_finish(rpc, s, sl, ERMA_OK);

@@ -57,6 +57,12 @@ static void sm_decode(const uint8_t *p, struct sm_msg *m)
     m->flags = (uint8_t)erma_get(&p, 1);
 }
 
+/* The virtual paths both ends of a connect have: the fewer of the two. */
+static unsigned common_paths(const struct erma_rpc *rpc, const struct sm_msg *m)
+{
+    return SM_PATHS_OF(m->flags) < rpc->ep->npaths ? SM_PATHS_OF(m->flags) : rpc->ep->npaths;
+}
+
 /* ---- secure handshakes: every field of a connect request or answer is
  * covered by its proof (the payload with the proof field zeroed) ---- */
 
@@ -316,8 +322,7 @@ static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
     if (role == CLIENT)
         erma_timely_init(&s->timely, &rpc->timely_cfg, s->start_ns);
     s->dupthresh = 3; /* TCP's, until reordering shows it is too few */
-    s->paths = 1;      /* until the connect handshake says more */
-    s->clock_path = -1;
+    erma_paths_init(&s->ps, 1); /* until the connect handshake says more */
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
         s->slots[k].req_num = role == CLIENT ? base + k : 0; /* server: 0 is none yet */
     rpc->active_sessions++;
@@ -441,8 +446,7 @@ static struct session *server_session_new(struct erma_rpc *rpc, const struct erm
         return NULL;
     s->state = CONNECTED;
     s->peer = *peer;
-    s->paths = (uint8_t)(SM_PATHS_OF(m->flags) < rpc->ep->npaths ? SM_PATHS_OF(m->flags)
-                                                                 : rpc->ep->npaths);
+    erma_paths_init(&s->ps, common_paths(rpc, m));
     s->token = m->token;
     s->remote_num = m->client_session;
     /* The client pings every keepalive (its connect request says how often):
@@ -466,7 +470,7 @@ static int server_seal(struct erma_rpc *rpc, struct session *s, struct sm_msg *m
     m->server_session = s->num;
     m->credits = s->credits_max;
     m->err = ERMA_OK;
-    m->flags = SM_SECURE | (aes ? SM_AES : 0) | SM_PATHS(s->paths);
+    m->flags = SM_SECURE | (aes ? SM_AES : 0) | SM_PATHS(s->ps.n);
     prove(rpc, SEAL_ACCEPT, m);
     s->accept = *m;
     return seal_from(rpc, s, m, false);
@@ -526,7 +530,7 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
     else if (s)
         *m = (struct sm_msg){.token = m->token, .client_session = m->client_session,
                              .server_session = s->num, .credits = s->credits_max,
-                             .flags = SM_PATHS(s->paths)};
+                             .flags = SM_PATHS(s->ps.n)};
     else if (secure)
         prove(rpc, SEAL_REFUSE, m); /* to a proven client: it may take the refusal as final */
     erma_sm_send(rpc, NULL, &pkt->src, CONNECT_RESP, m->client_session, m);
@@ -588,10 +592,7 @@ static void on_connect_resp(struct erma_rpc *rpc, struct session *s, struct sm_m
         return;
     }
     s->remote_num = m->server_session;
-    s->paths = (uint8_t)(SM_PATHS_OF(m->flags) < rpc->ep->npaths ? SM_PATHS_OF(m->flags)
-                                                                 : rpc->ep->npaths);
-    for (unsigned p = 0; s->paths > 1 && p < s->paths; p++)
-        s->vp[p].probe = PROBE_READY; /* one packet each until its reply */
+    erma_paths_init(&s->ps, common_paths(rpc, m)); /* each path's probe first */
     set_credits(rpc, s, m->credits);
     s->state = CONNECTED;
     sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);

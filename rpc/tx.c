@@ -25,9 +25,9 @@ static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s,
                                    const struct erma_addr *dst, uint8_t **room)
 {
     const bool sealed = s && s->seal.on;
-    if (!s || s->paths <= 1)
+    if (!s || s->ps.n <= 1)
         return erma_ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL, room);
-    const uint8_t path = s->tx_path < s->paths ? s->tx_path : 0;
+    const uint8_t path = s->tx_path < s->ps.n ? s->tx_path : 0;
     struct erma_addr there;
     if (path && s->role == SERVER && dst == &s->peer &&
         erma_ep_path_addr(rpc->ep, dst, path, &there) == ERMA_OK)

@@ -1,6 +1,7 @@
 /*
  * erma/cc.h - congestion control units: Timely rates, a Carousel timing
- * wheel with a pacer, and 1RMA's dual-window CC for one-sided ops.
+ * wheel with a pacer, 1RMA's dual-window CC for one-sided ops, and the
+ * choice among virtual paths.
  *
  * For protocol code, tests and benchmarks that drive congestion control
  * directly; applications tune it through erma_rpc_cfg and erma_rma_cfg.
@@ -263,6 +264,53 @@
  *                          enum erma_window_dir dir)
  *     The window that bounds (dst, dir) now: min(local, remote) cwnd, the
  *     remote one alone when merged; init_cwnd stands for a missing remote.
+ * ---------------------------------------------------------------------------
+ * VIRTUAL PATHS (MP-RDMA, Lu et al., NSDI 2018, in software)
+ *
+ * One struct erma_paths per sender and destination spreads packets over n
+ * virtual paths (source ports that ECMP routers hash onto different routes)
+ * and keeps, per path, packets out, a smoothed RTT (EWMA 1/8) and a loss
+ * share (moving average over ERMA_PATH_LOSS_AVG packets, in 1/65536). The
+ * RPC layer keeps one per client session, the one-sided initiator one per
+ * destination; the caller says which packets were answered, lost or given up.
+ *
+ *   pick:   the path in use with the fewest packets out; among equals the
+ *           one whose reply just came (ACK clocking: a packet leaves where
+ *           one left the network), else round robin.
+ *   probe:  at start, and when a pruned path comes back, a path carries one
+ *           packet until that packet is answered or lost or given up.
+ *   prune:  after a sample or a loss on p, p is out of use when, against
+ *           the other paths in use, its loss exceeds twice their mean plus
+ *           ERMA_PATH_PRUNE_LOSS (1%), or its srtt exceeds 16 times the best
+ *           one's and the best by 16 of the smallest RTT seen, or its reply
+ *           came more than ERMA_PATH_PRUNE_LATE packets behind the newest
+ *           reply (MP-RDMA's out-of-order rule); the last path in use is
+ *           never pruned. It rests rest_ns, doubled per earlier prune (up to
+ *           2^ERMA_PATH_MAX_PRUNES times), then comes back with a clean
+ *           record and a probe.
+ *
+ * A set costs 24 bytes per path plus 8 (200 bytes for 8 paths). n = 1 makes
+ * every call trivial: pick returns 0, free is true.
+ *
+ * void erma_paths_init(struct erma_paths *ps, unsigned n)
+ *     n paths (clamped to 1..ERMA_MAX_PATHS), each ready for its probe.
+ * bool erma_paths_free(const struct erma_paths *ps, uint64_t now_ns)
+ *     False while every path in use waits for its probe: send nothing yet.
+ * uint8_t erma_paths_pick(struct erma_paths *ps, uint64_t now_ns)
+ *     The path of the next packet (counted out on it). Call only when free.
+ * void erma_paths_done(struct erma_paths *ps, uint8_t p)
+ *     A packet sent on p is out no longer (answered or given up), no sample.
+ * bool erma_paths_sample(struct erma_paths *ps, uint8_t p, uint64_t rtt_ns,
+ *                        uint32_t late, uint64_t now_ns, uint64_t rest_ns)
+ *     A reply came on p after rtt_ns (take samples from packets sent once:
+ *     Karn), `late` packets behind the newest reply (0 when unknown). Does
+ *     not count the packet done. True when this prunes p. A sample of a
+ *     pruned path (ps->p[p].pruned_until != 0) says nothing of the others'
+ *     congestion: leave it out of rate control.
+ * bool erma_paths_lost(struct erma_paths *ps, uint8_t p, uint64_t now_ns,
+ *                      uint64_t rest_ns)
+ *     A packet sent on p was lost: counted done and in p's loss. True when
+ *     this prunes p.
  */
 #ifndef ERMA_CC_H
 #define ERMA_CC_H
@@ -418,6 +466,40 @@ struct erma_window *erma_window_find(struct erma_window_cc *cc, uint64_t dst,
                                      enum erma_window_dir dir);
 double erma_window_limit(struct erma_window_cc *cc, uint64_t dst,
                          enum erma_window_dir dir);
+
+/* ---------------------------------------------------------- Virtual paths */
+
+#define ERMA_MAX_PATHS 8
+#define ERMA_PATH_LOSS_AVG 256
+#define ERMA_PATH_PRUNE_LOSS 655 /* 1% in 1/65536 */
+#define ERMA_PATH_PRUNE_LATE 16
+#define ERMA_PATH_MAX_PRUNES 6
+
+enum { ERMA_PROBE_NONE, ERMA_PROBE_READY, ERMA_PROBE_OUT };
+
+struct erma_path {
+    uint64_t pruned_until; /* out of use until then; 0: in use */
+    uint32_t srtt_ns;      /* 0: no sample yet */
+    uint16_t loss;         /* share of its packets lost, in 1/65536 */
+    uint16_t inflight;     /* packets sent on it, neither answered nor lost */
+    uint8_t prunes;        /* times pruned (each doubles the rest) */
+    uint8_t probe;         /* ERMA_PROBE_*: READY, then OUT until its reply */
+};
+
+struct erma_paths {
+    uint8_t n, rr;         /* paths; round-robin start */
+    int8_t clock;          /* the path whose reply just came, -1: none */
+    uint32_t min_rtt_ns;   /* smallest sample */
+    struct erma_path p[ERMA_MAX_PATHS];
+};
+
+void erma_paths_init(struct erma_paths *ps, unsigned n);
+bool erma_paths_free(const struct erma_paths *ps, uint64_t now_ns);
+uint8_t erma_paths_pick(struct erma_paths *ps, uint64_t now_ns);
+void erma_paths_done(struct erma_paths *ps, uint8_t p);
+bool erma_paths_sample(struct erma_paths *ps, uint8_t p, uint64_t rtt_ns, uint32_t late,
+                       uint64_t now_ns, uint64_t rest_ns);
+bool erma_paths_lost(struct erma_paths *ps, uint8_t p, uint64_t now_ns, uint64_t rest_ns);
 
 ERMA_END_DECLS
 

@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "erma/api.h"
+#include "erma/cc.h" /* ERMA_MAX_PATHS */
 #include "erma/errors.h"
 
 ERMA_BEGIN_DECLS
@@ -72,8 +73,6 @@ struct erma_endpoint_cfg {
      * ERMA_EADDR, and the log says so, when a port is taken). */
     uint32_t paths;
 };
-
-#define ERMA_MAX_PATHS 8
 
 struct erma_endpoint_stats {
     uint64_t tx_pkts, rx_pkts;
