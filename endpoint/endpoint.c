@@ -71,7 +71,7 @@ static int reg_chunk(void *ctx, void *addr, size_t len)
     return rc;
 }
 
-int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, unsigned k,
+int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, int k,
                       struct erma_addr *out)
 {
     if (k == 0) {
@@ -88,7 +88,7 @@ int erma_ep_path_of(const struct erma_endpoint *ep, const struct erma_addr *base
         return 0;
     struct erma_addr b;
     for (unsigned k = 1; k < n; k++)
-        if (erma_ep_path_addr(ep, base, k, &b) == ERMA_OK && erma_addr_eq(&b, a))
+        if (erma_ep_path_addr(ep, base, (int)k, &b) == ERMA_OK && erma_addr_eq(&b, a))
             return (int)k;
     return -1;
 }
@@ -123,7 +123,7 @@ static int open_paths(struct erma_endpoint *ep, const char *uri,
         char next[256];
         struct erma_addr a;
         for (unsigned k = 1; k < want; k++) {
-            rc = erma_ep_path_addr(ep, &ep->tr->local, k, &a);
+            rc = erma_ep_path_addr(ep, &ep->tr->local, (int)k, &a);
             if (rc == ERMA_OK)
                 rc = erma_transport_addr_str(ep->tr, &a, next, sizeof next);
             if (rc == ERMA_OK)

@@ -61,9 +61,9 @@ struct erma_endpoint {
     unsigned ntx;
 };
 
-/* The address k virtual paths (ports) after addr; ERMA_EADDR when the
- * transport has none. */
-int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, unsigned k,
+/* The address k virtual paths (ports) after addr, before it when k < 0;
+ * ERMA_EADDR when the transport has none or the port would be outside. */
+int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, int k,
                       struct erma_addr *out);
 /* k when a is base's path k for some k < n, else -1. */
 int erma_ep_path_of(const struct erma_endpoint *ep, const struct erma_addr *base, unsigned n,

@@ -242,5 +242,6 @@ int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid)
         rma->peers_cap = cap;
     }
     rma->peers[rma->npeers] = (struct peer){.addr = addr};
+    erma_paths_init(&rma->peers[rma->npeers].ps, rma->ep->npaths);
     return (int)rma->npeers++;
 }

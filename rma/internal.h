@@ -33,6 +33,10 @@ enum rma_type {
  * fence (portal.c), the target only counts it (stats.fenced). Authenticated
  * like the rest of the header. */
 #define RMA_FLAG_FENCE 2
+/* Requests and data: the virtual path (erma/rma.h, Virtual paths) they were
+ * sent on, bits 2-4: the initiator's port is its base port plus it. */
+#define RMA_FLAG_PATH(k) ((uint8_t)((k) << 2))
+#define RMA_PATH_OF(flags) ((uint8_t)((flags) >> 2 & 7u))
 
 struct rma_ophdr {
     uint8_t type, status, flags, pkt_idx; /* status: -erma_err */
@@ -119,6 +123,9 @@ enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_ISSUED, SLOT_SENT_DATA, SLOT_DONE
 
 struct slot {
     uint8_t state, op, prio;
+    uint8_t path;           /* the virtual path of its packets */
+    uint32_t path_seq;      /* its place among the ops to its peer (late answers) */
+    bool path_out;          /* completed on a path out of use (pruned) */
     /* Runs when the op completes instead of a completion on the queue (the
      * executor's chunks); the slot is freed after it. */
     void (*done)(struct erma_rma *rma, struct slot *s);
@@ -150,6 +157,9 @@ struct peer {
     uint64_t srtt_ns, rttvar_ns; /* smoothed round trip and its variation */
     uint64_t backoff_ns;         /* after a timeout: the least RTO until a sample */
     bool sampled;
+    struct erma_paths ps;        /* its virtual paths: ops spread over our ports */
+    uint32_t path_seq;           /* ops issued to it */
+    uint32_t path_newest;        /* the latest of them answered */
 };
 
 struct list { int32_t head, tail; };

@@ -55,6 +55,8 @@ void erma_rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rma
     const struct erma_hdr eh = {.proto = ERMA_PROTO_RMA};
     uint8_t *pkt;
     struct erma_tx_pkt *p = erma_ep_tx(rma->ep, dst, NULL, NULL, &pkt);
+    if (dir == 0) /* from the initiator's port of the op's path */
+        p->path = RMA_PATH_OF(h->flags) < rma->ep->npaths ? RMA_PATH_OF(h->flags) : 0;
     h->nonce_ctr = ++rma->ctr;
     erma_hdr_encode(&eh, pkt);
     erma_rma_ophdr_encode(h, pkt + ERMA_HDR_SIZE);

@@ -170,6 +170,34 @@ int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt 
     return ERMA_OK;
 }
 
+/* ---- virtual paths (erma/cc.h): a pruned path rests 4 RTOs, doubling ---- */
+
+static void path_end(struct erma_rma *rma, struct slot *s, int status)
+{
+    struct peer *p = &rma->peers[s->peer];
+    if (status == ERMA_ETIMEDOUT)
+        rma->stats.paths_pruned += erma_paths_lost(&p->ps, s->path, rma->ep->now,
+                                                   4 * peer_rto(rma, p));
+    else
+        erma_paths_done(&p->ps, s->path);
+    s->path_out = p->ps.p[s->path].pruned_until != 0;
+}
+
+/* An authentic first answer to s came back on its path after rtt_ns; it
+ * is late by the ops issued after it to the peer and answered before it
+ * (MP-RDMA's out-of-order measure, in ops). */
+static void path_sample(struct erma_rma *rma, struct slot *s, uint64_t rtt_ns)
+{
+    struct peer *p = &rma->peers[s->peer];
+    const int32_t late = (int32_t)(p->path_newest - s->path_seq); /* mod 2^32 */
+    if (late < 0)
+        p->path_newest = s->path_seq;
+    rma->stats.paths_pruned += erma_paths_sample(&p->ps, s->path, rtt_ns,
+                                                 late > 0 ? (uint32_t)late : 0, rma->ep->now,
+                                                 4 * peer_rto(rma, p));
+    p->ps.clock = (int8_t)s->path; /* the next op leaves where this answer came */
+}
+
 static void slot_free(struct erma_rma *rma, struct slot *s)
 {
     s->state = SLOT_FREE;
@@ -194,6 +222,8 @@ static void finish(struct erma_rma *rma, struct slot *s, int status)
         list_remove(&rma->fenced, rma->slots, i);
     else
         heap_remove(rma, i);
+    if (!unsent)
+        path_end(rma, s, status);
     if (s->op == ERMA_RMA_READ && !unsent) {
         rma->inbound -= s->len;
         erma_exec_wake(rma); /* the inbound window opened */
@@ -416,7 +446,9 @@ int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max
 static struct rma_ophdr op_header(const struct erma_rma *rma, const struct slot *s, uint8_t type)
 {
     return (struct rma_ophdr){.type = type,
-                              .flags = type == RMA_WRITE_REQ && s->fence ? RMA_FLAG_FENCE : 0,
+                              .flags = (uint8_t)((type == RMA_WRITE_REQ && s->fence ? RMA_FLAG_FENCE
+                                                                                   : 0) |
+                                                 RMA_FLAG_PATH(s->path)),
                               .slot = (uint16_t)(s - rma->slots), .region = s->rkey.region,
                               .key_gen = s->rkey.key_gen, .offset = s->offset,
                               .identity = rma->cfg.identity, .init_ctr = s->init_ctr,
@@ -431,6 +463,8 @@ static void issue(struct erma_rma *rma, struct slot *s)
     const int32_t i = (int32_t)(s - rma->slots);
     list_remove(&rma->queued[s->prio], rma->slots, i);
     s->init_ctr = rma->ctr + 1; /* the request's own nonce counter */
+    s->path = erma_paths_pick(&rma->peers[s->peer].ps, rma->ep->now);
+    s->path_seq = ++rma->peers[s->peer].path_seq;
     uint64_t timeout = op_timeout(rma, s);
     timeout = timeout < RMA_MAX_TTL_NS ? timeout : RMA_MAX_TTL_NS; /* a WRITE's 2 RTOs */
     s->issue_ns = s->sent_ns = rma->ep->now;
@@ -449,7 +483,8 @@ static void issue(struct erma_rma *rma, struct slot *s)
 
 static bool can_issue(const struct erma_rma *rma, const struct slot *s)
 {
-    return s->op != ERMA_RMA_READ || rma->inbound + s->len <= rma->cfg.inbound_window;
+    return (s->op != ERMA_RMA_READ || rma->inbound + s->len <= rma->cfg.inbound_window) &&
+           erma_paths_free(&rma->peers[s->peer].ps, rma->ep->now);
 }
 
 /* Issues queued ops in priority order; the first op the window cannot take
@@ -574,7 +609,8 @@ static struct slot *match(struct erma_rma *rma, const struct rma_ophdr *h,
     if ((s->state != SLOT_ISSUED && s->state != SLOT_SENT_DATA) || s->init_ctr != h->init_ctr ||
         h->identity != rma->cfg.identity || h->region != s->rkey.region ||
         h->key_gen != s->rkey.key_gen || h->offset != s->offset || h->len != s->len ||
-        h->deadline != s->wire_deadline || !erma_addr_eq(&rma->peers[s->peer].addr, &pkt->src))
+        h->deadline != s->wire_deadline || (rma->ep->npaths > 1 && pkt->path != s->path) ||
+        !erma_addr_eq(&rma->peers[s->peer].addr, &pkt->src))
         return NULL;
     return s;
 }
@@ -631,8 +667,11 @@ void erma_portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struc
         rma->stats.rx_unsealed_bad++;
         return;
     }
-    if (h->type != RMA_READ_RESP || !s->got)
+    if (h->type != RMA_READ_RESP || !s->got) {
         rtt_sample(&rma->peers[s->peer], rma->ep->now - s->sent_ns);
+        if (rma->ep->npaths > 1)
+            path_sample(rma, s, rma->ep->now - s->sent_ns);
+    }
     if (h->type == RMA_READ_RESP)
         read_resp(rma, s, h, plen);
     else if (h->type == RMA_SOLICIT && rma->ep->now < s->deadline_ns)

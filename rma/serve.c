@@ -244,7 +244,8 @@ static bool req_perm_ok(const struct region *r, uint8_t type)
 }
 
 /* ERMA_OK with the region and the key when request pkt (len bytes, from
- * src) is authentic; else ERMA_ENOREGION or ERMA_EAUTH. */
+ * src) is authentic; else ERMA_ENOREGION or ERMA_EAUTH. A packet sent on
+ * virtual path k comes from k ports past the address its key is bound to. */
 static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t *pkt,
                   uint32_t len, const struct erma_addr *src, struct region **rp, struct key *k)
 {
@@ -252,8 +253,11 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
     if (!r)
         return ERMA_ENOREGION;
     const uint8_t *kr = erma_region_key(r, h->key_gen, rma->ep->now);
+    struct erma_addr base;
+    if (kr && erma_ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base) != ERMA_OK)
+        kr = NULL;
     if (kr) {
-        k->kd = erma_region_kd(rma, r, kr, h->key_gen, h->identity, src);
+        k->kd = erma_region_kd(rma, r, kr, h->key_gen, h->identity, &base);
         k->cipher = r->cipher;
     }
     if (!kr || erma_rma_open_as(k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {

@@ -32,10 +32,12 @@ struct world {
 
 static unsigned world_seq;
 
-/* rcfg may be NULL or an array of hosts configurations. */
-static inline void world_up_cfg(struct world *w, bool on_sim, unsigned hosts,
-                                const struct erma_sim_cfg *scfg,
-                                const struct erma_rma_cfg *rcfg)
+/* rcfg and ecfg may be NULL or arrays of hosts configurations (ecfg: only
+ * paths is read); on the sim, port[h] is host h's port when port is not
+ * NULL, else 31850. */
+static inline void world_up_ep(struct world *w, bool on_sim, unsigned hosts,
+                               const struct erma_sim_cfg *scfg, const struct erma_rma_cfg *rcfg,
+                               const struct erma_endpoint_cfg *ecfg, const uint16_t *port)
 {
     memset(w, 0, sizeof *w);
     w->on_sim = on_sim;
@@ -58,12 +60,14 @@ static inline void world_up_cfg(struct world *w, bool on_sim, unsigned hosts,
         /* udp: a port the kernel picks, so that tests running side by side
          * (other build trees) never meet; the URI is read back */
         if (on_sim)
-            snprintf(w->uri[h], sizeof w->uri[h], "sim://%s/%u:31850", name, h);
+            snprintf(w->uri[h], sizeof w->uri[h], "sim://%s/%u:%u", name, h,
+                     port ? port[h] : 31850);
         else
             snprintf(w->uri[h], sizeof w->uri[h], "udp://127.0.0.1:0");
         assert_int_equal(erma_nexus_create(NULL, &w->nx[h]), ERMA_OK);
         const struct erma_endpoint_cfg ec = {.fault_drop = !on_sim && scfg ? scfg->loss : 0,
-                                             .fault_seed = 7 + h};
+                                             .fault_seed = 7 + h,
+                                             .paths = ecfg ? ecfg[h].paths : 0};
         assert_int_equal(erma_endpoint_create(w->uri[h], 0, &ec, &w->ep[h]), ERMA_OK);
         assert_int_equal(erma_endpoint_uri(w->ep[h], w->uri[h], sizeof w->uri[h]), ERMA_OK);
         const struct erma_rpc_cfg rc = {.seed = 7 + h};
@@ -79,6 +83,13 @@ static inline void world_up_cfg(struct world *w, bool on_sim, unsigned hosts,
             c.op_timeout_min_ns = 20000000;
         assert_int_equal(erma_rma_create(w->ep[h], &c, &w->rma[h]), ERMA_OK);
     }
+}
+
+static inline void world_up_cfg(struct world *w, bool on_sim, unsigned hosts,
+                                const struct erma_sim_cfg *scfg,
+                                const struct erma_rma_cfg *rcfg)
+{
+    world_up_ep(w, on_sim, hosts, scfg, rcfg, NULL, NULL);
 }
 
 static inline void world_up(struct world *w, bool on_sim, unsigned hosts)

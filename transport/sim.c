@@ -748,7 +748,7 @@ static int sim_addr_str(const struct erma_transport *tr, const struct erma_addr 
     return n < 0 || (size_t)n >= len ? ERMA_EINVAL : ERMA_OK;
 }
 
-static int sim_addr_path(const struct erma_transport *tr, const struct erma_addr *a, unsigned k,
+static int sim_addr_path(const struct erma_transport *tr, const struct erma_addr *a, int k,
                          struct erma_addr *out)
 {
     (void)tr;
@@ -756,7 +756,7 @@ static int sim_addr_path(const struct erma_transport *tr, const struct erma_addr
     if (a->len != 4)
         return ERMA_EADDR;
     decode_addr(a, &host, &port);
-    if (port + k > 65535)
+    if (port + k > 65535 || port + k < 0)
         return ERMA_EADDR;
     encode_addr(out, host, (uint16_t)(port + k));
     return ERMA_OK;

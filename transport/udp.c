@@ -258,7 +258,7 @@ static int udp_wait(struct erma_transport *tr, uint64_t timeout_ns)
     return ppoll(&p, 1, &t, NULL) < 0 && errno != EINTR ? ERMA_ESYS : ERMA_OK;
 }
 
-static int udp_addr_path(const struct erma_transport *tr, const struct erma_addr *a, unsigned k,
+static int udp_addr_path(const struct erma_transport *tr, const struct erma_addr *a, int k,
                          struct erma_addr *out)
 {
     (void)tr;
@@ -268,7 +268,7 @@ static int udp_addr_path(const struct erma_transport *tr, const struct erma_addr
     /* sin_port and sin6_port sit at the same place */
     uint16_t port;
     memcpy(&port, a->raw + offsetof(struct sockaddr_in, sin_port), 2);
-    if (ntohs(port) + k > 65535)
+    if (ntohs(port) + k > 65535 || ntohs(port) + k < 0)
         return ERMA_EADDR;
     *out = *a;
     port = htons((uint16_t)(ntohs(port) + k));

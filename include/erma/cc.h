@@ -181,7 +181,8 @@
  *                         cwnd *= max(1 - beta * (delay - target) / delay, md)
  *   DISPATCH_TIMEOUT (ERMA_EDISPATCH):          local cwnd /= cut
  *   TIMEOUT (ERMA_ETIMEDOUT), NACK (ERMA_ENACK): remote cwnd /= cut
- *   other statuses carry no congestion signal.
+ *   other statuses carry no congestion signal (the executor passes
+ *   ERMA_ECANCELLED for an op on a virtual path pruned for standing out).
  * cwnd stays in [min_cwnd, max_cwnd]. "Once per RTT": a decrease (or a cut)
  * at time t allows the next decrease of that window from t + srtt, where
  * srtt is the window's smoothed RTT (EWMA, weight 1/8, of the total_delay of

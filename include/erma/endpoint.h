@@ -61,10 +61,12 @@ struct erma_endpoint_cfg {
     double fault_drop;     /* tests only: drop this fraction of received packets */
     uint64_t fault_seed;   /* the seed of those drops */
     /* Virtual paths (udp and sim only): the endpoint also takes the next
-     * paths - 1 ports after its own and sends each RPC session's packets
-     * from one of them, so that routers hashing UDP ports (ECMP) spread a
-     * session over up to `paths` routes; the rpc layer picks the path of
-     * each packet (rpc.h, Virtual paths). Default 1 (one port), at most
+     * paths - 1 ports after its own and sends each RPC session's packets,
+     * and each one-sided op it initiates, from one of them, so that routers
+     * hashing UDP ports (ECMP) spread a session or a destination over up to
+     * `paths` routes; the rpc layer picks the path of each packet (rpc.h,
+     * Virtual paths), the rma layer that of each op (rma.h, Virtual
+     * paths). Default 1 (one port), at most
      * ERMA_MAX_PATHS. With port 0 in the URI the kernel's (or fabric's)
      * free port and the ones after it are taken, trying other ports when
      * one of those is in use. With a fixed port, thread t's endpoint takes

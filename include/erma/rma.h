@@ -46,9 +46,11 @@
  *    the same address (so the same Kd) starts past every nonce the one
  *    before it sent, unless the wall clock went back in between. One
  *    identity belongs to one engine.
- *  - Address: Kd works only from the address it was derived for, so a
- *    request with a forged source fails to verify and draws at most a
- *    header-sized AUTH_FAILED there, never READ data.
+ *  - Address: Kd works only from the address it was derived for (and,
+ *    for an initiator with virtual paths, the next 7 ports of the same
+ *    host: see Virtual paths), so a request with a forged source fails to
+ *    verify and draws at most a header-sized AUTH_FAILED there, never
+ *    READ data.
  *  - Deadlines: each request carries its deadline, the initiator's wall
  *    clock (the sim's clock on the sim) plus its op timeout. The target
  *    drops, unanswered, a request whose deadline has passed (its initiator
@@ -139,6 +141,22 @@
  * (TIMEOUT, NACK, DISPATCH_TIMEOUT) is retried up to max_retries times;
  * the transfer completes once, after its last chunk, with ERMA_OK or the
  * first final failure.
+ *
+ * Virtual paths: an initiator whose endpoint has K > 1 paths
+ * (erma_endpoint_cfg.paths, udp and sim) sends each op from one of its K
+ * ports, so that routers hashing UDP ports (ECMP) spread the ops to one
+ * destination over up to K routes; all packets of one op take the same
+ * path, and the target answers to the port the op came from. Per
+ * destination the initiator keeps the state of erma/cc.h's VIRTUAL PATHS
+ * (200 bytes): an op goes on the path with the fewest ops out (the one
+ * whose answer just came among equals), every path carries one op first,
+ * and a path whose timeouts or delay stand out against the others' is
+ * pruned for 4 RTOs (doubling per prune) and probed again; a TIMEOUT
+ * counts as a loss of its path. The path index k (0..7) travels in the
+ * authenticated op header: the target derives Kd for the address k ports
+ * below the source, the one the rkey was exported for, and needs no paths
+ * of its own. An answer counts only when it arrives on the port its op
+ * left from. stats.paths_pruned counts prunes.
  *
  * Fences (MP-RDMA's "synchronise"): a WRITE command or transfer with fence
  * set is applied only after every earlier WRITE of this engine to the same
@@ -297,6 +315,7 @@ struct erma_rma_stats {
     uint64_t fence_held;          /* fenced WRITEs and transfers that waited */
     uint64_t fence_cancelled;     /* ... and completed ERMA_ECANCELLED */
     uint64_t fenced;              /* target: fenced WRITE requests served */
+    uint64_t paths_pruned;        /* virtual paths taken out of use */
 };
 
 /* An initiator's view of one peer's round trips (erma_rma_peer_rtt). */

@@ -85,9 +85,10 @@ struct erma_transport_ops {
     /* Blocks until a packet may be there to receive or timeout_ns passed;
      * may be NULL (a polled device: no way to sleep). */
     int (*wait)(struct erma_transport *tr, uint64_t timeout_ns);
-    /* The address k ports after addr (virtual paths); may be NULL (no
-     * virtual paths on this transport). ERMA_EADDR past port 65535. */
-    int (*addr_path)(const struct erma_transport *tr, const struct erma_addr *addr, unsigned k,
+    /* The address k ports after addr (before it when k < 0: virtual
+     * paths); may be NULL (no virtual paths on this transport).
+     * ERMA_EADDR outside ports 0..65535. */
+    int (*addr_path)(const struct erma_transport *tr, const struct erma_addr *addr, int k,
                      struct erma_addr *out);
     /* A file descriptor that polls readable when a packet is there, or -1;
      * may be NULL. For an endpoint waiting on several transports. */
