@@ -18,15 +18,16 @@
 # fabrics, lossless and each loss rate on every path (for a plot).
 #
 # Each round runs bench/rpc_perf --mode bw (8 MiB requests, 32 B responses,
-# one at a time; its raw baseline too) with --paths 1 and then --paths 4, so
-# both columns see the same machine; the table gives the medians and, for 4
-# paths, the share of the lossless 4-path median. RPC_PERF_ARGS adds
+# one at a time; its raw baseline too) with --paths 1 --go-back-n (eRPC's
+# recovery), --paths 1 and then --paths 4, so the columns see the same
+# machine; the table gives the medians and, for 4 paths, the share of the
+# lossless 4-path median (CSV: paths "1gbn" for go-back-N). RPC_PERF_ARGS adds
 # rpc_perf options (e.g. --cc-off). Needs root. The testbed is made and torn
 # down here (NETNS_PREFIX, default mpb).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build-release rounds=3 seconds=2 rate=300 csv=0 losses=
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -89,10 +90,10 @@ echo "# client ports $base-$((base + 3)) take paths$fwd to B, their answers path
      "the 1-path session's are $first (degraded below) and $first_rev; every path ${rate} Mbit/s" \
      "(tbf), rpc_perf --mode bw, $rounds rounds of ${seconds} s" >&2
 
-# run K: one rpc_perf measurement with K paths; prints erma's Gb/s.
+# run K [OPTION]: one rpc_perf measurement with K paths; prints erma's Gb/s.
 run() {
   ip netns exec "$NS_A" timeout 300 "$perf" --mode bw --rounds 1 --seconds "$seconds" --csv \
-    --paths "$1" --cpu 0 --uri "udp://$IP_A:$base" \
+    --paths "$1" ${2:-} --cpu 0 --uri "udp://$IP_A:$base" \
     --server "udp://$IP_B:31850" --raw-server "udp://$IP_B:31860" \
     --listen-server "udp://$IP_B:31850" --listen-raw "udp://$IP_B:31860" \
     --spawn "ip netns exec $NS_B taskset -c 1" ${RPC_PERF_ARGS:-} 2>/dev/null |
@@ -119,15 +120,17 @@ for i in "${!names[@]}"; do
   f=${names[i]}
   # shellcheck disable=SC2086 # the fabric's options are words
   up "${rates[@]}" ${options[i]}
-  one=() four=()
+  gbn=() one=() four=()
   for r in $(seq "$rounds"); do
-    v1=$(run 1) v4=$(run 4)
-    one+=("${v1:-nan}") four+=("${v4:-nan}")
-    [ "$csv" = 1 ] && printf '%s,%s,1,%s,%s\n%s,%s,4,%s,%s\n' "$f" "${loss[i]}" "$r" "${v1:-nan}" \
+    v0=$(run 1 --go-back-n) v1=$(run 1) v4=$(run 4)
+    gbn+=("${v0:-nan}") one+=("${v1:-nan}") four+=("${v4:-nan}")
+    [ "$csv" = 1 ] && printf '%s,%s,1gbn,%s,%s\n%s,%s,1,%s,%s\n%s,%s,4,%s,%s\n' \
+                             "$f" "${loss[i]}" "$r" "${v0:-nan}" "$f" "${loss[i]}" "$r" "${v1:-nan}" \
                              "$f" "${loss[i]}" "$r" "${v4:-nan}"
   done
+  m0=$(printf '%s\n' "${gbn[@]}" | median)
   m1=$(printf '%s\n' "${one[@]}" | median) m4=$(printf '%s\n' "${four[@]}" | median)
   [ "$f" = lossless ] && clean4=$m4
-  [ "$csv" = 1 ] || printf '%-26s 1 path %7s Gb/s   4 paths %7s Gb/s   (%s of lossless 4 paths)\n' \
-    "${labels[i]}" "$m1" "$m4" "$(awk -v a="$m4" -v b="$clean4" 'BEGIN {printf "%.0f%%", (b > 0 ? 100 * a / b : 0)}')"
+  [ "$csv" = 1 ] || printf '%-26s 1 path go-back-N %7s Gb/s   1 path %7s Gb/s   4 paths %7s Gb/s   (%s of lossless 4 paths)\n' \
+    "${labels[i]}" "$m0" "$m1" "$m4" "$(awk -v a="$m4" -v b="$clean4" 'BEGIN {printf "%.0f%%", (b > 0 ? 100 * a / b : 0)}')"
 done

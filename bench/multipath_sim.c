@@ -9,7 +9,9 @@
  * each (one path carries half a host link, two fill it), rto_ns 200 us.
  * The client's 4 ports are chosen so that its flows, and the server's
  * answers, take the 4 paths. For each loss rate (default 0, 1e-4, 1e-3,
- * 3e-3, 1e-2) the 1-path and the 4-path session each send --messages
+ * 3e-3, 1e-2) a 1-path session with eRPC's go-back-N recovery
+ * (erma_rpc_cfg.go_back_n, recovery "gbn"), a 1-path and a 4-path session
+ * with selective acknowledgement ("sack") each send --messages
  * (default 4) 8 MiB requests, one at a time, answered with 32 bytes; the
  * goodput counts request bytes. Prints a line per run (CSV with --csv) and
  * exits 1 when an RPC fails or a run does not finish in 60 s of virtual
@@ -26,7 +28,8 @@
 
 static const char usage[] =
     "usage: multipath_sim [options]\n"
-    "  8 MiB RPC goodput over 1 and 4 virtual paths on the sim fabric, against loss\n"
+    "  8 MiB RPC goodput over 1 and 4 virtual paths on the sim fabric, against loss,\n"
+    "  beside 1 path with go-back-N\n"
     "  --losses LIST  loss rates on every path, e.g. 0,1e-3,1e-2\n"
     "                 (default 0,1e-4,1e-3,3e-3,1e-2)\n"
     "  --messages N   8 MiB requests per run (default 4)\n"
@@ -64,7 +67,7 @@ static bool flag_set(void *ctx)
     return *(int *)ctx != 0;
 }
 
-static int run_one(double loss, unsigned paths, unsigned messages, struct run *r)
+static int run_one(double loss, unsigned paths, bool gbn, unsigned messages, struct run *r)
 {
     static unsigned serial;
     char name[32], uri[2][64];
@@ -85,7 +88,7 @@ static int run_one(double loss, unsigned paths, unsigned messages, struct run *r
     struct erma_endpoint *ep[2] = {0};
     struct erma_rpc *rpc[2] = {0};
     const struct erma_endpoint_cfg ec = {.paths = paths};
-    const struct erma_rpc_cfg rc = {.rto_ns = 200000, .seed = 42};
+    const struct erma_rpc_cfg rc = {.rto_ns = 200000, .seed = 42, .go_back_n = gbn};
     int ok = base ? 0 : -1;
     for (int h = 0; h < 2 && ok == 0; h++)
         if (erma_nexus_create(NULL, &nx[h]) != ERMA_OK ||
@@ -149,7 +152,8 @@ int main(int argc, char **argv)
     if (messages == 0)
         bench_cli_fail(&cli, "--messages must be at least 1");
     struct bench_table t;
-    bench_table_start(&t, cli.csv, "bench,loss:8,paths:5,gbps,lost,sent_again,fast,pruned");
+    bench_table_start(&t, cli.csv,
+                      "bench,loss:8,paths:5,recovery:8,gbps,lost,sent_again,fast,pruned");
     char *list = strdup(losses);
     int status = 0;
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -157,16 +161,18 @@ int main(int argc, char **argv)
         const double loss = strtod(tok, &end);
         if (*end || loss < 0 || loss >= 1)
             bench_cli_fail(&cli, "bad loss rate '%s'", tok);
-        for (unsigned paths = 1; paths <= PATHS; paths += PATHS - 1) {
+        for (unsigned v = 0; v < 3; v++) {
+            const unsigned paths = v == 2 ? PATHS : 1;
+            const bool gbn = v == 0;
             struct run r = {0};
-            if (run_one(loss, paths, messages, &r) != 0) {
+            if (run_one(loss, paths, gbn, messages, &r) != 0) {
                 fprintf(stderr, "multipath_sim: the run at loss %g with %u paths failed\n", loss,
                         paths);
                 status = 1;
                 continue;
             }
-            bench_table_row(&t, "multipath_sim,%g,%u,%.3f,%llu,%llu,%llu,%llu", loss, paths,
-                            r.gbps, (unsigned long long)r.lost,
+            bench_table_row(&t, "multipath_sim,%g,%u,%s,%.3f,%llu,%llu,%llu,%llu", loss, paths,
+                            gbn ? "gbn" : "sack", r.gbps, (unsigned long long)r.lost,
                             (unsigned long long)r.st.retransmitted_pkts,
                             (unsigned long long)r.st.fast_retransmits,
                             (unsigned long long)r.st.paths_pruned);

@@ -68,6 +68,7 @@ static const char usage[] =
     "  --no-poll         erma endpoints sleep when idle (default: busy-poll)\n"
     "  --paths K         erma endpoints with K virtual paths (ports; default 1)\n"
     "  --cc-off          erma clients without congestion control\n"
+    "  --go-back-n       erma clients and servers with eRPC's go-back-N recovery\n"
     "  --cpu LIST        CPUs: this process, then its servers (default: no pinning;\n"
     "                    docs/PERFORMANCE.md uses --cpu 0,1)\n"
     "  --csv             CSV instead of the table\n"
@@ -270,7 +271,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"factors", 0, 0, 'f'},  {"role", 1, 0, 'o'},    {"spawn", 1, 0, 'p'},
         {"listen-server", 1, 0, 'L'}, {"listen-raw", 1, 0, 'W'}, {"symmetric", 0, 0, 'y'},
         {"no-poll", 0, 0, 'P'},  {"secure", 0, 0, 'S'},  {"paths", 1, 0, 'k'},
-        {"cc-off", 0, 0, 'C'},   {0, 0, 0, 0}};
+        {"cc-off", 0, 0, 'C'},   {"go-back-n", 0, 0, 'G'}, {0, 0, 0, 0}};
     bench_cli_init(cli, "rpc_perf", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -296,6 +297,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'S': o->secure = true; break;
         case 'k': o->ep.paths = (uint32_t)bench_cli_u64(cli, optarg); break;
         case 'C': o->cfg.cc.off = true; break;
+        case 'G': o->cfg.go_back_n = true; break;
         default: bench_cli_fail(cli, NULL);
         }
     }

@@ -526,6 +526,10 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
         rpc->stats.rx_bad++;
         return;
     }
+    if (rpc->cfg.go_back_n && i != sl->num_rx && i + 1 != sl->req_pkts) {
+        rpc->stats.rx_reordered++; /* go-back-N: only the next reply is taken */
+        return;
+    }
     if (!is_cr) {
         const int rc = client_take_resp(rpc, sl, h, pkt->data + ERMA_HDR_SIZE, len,
                                         i + 1 - sl->req_pkts);
@@ -550,7 +554,8 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     if (is_cr)
         client_take_acks(s, sl, pkt->data + ERMA_HDR_SIZE);
     sl->backoff = 0;
-    client_fast_resend(rpc, s, sl, i);
+    if (!rpc->cfg.go_back_n)
+        client_fast_resend(rpc, s, sl, i);
     if (s->ps.n > 1)
         s->ps.clock = (int8_t)pkt->path; /* the next packet goes where this one left */
     sl->progress_ns = rpc->ep->now;
@@ -763,7 +768,7 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
 {
     struct erma_req *rq = sl->rq;
     const uint32_t i = h->pkt_num, req_pkts = erma_msg_pkts(rq->size, rpc->pkt_data);
-    if (i >= sl->srv_rx + 64) {
+    if (i >= sl->srv_rx + 64 || (rpc->cfg.go_back_n && i > sl->srv_rx)) {
         rpc->stats.rx_reordered++;
         return;
     }

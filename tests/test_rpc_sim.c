@@ -417,10 +417,13 @@ struct mp_run {
     struct erma_sim_stats fs;
 };
 
-/* lossy_path / slow_path: degrade the single-path session's path. */
+/* lossy_path / slow_path: degrade the single-path session's path; paths
+ * 0: one path with go-back-N (eRPC's recovery: cfg.go_back_n). */
 static void mp_run(const char *name, unsigned paths, double loss, bool lossy_path,
                    bool slow_path, struct mp_run *r)
 {
+    const bool gbn = paths == 0;
+    paths += gbn;
     struct erma_sim_cfg sc;
     erma_sim_cfg_default(&sc);
     sc.paths = MP_PATHS;
@@ -441,8 +444,10 @@ static void mp_run(const char *name, unsigned paths, double loss, bool lossy_pat
                                            &(struct erma_sim_path){.bps = sc.path_bps / 40}),
                          ERMA_OK);
     const struct erma_endpoint_cfg ec = {.paths = paths};
+    struct erma_rpc_cfg rc = sim_cfg(&w);
+    rc.go_back_n = gbn;
     for (unsigned h = 0; h < 2; h++)
-        world_rpc(&w, h, NULL, &ec);
+        world_rpc(&w, h, &rc, &ec);
     const int s = connect(&w, 0, 1);
     const uint64_t t0 = erma_sim_now(w.sim);
     for (uint32_t id = 0; id < 2; id++) {
@@ -456,12 +461,13 @@ static void mp_run(const char *name, unsigned paths, double loss, bool lossy_pat
     world_down(&w);
 }
 
-static void mp_print(const char *what, const struct mp_run *one, const struct mp_run *four,
-                     const struct mp_run *clean)
+static void mp_print(const char *what, const struct mp_run *gbn, const struct mp_run *one,
+                     const struct mp_run *four, const struct mp_run *clean)
 {
-    print_message("  %-26s 1 path %6.2f Gb/s, 4 paths %6.2f Gb/s (%3.0f%% of lossless; %llu "
-                  "lost, %llu sent again, %llu fast, %llu paths pruned)\n",
-                  what, one->gbps, four->gbps, 100 * four->gbps / clean->gbps,
+    print_message("  %-26s 1 path go-back-N %6.2f Gb/s, 1 path %6.2f Gb/s, 4 paths %6.2f Gb/s "
+                  "(%3.0f%% of lossless; %llu lost, %llu sent again, %llu fast, %llu paths "
+                  "pruned)\n",
+                  what, gbn->gbps, one->gbps, four->gbps, 100 * four->gbps / clean->gbps,
                   (unsigned long long)four->fs.drop_loss,
                   (unsigned long long)four->cs.retransmitted_pkts,
                   (unsigned long long)four->cs.fast_retransmits,
@@ -472,6 +478,11 @@ static void test_multipath(void **state)
 {
     (void)state;
     struct mp_run clean1, clean4, lossy1, lossy4, all1, all4, slow1, slow4;
+    struct mp_run clean0, lossy0, all0, slow0;
+    mp_run("mpg0", 0, 0, false, false, &clean0);
+    mp_run("mpg1", 0, 0, true, false, &lossy0);
+    mp_run("mpg2", 0, 1e-3, false, false, &all0);
+    mp_run("mpg3", 0, 0, false, true, &slow0);
     mp_run("mp0", 1, 0, false, false, &clean1);
     mp_run("mp1", MP_PATHS, 0, false, false, &clean4);
     mp_run("mp2", 1, 0, true, false, &lossy1);
@@ -480,10 +491,17 @@ static void test_multipath(void **state)
     mp_run("mp5", MP_PATHS, 1e-3, false, false, &all4);
     mp_run("mp6", 1, 0, false, true, &slow1);
     mp_run("mp7", MP_PATHS, 0, false, true, &slow4);
-    mp_print("lossless", &clean1, &clean4, &clean4);
-    mp_print("1 of 4 paths drops 1%", &lossy1, &lossy4, &clean4);
-    mp_print("1e-3 loss on every path", &all1, &all4, &clean4);
-    mp_print("1 of 4 paths at 1/40 rate", &slow1, &slow4, &clean4);
+    mp_print("lossless", &clean0, &clean1, &clean4, &clean4);
+    mp_print("1 of 4 paths drops 1%", &lossy0, &lossy1, &lossy4, &clean4);
+    mp_print("1e-3 loss on every path", &all0, &all1, &all4, &clean4);
+    mp_print("1 of 4 paths at 1/40 rate", &slow0, &slow1, &slow4, &clean4);
+    /* go-back-N: the same lossless, and loss costs it more than the
+     * selective acknowledgement */
+    assert_int_equal(clean0.cs.retransmitted_pkts, 0);
+    assert_true(clean0.gbps >= 0.9 * clean1.gbps);
+    assert_true(lossy0.cs.fast_retransmits == 0 && lossy0.cs.retransmitted_pkts > 0);
+    assert_true(lossy0.gbps < lossy1.gbps);
+    assert_true(all0.gbps < all1.gbps);
     /* one path carries half the host link; four fill it */
     assert_true(clean4.gbps > 1.5 * clean1.gbps);
     assert_int_equal(clean4.cs.retransmitted_pkts, 0);

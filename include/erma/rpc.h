@@ -59,7 +59,8 @@
  * request-for-response packets; packets that come out of order are kept
  * (selective acknowledgement: each reply acknowledges its own packet);
  * only the packets without a reply are sent again, once replies to three
- * later packets came (fast retransmit), else after cfg.rto_ns.
+ * later packets came (fast retransmit), else after cfg.rto_ns
+ * (cfg.go_back_n brings back eRPC's go-back-N, for comparisons).
  *
  * Virtual paths: on endpoints opened with erma_endpoint_cfg.paths = K > 1
  * (both ends; a session takes the smaller K), a session spreads its
@@ -177,6 +178,13 @@ struct erma_rpc_cfg {
     void *rtt_ctx;
     erma_sm_fn sm_handler;     /* optional session-management callback */
     void *sm_ctx;
+    /* eRPC's loss recovery, for comparisons (benchmarks, tests): each end
+     * drops packets that arrive out of order (a server request packets, a
+     * client replies past the first one missing), so a loss is found only
+     * by the timeout and everything after it goes again; no fast
+     * retransmit. Set it on both ends. Default off: selective
+     * acknowledgement and fast retransmit (Wire protocol above). */
+    bool go_back_n;
 };
 
 struct erma_rpc_stats {
