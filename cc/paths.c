@@ -36,8 +36,11 @@ uint8_t erma_paths_pick(struct erma_paths *ps, uint64_t now)
             best = p;
     }
     ps->clock = -1;
+    for (unsigned p = 0; best < 0 && p < ps->n; p++) /* every path waits for its probe */
+        if (!ps->p[p].pruned_until && (best < 0 || ps->p[p].inflight < ps->p[best].inflight))
+            best = (int)p;
     if (best < 0)
-        return 0; /* (never after erma_paths_free()) */
+        return 0; /* (never: the last path in use is never pruned) */
     struct erma_path *v = &ps->p[best];
     ps->rr = (uint8_t)(best + 1);
     v->probe = v->probe == ERMA_PROBE_READY ? ERMA_PROBE_OUT : ERMA_PROBE_NONE;
@@ -81,7 +84,7 @@ static bool judge(struct erma_paths *ps, uint8_t p, uint32_t late, uint64_t now,
         return false;
     const bool lossy = v->loss > 2 * loss / others + ERMA_PATH_PRUNE_LOSS;
     const bool slow = rtt != UINT32_MAX && v->srtt_ns > 16 * (uint64_t)rtt &&
-                      v->srtt_ns > rtt + 16 * ps->min_rtt_ns;
+                      v->srtt_ns > (uint64_t)rtt + 16ull * ps->min_rtt_ns;
     if (!lossy && !slow && late <= ERMA_PATH_PRUNE_LATE)
         return false;
     v->pruned_until = now + (rest_ns << v->prunes); /* out for longer each time */

@@ -212,10 +212,12 @@ static void chunk_done(struct erma_rma *rma, struct slot *s)
     if (x->op == ERMA_RMA_WRITE)
         remote /= 2;
     /* an op on a path pruned for standing out says nothing of the
-     * destination's congestion: counted out, no signal (cc.h) */
+     * destination's congestion: counted out, no signal (cc.h); a NACK is
+     * the target's own */
+    const bool quiet = s->path_out && s->status != ERMA_ENACK;
     if (!rma->cfg.cc_off)
         erma_window_on_complete(&rma->wcc, (uint64_t)x->peer, dir_of(x->op),
-                                s->path_out ? ERMA_ECANCELLED : s->status, issue_delay,
+                                quiet ? ERMA_ECANCELLED : s->status, issue_delay,
                                 issue_delay + remote, rma->ep->now);
     x->inflight--;
     erma_exec_wake(rma); /* a window or slot opened */

@@ -124,7 +124,6 @@ enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_ISSUED, SLOT_SENT_DATA, SLOT_DONE
 struct slot {
     uint8_t state, op, prio;
     uint8_t path;           /* the virtual path of its packets */
-    uint32_t path_seq;      /* its place among the ops to its peer (late answers) */
     bool path_out;          /* completed on a path out of use (pruned) */
     /* Runs when the op completes instead of a completion on the queue (the
      * executor's chunks); the slot is freed after it. */
@@ -158,8 +157,6 @@ struct peer {
     uint64_t backoff_ns;         /* after a timeout: the least RTO until a sample */
     bool sampled;
     struct erma_paths ps;        /* its virtual paths: ops spread over our ports */
-    uint32_t path_seq;           /* ops issued to it */
-    uint32_t path_newest;        /* the latest of them answered */
 };
 
 struct list { int32_t head, tail; };

@@ -183,17 +183,13 @@ static void path_end(struct erma_rma *rma, struct slot *s, int status)
     s->path_out = p->ps.p[s->path].pruned_until != 0;
 }
 
-/* An authentic first answer to s came back on its path after rtt_ns; it
- * is late by the ops issued after it to the peer and answered before it
- * (MP-RDMA's out-of-order measure, in ops). */
+/* An authentic answer to s came back on its path after rtt_ns. No
+ * out-of-order measure (late 0): ops are independent, and a burst of
+ * them overtakes itself across paths without any path standing out. */
 static void path_sample(struct erma_rma *rma, struct slot *s, uint64_t rtt_ns)
 {
     struct peer *p = &rma->peers[s->peer];
-    const int32_t late = (int32_t)(p->path_newest - s->path_seq); /* mod 2^32 */
-    if (late < 0)
-        p->path_newest = s->path_seq;
-    rma->stats.paths_pruned += erma_paths_sample(&p->ps, s->path, rtt_ns,
-                                                 late > 0 ? (uint32_t)late : 0, rma->ep->now,
+    rma->stats.paths_pruned += erma_paths_sample(&p->ps, s->path, rtt_ns, 0, rma->ep->now,
                                                  4 * peer_rto(rma, p));
     p->ps.clock = (int8_t)s->path; /* the next op leaves where this answer came */
 }
@@ -464,7 +460,6 @@ static void issue(struct erma_rma *rma, struct slot *s)
     list_remove(&rma->queued[s->prio], rma->slots, i);
     s->init_ctr = rma->ctr + 1; /* the request's own nonce counter */
     s->path = erma_paths_pick(&rma->peers[s->peer].ps, rma->ep->now);
-    s->path_seq = ++rma->peers[s->peer].path_seq;
     uint64_t timeout = op_timeout(rma, s);
     timeout = timeout < RMA_MAX_TTL_NS ? timeout : RMA_MAX_TTL_NS; /* a WRITE's 2 RTOs */
     s->issue_ns = s->sent_ns = rma->ep->now;
@@ -483,8 +478,7 @@ static void issue(struct erma_rma *rma, struct slot *s)
 
 static bool can_issue(const struct erma_rma *rma, const struct slot *s)
 {
-    return (s->op != ERMA_RMA_READ || rma->inbound + s->len <= rma->cfg.inbound_window) &&
-           erma_paths_free(&rma->peers[s->peer].ps, rma->ep->now);
+    return s->op != ERMA_RMA_READ || rma->inbound + s->len <= rma->cfg.inbound_window;
 }
 
 /* Issues queued ops in priority order; the first op the window cannot take

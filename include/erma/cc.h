@@ -298,7 +298,10 @@
  * bool erma_paths_free(const struct erma_paths *ps, uint64_t now_ns)
  *     False while every path in use waits for its probe: send nothing yet.
  * uint8_t erma_paths_pick(struct erma_paths *ps, uint64_t now_ns)
- *     The path of the next packet (counted out on it). Call only when free.
+ *     The path of the next packet (counted out on it). When none is free
+ *     (the RPC layer waits until one is; the one-sided initiator does not,
+ *     so that one slow destination holds up no other), the path in use
+ *     with the fewest packets out.
  * void erma_paths_done(struct erma_paths *ps, uint8_t p)
  *     A packet sent on p is out no longer (answered or given up), no sample.
  * bool erma_paths_sample(struct erma_paths *ps, uint8_t p, uint64_t rtt_ns,

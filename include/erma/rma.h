@@ -46,11 +46,13 @@
  *    the same address (so the same Kd) starts past every nonce the one
  *    before it sent, unless the wall clock went back in between. One
  *    identity belongs to one engine.
- *  - Address: Kd works only from the address it was derived for (and,
- *    for an initiator with virtual paths, the next 7 ports of the same
- *    host: see Virtual paths), so a request with a forged source fails to
+ *  - Address: Kd works only from the address it was derived for and the
+ *    7 ports after it on the same host (virtual paths: a request names
+ *    its path k and must come from k ports past that address, whatever
+ *    paths its initiator has), so a request with a forged source fails to
  *    verify and draws at most a header-sized AUTH_FAILED there, never
- *    READ data.
+ *    READ data; a holder of Kd can have answers sent to those 7 ports of
+ *    its own host only.
  *  - Deadlines: each request carries its deadline, the initiator's wall
  *    clock (the sim's clock on the sim) plus its op timeout. The target
  *    drops, unanswered, a request whose deadline has passed (its initiator
@@ -149,10 +151,14 @@
  * path, and the target answers to the port the op came from. Per
  * destination the initiator keeps the state of erma/cc.h's VIRTUAL PATHS
  * (200 bytes): an op goes on the path with the fewest ops out (the one
- * whose answer just came among equals), every path carries one op first,
- * and a path whose timeouts or delay stand out against the others' is
- * pruned for 4 RTOs (doubling per prune) and probed again; a TIMEOUT
- * counts as a loss of its path. The path index k (0..7) travels in the
+ * whose answer just came among equals), every path carries one op first
+ * (ops that find every path waiting for its first answer go on the one
+ * with the fewest out, not held back), and a path whose timeouts or delay
+ * stand out against the others' is pruned for 4 times the peer's current
+ * RTO (doubling per prune) and probed again (no out-of-order rule: ops are
+ * independent, and a burst overtakes itself across paths); a TIMEOUT counts as a loss of its
+ * path. Ops on a pruned path give the executor's window CC no signal
+ * (bar NACKs). The path index k (0..7) travels in the
  * authenticated op header: the target derives Kd for the address k ports
  * below the source, the one the rkey was exported for, and needs no paths
  * of its own. An answer counts only when it arrives on the port its op
