@@ -104,9 +104,12 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
 {
     const uint32_t n = x->len - off < ERMA_RMA_MAX_OP ? (uint32_t)(x->len - off)
                                                       : ERMA_RMA_MAX_OP;
-    /* READs the solicitation window cannot take now would only wait in the
-     * local queue and fail with DISPATCH_TIMEOUT: hold them here. */
-    if (x->op == ERMA_RMA_READ &&
+    /* Once the windows let a chunk go it waits in the portal's queue, for
+     * the solicitation window among others: that wait is its issue_delay,
+     * local congestion that the local window and DISPATCH_TIMEOUT act on
+     * (1RMA's Algorithm 1). Without CC nothing would act on it: READs the
+     * solicitation window cannot take wait here instead. */
+    if (rma->cfg.cc_off && x->op == ERMA_RMA_READ &&
         rma->inbound + rma->queued_in + n > rma->cfg.inbound_window)
         return false;
     if (!rma->cfg.cc_off) {

@@ -218,7 +218,7 @@ static void finish(struct erma_rma *rma, struct slot *s, int status)
         list_remove(&rma->fenced, rma->slots, i);
     else
         heap_remove(rma, i);
-    if (!unsent)
+    if (!unsent && rma->ep->npaths > 1)
         path_end(rma, s, status);
     if (s->op == ERMA_RMA_READ && !unsent) {
         rma->inbound -= s->len;

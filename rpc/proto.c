@@ -148,7 +148,7 @@ static uint32_t slot_next_pkt(struct slot *sl)
  * credit. */
 static uint32_t send_next(struct erma_rpc *rpc, struct session *s)
 {
-    if (s->credits == 0 || !erma_paths_free(&s->ps, rpc->ep->now))
+    if (s->credits == 0 || (s->ps.n > 1 && !erma_paths_free(&s->ps, rpc->ep->now)))
         return 0;
     for (unsigned n = 0; n < ERMA_SESSION_SLOTS; n++) {
         struct slot *sl = &s->slots[(s->rr + n) % ERMA_SESSION_SLOTS];

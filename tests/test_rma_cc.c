@@ -17,6 +17,7 @@
 struct meter {
     uint64_t bin_ns, start_ns;
     uint64_t bytes[MAX_HOSTS][BINS];
+    uint64_t to1[MAX_HOSTS][BINS]; /* bytes delivered to host 1, by source host */
 };
 
 static void meter_fn(void *ctx, const struct erma_sim_event *ev)
@@ -27,6 +28,8 @@ static void meter_fn(void *ctx, const struct erma_sim_event *ev)
     const uint64_t b = (ev->time - m->start_ns) / m->bin_ns;
     if (b < BINS)
         m->bytes[ev->dst_host][b] += ev->len;
+    if (b < BINS && ev->dst_host == 1 && ev->src_host < MAX_HOSTS)
+        m->to1[ev->src_host][b] += ev->len;
 }
 
 /* Share of the link that host h received in bin b (erma packet bytes). */
@@ -54,8 +57,11 @@ static void export_to(struct flows *f, unsigned h, struct erma_rkey *k)
                      ERMA_OK);
 }
 
-static void flows_up(struct flows *f, unsigned hosts, bool merged, bool cc_off, size_t len)
+/* inbound: the initiators' solicitation window, 0: 4 MiB. */
+static void flows_up(struct flows *f, unsigned hosts, bool merged, bool cc_off, size_t len,
+                     uint32_t inbound)
 {
+    inbound = inbound ? inbound : 4u << 20;
     memset(f, 0, sizeof *f);
     struct erma_sim_cfg sc;
     erma_sim_cfg_default(&sc);
@@ -67,7 +73,7 @@ static void flows_up(struct flows *f, unsigned hosts, bool merged, bool cc_off, 
     wc.merged = merged;
     for (unsigned h = 0; h < hosts; h++)
         cfg[h] = (struct erma_rma_cfg){.window = &wc, .cc_off = cc_off, .slots = 1024,
-                                       .inbound_window = 4u << 20,
+                                       .inbound_window = inbound,
                                        .op_timeout_ns = 50000000};
     world_up_cfg(&f->w, true, hosts, &sc, cfg);
     f->len = len;
@@ -140,7 +146,7 @@ static void test_single_flow(void **state)
 {
     (void)state;
     struct flows f;
-    flows_up(&f, 2, false, false, 64u << 20);
+    flows_up(&f, 2, false, false, 64u << 20, 0);
     start_read(&f, 1);
     run_for(&f, 40 * f.rtt_ns);
     /* 4 KB data + 88 B of erma headers per 1472 B packet: the most the
@@ -158,7 +164,7 @@ static void test_single_flow(void **state)
 static int second_flow(bool merged, double *late_share)
 {
     struct flows f;
-    flows_up(&f, 3, merged, false, 256u << 20);
+    flows_up(&f, 3, merged, false, 256u << 20, 0);
     start_read(&f, 1);
     run_for(&f, 30 * f.rtt_ns);
     start_read(&f, 2);
@@ -195,6 +201,81 @@ static void test_second_flow(void **state)
     assert_true(merged < 0 || merged > split);
 }
 
+/* Host 1 READs from host 0 alone for 30 RTTs, then from host 2 as well:
+ * two flows of one initiator to two targets, each target idle but for it.
+ * Their sum is held by the initiator: its solicitation window (here 24
+ * ops, about 1.4 BDPs) makes READs wait in its own queue, local
+ * congestion. Split windows see it as issue_delay and cut the one local
+ * window, under which the executor's round robin shares fairly at once;
+ * merged windows see it as remote delay of each destination and approach
+ * fairness only by additive increase. RTTs until both flows hold within
+ * 20% of half the link for 4 RTTs in a row (-1: not in 400 RTTs). */
+static void start_read_from(struct flows *f, unsigned target, uint8_t *mem, uint32_t region)
+{
+    char uri[128];
+    struct erma_rkey k;
+    assert_int_equal(erma_rma_uri(f->w.rma[1], uri, sizeof uri), ERMA_OK);
+    assert_int_equal(erma_region_export_uri(f->w.rma[target], region,
+                                            erma_rma_identity(f->w.rma[1]), uri, &k),
+                     ERMA_OK);
+    const struct erma_rma_xfer x = {.op = ERMA_RMA_READ,
+                                    .peer = erma_rma_peer(f->w.rma[1], f->w.uri[target], 0),
+                                    .rkey = k, .local = mem, .len = (uint32_t)f->len,
+                                    .max_retries = 50};
+    assert_true(erma_rma_transfer(f->w.rma[1], &x) >= 0);
+}
+
+static double share_from(const struct meter *m, unsigned src, int b)
+{
+    return (double)m->to1[src][b] * 8e9 / (double)m->bin_ns / (double)LINK_BPS;
+}
+
+static int local_flows(bool merged, double *local_cwnd)
+{
+    struct flows f;
+    flows_up(&f, 3, merged, false, 256u << 20, 24 * 4096);
+    uint8_t *mem2 = calloc(1, f.len), *local2 = malloc(f.len);
+    assert_non_null(mem2);
+    assert_non_null(local2);
+    uint32_t region2;
+    assert_int_equal(erma_region_register(f.w.rma[2], mem2, f.len, ERMA_RMA_PERM_READ, &region2),
+                     ERMA_OK);
+    start_read_from(&f, 0, f.local[1], f.region);
+    run_for(&f, 30 * f.rtt_ns);
+    start_read_from(&f, 2, local2, region2);
+    run_for(&f, 400 * f.rtt_ns);
+    int conv = -1;
+    for (int b = 30; b + 4 <= 430 && conv < 0; b++) {
+        bool ok = true;
+        for (int k = 0; k < 4 && ok; k++)
+            for (unsigned src = 0; src <= 2; src += 2) {
+                const double s = share_from(f.m, src, b + k) / 0.485;
+                ok = ok && s >= 0.8 && s <= 1.2;
+            }
+        if (ok)
+            conv = b - 30;
+    }
+    const struct erma_window *lw = erma_rma_local_window(f.w.rma[1]);
+    *local_cwnd = lw ? lw->cwnd : 0;
+    flows_down(&f);
+    free(mem2);
+    free(local2);
+    return conv;
+}
+
+static void test_local_flows(void **state)
+{
+    (void)state;
+    double split_cwnd, merged_cwnd;
+    const int split = local_flows(false, &split_cwnd);
+    const int merged = local_flows(true, &merged_cwnd);
+    print_message("  two flows of one initiator: fair share (within 20%%) after %d RTTs split, "
+                  "%d RTTs merged (-1: not in 400); local cwnd at the end %.1f ops\n",
+                  split, merged, split_cwnd);
+    assert_true(split >= 0 && split <= 8);
+    assert_true(merged < 0 || merged > split);
+}
+
 /* 7 initiators READ from one target: the backlog of its uplink queue with
  * the window CC and without it (each initiator then bounded only by its
  * 4 MiB inbound window). Every window starts at one BDP, so the start is a
@@ -207,7 +288,7 @@ struct incast_result {
 static void incast(bool cc_off, struct incast_result *r)
 {
     struct flows f;
-    flows_up(&f, 8, false, cc_off, 16u << 20);
+    flows_up(&f, 8, false, cc_off, 16u << 20, 0);
     for (unsigned h = 1; h < 8; h++)
         start_read(&f, h);
     r->steady_max = 0;
@@ -247,6 +328,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_flow),
         cmocka_unit_test(test_second_flow),
+        cmocka_unit_test(test_local_flows),
         cmocka_unit_test(test_incast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
