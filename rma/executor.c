@@ -160,20 +160,24 @@ int erma_exec_poll(struct erma_rma *rma)
             }
         }
     }
-    /* One chunk per transfer per round, so transfers share the windows. */
-    for (bool progress = true; progress && rma->free_slots >= 0;) {
-        progress = false;
-        for (uint32_t k = 0; k < nx && rma->free_slots >= 0; k++) {
-            const uint32_t id = (rma->next_xfer + k) % nx;
-            struct xfer *x = &rma->xfers[id];
-            uint64_t off;
-            if (next_chunk(x, &off) && issue_chunk(rma, x, id, off)) {
-                progress = true;
-                work++;
+    /* Priorities in order; within one, one chunk per transfer per round,
+     * each round starting after the transfer served last, so its transfers
+     * share the windows (also when a window lets one chunk go at a time). */
+    for (uint8_t p = 0; p < ERMA_RMA_PRIORITIES; p++)
+        for (bool progress = true; progress && rma->free_slots >= 0;) {
+            progress = false;
+            const uint32_t start = rma->next_xfer;
+            for (uint32_t k = 0; k < nx && rma->free_slots >= 0; k++) {
+                const uint32_t id = (start + k) % nx;
+                struct xfer *x = &rma->xfers[id];
+                uint64_t off;
+                if (x->prio == p && next_chunk(x, &off) && issue_chunk(rma, x, id, off)) {
+                    progress = true;
+                    work++;
+                    rma->next_xfer = (id + 1) % nx;
+                }
             }
         }
-        rma->next_xfer = (rma->next_xfer + 1) % nx;
-    }
     return work;
 }
 

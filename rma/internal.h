@@ -214,6 +214,7 @@ struct erma_rma {
     uint32_t npeers, peers_cap;
     struct slot *slots;
     int32_t free_slots;
+    uint32_t nfree;            /* slots on the free list */
     struct list queued[ERMA_RMA_PRIORITIES];
     struct list fenced;        /* SLOT_FENCED slots, in submission order */
     uint64_t wseq;             /* WRITE commands and transfers numbered */
@@ -284,6 +285,9 @@ void erma_serve_fini(struct erma_rma *rma);
 void erma_portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt);
 int erma_portal_poll(struct erma_rma *rma);
 uint64_t erma_portal_next_timer(const struct erma_rma *rma);
+/* A slot may go to a command of priority prio: priority p leaves the last
+ * p x slots/16 free slots to the priorities before it. */
+bool erma_slot_free_for(const struct erma_rma *rma, uint8_t prio);
 int erma_portal_init(struct erma_rma *rma);
 void erma_portal_fini(struct erma_rma *rma);
 /* Takes cmd into a slot; done (may be NULL) as in struct slot. */

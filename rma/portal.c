@@ -46,6 +46,7 @@ int erma_portal_init(struct erma_rma *rma)
         rma->slots[i].next = rma->free_slots;
         rma->free_slots = i;
     }
+    rma->nfree = n;
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++)
         rma->queued[p] = (struct list){-1, -1};
     rma->fenced = (struct list){-1, -1};
@@ -199,6 +200,7 @@ static void slot_free(struct erma_rma *rma, struct slot *s)
     s->state = SLOT_FREE;
     s->next = rma->free_slots;
     rma->free_slots = (int32_t)(s - rma->slots);
+    rma->nfree++;
     erma_exec_wake(rma); /* a transfer may have waited for a slot */
 }
 
@@ -367,6 +369,11 @@ int erma_rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k)
     return k->cipher == ERMA_RMA_AES256_GCM && !rma->aes ? ERMA_ENOTSUP : ERMA_OK;
 }
 
+bool erma_slot_free_for(const struct erma_rma *rma, uint8_t prio)
+{
+    return rma->nfree > prio * (rma->cfg.slots / 16);
+}
+
 int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c,
                        void (*done)(struct erma_rma *rma, struct slot *s))
 {
@@ -382,7 +389,7 @@ int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c,
     const int usable = erma_rkey_usable(rma, &c->rkey);
     if (usable != ERMA_OK)
         return usable;
-    if (rma->free_slots < 0)
+    if (!erma_slot_free_for(rma, c->priority))
         return ERMA_ENOSLOTS;
     /* A chunk (done set) of a fenced transfer: the executor held it back
      * already; the flag only marks its request. */
@@ -392,6 +399,7 @@ int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c,
     const int32_t i = rma->free_slots;
     struct slot *s = &rma->slots[i];
     rma->free_slots = s->next;
+    rma->nfree--;
     const uint64_t now = erma_ep_clock(rma->ep);
     *s = (struct slot){.state = wait ? SLOT_FENCED : SLOT_QUEUED, .op = (uint8_t)c->op,
                        .prio = c->priority, .done = done, .peer = c->peer, .rkey = c->rkey,

@@ -276,6 +276,184 @@ static void test_local_flows(void **state)
     assert_true(merged < 0 || merged > split);
 }
 
+/* Priorities (1RMA section 7.2): host 1 READs 64 B from host 0 one at a
+ * time (a latency-sensitive stream) beside a bulk load of its own to host
+ * 0 at the last priority: a READ transfer (BULK_XFER; the window CC keeps
+ * the fabric's queues short, so priority changes little) or 4 KB READ
+ * commands submitted until no slot is left, kept so, behind a 64 KB
+ * solicitation window (BULK_CMDS: they wait in the initiator's own queue,
+ * where the stream at the same priority waits past its DISPATCH_TIMEOUT,
+ * or finds no slot; at the first priority it finds a slot the last one may
+ * not take, and goes first). The
+ * stream's p50 and p99 (total_delay of its successful READs) and failures;
+ * the bulk's share of host 1's link while the stream runs. */
+enum { BULK_NONE, BULK_XFER, BULK_CMDS };
+
+struct prio_run {
+    uint64_t p50, p99;
+    unsigned failed;
+    double bulk_share;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define STREAM_OPS 1000
+
+/* Keeps the bulk load going: another transfer, or commands until no slot
+ * is left for its priority. */
+static void bulk_again(struct flows *f, int bulk, const struct erma_rma_xfer *x,
+                       const struct erma_rma_cmd *c)
+{
+    if (bulk == BULK_XFER) {
+        assert_true(erma_rma_transfer(f->w.rma[1], x) >= 0);
+        return;
+    }
+    int rc;
+    while ((rc = erma_rma_submit(f->w.rma[1], c)) >= 0)
+        ;
+    assert_int_equal(rc, ERMA_ENOSLOTS);
+}
+
+static void prio_run(bool stream, int bulk, uint8_t stream_prio, struct prio_run *r)
+{
+    struct flows f;
+    flows_up(&f, 2, false, false, 64u << 20, bulk == BULK_CMDS ? 64u << 10 : 0);
+    const int peer = erma_rma_peer(f.w.rma[1], f.w.uri[0], 0);
+    struct erma_rkey k;
+    export_to(&f, 1, &k);
+    const struct erma_rma_xfer x = {.op = ERMA_RMA_READ, .peer = peer, .rkey = k,
+                                    .local = f.local[1], .len = (uint32_t)f.len,
+                                    .max_retries = 50, .priority = ERMA_RMA_PRIORITIES - 1,
+                                    .tag = STREAM_OPS};
+    const struct erma_rma_cmd bc = {.op = ERMA_RMA_READ, .peer = peer, .rkey = k,
+                                    .local = f.local[1], .len = 4096,
+                                    .priority = ERMA_RMA_PRIORITIES - 1, .tag = STREAM_OPS};
+    if (bulk) {
+        bulk_again(&f, bulk, &x, &bc);
+        run_for(&f, 30 * f.rtt_ns); /* the bulk at its steady rate first */
+    }
+    const uint64_t t0 = erma_sim_now(f.w.sim);
+    static uint64_t lat[STREAM_OPS];
+    uint8_t buf[64];
+    int n = 0;
+    r->failed = 0;
+    struct erma_rma_completion got;
+    for (int i = 0; stream && i < STREAM_OPS; i++) {
+        const struct erma_rma_cmd c = {.op = ERMA_RMA_READ, .peer = peer, .rkey = k,
+                                       .offset = (uint64_t)i * 64, .local = buf, .len = 64,
+                                       .priority = stream_prio, .tag = (uint64_t)i};
+        const int slot = erma_rma_submit(f.w.rma[1], &c);
+        if (slot == ERMA_ENOSLOTS) { /* the bulk took every slot it may */
+            r->failed++;
+            run_for(&f, 1000);
+            continue;
+        }
+        assert_true(slot >= 0);
+        for (;;) {
+            assert_int_equal(world_wait(&f.w, 1, &got, 1, 100000000ull), 1);
+            if (got.tag == (uint64_t)i)
+                break;
+            /* a bulk op: a command may wait past its DISPATCH_TIMEOUT */
+            assert_true(got.status == ERMA_OK || got.status == ERMA_EDISPATCH);
+            bulk_again(&f, bulk, &x, &bc);
+        }
+        if (got.status == ERMA_OK)
+            lat[n++] = got.total_delay_ns;
+        else
+            r->failed++;
+    }
+    for (uint64_t end = t0 + 400 * f.rtt_ns; !stream && erma_sim_now(f.w.sim) < end;) {
+        assert_int_equal(world_wait(&f.w, 1, &got, 1, 100000000ull), 1);
+        assert_true(got.status == ERMA_OK || got.status == ERMA_EDISPATCH);
+        bulk_again(&f, bulk, &x, &bc);
+    }
+    const uint64_t t1 = erma_sim_now(f.w.sim);
+    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
+    r->p50 = n ? lat[n / 2] : 0;
+    r->p99 = n ? lat[n * 99 / 100] : 0;
+    uint64_t bytes = 0; /* delivered to host 1 from t0 to t1 */
+    const uint64_t b0 = (t0 - f.m->start_ns) / f.m->bin_ns, b1 = (t1 - f.m->start_ns) / f.m->bin_ns;
+    assert_true(b1 <= BINS);
+    for (uint64_t b = b0; b < b1; b++)
+        bytes += f.m->bytes[1][b];
+    r->bulk_share = (double)bytes * 8e9 / (double)((b1 - b0) * f.m->bin_ns) / (double)LINK_BPS;
+    flows_down(&f);
+}
+
+static void test_priority(void **state)
+{
+    (void)state;
+    struct prio_run quiet;
+    prio_run(true, BULK_NONE, 0, &quiet);
+    assert_int_equal(quiet.failed, 0);
+    for (int bulk = BULK_XFER; bulk <= BULK_CMDS; bulk++) {
+        struct prio_run alone, first, same;
+        prio_run(false, bulk, 0, &alone);
+        prio_run(true, bulk, 0, &first);
+        prio_run(true, bulk, ERMA_RMA_PRIORITIES - 1, &same);
+        print_message("  64 B READ stream (quiet p99 %.1f us) beside a bulk %s at the last "
+                      "priority: stream first p99 %.1f us (%.2fx), %u failed, bulk %.2f of the "
+                      "link (alone %.2f, %.0f%%); both last: p99 %.1f us, %u of %u failed\n",
+                      (double)quiet.p99 / 1e3, bulk == BULK_XFER ? "transfer" : "command queue",
+                      (double)first.p99 / 1e3, (double)first.p99 / (double)quiet.p99,
+                      first.failed, first.bulk_share, alone.bulk_share,
+                      100 * first.bulk_share / alone.bulk_share, (double)same.p99 / 1e3,
+                      same.failed, STREAM_OPS);
+        assert_int_equal(first.failed, 0);
+        assert_true(first.p99 <= 2 * quiet.p99);
+        assert_true(first.bulk_share >= 0.8 * alone.bulk_share);
+        if (bulk == BULK_CMDS) /* without priority the stream waits behind the queue */
+            assert_true(same.failed > STREAM_OPS / 2);
+    }
+}
+
+/* Two 16 MiB READ transfers of one initiator start together, at the first
+ * and the last priority: the first takes the windows and completes in
+ * about the time it would alone, the last after it; at one priority they
+ * share and complete together. Completion times from the start. */
+static void two_transfers(uint8_t prio_b, uint64_t *done_a, uint64_t *done_b)
+{
+    struct flows f;
+    flows_up(&f, 2, false, false, 32u << 20, 0);
+    const int peer = erma_rma_peer(f.w.rma[1], f.w.uri[0], 0);
+    struct erma_rkey k;
+    export_to(&f, 1, &k);
+    const uint64_t t0 = erma_sim_now(f.w.sim);
+    for (unsigned i = 0; i < 2; i++)
+        assert_true(erma_rma_transfer(f.w.rma[1], &(struct erma_rma_xfer){
+                                                      .op = ERMA_RMA_READ, .peer = peer,
+                                                      .rkey = k, .offset = i * (16u << 20),
+                                                      .local = f.local[1] + i * (16u << 20),
+                                                      .len = 16u << 20, .max_retries = 50,
+                                                      .priority = i ? prio_b : 0, .tag = i}) >=
+                    0);
+    for (unsigned n = 0; n < 2; n++) {
+        struct erma_rma_completion c;
+        assert_int_equal(world_wait(&f.w, 1, &c, 1, 1000000000ull), 1);
+        assert_int_equal(c.status, ERMA_OK);
+        *(c.tag ? done_b : done_a) = erma_sim_now(f.w.sim) - t0;
+    }
+    flows_down(&f);
+}
+
+static void test_transfer_priority(void **state)
+{
+    (void)state;
+    uint64_t a, b, same_a, same_b;
+    two_transfers(ERMA_RMA_PRIORITIES - 1, &a, &b);
+    two_transfers(0, &same_a, &same_b);
+    print_message("  two 16 MiB READ transfers: first priority done after %.2f ms, last after "
+                  "%.2f ms; at one priority after %.2f and %.2f ms\n",
+                  (double)a / 1e6, (double)b / 1e6, (double)same_a / 1e6, (double)same_b / 1e6);
+    assert_true(a * 10 < b * 7);           /* the first one first, well before */
+    assert_true(same_a * 10 > same_b * 9); /* together */
+    assert_true(same_b * 10 > same_a * 9);
+}
+
 /* 7 initiators READ from one target: the backlog of its uplink queue with
  * the window CC and without it (each initiator then bounded only by its
  * 4 MiB inbound window). Every window starts at one BDP, so the start is a
@@ -329,6 +507,8 @@ int main(void)
         cmocka_unit_test(test_single_flow),
         cmocka_unit_test(test_second_flow),
         cmocka_unit_test(test_local_flows),
+        cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_transfer_priority),
         cmocka_unit_test(test_incast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -164,6 +164,15 @@
  * of its own. An answer counts only when it arrives on the port its op
  * left from. stats.paths_pruned counts prunes.
  *
+ * Priorities (cmd.priority, xfer.priority; 0 first, ERMA_RMA_PRIORITIES - 1
+ * last): queued commands issue in priority order; the executor gives each
+ * round's chunks to the transfers of the first priority first, the next
+ * priority the window room they leave; a command or chunk of priority p
+ * finds ERMA_ENOSLOTS while no more than p x cfg.slots / 16 slots are
+ * free, so a bulk load at the last priority never takes the slots the
+ * first one needs. The target serves requests in arrival order (the
+ * priority does not travel); the window CC keeps its queues short.
+ *
  * Fences (MP-RDMA's "synchronise"): a WRITE command or transfer with fence
  * set is applied only after every earlier WRITE of this engine to the same
  * region (same peer, same rkey.region) has completed. Earlier: the WRITE

@@ -1,0 +1,613 @@
+/*
+ * rma_eval - the experiments of 1RMA's evaluation (Singhvi et al.,
+ * SIGCOMM 2020, sections 7.1-7.5) on the sim fabric, in virtual time (the
+ * same figures on every machine):
+ *
+ *   rma_eval --exp NAME [--csv]
+ *
+ *   load     Figure 10: uniform random READs of 1-4 KB among 8 hosts,
+ *            open loop (Poisson) at an offered load per host of 10-90% of
+ *            its link: median and p99 latency, failures.
+ *   prio     7.2: a 64 B READ stream (one at a time) beside a bulk READ
+ *            transfer of the same initiator, the stream at the first
+ *            priority and the bulk at the last, and both at the last:
+ *            the stream's median and p99, the bulk's share of the link.
+ *   rekey    7.3: 4 initiators READ 4 KB (4 at a time each) while the
+ *            target rekeys its region every 500 us, with a grace time of 0
+ *            and of 50 us; the new key reaches the initiators 20 us after
+ *            each rekey (an RPC, say), and one that gets AUTH_FAILED
+ *            before that fetches it at once: latency and failures per
+ *            50 us bin.
+ *   cc       7.4, Figure 15: one initiator READs from target A, and after
+ *            30 RTTs from target B too, its solicitation window 24 ops:
+ *            each flow's share of the link and the local and remote
+ *            windows per RTT, split windows and merged; and split windows
+ *            with a third host reading from A all along ("shared").
+ *   solicit  7.5: 7 initiators start 4 MiB WRITE transfers to one target at
+ *            once, with the target's solicitation window (64 KB) and with
+ *            it off (1 GiB): its goodput and the fabric's drops per RTT.
+ *
+ * Sim fabric: 25 Gb/s links with 5 us of delay (an RTT of ~23 us for a 4 KB
+ * op, a BDP of ~17 such ops), 1 MiB switch buffers (solicit: 256 KB). The
+ * window CC uses the base RTT of one idle 4 KB READ. Commands (load, prio's
+ * stream, rekey) are not paced by the window CC, as 1RMA's software would;
+ * transfers are. Prints a table, or CSV with --csv (bench/rma_eval_plot
+ * draws them).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "erma/endpoint.h"
+#include "erma/rma.h"
+#include "erma/sim.h"
+
+static const char usage[] =
+    "usage: rma_eval --exp NAME [--csv]\n"
+    "  1RMA's evaluation (SIGCOMM'20, 7.1-7.5) on the sim fabric, virtual time\n"
+    "  --exp load     uniform random 1-4 KB READs against offered load (Figure 10)\n"
+    "  --exp prio     a first-priority stream beside last-priority bulk (7.2)\n"
+    "  --exp rekey    READ latency over time while the target rekeys (7.3)\n"
+    "  --exp cc       two flows of one initiator, split and merged windows (7.4, Fig. 15)\n"
+    "  --exp solicit  a WRITE incast with and without solicitation (7.5)\n"
+    "  --csv          CSV instead of the table\n"
+    "  -h, --help     this text\n";
+
+#define MAXH 8
+#define REGION (8u << 20)
+#define LINK_BPS 25000000000ull
+
+struct world {
+    struct erma_sim *sim;
+    unsigned n;
+    struct erma_endpoint *ep[MAXH];
+    struct erma_rma *rma[MAXH];
+    char uri[MAXH][64];
+    uint8_t *mem[MAXH];
+    uint32_t region[MAXH];
+    struct erma_rkey key[MAXH][MAXH]; /* [initiator][target] */
+    int peer[MAXH][MAXH];
+};
+
+static __attribute__((noreturn)) void fail(const char *what)
+{
+    fprintf(stderr, "rma_eval: %s failed\n", what);
+    exit(1);
+}
+
+static void sim_cfg(struct erma_sim_cfg *sc, unsigned hosts)
+{
+    erma_sim_cfg_default(sc);
+    sc->hosts = hosts;
+    sc->link_delay_ns = 5000;
+}
+
+static void world_down(struct world *w)
+{
+    for (unsigned h = 0; h < w->n; h++) {
+        erma_rma_destroy(w->rma[h]);
+        erma_endpoint_destroy(w->ep[h]);
+        free(w->mem[h]);
+    }
+    erma_sim_destroy(w->sim);
+    memset(w, 0, sizeof *w);
+}
+
+/* n hosts, each a target with a region and an initiator with every key. */
+static void world_up(struct world *w, const struct erma_sim_cfg *sc, const struct erma_rma_cfg *rc)
+{
+    static unsigned serial;
+    char name[32];
+    snprintf(name, sizeof name, "eval%u", serial++);
+    memset(w, 0, sizeof *w);
+    w->n = sc->hosts;
+    if (erma_sim_create(name, sc, &w->sim) != ERMA_OK)
+        fail("erma_sim_create");
+    erma_sim_use_clock(w->sim);
+    for (unsigned h = 0; h < w->n; h++) {
+        snprintf(w->uri[h], sizeof w->uri[h], "sim://%s/%u:31850", name, h);
+        struct erma_rma_cfg c = *rc;
+        c.identity = 1000 + h;
+        w->mem[h] = calloc(1, REGION);
+        if (!w->mem[h] || erma_endpoint_create(w->uri[h], 0, NULL, &w->ep[h]) != ERMA_OK ||
+            erma_rma_create(w->ep[h], &c, &w->rma[h]) != ERMA_OK ||
+            erma_region_register(w->rma[h], w->mem[h], REGION,
+                                 ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE, &w->region[h]) != ERMA_OK)
+            fail("world set-up");
+    }
+    for (unsigned i = 0; i < w->n; i++)
+        for (unsigned t = 0; t < w->n; t++)
+            if ((w->peer[i][t] = erma_rma_peer(w->rma[i], w->uri[t], 0)) < 0 ||
+                erma_region_export_uri(w->rma[t], w->region[t], erma_rma_identity(w->rma[i]),
+                                       w->uri[i], &w->key[i][t]) != ERMA_OK)
+                fail("keys");
+}
+
+/* Runs the fabric for ns of virtual time. */
+static void run(struct world *w, uint64_t ns)
+{
+    if (!ns)
+        return;
+    const int rc = erma_sim_run(w->sim, w->ep, w->n, ns, NULL, NULL);
+    if (rc != ERMA_OK && rc != ERMA_ETIMEDOUT)
+        fail("erma_sim_run");
+}
+
+/* Waits (at most 100 ms) for one completion of host h. */
+static struct erma_rma_completion wait_one(struct world *w, unsigned h)
+{
+    struct erma_rma_completion c;
+    for (int i = 0; i < 100000; i++) {
+        if (erma_rma_poll(w->rma[h], &c, 1) == 1)
+            return c;
+        run(w, 1000);
+    }
+    fail("an op's completion");
+}
+
+static struct erma_rma_cmd read_cmd(const struct world *w, unsigned i, unsigned t, uint64_t off,
+                                    void *buf, uint32_t len, uint64_t tag)
+{
+    return (struct erma_rma_cmd){.op = ERMA_RMA_READ, .peer = w->peer[i][t],
+                                 .rkey = w->key[i][t], .offset = off, .local = buf, .len = len,
+                                 .tag = tag};
+}
+
+/* The unloaded total delay of one 4 KB READ: the window CC's base RTT. */
+static uint64_t base_rtt(void)
+{
+    struct erma_sim_cfg sc;
+    sim_cfg(&sc, 2);
+    struct world w;
+    world_up(&w, &sc, &(struct erma_rma_cfg){0});
+    static uint8_t buf[4096];
+    if (erma_rma_submit(w.rma[1], &(struct erma_rma_cmd){.op = ERMA_RMA_READ,
+                                                          .peer = w.peer[1][0],
+                                                          .rkey = w.key[1][0], .local = buf,
+                                                          .len = 4096}) < 0)
+        fail("submit");
+    const struct erma_rma_completion c = wait_one(&w, 1);
+    world_down(&w);
+    if (c.status != ERMA_OK)
+        fail("the base RTT's READ");
+    return c.total_delay_ns;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t pct(uint64_t *v, size_t n, unsigned p)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_u64);
+    return v[(n - 1) * p / 100];
+}
+
+static uint64_t rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *s)
+{
+    return (double)(rng(s) >> 11) / 9007199254740992.0;
+}
+
+/* Bytes per host and drops per time bin, from the fabric's trace. */
+#define BINS 4096
+struct meter {
+    uint64_t start_ns, bin_ns;
+    uint64_t to[MAXH][BINS];       /* delivered to host h */
+    uint64_t from_to1[MAXH][BINS]; /* delivered to host 1, by source */
+    uint64_t drops[BINS];
+};
+
+static void meter_fn(void *ctx, const struct erma_sim_event *ev)
+{
+    struct meter *m = ctx;
+    if (ev->time < m->start_ns)
+        return;
+    const uint64_t b = (ev->time - m->start_ns) / m->bin_ns;
+    if (b >= BINS)
+        return;
+    if (ev->kind != ERMA_SIM_DELIVER) {
+        m->drops[b]++;
+        return;
+    }
+    if (ev->dst_host < MAXH)
+        m->to[ev->dst_host][b] += ev->len;
+    if (ev->dst_host == 1 && ev->src_host < MAXH)
+        m->from_to1[ev->src_host][b] += ev->len;
+}
+
+static double share(uint64_t bytes, uint64_t ns)
+{
+    return ns ? (double)bytes * 8e9 / (double)ns / (double)LINK_BPS : 0;
+}
+
+/* ---- load: Figure 10 ---- */
+
+#define LOAD_HOSTS 8
+#define LOAD_NS 2000000ull
+
+static void exp_load(struct bench_table *t)
+{
+    bench_table_start(t, t->csv, "exp,load,ops,failed,p50_us,p99_us");
+    static const double loads[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9};
+    static uint64_t lat[LOAD_HOSTS * 40000];
+    static uint8_t buf[LOAD_HOSTS][4096];
+    for (size_t li = 0; li < sizeof loads / sizeof *loads; li++) {
+        struct erma_sim_cfg sc;
+        sim_cfg(&sc, LOAD_HOSTS);
+        struct world w;
+        world_up(&w, &sc, &(struct erma_rma_cfg){.slots = 4096});
+        uint64_t seed = 42 + li, next[LOAD_HOSTS];
+        /* ops per ns per host: load x link / mean op size (2.5 KB) */
+        const double rate = loads[li] * (double)LINK_BPS / 8e9 / 2560.0;
+        const uint64_t t0 = erma_sim_now(w.sim);
+        for (unsigned h = 0; h < LOAD_HOSTS; h++)
+            next[h] = t0 + (uint64_t)(-log(1 - uniform(&seed)) / rate);
+        size_t n = 0;
+        uint64_t failed = 0, submitted = 0, done = 0;
+        for (;;) {
+            uint64_t soonest = UINT64_MAX;
+            unsigned who = 0;
+            for (unsigned h = 0; h < LOAD_HOSTS; h++)
+                if (next[h] < soonest)
+                    soonest = next[h], who = h;
+            const uint64_t now = erma_sim_now(w.sim);
+            if (soonest >= t0 + LOAD_NS) { /* every op submitted: wait for the last */
+                if (done == submitted)
+                    break;
+                run(&w, 1000);
+            } else {
+                run(&w, soonest > now ? soonest - now : 0);
+                unsigned target = (unsigned)(rng(&seed) % (LOAD_HOSTS - 1));
+                target += target >= who;
+                const uint32_t len = 1024 + (uint32_t)(rng(&seed) % 3073);
+                const uint64_t off = (rng(&seed) % (REGION / 4096)) * 4096;
+                if (erma_rma_submit(w.rma[who], &(struct erma_rma_cmd){
+                                                    .op = ERMA_RMA_READ,
+                                                    .peer = w.peer[who][target],
+                                                    .rkey = w.key[who][target], .offset = off,
+                                                    .local = buf[who], .len = len}) >= 0)
+                    submitted++;
+                else
+                    failed++;
+                next[who] += (uint64_t)(-log(1 - uniform(&seed)) / rate) + 1;
+            }
+            for (unsigned h = 0; h < LOAD_HOSTS; h++) {
+                struct erma_rma_completion c[64];
+                const int k = erma_rma_poll(w.rma[h], c, 64);
+                for (int j = 0; j < k; j++, done++) {
+                    if (c[j].status != ERMA_OK)
+                        failed++;
+                    else if (n < sizeof lat / sizeof *lat)
+                        lat[n++] = c[j].total_delay_ns;
+                }
+            }
+        }
+        const uint64_t p50 = pct(lat, n, 50), p99 = pct(lat, n, 99);
+        bench_table_row(t, "load,%.1f,%llu,%llu,%.2f,%.2f", loads[li], (unsigned long long)n,
+                        (unsigned long long)failed, (double)p50 / 1e3, (double)p99 / 1e3);
+        world_down(&w);
+    }
+}
+
+/* ---- prio: 7.2 ---- */
+
+#define STREAM_OPS 1000
+
+/* bulk: 0 none, 1 READ transfers, 2 a queue of BULK_CMDS 4 KB READ commands
+ * kept full (with a 64 KB solicitation window, so that they wait in the
+ * initiator's own queue). */
+#define BULK_CMDS 200
+
+static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, uint8_t prio,
+                     double *p50, double *p99, double *bulk_share, unsigned *failed)
+{
+    struct erma_sim_cfg sc;
+    sim_cfg(&sc, 2);
+    struct world w;
+    world_up(&w, &sc, &(struct erma_rma_cfg){.window = wc, .slots = 256,
+                                              .inbound_window = bulk == 2 ? 64u << 10 : 0});
+    static struct meter m;
+    memset(&m, 0, sizeof m);
+    m.start_ns = erma_sim_now(w.sim);
+    m.bin_ns = 1000000;
+    erma_sim_set_trace(w.sim, meter_fn, &m);
+    uint8_t *big = malloc(REGION);
+    if (!big)
+        fail("malloc");
+    const struct erma_rma_xfer x = {.op = ERMA_RMA_READ, .peer = w.peer[1][0],
+                                    .rkey = w.key[1][0], .local = big, .len = REGION,
+                                    .max_retries = 50, .priority = ERMA_RMA_PRIORITIES - 1,
+                                    .tag = STREAM_OPS};
+    const struct erma_rma_cmd bc = {.op = ERMA_RMA_READ, .peer = w.peer[1][0],
+                                    .rkey = w.key[1][0], .local = big, .len = 4096,
+                                    .priority = ERMA_RMA_PRIORITIES - 1, .tag = STREAM_OPS};
+    for (unsigned k = 0; bulk == 1 && k < 2; k++) /* the whole region, again and again */
+        if (erma_rma_transfer(w.rma[1], &x) < 0)
+            fail("transfer");
+    for (unsigned k = 0; bulk == 2 && k < BULK_CMDS; k++)
+        if (erma_rma_submit(w.rma[1], &bc) < 0)
+            fail("submit");
+    if (bulk)
+        run(&w, 500000);
+    const uint64_t t0 = erma_sim_now(w.sim);
+    static uint64_t lat[STREAM_OPS];
+    uint8_t buf[64];
+    size_t n = 0;
+    *failed = 0;
+    for (unsigned i = 0; stream && i < STREAM_OPS; i++) {
+        struct erma_rma_cmd c = read_cmd(&w, 1, 0, i * 64, buf, 64, i);
+        c.priority = prio;
+        if (erma_rma_submit(w.rma[1], &c) < 0)
+            fail("submit");
+        struct erma_rma_completion got;
+        while ((got = wait_one(&w, 1)).tag != i) /* a bulk op: again */
+            if ((bulk == 1 ? erma_rma_transfer(w.rma[1], &x) : erma_rma_submit(w.rma[1], &bc)) <
+                0)
+                fail("bulk again");
+        if (got.status == ERMA_OK)
+            lat[n++] = got.total_delay_ns;
+        else
+            ++*failed;
+    }
+    for (uint64_t end = erma_sim_now(w.sim) + 4000000; !stream && erma_sim_now(w.sim) < end;) {
+        struct erma_rma_completion got = wait_one(&w, 1); /* a bulk op: again */
+        if ((bulk == 1 ? erma_rma_transfer(w.rma[1], &x) : erma_rma_submit(w.rma[1], &bc)) < 0)
+            fail("bulk again");
+        (void)got;
+    }
+    const uint64_t t1 = erma_sim_now(w.sim);
+    uint64_t bytes = 0;
+    for (uint64_t b = (t0 - m.start_ns) / m.bin_ns; b < (t1 - m.start_ns) / m.bin_ns && b < BINS;
+         b++)
+        bytes += m.to[1][b];
+    *bulk_share = share(bytes, ((t1 - m.start_ns) / m.bin_ns - (t0 - m.start_ns) / m.bin_ns) *
+                                   m.bin_ns);
+    *p50 = (double)pct(lat, n, 50) / 1e3;
+    *p99 = (double)pct(lat, n, 99) / 1e3;
+    world_down(&w);
+    free(big);
+}
+
+static void exp_prio(struct bench_table *t, const struct erma_window_cfg *wc)
+{
+    bench_table_start(t, t->csv,
+                      "exp,bulk:9,case:22,p50_us,p99_us,p99_vs_quiet,failed,bulk_share");
+    double qp50, qp99, lone, p50, p99, bs, d0, d1;
+    unsigned failed;
+    prio_run(wc, true, 0, 0, &qp50, &qp99, &d0, &failed);
+    bench_table_row(t, "prio,none,quiet stream,%.2f,%.2f,1.00,%u,0", qp50, qp99, failed);
+    static const char *const kind[] = {"", "transfer", "commands"};
+    for (int bulk = 1; bulk <= 2; bulk++) {
+        prio_run(wc, false, bulk, 0, &d0, &d1, &lone, &failed);
+        bench_table_row(t, "prio,%s,bulk alone,0,0,0,0,%.3f", kind[bulk], lone);
+        prio_run(wc, true, bulk, 0, &p50, &p99, &bs, &failed);
+        bench_table_row(t, "prio,%s,stream first bulk last,%.2f,%.2f,%.2f,%u,%.3f", kind[bulk],
+                        p50, p99, p99 / qp99, failed, bs);
+        prio_run(wc, true, bulk, ERMA_RMA_PRIORITIES - 1, &p50, &p99, &bs, &failed);
+        bench_table_row(t, "prio,%s,both last,%.2f,%.2f,%.2f,%u,%.3f", kind[bulk], p50, p99,
+                        p99 / qp99, failed, bs);
+    }
+}
+
+/* ---- rekey: 7.3 ---- */
+
+#define REKEY_READERS 4
+#define REKEY_DEPTH 4
+#define REKEY_BIN 50000ull
+#define REKEY_BINS 40
+#define KEY_SPREAD 20000ull
+
+static void refresh_key(struct world *w, unsigned i)
+{
+    if (erma_region_export_uri(w->rma[0], w->region[0], erma_rma_identity(w->rma[i]), w->uri[i],
+                               &w->key[i][0]) != ERMA_OK)
+        fail("export");
+}
+
+static void exp_rekey(struct bench_table *t)
+{
+    bench_table_start(t, t->csv, "exp,grace_us,bin_us,ops,auth_failed,p50_us,p99_us");
+    static const uint64_t graces[] = {0, 50000};
+    static uint8_t buf[REKEY_READERS + 1][REKEY_DEPTH][4096];
+    for (size_t g = 0; g < 2; g++) {
+        struct erma_sim_cfg sc;
+        sim_cfg(&sc, REKEY_READERS + 1);
+        struct world w;
+        world_up(&w, &sc, &(struct erma_rma_cfg){0});
+        for (unsigned i = 1; i <= REKEY_READERS; i++)
+            for (unsigned d = 0; d < REKEY_DEPTH; d++)
+                if (erma_rma_submit(w.rma[i], &(struct erma_rma_cmd){
+                                                  .op = ERMA_RMA_READ, .peer = w.peer[i][0],
+                                                  .rkey = w.key[i][0], .local = buf[i][d],
+                                                  .len = 4096, .tag = d}) < 0)
+                    fail("submit");
+        const uint64_t t0 = erma_sim_now(w.sim);
+        for (unsigned b = 0; b < REKEY_BINS; b++) {
+            static uint64_t lat[1 << 16];
+            size_t n = 0;
+            uint64_t auth = 0;
+            const bool rekey = b % 10 == 5;
+            if (rekey && erma_region_rekey(w.rma[0], w.region[0], NULL, graces[g]) != ERMA_OK)
+                fail("rekey");
+            const uint64_t spread = erma_sim_now(w.sim) + KEY_SPREAD;
+            bool spread_done = !rekey;
+            while (erma_sim_now(w.sim) < t0 + (b + 1) * REKEY_BIN) {
+                run(&w, 1000);
+                for (unsigned i = 1; !spread_done && erma_sim_now(w.sim) >= spread &&
+                                     i <= REKEY_READERS;
+                     i++)
+                    refresh_key(&w, i);
+                spread_done |= erma_sim_now(w.sim) >= spread;
+                for (unsigned i = 1; i <= REKEY_READERS; i++) {
+                    struct erma_rma_completion c[REKEY_DEPTH];
+                    const int k = erma_rma_poll(w.rma[i], c, REKEY_DEPTH);
+                    for (int j = 0; j < k; j++) {
+                        if (c[j].status == ERMA_OK && n < sizeof lat / sizeof *lat)
+                            lat[n++] = c[j].total_delay_ns;
+                        if (c[j].status == ERMA_EAUTH) { /* fetch the new key now */
+                            auth++;
+                            refresh_key(&w, i);
+                        }
+                        if (erma_rma_submit(w.rma[i], &(struct erma_rma_cmd){
+                                                          .op = ERMA_RMA_READ,
+                                                          .peer = w.peer[i][0],
+                                                          .rkey = w.key[i][0],
+                                                          .local = buf[i][c[j].tag],
+                                                          .len = 4096, .tag = c[j].tag}) < 0)
+                            fail("submit");
+                    }
+                }
+            }
+            bench_table_row(t, "rekey,%llu,%llu,%zu,%llu,%.2f,%.2f",
+                            (unsigned long long)(graces[g] / 1000),
+                            (unsigned long long)(b * REKEY_BIN / 1000), n,
+                            (unsigned long long)auth, (double)pct(lat, n, 50) / 1e3,
+                            (double)pct(lat, n, 99) / 1e3);
+        }
+        world_down(&w);
+    }
+}
+
+/* ---- cc: 7.4, Figure 15 ---- */
+
+static void exp_cc(struct bench_table *t, const struct erma_window_cfg *base, uint64_t rtt)
+{
+    bench_table_start(t, t->csv,
+                      "exp,windows:7,rtt,share_a,share_b,local_cwnd,remote_a,remote_b");
+    static const char *const name[] = {"split", "merged", "shared"};
+    for (int v = 0; v < 3; v++) {
+        const bool merged = v == 1, shared = v == 2;
+        struct erma_sim_cfg sc;
+        sim_cfg(&sc, shared ? 4 : 3);
+        struct erma_window_cfg wc = *base;
+        wc.merged = merged;
+        struct world w;
+        world_up(&w, &sc, &(struct erma_rma_cfg){.window = &wc, .inbound_window = 24 * 4096,
+                                                  .slots = 1024});
+        static struct meter m;
+        memset(&m, 0, sizeof m);
+        m.start_ns = erma_sim_now(w.sim);
+        m.bin_ns = rtt;
+        erma_sim_set_trace(w.sim, meter_fn, &m);
+        uint8_t *dst = malloc(2 * (size_t)REGION);
+        if (!dst)
+            fail("malloc");
+        for (unsigned rep = 0; shared && rep < 4; rep++)
+            if (erma_rma_transfer(w.rma[3], &(struct erma_rma_xfer){
+                                                .op = ERMA_RMA_READ, .peer = w.peer[3][0],
+                                                .rkey = w.key[3][0], .local = w.mem[3],
+                                                .len = REGION, .max_retries = 50}) < 0)
+                fail("transfer");
+        for (unsigned k = 0; k < 2; k++) {
+            if (k == 1)
+                run(&w, 30 * rtt);
+            const unsigned target = k ? 2 : 0;
+            for (unsigned rep = 0; rep < 4; rep++) /* long enough for the run */
+                if (erma_rma_transfer(w.rma[1], &(struct erma_rma_xfer){
+                                                    .op = ERMA_RMA_READ,
+                                                    .peer = w.peer[1][target],
+                                                    .rkey = w.key[1][target],
+                                                    .local = dst + (size_t)k * REGION,
+                                                    .len = REGION, .max_retries = 50,
+                                                    .tag = k}) < 0)
+                    fail("transfer");
+        }
+        for (unsigned r = 30; r < 200; r++) {
+            const uint64_t end = m.start_ns + (r + 1) * rtt, now = erma_sim_now(w.sim);
+            run(&w, end > now ? end - now : 0);
+            const struct erma_window *a = erma_rma_window(w.rma[1], w.peer[1][0], ERMA_WINDOW_IN),
+                                     *b = erma_rma_window(w.rma[1], w.peer[1][2], ERMA_WINDOW_IN);
+            bench_table_row(t, "cc,%s,%u,%.3f,%.3f,%.1f,%.1f,%.1f", name[v],
+                            r - 30, share(m.from_to1[0][r], rtt), share(m.from_to1[2][r], rtt),
+                            merged ? 0 : erma_rma_local_window(w.rma[1])->cwnd,
+                            a ? a->cwnd : 0, b ? b->cwnd : 0);
+        }
+        world_down(&w);
+        free(dst);
+    }
+}
+
+/* ---- solicit: 7.5 ---- */
+
+#define INCAST 7
+
+static void exp_solicit(struct bench_table *t, const struct erma_window_cfg *wc, uint64_t rtt)
+{
+    bench_table_start(t, t->csv, "exp,solicitation:12,rtt,goodput,drops");
+    for (int on = 1; on >= 0; on--) {
+        struct erma_sim_cfg sc;
+        sim_cfg(&sc, INCAST + 1);
+        sc.switch_buffer = 256 << 10;
+        struct world w;
+        world_up(&w, &sc, &(struct erma_rma_cfg){.window = wc,
+                                                  .solicit_window = on ? 64u << 10 : 1u << 30,
+                                                  .solicits = on ? 64 : 4096,
+                                                  .slots = 1024});
+        static struct meter m;
+        memset(&m, 0, sizeof m);
+        m.start_ns = erma_sim_now(w.sim);
+        m.bin_ns = rtt;
+        erma_sim_set_trace(w.sim, meter_fn, &m);
+        for (unsigned i = 1; i <= INCAST; i++)
+            if (erma_rma_transfer(w.rma[i], &(struct erma_rma_xfer){
+                                                .op = ERMA_RMA_WRITE, .peer = w.peer[i][0],
+                                                .rkey = w.key[i][0], .offset = 0,
+                                                .local = w.mem[i], .len = 4u << 20,
+                                                .max_retries = 100, .tag = i}) < 0)
+                fail("transfer");
+        run(&w, 150 * rtt);
+        for (unsigned r = 0; r < 150; r++)
+            bench_table_row(t, "solicit,%s,%u,%.3f,%llu", on ? "on" : "off", r,
+                            share(m.to[0][r], rtt), (unsigned long long)m.drops[r]);
+        world_down(&w);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {BENCH_COMMON_OPTIONS, {"exp", 1, 0, 'e'}, {0, 0, 0, 0}};
+    struct bench_cli cli;
+    const char *exp = NULL;
+    bench_cli_init(&cli, "rma_eval", usage, lo);
+    for (int c; (c = bench_cli_next(&cli, argc, argv)) != -1;) {
+        if (c == 'e')
+            exp = optarg;
+        else
+            bench_cli_fail(&cli, NULL);
+    }
+    if (!exp)
+        bench_cli_fail(&cli, "--exp is required");
+    struct bench_table t = {.csv = cli.csv};
+    const uint64_t rtt = base_rtt();
+    const struct erma_window_cfg wc = erma_window_cfg_for((double)LINK_BPS, rtt);
+    bench_note(cli.csv, "rma_eval %s: sim fabric, 25 Gb/s links, 5 us link delay, 4 KB READ "
+                        "base RTT %.2f us",
+               exp, (double)rtt / 1e3);
+    if (strcmp(exp, "load") == 0)
+        exp_load(&t);
+    else if (strcmp(exp, "prio") == 0)
+        exp_prio(&t, &wc);
+    else if (strcmp(exp, "rekey") == 0)
+        exp_rekey(&t);
+    else if (strcmp(exp, "cc") == 0)
+        exp_cc(&t, &wc, rtt);
+    else if (strcmp(exp, "solicit") == 0)
+        exp_solicit(&t, &wc, rtt);
+    else
+        bench_cli_fail(&cli, "unknown experiment '%s'", exp);
+    return 0;
+}
