@@ -229,6 +229,14 @@ static void meter_fn(void *ctx, const struct erma_sim_event *ev)
         m->from_to1[ev->src_host][b] += ev->len;
 }
 
+static void meter_start(struct meter *m, struct world *w, uint64_t bin_ns)
+{
+    memset(m, 0, sizeof *m);
+    m->start_ns = erma_sim_now(w->sim);
+    m->bin_ns = bin_ns;
+    erma_sim_set_trace(w->sim, meter_fn, m);
+}
+
 static double share(uint64_t bytes, uint64_t ns)
 {
     return ns ? (double)bytes * 8e9 / (double)ns / (double)LINK_BPS : 0;
@@ -321,10 +329,7 @@ static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, ui
     world_up(&w, &sc, &(struct erma_rma_cfg){.window = wc, .slots = 256,
                                               .inbound_window = bulk == 2 ? 64u << 10 : 0});
     static struct meter m;
-    memset(&m, 0, sizeof m);
-    m.start_ns = erma_sim_now(w.sim);
-    m.bin_ns = 1000000;
-    erma_sim_set_trace(w.sim, meter_fn, &m);
+    meter_start(&m, &w, 1000000);
     uint8_t *big = malloc(REGION);
     if (!big)
         fail("malloc");
@@ -499,10 +504,7 @@ static void exp_cc(struct bench_table *t, const struct erma_window_cfg *base, ui
         world_up(&w, &sc, &(struct erma_rma_cfg){.window = &wc, .inbound_window = 24 * 4096,
                                                   .slots = 1024});
         static struct meter m;
-        memset(&m, 0, sizeof m);
-        m.start_ns = erma_sim_now(w.sim);
-        m.bin_ns = rtt;
-        erma_sim_set_trace(w.sim, meter_fn, &m);
+        meter_start(&m, &w, rtt);
         uint8_t *dst = malloc(2 * (size_t)REGION);
         if (!dst)
             fail("malloc");
@@ -558,10 +560,7 @@ static void exp_solicit(struct bench_table *t, const struct erma_window_cfg *wc,
                                                   .solicits = on ? 64 : 4096,
                                                   .slots = 1024});
         static struct meter m;
-        memset(&m, 0, sizeof m);
-        m.start_ns = erma_sim_now(w.sim);
-        m.bin_ns = rtt;
-        erma_sim_set_trace(w.sim, meter_fn, &m);
+        meter_start(&m, &w, rtt);
         for (unsigned i = 1; i <= INCAST; i++)
             if (erma_rma_transfer(w.rma[i], &(struct erma_rma_xfer){
                                                 .op = ERMA_RMA_WRITE, .peer = w.peer[i][0],

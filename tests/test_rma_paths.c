@@ -90,6 +90,21 @@ static void world_paths(struct world *w, struct erma_sim_cfg *sc, unsigned paths
     world_up_ep(w, true, 2, sc, rc, ec, port);
 }
 
+/* Registers mem on the target and returns the initiator's peer for it,
+ * with the key exported for the initiator at `to` (NULL: its own URI). */
+static int target_up(struct world *w, void *mem, size_t len, unsigned perms, const char *to,
+                     struct erma_rkey *k)
+{
+    uint32_t region;
+    assert_int_equal(erma_region_register(w->rma[0], mem, len, perms, &region), ERMA_OK);
+    assert_int_equal(erma_region_export_uri(w->rma[0], region, erma_rma_identity(w->rma[1]),
+                                            to ? to : w->uri[1], k),
+                     ERMA_OK);
+    const int peer = erma_rma_peer(w->rma[1], w->uri[0], 0);
+    assert_true(peer >= 0);
+    return peer;
+}
+
 /* The window CC for the fabric: its base RTT is that of one 4 KB READ on
  * an idle fabric (the transport's hint is a small packet's, and a window
  * aiming at it would shrink to its floor on a 4 KB op's serialisation). */
@@ -98,14 +113,8 @@ static struct erma_window_cfg window_for(struct erma_sim_cfg *sc, uint16_t base)
     struct world w;
     world_paths(&w, sc, 1, base, NULL);
     static uint8_t mem[4096], buf[4096];
-    uint32_t region;
-    assert_int_equal(erma_region_register(w.rma[0], mem, sizeof mem, ERMA_RMA_PERM_READ, &region),
-                     ERMA_OK);
     struct erma_rkey k;
-    assert_int_equal(erma_region_export_uri(w.rma[0], region, erma_rma_identity(w.rma[1]),
-                                            w.uri[1], &k),
-                     ERMA_OK);
-    const int peer = erma_rma_peer(w.rma[1], w.uri[0], 0);
+    const int peer = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ, NULL, &k);
     struct erma_rma_completion c;
     assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, peer, &k, 0, buf, 4096, 0), &c),
                      ERMA_OK);
@@ -141,16 +150,9 @@ static void run(unsigned paths, enum fault f, struct run *r)
         mem[i] = (uint8_t)(i * 7 + 1);
         local[i] = (uint8_t)(i * 13 + 5);
     }
-    uint32_t region;
-    assert_int_equal(erma_region_register(w.rma[0], mem, NX * XFER,
-                                          ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE, &region),
-                     ERMA_OK);
     struct erma_rkey k;
-    assert_int_equal(erma_region_export_uri(w.rma[0], region, erma_rma_identity(w.rma[1]),
-                                            w.uri[1], &k),
-                     ERMA_OK);
-    const int peer = erma_rma_peer(w.rma[1], w.uri[0], 0);
-    assert_true(peer >= 0);
+    const int peer = target_up(&w, mem, NX * XFER, ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE,
+                               NULL, &k);
     r->pc = (struct port_count){.base = base};
     erma_sim_set_tap(w.sim, count_tap, &r->pc);
     const uint64_t t0 = erma_sim_now(w.sim);
@@ -262,14 +264,8 @@ static void test_rma_paths_auth(void **state)
     struct world w;
     world_paths(&w, &sc, PATHS, base, NULL);
     uint8_t mem[256] = {1, 2, 3}, buf[64];
-    uint32_t region;
-    assert_int_equal(erma_region_register(w.rma[0], mem, sizeof mem, ERMA_RMA_PERM_READ, &region),
-                     ERMA_OK);
     struct erma_rkey k;
-    assert_int_equal(erma_region_export_uri(w.rma[0], region, erma_rma_identity(w.rma[1]),
-                                            w.uri[1], &k),
-                     ERMA_OK);
-    const int peer = erma_rma_peer(w.rma[1], w.uri[0], 0);
+    const int peer = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ, NULL, &k);
     struct capture cap = {.base = base};
     erma_sim_set_tap(w.sim, capture_tap, &cap);
     /* READs 8 at a time (one at a time would all take the first path:
@@ -301,14 +297,9 @@ static void test_rma_paths_auth(void **state)
     /* an initiator whose own port is its key's address + 1 is not the
      * initiator the key was made for */
     world_paths(&w, &sc, 1, (uint16_t)(base + 1), NULL);
-    assert_int_equal(erma_region_register(w.rma[0], mem, sizeof mem, ERMA_RMA_PERM_READ, &region),
-                     ERMA_OK);
     char uri[64];
     snprintf(uri, sizeof uri, "%.*s:%u", (int)(strrchr(w.uri[1], ':') - w.uri[1]), w.uri[1], base);
-    assert_int_equal(erma_region_export_uri(w.rma[0], region, erma_rma_identity(w.rma[1]), uri,
-                                            &k),
-                     ERMA_OK);
-    const int p2 = erma_rma_peer(w.rma[1], w.uri[0], 0);
+    const int p2 = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ, uri, &k);
     assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p2, &k, 0, buf, 64, 0), NULL),
                      ERMA_EAUTH);
     world_down(&w);
@@ -327,15 +318,9 @@ static void test_rma_paths_no_false_prune(void **state)
     struct world w;
     world_paths(&w, &sc, PATHS, base, NULL);
     static uint8_t mem[64 * 64], src[64 * 64], buf[64];
-    uint32_t region;
-    assert_int_equal(erma_region_register(w.rma[0], mem, sizeof mem,
-                                          ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE, &region),
-                     ERMA_OK);
     struct erma_rkey k;
-    assert_int_equal(erma_region_export_uri(w.rma[0], region, erma_rma_identity(w.rma[1]),
-                                            w.uri[1], &k),
-                     ERMA_OK);
-    const int peer = erma_rma_peer(w.rma[1], w.uri[0], 0);
+    const int peer = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE,
+                               NULL, &k);
     struct erma_rma_completion c[64];
     for (int round = 0; round < 20; round++) {
         for (unsigned i = 0; i < 48; i++)
