@@ -25,7 +25,8 @@
  *            with a third host reading from A all along ("shared").
  *   solicit  7.5: 7 initiators start 4 MiB WRITE transfers to one target at
  *            once, with the target's solicitation window (64 KB) and with
- *            it off (1 GiB): its goodput and the fabric's drops per RTT.
+ *            it off (1 GiB): the bytes it receives per RTT (all of them,
+ *            data sent again included) and the fabric's drops per RTT.
  *
  * Sim fabric: 25 Gb/s links with 5 us of delay (an RTT of ~23 us for a 4 KB
  * op, a BDP of ~17 such ops), 1 MiB switch buffers (solicit: 256 KB). The
@@ -329,7 +330,6 @@ static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, ui
     world_up(&w, &sc, &(struct erma_rma_cfg){.window = wc, .slots = 256,
                                               .inbound_window = bulk == 2 ? 64u << 10 : 0});
     static struct meter m;
-    meter_start(&m, &w, 1000000);
     uint8_t *big = malloc(REGION);
     if (!big)
         fail("malloc");
@@ -348,6 +348,7 @@ static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, ui
             fail("submit");
     if (bulk)
         run(&w, 500000);
+    meter_start(&m, &w, 10000); /* from here: 10 us bins */
     const uint64_t t0 = erma_sim_now(w.sim);
     static uint64_t lat[STREAM_OPS];
     uint8_t buf[64];
@@ -375,12 +376,11 @@ static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, ui
         (void)got;
     }
     const uint64_t t1 = erma_sim_now(w.sim);
-    uint64_t bytes = 0;
-    for (uint64_t b = (t0 - m.start_ns) / m.bin_ns; b < (t1 - m.start_ns) / m.bin_ns && b < BINS;
-         b++)
+    uint64_t bytes = 0, bins = (t1 - t0) / m.bin_ns; /* whole bins from t0 */
+    bins = bins < BINS ? bins : BINS;
+    for (uint64_t b = 0; b < bins; b++)
         bytes += m.to[1][b];
-    *bulk_share = share(bytes, ((t1 - m.start_ns) / m.bin_ns - (t0 - m.start_ns) / m.bin_ns) *
-                                   m.bin_ns);
+    *bulk_share = share(bytes, bins * m.bin_ns);
     *p50 = (double)pct(lat, n, 50) / 1e3;
     *p99 = (double)pct(lat, n, 99) / 1e3;
     world_down(&w);
@@ -549,7 +549,7 @@ static void exp_cc(struct bench_table *t, const struct erma_window_cfg *base, ui
 
 static void exp_solicit(struct bench_table *t, const struct erma_window_cfg *wc, uint64_t rtt)
 {
-    bench_table_start(t, t->csv, "exp,solicitation:12,rtt,goodput,drops");
+    bench_table_start(t, t->csv, "exp,solicitation:12,rtt,rx_share,drops");
     for (int on = 1; on >= 0; on--) {
         struct erma_sim_cfg sc;
         sim_cfg(&sc, INCAST + 1);

@@ -160,13 +160,16 @@ int erma_exec_poll(struct erma_rma *rma)
             }
         }
     }
+    unsigned present = 0; /* priorities with an active transfer */
+    for (uint32_t id = 0; id < nx; id++)
+        present |= rma->xfers[id].state == XFER_ACTIVE ? 1u << rma->xfers[id].prio : 0;
     /* Priorities in order; within one, one chunk per transfer per round,
      * each round starting after the transfer served last, so its transfers
      * share the windows (also when a window lets one chunk go at a time). */
     for (uint8_t p = 0; p < ERMA_RMA_PRIORITIES; p++)
-        for (bool progress = true; progress && rma->free_slots >= 0;) {
+        for (bool progress = present >> p & 1; progress && rma->free_slots >= 0;) {
             progress = false;
-            const uint32_t start = rma->next_xfer;
+            const uint32_t start = rma->next_xfer[p];
             for (uint32_t k = 0; k < nx && rma->free_slots >= 0; k++) {
                 const uint32_t id = (start + k) % nx;
                 struct xfer *x = &rma->xfers[id];
@@ -174,7 +177,7 @@ int erma_exec_poll(struct erma_rma *rma)
                 if (x->prio == p && next_chunk(x, &off) && issue_chunk(rma, x, id, off)) {
                     progress = true;
                     work++;
-                    rma->next_xfer = (id + 1) % nx;
+                    rma->next_xfer[p] = (id + 1) % nx;
                 }
             }
         }
@@ -230,9 +233,12 @@ static void chunk_done(struct erma_rma *rma, struct slot *s)
     erma_exec_wake(rma); /* a window or slot opened */
     if (s->status != ERMA_OK && x->status == ERMA_OK) {
         uint16_t *tries = x->tries ? &x->tries[off / ERMA_RMA_MAX_OP] : NULL;
-        if (transient(s->status) && tries && *tries < x->max_retries &&
+        /* a DISPATCH_TIMEOUT sent nothing: again, without using a try (the
+         * local window it cut keeps the next ones from waiting as long) */
+        const bool unsent = s->status == ERMA_EDISPATCH;
+        if (transient(s->status) && tries && (unsent || *tries < x->max_retries) &&
             redo_push(x, off) == ERMA_OK) {
-            (*tries)++;
+            *tries += !unsent;
             x->retries++;
             rma->stats.retries++;
         } else {

@@ -231,7 +231,7 @@ struct erma_rma {
     uint32_t cq_head, cq_len, cq_cap;
     /* executor */
     struct xfer *xfers;
-    uint32_t next_xfer;        /* round-robin start */
+    uint32_t next_xfer[ERMA_RMA_PRIORITIES]; /* round-robin start, per priority */
     struct erma_window_cc wcc;
     uint64_t exec_wake_ns;     /* the next time a window may open */
     uint8_t scratch[ERMA_RMA_MAX_OP];
@@ -285,9 +285,11 @@ void erma_serve_fini(struct erma_rma *rma);
 void erma_portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt);
 int erma_portal_poll(struct erma_rma *rma);
 uint64_t erma_portal_next_timer(const struct erma_rma *rma);
-/* A slot may go to a command of priority prio: priority p leaves the last
- * p x slots/16 free slots to the priorities before it. */
-bool erma_slot_free_for(const struct erma_rma *rma, uint8_t prio);
+/* A slot may go to a command (or, chunk, a transfer's chunk) of priority
+ * prio: priority p leaves the last p x floor(slots / 16) free slots to the
+ * priorities before it; a chunk takes any free slot while fenced commands
+ * wait, since they may wait for its transfer. */
+bool erma_slot_free_for(const struct erma_rma *rma, uint8_t prio, bool chunk);
 int erma_portal_init(struct erma_rma *rma);
 void erma_portal_fini(struct erma_rma *rma);
 /* Takes cmd into a slot; done (may be NULL) as in struct slot. */

@@ -369,8 +369,10 @@ int erma_rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k)
     return k->cipher == ERMA_RMA_AES256_GCM && !rma->aes ? ERMA_ENOTSUP : ERMA_OK;
 }
 
-bool erma_slot_free_for(const struct erma_rma *rma, uint8_t prio)
+bool erma_slot_free_for(const struct erma_rma *rma, uint8_t prio, bool chunk)
 {
+    if (chunk && rma->fenced.head >= 0) /* fenced commands may wait for it (fences) */
+        return rma->nfree > 0;
     return rma->nfree > prio * (rma->cfg.slots / 16);
 }
 
@@ -389,7 +391,7 @@ int erma_portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c,
     const int usable = erma_rkey_usable(rma, &c->rkey);
     if (usable != ERMA_OK)
         return usable;
-    if (!erma_slot_free_for(rma, c->priority))
+    if (!erma_slot_free_for(rma, c->priority, done != NULL))
         return ERMA_ENOSLOTS;
     /* A chunk (done set) of a fenced transfer: the executor held it back
      * already; the flag only marks its request. */

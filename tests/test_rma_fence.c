@@ -260,6 +260,38 @@ static void test_fence_transfer(void **state)
     fixture_down(&f);
 }
 
+/* A last-priority WRITE transfer, then fenced first-priority commands that
+ * wait for it until no slot is left for them: the transfer's chunks still
+ * find a slot (the priorities' reserve would leave them none, and the
+ * fenced commands would wait for them for ever), and everything completes. */
+static void test_fence_priority(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_up(&f, NULL, 32); /* priority 3 leaves the last 6 slots free */
+    static uint8_t data[REG];
+    memset(data, 0x5a, sizeof data);
+    const struct erma_rma_xfer x = {.op = ERMA_RMA_WRITE, .peer = f.peer, .rkey = f.k,
+                                    .local = data, .len = REG, .max_retries = 8,
+                                    .priority = ERMA_RMA_PRIORITIES - 1, .tag = 100};
+    assert_true(erma_rma_transfer(f.w.rma[1], &x) >= 0);
+    uint8_t flag = 0xee;
+    struct erma_rma_cmd fc = cmd_of(ERMA_RMA_WRITE, f.peer, &f.k, 0, &flag, 1, 7);
+    fc.fence = true;
+    int n = 0;
+    while (erma_rma_submit(f.w.rma[1], &fc) >= 0)
+        n++;
+    assert_true(n >= 24);
+    struct erma_rma_completion cp[33];
+    assert_int_equal(world_wait(&f.w, 1, cp, n + 1, 500000000), n + 1);
+    assert_true(cp[0].transfer);
+    for (int i = 0; i <= n; i++)
+        assert_int_equal(cp[i].status, ERMA_OK);
+    assert_int_equal(f.mem[0], 0xee); /* the fenced writes last */
+    assert_int_equal(f.mem[1], 0x5a);
+    fixture_down(&f);
+}
+
 /* ---- random sequences under reordering and loss ---- */
 
 struct wr {
@@ -455,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_fence_bad_input),
         cmocka_unit_test(test_fence_cancel),
         cmocka_unit_test(test_fence_transfer),
+        cmocka_unit_test(test_fence_priority),
         cmocka_unit_test(test_fence_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -168,9 +168,12 @@
  * last): queued commands issue in priority order; the executor gives each
  * round's chunks to the transfers of the first priority first, the next
  * priority the window room they leave; a command or chunk of priority p
- * finds ERMA_ENOSLOTS while no more than p x cfg.slots / 16 slots are
- * free, so a bulk load at the last priority never takes the slots the
- * first one needs. The target serves requests in arrival order (the
+ * finds ERMA_ENOSLOTS while no more than p x floor(cfg.slots / 16) slots
+ * are free, so a bulk load at the last priority never takes the slots the
+ * first one needs (a transfer's chunk takes any free slot while fenced
+ * commands wait: they may wait for it). A chunk that waited past
+ * DISPATCH_TIMEOUT in the local queue sent nothing and goes again without
+ * using one of max_retries. The target serves requests in arrival order (the
  * priority does not travel); the window CC keeps its queues short.
  *
  * Fences (MP-RDMA's "synchronise"): a WRITE command or transfer with fence
