@@ -7,15 +7,18 @@
 #include "erma/clock.h"
 #include "internal.h"
 
+/* The windows' configuration from the transport's hints. */
+static struct erma_window_cfg default_window(const struct erma_rma *rma)
+{
+    return erma_window_cfg_for((double)rma->tr->hints.link_bps, rma->tr->hints.base_rtt_ns);
+}
+
 int erma_exec_init(struct erma_rma *rma)
 {
     rma->xfers = calloc(rma->cfg.transfers, sizeof *rma->xfers);
     if (!rma->xfers)
         return ERMA_ENOMEM;
-    const struct erma_window_cfg wc =
-        rma->cfg.window ? *rma->cfg.window
-                        : erma_window_cfg_for((double)rma->tr->hints.link_bps,
-                                              rma->tr->hints.base_rtt_ns);
+    const struct erma_window_cfg wc = rma->cfg.window ? *rma->cfg.window : default_window(rma);
     rma->exec_wake_ns = UINT64_MAX;
     return erma_window_init(&rma->wcc, &wc);
 }
@@ -208,6 +211,29 @@ static int redo_push(struct xfer *x, uint64_t off)
     return ERMA_OK;
 }
 
+/* Without a window configuration of its own, the windows' base RTT comes
+ * from the transport's hint: a small packet's, on the link's rate. A
+ * chunk's round trip can never be faster than its path allows (4 KB of
+ * serialisation, a path slower than the link, a slow or sanitised host),
+ * and a remote target below it would read every op as congestion and hold
+ * the windows at min_cwnd: base and target follow the smallest round trip
+ * measured (target 1.25 x it, as in erma_window_cfg_for()), never below
+ * the hint's. */
+static void follow_base_rtt(struct erma_rma *rma, enum erma_window_dir dir, uint64_t sample)
+{
+    uint64_t *min = &rma->exec_min_rtt_ns[dir];
+    if (!sample || (*min && sample >= *min))
+        return;
+    *min = sample;
+    /* one configuration for both directions: the slower one's base */
+    const uint64_t rtt = *min > rma->exec_min_rtt_ns[!dir] ? *min : rma->exec_min_rtt_ns[!dir];
+    const struct erma_window_cfg hint = default_window(rma);
+    struct erma_window_cfg *c = &rma->wcc.cfg;
+    c->base_rtt_ns = rtt > hint.base_rtt_ns ? rtt : hint.base_rtt_ns;
+    c->remote_target_ns = rtt + rtt / 4 > hint.remote_target_ns ? rtt + rtt / 4
+                                                                : hint.remote_target_ns;
+}
+
 /* A chunk completed (the portal calls this for its slot). */
 static void chunk_done(struct erma_rma *rma, struct slot *s)
 {
@@ -229,6 +255,8 @@ static void chunk_done(struct erma_rma *rma, struct slot *s)
         erma_window_on_complete(&rma->wcc, (uint64_t)x->peer, dir_of(x->op),
                                 quiet ? ERMA_ECANCELLED : s->status, issue_delay,
                                 issue_delay + remote, rma->ep->now);
+    if (s->status == ERMA_OK && !rma->cfg.window)
+        follow_base_rtt(rma, dir_of(x->op), remote);
     x->inflight--;
     erma_exec_wake(rma); /* a window or slot opened */
     if (s->status != ERMA_OK && x->status == ERMA_OK) {

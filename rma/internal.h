@@ -234,6 +234,7 @@ struct erma_rma {
     uint32_t next_xfer[ERMA_RMA_PRIORITIES]; /* round-robin start, per priority */
     struct erma_window_cc wcc;
     uint64_t exec_wake_ns;     /* the next time a window may open */
+    uint64_t exec_min_rtt_ns[2]; /* smallest chunk round trip (remote delay) per direction */
     uint8_t scratch[ERMA_RMA_MAX_OP];
 };
 

@@ -80,14 +80,14 @@ static void sim_cfg(struct erma_sim_cfg *sc)
     sc->path_bps = sc->link_bps / 2;
 }
 
-/* wc: the initiator's window CC (NULL: its defaults). */
-static void world_paths(struct world *w, struct erma_sim_cfg *sc, unsigned paths, uint16_t base,
-                        const struct erma_window_cfg *wc)
+/* The initiator's window CC starts from the fabric's hints (a small
+ * packet's RTT on the link's rate) and follows the round trips its 4 KB
+ * chunks take on these half-rate paths (rma/executor.c). */
+static void world_paths(struct world *w, struct erma_sim_cfg *sc, unsigned paths, uint16_t base)
 {
     const struct erma_endpoint_cfg ec[2] = {{.paths = 1}, {.paths = paths}};
     const uint16_t port[2] = {TARGET_PORT, base};
-    const struct erma_rma_cfg rc[2] = {{0}, {.window = wc}};
-    world_up_ep(w, true, 2, sc, rc, ec, port);
+    world_up_ep(w, true, 2, sc, NULL, ec, port);
 }
 
 /* Registers mem on the target and returns the initiator's peer for it,
@@ -105,23 +105,6 @@ static int target_up(struct world *w, void *mem, size_t len, unsigned perms, con
     return peer;
 }
 
-/* The window CC for the fabric: its base RTT is that of one 4 KB READ on
- * an idle fabric (the transport's hint is a small packet's, and a window
- * aiming at it would shrink to its floor on a 4 KB op's serialisation). */
-static struct erma_window_cfg window_for(struct erma_sim_cfg *sc, uint16_t base)
-{
-    struct world w;
-    world_paths(&w, sc, 1, base, NULL);
-    static uint8_t mem[4096], buf[4096];
-    struct erma_rkey k;
-    const int peer = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ, NULL, &k);
-    struct erma_rma_completion c;
-    assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, peer, &k, 0, buf, 4096, 0), &c),
-                     ERMA_OK);
-    world_down(&w);
-    return erma_window_cfg_for((double)sc->link_bps, c.total_delay_ns);
-}
-
 /* Moves NX transfers of XFER bytes between the initiator and the target's
  * region at once and checks every byte. */
 static void run(unsigned paths, enum fault f, struct run *r)
@@ -131,9 +114,8 @@ static void run(unsigned paths, enum fault f, struct run *r)
     const uint16_t base = spread_port(&sc);
     if (f == ALL_LOSSY)
         sc.loss = 1e-3;
-    const struct erma_window_cfg wc = window_for(&sc, base);
     struct world w;
-    world_paths(&w, &sc, paths, base, &wc);
+    world_paths(&w, &sc, paths, base);
     const int first = erma_sim_flow_path(w.sim, 1, base, 0, TARGET_PORT);
     if (f == LOSSY_PATH)
         assert_int_equal(erma_sim_set_path(w.sim, (uint32_t)first,
@@ -212,7 +194,10 @@ static void test_rma_paths(void **state)
     print_run("1 of 4 paths drops 1%", &lossy1, &lossy4, &clean4);
     print_run("1e-3 loss on every path", &all1, &all4, &clean4);
     print_run("1 of 4 paths at 1/40 rate", &slow1, &slow4, &clean4);
-    /* one path carries half of what the host sends: 4 carry more */
+    /* one path carries half of what the host sends: 4 carry more; the
+     * windows follow the chunks' round trips (they fell to min_cwnd, 0.14
+     * Gb/s, on the hint's small-packet RTT before) */
+    assert_true(clean1.gbps > 5);
     assert_true(clean4.gbps > 1.5 * clean1.gbps);
     /* every port carries a share of the ops, the single path only one */
     assert_int_equal(clean4.pc.pkts[PATHS], 0);
@@ -221,17 +206,17 @@ static void test_rma_paths(void **state)
                                                  clean4.pc.pkts[2] + clean4.pc.pkts[3]);
     assert_int_equal(clean1.pc.pkts[1] + clean1.pc.pkts[2] + clean1.pc.pkts[3], 0);
     assert_int_equal(clean4.st.paths_pruned, 0);
-    /* a lossy or slow path is pruned; the others carry the load */
+    /* the others carry the load of a lossy path (8 losses in ~2,600 ops
+     * may or may not prune it) and of a slow one, which is pruned */
     assert_true(lossy4.fs.drop_loss > 0);
-    assert_true(lossy4.st.paths_pruned > 0);
     assert_true(lossy4.gbps >= 0.8 * clean4.gbps);
     assert_true(all4.gbps >= 0.5 * clean4.gbps);
     /* the slow path also carries one port's answers (2 of 4 ports suffer),
      * and its first slow ops, before the prune, cut the destination's one
-     * remote window: about 60% of lossless (RPC sessions keep 99%) */
+     * remote window: about half of lossless (RPC sessions keep 99%) */
     assert_true(slow4.st.paths_pruned > 0);
     assert_true(slow4.gbps >= 0.4 * clean4.gbps);
-    assert_true(slow4.gbps >= 100 * slow1.gbps);
+    assert_true(slow4.gbps >= 10 * slow1.gbps);
 }
 
 /* The path index travels in the authenticated header and the target
@@ -262,7 +247,7 @@ static void test_rma_paths_auth(void **state)
     sim_cfg(&sc);
     const uint16_t base = spread_port(&sc);
     struct world w;
-    world_paths(&w, &sc, PATHS, base, NULL);
+    world_paths(&w, &sc, PATHS, base);
     uint8_t mem[256] = {1, 2, 3}, buf[64];
     struct erma_rkey k;
     const int peer = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ, NULL, &k);
@@ -296,7 +281,7 @@ static void test_rma_paths_auth(void **state)
 
     /* an initiator whose own port is its key's address + 1 is not the
      * initiator the key was made for */
-    world_paths(&w, &sc, 1, (uint16_t)(base + 1), NULL);
+    world_paths(&w, &sc, 1, (uint16_t)(base + 1));
     char uri[64];
     snprintf(uri, sizeof uri, "%.*s:%u", (int)(strrchr(w.uri[1], ':') - w.uri[1]), w.uri[1], base);
     const int p2 = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ, uri, &k);
@@ -316,7 +301,7 @@ static void test_rma_paths_no_false_prune(void **state)
     sim_cfg(&sc);
     const uint16_t base = spread_port(&sc);
     struct world w;
-    world_paths(&w, &sc, PATHS, base, NULL);
+    world_paths(&w, &sc, PATHS, base);
     static uint8_t mem[64 * 64], src[64 * 64], buf[64];
     struct erma_rkey k;
     const int peer = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE,
