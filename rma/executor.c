@@ -10,7 +10,10 @@
 /* The windows' configuration from the transport's hints. */
 static struct erma_window_cfg default_window(const struct erma_rma *rma)
 {
-    return erma_window_cfg_for((double)rma->tr->hints.link_bps, rma->tr->hints.base_rtt_ns);
+    const struct erma_transport_hints *h = &rma->tr->hints;
+    struct erma_window_cfg c = erma_window_cfg_for((double)h->link_bps, h->base_rtt_ns);
+    c.remote_target_ns += h->jitter_ns / 4;
+    return c;
 }
 
 int erma_exec_init(struct erma_rma *rma)

@@ -139,7 +139,11 @@
  * Executor: erma_rma_transfer() moves any number of bytes (up to 4 GiB) as
  * chunks of at most ERMA_RMA_MAX_OP, issued as the 1RMA window CC (cc.h)
  * allows: a local window on issue_delay and a remote window per (peer,
- * direction) on remote delay. A failing chunk with a transient status
+ * direction) on remote delay. Without cfg.window the windows come from
+ * erma_window_cfg_for(the transport's link rate and base RTT), the remote
+ * target raised by a quarter of its jitter hint, and base RTT and target
+ * follow the smallest chunk round trip measured (target 1.25 x it) when
+ * that is larger. A failing chunk with a transient status
  * (TIMEOUT, NACK, DISPATCH_TIMEOUT) is retried up to max_retries times;
  * the transfer completes once, after its last chunk, with ERMA_OK or the
  * first final failure.
