@@ -171,14 +171,20 @@ int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt 
     return ERMA_OK;
 }
 
-/* ---- virtual paths (erma/cc.h): a pruned path rests 4 RTOs, doubling ---- */
+/* ---- virtual paths (erma/cc.h) ---- */
+
+/* A pruned path rests 4 of the peer's RTOs, twice that after each prune. */
+static uint64_t path_rest(const struct erma_rma *rma, const struct peer *p)
+{
+    return 4 * peer_rto(rma, p);
+}
 
 static void path_end(struct erma_rma *rma, struct slot *s, int status)
 {
     struct peer *p = &rma->peers[s->peer];
     if (status == ERMA_ETIMEDOUT)
         rma->stats.paths_pruned += erma_paths_lost(&p->ps, s->path, rma->ep->now,
-                                                   4 * peer_rto(rma, p));
+                                                   path_rest(rma, p));
     else
         erma_paths_done(&p->ps, s->path);
     s->path_out = p->ps.p[s->path].pruned_until != 0;
@@ -191,7 +197,7 @@ static void path_sample(struct erma_rma *rma, struct slot *s, uint64_t rtt_ns)
 {
     struct peer *p = &rma->peers[s->peer];
     rma->stats.paths_pruned += erma_paths_sample(&p->ps, s->path, rtt_ns, 0, rma->ep->now,
-                                                 4 * peer_rto(rma, p));
+                                                 path_rest(rma, p));
     p->ps.clock = (int8_t)s->path; /* the next op leaves where this answer came */
 }
 

@@ -33,8 +33,7 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
     return rpc->cfg.cc.no_batch_clock ? erma_now_ns() : rpc->ep->now;
 }
 
-/* Timeouts in a row without a reply double a slot's timeout, up to 64 x;
- * prunes of a path double its time out as much. */
+/* Timeouts in a row without a reply double a slot's timeout, up to 64 x. */
 #define MAX_BACKOFF 6
 
 /* ---- virtual paths (client; erma/cc.h, VIRTUAL PATHS) ---- */
