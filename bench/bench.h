@@ -197,6 +197,11 @@ int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out);
  * larger of the two (request for a PUT-like, response for a GET-like call). */
 int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps);
 
+/* A dispatch handler that answers every request with 32 bytes (a sink
+ * for bulk requests: incast, multipath_sim). */
+struct erma_req;
+void bench_respond_32(struct erma_req *req, void *ctx);
+
 /* A port on sim host 0 from which `paths` consecutive ports take `paths`
  * different core paths to host 1's ports server_port.. and back (virtual
  * paths, each on its own route); 0 if none in 40000..59999. */

@@ -32,14 +32,6 @@ struct incast {
     bool done;
 };
 
-static void sink(struct erma_req *req, void *ctx)
-{
-    (void)ctx;
-    struct erma_msgbuf *r = erma_req_resp_buf(req);
-    erma_msgbuf_resize(r, 32);
-    erma_req_respond(req, r);
-}
-
 static void on_rtt(void *ctx, int session, uint64_t rtt_ns)
 {
     (void)session;
@@ -143,7 +135,7 @@ static int setup(struct incast *x)
         snprintf(uri, sizeof uri, "sim://%s/%u:31850", name, h);
         rc = erma_nexus_create(NULL, &x->nx[h]);
         if (rc == ERMA_OK && h == 0)
-            rc = erma_handler_register(x->nx[h], SINK, sink, ERMA_DISPATCH, NULL);
+            rc = erma_handler_register(x->nx[h], SINK, bench_respond_32, ERMA_DISPATCH, NULL);
         if (rc == ERMA_OK)
             rc = erma_endpoint_create(uri, 0, &ep_cfg, &x->ep[h]);
         if (rc == ERMA_OK)

@@ -47,14 +47,6 @@ struct run {
     uint64_t lost;
 };
 
-static void echo(struct erma_req *r, void *ctx)
-{
-    (void)ctx;
-    struct erma_msgbuf *m = erma_req_resp_buf(r);
-    erma_msgbuf_resize(m, 32);
-    erma_req_respond(r, m);
-}
-
 static void on_done(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *m)
 {
     (void)rpc;
@@ -92,7 +84,7 @@ static int run_one(double loss, unsigned paths, bool gbn, unsigned messages, str
     int ok = base ? 0 : -1;
     for (int h = 0; h < 2 && ok == 0; h++)
         if (erma_nexus_create(NULL, &nx[h]) != ERMA_OK ||
-            erma_handler_register(nx[h], ECHO, echo, ERMA_DISPATCH, NULL) != ERMA_OK ||
+            erma_handler_register(nx[h], ECHO, bench_respond_32, ERMA_DISPATCH, NULL) != ERMA_OK ||
             erma_endpoint_create(uri[h], 0, &ec, &ep[h]) != ERMA_OK ||
             erma_rpc_create(nx[h], ep[h], &rc, &rpc[h]) != ERMA_OK)
             ok = -1;

@@ -393,6 +393,14 @@ int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps)
     return rc;
 }
 
+void bench_respond_32(struct erma_req *req, void *ctx)
+{
+    (void)ctx;
+    struct erma_msgbuf *r = erma_req_resp_buf(req);
+    erma_msgbuf_resize(r, 32);
+    erma_req_respond(req, r);
+}
+
 uint16_t bench_sim_spread_port(const struct erma_sim *sim, unsigned paths, uint16_t server_port)
 {
     for (uint16_t base = 40000; base < 60000; base = (uint16_t)(base + paths)) {
