@@ -42,6 +42,7 @@
 
 #include "bench.h"
 #include "erma/endpoint.h"
+#include "erma/rand.h"
 #include "erma/rma.h"
 #include "erma/sim.h"
 
@@ -176,31 +177,10 @@ static uint64_t base_rtt(void)
     return c.total_delay_ns;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static uint64_t pct(uint64_t *v, size_t n, unsigned p)
-{
-    if (!n)
-        return 0;
-    qsort(v, n, sizeof *v, cmp_u64);
-    return v[(n - 1) * p / 100];
-}
-
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
+/* Uniform in [0, 1) from a splitmix64 sequence (erma/rand.h). */
 static double uniform(uint64_t *s)
 {
-    return (double)(rng(s) >> 11) / 9007199254740992.0;
+    return (double)(erma_splitmix64(s) >> 11) * 0x1.0p-53;
 }
 
 /* Bytes per host and drops per time bin, from the fabric's trace. */
@@ -280,10 +260,10 @@ static void exp_load(struct bench_table *t)
                 run(&w, 1000);
             } else {
                 run(&w, soonest > now ? soonest - now : 0);
-                unsigned target = (unsigned)(rng(&seed) % (LOAD_HOSTS - 1));
+                unsigned target = (unsigned)(erma_splitmix64(&seed) % (LOAD_HOSTS - 1));
                 target += target >= who;
-                const uint32_t len = 1024 + (uint32_t)(rng(&seed) % 3073);
-                const uint64_t off = (rng(&seed) % (REGION / 4096)) * 4096;
+                const uint32_t len = 1024 + (uint32_t)(erma_splitmix64(&seed) % 3073);
+                const uint64_t off = (erma_splitmix64(&seed) % (REGION / 4096)) * 4096;
                 if (erma_rma_submit(w.rma[who], &(struct erma_rma_cmd){
                                                     .op = ERMA_RMA_READ,
                                                     .peer = w.peer[who][target],
@@ -305,9 +285,10 @@ static void exp_load(struct bench_table *t)
                 }
             }
         }
-        const uint64_t p50 = pct(lat, n, 50), p99 = pct(lat, n, 99);
+        struct bench_lat l;
+        bench_lat_from_ns(lat, n, &l);
         bench_table_row(t, "load,%.1f,%llu,%llu,%.2f,%.2f", loads[li], (unsigned long long)n,
-                        (unsigned long long)failed, (double)p50 / 1e3, (double)p99 / 1e3);
+                        (unsigned long long)failed, l.median_us, l.p99_us);
         world_down(&w);
     }
 }
@@ -381,8 +362,10 @@ static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, ui
     for (uint64_t b = 0; b < bins; b++)
         bytes += m.to[1][b];
     *bulk_share = share(bytes, bins * m.bin_ns);
-    *p50 = (double)pct(lat, n, 50) / 1e3;
-    *p99 = (double)pct(lat, n, 99) / 1e3;
+    struct bench_lat l;
+    bench_lat_from_ns(lat, n, &l);
+    *p50 = l.median_us;
+    *p99 = l.p99_us;
     world_down(&w);
     free(big);
 }
@@ -477,11 +460,12 @@ static void exp_rekey(struct bench_table *t)
                     }
                 }
             }
+            struct bench_lat l;
+            bench_lat_from_ns(lat, n, &l);
             bench_table_row(t, "rekey,%llu,%llu,%zu,%llu,%.2f,%.2f",
                             (unsigned long long)(graces[g] / 1000),
                             (unsigned long long)(b * REKEY_BIN / 1000), n,
-                            (unsigned long long)auth, (double)pct(lat, n, 50) / 1e3,
-                            (double)pct(lat, n, 99) / 1e3);
+                            (unsigned long long)auth, l.median_us, l.p99_us);
         }
         world_down(&w);
     }
