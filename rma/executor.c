@@ -1,6 +1,7 @@
 /* rma/executor.c - transfers of any size as chunks of at most
  * ERMA_RMA_MAX_OP, issued as the 1RMA window CC allows, with bounded
  * per-chunk retries of transient failures. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,6 +145,47 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
     return true;
 }
 
+/* Points each active transfer at its flow's window (destination and
+ * direction; NULL before the flow's first op or with CC off). */
+static void find_windows(struct erma_rma *rma)
+{
+    for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
+        struct xfer *x = &rma->xfers[id];
+        x->win = x->state == XFER_ACTIVE && !rma->cfg.cc_off
+                     ? erma_window_find(&rma->wcc, (uint64_t)x->peer, dir_of(x->op))
+                     : NULL;
+    }
+}
+
+/* The rate of x's flow now: its ops in flight per smoothed round trip
+ * (Little's law), in ops per second; 0 before its first op. */
+static double flow_rate(const struct xfer *x)
+{
+    return x->win ? x->win->inflight * 1e9 / (double)x->win->srtt_ns : 0;
+}
+
+/* The transfer of priority p to serve next (see erma_exec_poll), or
+ * UINT32_MAX when none not yet tried in this call has a chunk to issue. */
+static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint32_t gen)
+{
+    const uint32_t nx = rma->cfg.transfers, start = rma->next_xfer[p];
+    uint32_t best = UINT32_MAX;
+    double least = INFINITY;
+    for (uint32_t k = 0; k < nx; k++) {
+        const uint32_t id = (start + k) % nx;
+        struct xfer *x = &rma->xfers[id];
+        uint64_t off;
+        if (x->prio != p || x->tried == gen || !next_chunk(x, &off))
+            continue;
+        const double r = flow_rate(x);
+        if (r < least) {
+            least = r;
+            best = id;
+        }
+    }
+    return best;
+}
+
 int erma_exec_poll(struct erma_rma *rma)
 {
     if (rma->exec_wake_ns > rma->ep->now)
@@ -169,22 +211,31 @@ int erma_exec_poll(struct erma_rma *rma)
     unsigned present = 0; /* priorities with an active transfer */
     for (uint32_t id = 0; id < nx; id++)
         present |= rma->xfers[id].state == XFER_ACTIVE ? 1u << rma->xfers[id].prio : 0;
-    /* Priorities in order; within one, one chunk per transfer per round,
-     * each round starting after the transfer served last, so its transfers
-     * share the windows (also when a window lets one chunk go at a time). */
+    /* Priorities in order. Within one, each chunk goes to the transfer
+     * whose flow (destination and direction) has the lowest rate, among
+     * equals the next after the transfer served last: the flows share the
+     * local window by rate (a flow through a congested target, slower to
+     * complete, would otherwise lose its turns to a faster one), and the
+     * transfers of one flow take turns. A transfer the windows hold back is
+     * not tried again in this call: issuing more only closes windows. */
+    const uint32_t gen = ++rma->exec_gen;
+    find_windows(rma);
     for (uint8_t p = 0; p < ERMA_RMA_PRIORITIES; p++)
-        for (bool progress = present >> p & 1; progress && rma->free_slots >= 0;) {
-            progress = false;
-            const uint32_t start = rma->next_xfer[p];
-            for (uint32_t k = 0; k < nx && rma->free_slots >= 0; k++) {
-                const uint32_t id = (start + k) % nx;
-                struct xfer *x = &rma->xfers[id];
-                uint64_t off;
-                if (x->prio == p && next_chunk(x, &off) && issue_chunk(rma, x, id, off)) {
-                    progress = true;
-                    work++;
-                    rma->next_xfer[p] = (id + 1) % nx;
-                }
+        while (present >> p & 1 && rma->free_slots >= 0) {
+            const uint32_t id = next_xfer(rma, p, gen);
+            if (id == UINT32_MAX)
+                break;
+            struct xfer *x = &rma->xfers[id];
+            uint64_t off = 0;
+            next_chunk(x, &off);
+            const bool first = !x->win; /* may have taken an idle flow's window */
+            if (issue_chunk(rma, x, id, off)) {
+                work++;
+                rma->next_xfer[p] = (id + 1) % nx;
+                if (first)
+                    find_windows(rma);
+            } else {
+                x->tried = gen;
             }
         }
     return work;
