@@ -266,40 +266,6 @@ int erma_window_on_issue(struct erma_window_cc *cc, uint64_t dst,
     return ERMA_OK;
 }
 
-/* The delay every active flow of one direction (sampled within the last
- * local srtt) shares, once there are two or more: the least smoothed
- * excess of a flow's remote delay over its smallest. It is the initiator's
- * own queue (its downlink filling with READ data, its uplink with WRITE
- * data) or one all its flows cross: the local window takes it, not each
- * remote one; else a flow that also crosses a congested target would read
- * more delay there than the flows beside it and fall below its share.
- * Estimated once per local srtt, by a scan of the remote windows. */
-static uint64_t shared_delay(struct erma_window_cc *cc, struct erma_window *w,
-                             enum erma_window_dir dir, uint64_t remote, uint64_t now)
-{
-    if (!w->base_ns || remote < w->base_ns)
-        w->base_ns = remote;
-    const uint64_t excess = remote - w->base_ns;
-    w->excess_ns = w->sampled_ns ? w->excess_ns + ((int64_t)excess - (int64_t)w->excess_ns) / 8
-                                 : excess;
-    w->sampled_ns = now;
-    if (now >= cc->shared_end_ns[dir]) {
-        const uint64_t since = now > cc->local.srtt_ns ? now - cc->local.srtt_ns : 0;
-        uint64_t least = UINT64_MAX;
-        unsigned active = 0;
-        for (uint32_t i = 0; i < cc->used; i++) {
-            const struct erma_window_remote *r = &cc->remotes[i];
-            if (r->dir == dir && r->w.sampled_ns >= since && r->w.sampled_ns) {
-                active++;
-                least = r->w.excess_ns < least ? r->w.excess_ns : least;
-            }
-        }
-        cc->shared_ns[dir] = active >= 2 ? least : 0;
-        cc->shared_end_ns[dir] = now + cc->local.srtt_ns;
-    }
-    return cc->shared_ns[dir] < excess ? cc->shared_ns[dir] : excess;
-}
-
 int erma_window_on_complete(struct erma_window_cc *cc, uint64_t dst,
                             enum erma_window_dir dir, int status,
                             uint64_t issue_delay_ns, uint64_t total_delay_ns,
@@ -323,10 +289,8 @@ int erma_window_on_complete(struct erma_window_cc *cc, uint64_t dst,
             window_sample(remote, cfg, total, cfg->local_target_ns + cfg->remote_target_ns,
                           total, now_ns);
         } else {
-            const uint64_t shared = shared_delay(cc, remote, dir, total - issue, now_ns);
-            window_sample(local, cfg, issue + shared, cfg->local_target_ns, total, now_ns);
-            window_sample(remote, cfg, total - issue - shared, cfg->remote_target_ns, total,
-                          now_ns);
+            window_sample(local, cfg, issue, cfg->local_target_ns, total, now_ns);
+            window_sample(remote, cfg, total - issue, cfg->remote_target_ns, total, now_ns);
         }
     } else if (status == ERMA_EDISPATCH) {
         window_cut(local, cfg, now_ns);

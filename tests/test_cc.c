@@ -784,53 +784,6 @@ static void test_window_local_remote_split(void **state)
     erma_window_destroy(&cc);
 }
 
-/* Delay every active flow shares is the initiator's own: two flows into it
- * (READs from destinations 1 and 2), both 6 us above their unloaded 10 us,
- * destination 2 another 15 us at its congested target. The shared 6 us go
- * to the local window, not to the remote ones: destination 2 reads 25 us
- * against its 20 us target, not 31 (a flow crossing a congested target
- * would else fall below the flows beside it there, which see only that
- * target), and destination 1 reads 10 us and grows. One flow alone has
- * nothing to share with: its whole excess stays remote. */
-static void test_window_shared_delay(void **state)
-{
-    (void)state;
-    struct erma_window_cfg cfg = hand_wcfg;
-    cfg.init_cwnd = 8;
-    struct erma_window_cc cc;
-    assert_int_equal(erma_window_init(&cc, &cfg), ERMA_OK);
-    uint64_t now = 1000000;
-    op(&cc, 1, ERMA_OK, 0, 10000, now += 1000); /* the unloaded round trips */
-    op(&cc, 2, ERMA_OK, 0, 10000, now += 1000);
-    for (int i = 0; i < 200; i++) {
-        op(&cc, 1, ERMA_OK, 0, 16000, now += 1000);
-        op(&cc, 2, ERMA_OK, 0, 31000, now += 1000);
-    }
-    assert_in_range(cc.shared_ns[IN], 5990, 6000); /* an EWMA in integer ns */
-    assert_int_equal(cc.shared_ns[OUT], 0);
-    const struct erma_window *r1 = erma_window_find(&cc, 1, IN),
-                             *r2 = erma_window_find(&cc, 2, IN);
-    assert_int_equal(r1->decreases, 0);
-    assert_true(r1->cwnd > 8);
-    /* 25 us against 20: 1 - 0.8 * 5 / 25 per decrease, not 1 - 0.8 * 11 / 31 */
-    const double w2 = r2->cwnd;
-    const uint64_t d2 = r2->decreases;
-    const double seen = 31000.0 - (double)cc.shared_ns[IN];
-    op(&cc, 1, ERMA_OK, 0, 16000, now += 20000); /* both stay active */
-    op(&cc, 2, ERMA_OK, 0, 31000, now += 20000); /* an srtt after its last decrease */
-    assert_int_equal(r2->decreases, d2 + 1);
-    assert_near(r2->cwnd, w2 * (1 - 0.8 * (seen - 20000) / seen));
-    /* the local window reads issue_delay 0 + 6 us against its 5 us */
-    assert_true(cc.local.decreases > 0);
-    assert_true(cc.local.cwnd < 8);
-    /* a flow alone: destination 1 falls silent for more than an srtt */
-    now += 1000000;
-    for (int i = 0; i < 50; i++)
-        op(&cc, 2, ERMA_OK, 0, 31000, now += 1000);
-    assert_int_equal(cc.shared_ns[IN], 0);
-    erma_window_destroy(&cc);
-}
-
 static void test_window_merged(void **state)
 {
     (void)state;
@@ -1253,7 +1206,6 @@ int main(void)
         cmocka_unit_test(test_window_cuts),
         cmocka_unit_test(test_window_cut_once_per_rtt),
         cmocka_unit_test(test_window_local_remote_split),
-        cmocka_unit_test(test_window_shared_delay),
         cmocka_unit_test(test_window_merged),
         cmocka_unit_test(test_window_issue_gate),
         cmocka_unit_test(test_window_table_bound),

@@ -192,19 +192,6 @@
  * spaced more than an srtt apart cut each time. The local and each remote
  * window keep their own time (next_decrease_ns).
  *
- * Delay all flows share (not in 1RMA): the initiator's own downlink (READ
- * data) or uplink (WRITE data) queues behind every flow of that direction,
- * and 1RMA's remote_delay counts it for each; a flow that also crosses a
- * congested target then reads more delay there than the flows beside it,
- * which do not come through this initiator, and starves. So each remote
- * window keeps its smallest remote_delay (base_ns) and a smoothed excess
- * over it (excess_ns, EWMA weight 1/8); once per local srtt the least
- * excess among the flows of a direction sampled within that srtt, when
- * there are two or more, becomes shared_ns[dir]. A sample's remote_delay
- * loses min(shared_ns, its excess) and its issue_delay gains it: the local
- * window acts on it once instead of every remote window. One flow alone
- * shares nothing, and is handled exactly as in 1RMA.
- *
  * An op to (dst, dir) may issue when, for both windows, fewer than
  * max(cwnd, 1) ops are in flight and the window's pacing allows it: each
  * window paces its ops at op_bytes * cwnd per srtt (in bits per second,
@@ -452,9 +439,6 @@ struct erma_window {
     uint64_t next_decrease_ns;  /* no decrease (nor cut) before this time */
     uint64_t decreases, cuts;
     uint64_t cuts_skipped;      /* failures that came within an srtt of a decrease */
-    /* remote windows: the smallest remote delay seen, the excess over it
-     * (EWMA, weight 1/8) and when it was last sampled */
-    uint64_t base_ns, excess_ns, sampled_ns;
 };
 
 struct erma_window_remote; /* table entry, private */
@@ -468,8 +452,6 @@ struct erma_window_cc {
     uint32_t used;                      /* remote windows in the table */
     uint64_t clock;                     /* use counter for LRU */
     uint64_t evictions;
-    uint64_t shared_ns[2];              /* per direction: delay its flows share */
-    uint64_t shared_end_ns[2];          /* when shared_ns is estimated again */
 };
 
 struct erma_window_cfg erma_window_cfg_for(double link_bps, uint64_t base_rtt_ns);
