@@ -3,7 +3,7 @@
  * SIGCOMM 2020, sections 7.1-7.5) on the sim fabric, in virtual time (the
  * same figures on every machine):
  *
- *   rma_eval --exp NAME [--csv]
+ *   rma_eval --exp NAME [--udp] [--csv]
  *
  *   load     Figure 10: uniform random READs of 1-4 KB among 8 hosts,
  *            open loop (Poisson) at an offered load per host of 10-90% of
@@ -34,6 +34,16 @@
  * stream, rekey) are not paced by the window CC, as 1RMA's software would;
  * transfers are. Prints a table, or CSV with --csv (bench/rma_eval_plot
  * draws them).
+ *
+ * --udp runs load, prio and rekey over kernel UDP on loopback instead, in
+ * wall-clock time, every host an endpoint of this process and one thread
+ * polling them all (the figures vary from run to run): load at offered
+ * rates in ops/s per host (4 hosts, 0.2 s a point; the one thread's
+ * capacity, about 50,000 READs/s, is the bottleneck), prio with 1 MiB
+ * bulk transfers and 5,000 stream ops, its bulk column in Gb/s, rekey
+ * with times 20x longer (1 ms bins, a rekey every 10 ms, grace 0 and 1 ms)
+ * and one READ in flight per reader.
+ * cc and solicit need a link to congest, which loopback does not have.
  */
 #include <math.h>
 #include <stdio.h>
@@ -41,19 +51,21 @@
 #include <string.h>
 
 #include "bench.h"
+#include "erma/clock.h"
 #include "erma/endpoint.h"
 #include "erma/rand.h"
 #include "erma/rma.h"
 #include "erma/sim.h"
 
 static const char usage[] =
-    "usage: rma_eval --exp NAME [--csv]\n"
+    "usage: rma_eval --exp NAME [--udp] [--csv]\n"
     "  1RMA's evaluation (SIGCOMM'20, 7.1-7.5) on the sim fabric, virtual time\n"
     "  --exp load     uniform random 1-4 KB READs against offered load (Figure 10)\n"
     "  --exp prio     a first-priority stream beside last-priority bulk (7.2)\n"
     "  --exp rekey    READ latency over time while the target rekeys (7.3)\n"
     "  --exp cc       two flows of one initiator, split and merged windows (7.4, Fig. 15)\n"
     "  --exp solicit  a WRITE incast with and without solicitation (7.5)\n"
+    "  --udp          load, prio and rekey over udp loopback, wall-clock time\n"
     "  --csv          CSV instead of the table\n"
     "  -h, --help     this text\n";
 
@@ -72,6 +84,8 @@ struct world {
     struct erma_rkey key[MAXH][MAXH]; /* [initiator][target] */
     int peer[MAXH][MAXH];
 };
+
+static bool udp; /* --udp */
 
 static __attribute__((noreturn)) void fail(const char *what)
 {
@@ -97,7 +111,8 @@ static void world_down(struct world *w)
     memset(w, 0, sizeof *w);
 }
 
-/* n hosts, each a target with a region and an initiator with every key. */
+/* n hosts, each a target with a region and an initiator with every key:
+ * on the sim fabric sc describes, or (--udp) udp endpoints on loopback. */
 static void world_up(struct world *w, const struct erma_sim_cfg *sc, const struct erma_rma_cfg *rc)
 {
     static unsigned serial;
@@ -105,16 +120,22 @@ static void world_up(struct world *w, const struct erma_sim_cfg *sc, const struc
     snprintf(name, sizeof name, "eval%u", serial++);
     memset(w, 0, sizeof *w);
     w->n = sc->hosts;
-    if (erma_sim_create(name, sc, &w->sim) != ERMA_OK)
-        fail("erma_sim_create");
-    erma_sim_use_clock(w->sim);
+    if (!udp) {
+        if (erma_sim_create(name, sc, &w->sim) != ERMA_OK)
+            fail("erma_sim_create");
+        erma_sim_use_clock(w->sim);
+    }
     for (unsigned h = 0; h < w->n; h++) {
-        snprintf(w->uri[h], sizeof w->uri[h], "sim://%s/%u:31850", name, h);
+        snprintf(w->uri[h], sizeof w->uri[h], udp ? "udp://127.0.0.1:0" : "sim://%s/%u:31850",
+                 name, h);
         struct erma_rma_cfg c = *rc;
         c.identity = 1000 + h;
         w->mem[h] = calloc(1, REGION);
-        if (!w->mem[h] || erma_endpoint_create(w->uri[h], 0, NULL, &w->ep[h]) != ERMA_OK ||
+        /* one thread polls every udp endpoint: none may sleep */
+        const struct erma_endpoint_cfg ec = {.busy_poll = true};
+        if (!w->mem[h] || erma_endpoint_create(w->uri[h], 0, udp ? &ec : NULL, &w->ep[h]) != ERMA_OK ||
             erma_rma_create(w->ep[h], &c, &w->rma[h]) != ERMA_OK ||
+            erma_rma_uri(w->rma[h], w->uri[h], sizeof w->uri[h]) != ERMA_OK ||
             erma_region_register(w->rma[h], w->mem[h], REGION,
                                  ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE, &w->region[h]) != ERMA_OK)
             fail("world set-up");
@@ -127,9 +148,24 @@ static void world_up(struct world *w, const struct erma_sim_cfg *sc, const struc
                 fail("keys");
 }
 
-/* Runs the fabric for ns of virtual time. */
+static uint64_t now_of(const struct world *w)
+{
+    return w->sim ? erma_sim_now(w->sim) : erma_now_ns();
+}
+
+/* Runs the fabric for ns of virtual time, or (--udp) polls every endpoint
+ * for ns of wall-clock time, at least once. */
 static void run(struct world *w, uint64_t ns)
 {
+    if (!w->sim) {
+        const uint64_t end = erma_now_ns() + ns;
+        do
+            for (unsigned h = 0; h < w->n; h++)
+                if (erma_endpoint_run_once(w->ep[h]) < 0)
+                    fail("erma_endpoint_run_once");
+        while (erma_now_ns() < end);
+        return;
+    }
     if (!ns)
         return;
     const int rc = erma_sim_run(w->sim, w->ep, w->n, ns, NULL, NULL);
@@ -213,9 +249,10 @@ static void meter_fn(void *ctx, const struct erma_sim_event *ev)
 static void meter_start(struct meter *m, struct world *w, uint64_t bin_ns)
 {
     memset(m, 0, sizeof *m);
-    m->start_ns = erma_sim_now(w->sim);
+    m->start_ns = now_of(w);
     m->bin_ns = bin_ns;
-    erma_sim_set_trace(w->sim, meter_fn, m);
+    if (w->sim)
+        erma_sim_set_trace(w->sim, meter_fn, m);
 }
 
 static double share(uint64_t bytes, uint64_t ns)
@@ -228,39 +265,53 @@ static double share(uint64_t bytes, uint64_t ns)
 #define LOAD_HOSTS 8
 #define LOAD_NS 2000000ull
 
+/* udp: 4 hosts, offered ops/s per host, 0.2 s a point */
+#define UDP_LOAD_HOSTS 4
+#define UDP_LOAD_NS 200000000ull
+
 static void exp_load(struct bench_table *t)
 {
-    bench_table_start(t, t->csv, "exp,load,ops,failed,p50_us,p99_us");
+    bench_table_start(t, t->csv, udp ? "exp,ops_per_s,done_per_s,ops,failed,p50_us,p99_us"
+                                     : "exp,load,ops,failed,p50_us,p99_us");
     static const double loads[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9};
-    static uint64_t lat[LOAD_HOSTS * 40000];
+    static const double udp_rates[] = {2e3, 4e3, 6e3, 8e3, 10e3, 12e3, 14e3, 16e3, 18e3};
+    /* udp: each op's latency counts from the time it was due, so that a
+     * loop too busy to submit on time shows as latency */
+    static uint64_t lat[LOAD_HOSTS * 40000], due[LOAD_HOSTS * 40000];
     static uint8_t buf[LOAD_HOSTS][4096];
+    const unsigned hosts = udp ? UDP_LOAD_HOSTS : LOAD_HOSTS;
+    const uint64_t span = udp ? UDP_LOAD_NS : LOAD_NS;
     for (size_t li = 0; li < sizeof loads / sizeof *loads; li++) {
         struct erma_sim_cfg sc;
-        sim_cfg(&sc, LOAD_HOSTS);
+        sim_cfg(&sc, hosts);
         struct world w;
         world_up(&w, &sc, &(struct erma_rma_cfg){.slots = 4096});
         uint64_t seed = 42 + li, next[LOAD_HOSTS];
         /* ops per ns per host: load x link / mean op size (2.5 KB) */
-        const double rate = loads[li] * (double)LINK_BPS / 8e9 / 2560.0;
-        const uint64_t t0 = erma_sim_now(w.sim);
-        for (unsigned h = 0; h < LOAD_HOSTS; h++)
+        const double rate = udp ? udp_rates[li] / 1e9
+                                : loads[li] * (double)LINK_BPS / 8e9 / 2560.0;
+        const uint64_t t0 = now_of(&w);
+        for (unsigned h = 0; h < hosts; h++)
             next[h] = t0 + (uint64_t)(-log(1 - uniform(&seed)) / rate);
         size_t n = 0;
         uint64_t failed = 0, submitted = 0, done = 0;
         for (;;) {
             uint64_t soonest = UINT64_MAX;
             unsigned who = 0;
-            for (unsigned h = 0; h < LOAD_HOSTS; h++)
+            for (unsigned h = 0; h < hosts; h++)
                 if (next[h] < soonest)
                     soonest = next[h], who = h;
-            const uint64_t now = erma_sim_now(w.sim);
-            if (soonest >= t0 + LOAD_NS) { /* every op submitted: wait for the last */
+            const uint64_t now = now_of(&w);
+            if (soonest >= t0 + span || submitted == sizeof due / sizeof *due) {
+                /* every op submitted: wait for the last */
                 if (done == submitted)
                     break;
                 run(&w, 1000);
+            } else if (udp && soonest > now) { /* completions seen as they come */
+                run(&w, soonest - now < 1000 ? soonest - now : 1000);
             } else {
                 run(&w, soonest > now ? soonest - now : 0);
-                unsigned target = (unsigned)(erma_splitmix64(&seed) % (LOAD_HOSTS - 1));
+                unsigned target = (unsigned)(erma_splitmix64(&seed) % (hosts - 1));
                 target += target >= who;
                 const uint32_t len = 1024 + (uint32_t)(erma_splitmix64(&seed) % 3073);
                 const uint64_t off = (erma_splitmix64(&seed) % (REGION / 4096)) * 4096;
@@ -268,26 +319,33 @@ static void exp_load(struct bench_table *t)
                                                     .op = ERMA_RMA_READ,
                                                     .peer = w.peer[who][target],
                                                     .rkey = w.key[who][target], .offset = off,
-                                                    .local = buf[who], .len = len}) >= 0)
-                    submitted++;
+                                                    .local = buf[who], .len = len,
+                                                    .tag = submitted}) >= 0)
+                    due[submitted++] = soonest;
                 else
                     failed++;
                 next[who] += (uint64_t)(-log(1 - uniform(&seed)) / rate) + 1;
             }
-            for (unsigned h = 0; h < LOAD_HOSTS; h++) {
+            for (unsigned h = 0; h < hosts; h++) {
                 struct erma_rma_completion c[64];
                 const int k = erma_rma_poll(w.rma[h], c, 64);
                 for (int j = 0; j < k; j++, done++) {
                     if (c[j].status != ERMA_OK)
                         failed++;
-                    else if (n < sizeof lat / sizeof *lat)
-                        lat[n++] = c[j].total_delay_ns;
+                    else
+                        lat[n++] = udp ? now_of(&w) - due[c[j].tag] : c[j].total_delay_ns;
                 }
             }
         }
+        const double elapsed = (double)(now_of(&w) - t0);
         struct bench_lat l;
         bench_lat_from_ns(lat, n, &l);
-        bench_table_row(t, "load,%.1f,%llu,%llu,%.2f,%.2f", loads[li], (unsigned long long)n,
+        if (udp)
+            bench_table_row(t, "load,%.0f,%.0f,%llu,%llu,%.2f,%.2f", udp_rates[li],
+                            (double)n / hosts / elapsed * 1e9, (unsigned long long)n,
+                            (unsigned long long)failed, l.median_us, l.p99_us);
+        else
+            bench_table_row(t, "load,%.1f,%llu,%llu,%.2f,%.2f", loads[li], (unsigned long long)n,
                         (unsigned long long)failed, l.median_us, l.p99_us);
         world_down(&w);
     }
@@ -296,12 +354,15 @@ static void exp_load(struct bench_table *t)
 /* ---- prio: 7.2 ---- */
 
 #define STREAM_OPS 1000
+#define UDP_STREAM_OPS 5000
 
 /* bulk: 0 none, 1 READ transfers, 2 a queue of BULK_CMDS 4 KB READ commands
  * kept full (with a 64 KB solicitation window, so that they wait in the
  * initiator's own queue). */
 #define BULK_CMDS 200
 
+/* The stream's p50 and p99 and failures; the bulk's share of the link, or
+ * (--udp) its goodput in Gb/s: 1 MiB transfers, counted as they complete. */
 static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, uint8_t prio,
                      double *p50, double *p99, double *bulk_share, unsigned *failed)
 {
@@ -314,13 +375,14 @@ static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, ui
     uint8_t *big = malloc(REGION);
     if (!big)
         fail("malloc");
+    const unsigned ops = udp ? UDP_STREAM_OPS : STREAM_OPS;
     const struct erma_rma_xfer x = {.op = ERMA_RMA_READ, .peer = w.peer[1][0],
-                                    .rkey = w.key[1][0], .local = big, .len = REGION,
-                                    .max_retries = 50, .priority = ERMA_RMA_PRIORITIES - 1,
-                                    .tag = STREAM_OPS};
+                                    .rkey = w.key[1][0], .local = big,
+                                    .len = udp ? 1u << 20 : REGION, .max_retries = 50,
+                                    .priority = ERMA_RMA_PRIORITIES - 1, .tag = ops};
     const struct erma_rma_cmd bc = {.op = ERMA_RMA_READ, .peer = w.peer[1][0],
                                     .rkey = w.key[1][0], .local = big, .len = 4096,
-                                    .priority = ERMA_RMA_PRIORITIES - 1, .tag = STREAM_OPS};
+                                    .priority = ERMA_RMA_PRIORITIES - 1, .tag = ops};
     for (unsigned k = 0; bulk == 1 && k < 2; k++) /* the whole region, again and again */
         if (erma_rma_transfer(w.rma[1], &x) < 0)
             fail("transfer");
@@ -328,40 +390,44 @@ static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, ui
         if (erma_rma_submit(w.rma[1], &bc) < 0)
             fail("submit");
     if (bulk)
-        run(&w, 500000);
+        run(&w, udp ? 50000000 : 500000);
     meter_start(&m, &w, 10000); /* from here: 10 us bins */
-    const uint64_t t0 = erma_sim_now(w.sim);
-    static uint64_t lat[STREAM_OPS];
+    const uint64_t t0 = now_of(&w);
+    static uint64_t lat[UDP_STREAM_OPS];
     uint8_t buf[64];
     size_t n = 0;
+    uint64_t bulk_bytes = 0;
     *failed = 0;
-    for (unsigned i = 0; stream && i < STREAM_OPS; i++) {
+    for (unsigned i = 0; stream && i < ops; i++) {
         struct erma_rma_cmd c = read_cmd(&w, 1, 0, i * 64, buf, 64, i);
         c.priority = prio;
         if (erma_rma_submit(w.rma[1], &c) < 0)
             fail("submit");
         struct erma_rma_completion got;
-        while ((got = wait_one(&w, 1)).tag != i) /* a bulk op: again */
+        while ((got = wait_one(&w, 1)).tag != i) { /* a bulk op: again */
+            bulk_bytes += got.status == ERMA_OK ? (bulk == 1 ? x.len : bc.len) : 0;
             if ((bulk == 1 ? erma_rma_transfer(w.rma[1], &x) : erma_rma_submit(w.rma[1], &bc)) <
                 0)
                 fail("bulk again");
+        }
         if (got.status == ERMA_OK)
             lat[n++] = got.total_delay_ns;
         else
             ++*failed;
     }
-    for (uint64_t end = erma_sim_now(w.sim) + 4000000; !stream && erma_sim_now(w.sim) < end;) {
+    for (uint64_t end = now_of(&w) + (udp ? 400000000 : 4000000); !stream && now_of(&w) < end;) {
         struct erma_rma_completion got = wait_one(&w, 1); /* a bulk op: again */
+        bulk_bytes += got.status == ERMA_OK ? (bulk == 1 ? x.len : bc.len) : 0;
         if ((bulk == 1 ? erma_rma_transfer(w.rma[1], &x) : erma_rma_submit(w.rma[1], &bc)) < 0)
             fail("bulk again");
-        (void)got;
     }
-    const uint64_t t1 = erma_sim_now(w.sim);
+    const uint64_t t1 = now_of(&w);
     uint64_t bytes = 0, bins = (t1 - t0) / m.bin_ns; /* whole bins from t0 */
     bins = bins < BINS ? bins : BINS;
     for (uint64_t b = 0; b < bins; b++)
         bytes += m.to[1][b];
-    *bulk_share = share(bytes, bins * m.bin_ns);
+    *bulk_share = udp ? (double)bulk_bytes * 8 / (double)(t1 - t0)
+                      : share(bytes, bins * m.bin_ns);
     struct bench_lat l;
     bench_lat_from_ns(lat, n, &l);
     *p50 = l.median_us;
@@ -373,7 +439,8 @@ static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, ui
 static void exp_prio(struct bench_table *t, const struct erma_window_cfg *wc)
 {
     bench_table_start(t, t->csv,
-                      "exp,bulk:9,case:22,p50_us,p99_us,p99_vs_quiet,failed,bulk_share");
+                      udp ? "exp,bulk:9,case:22,p50_us,p99_us,p99_vs_quiet,failed,bulk_gbps"
+                          : "exp,bulk:9,case:22,p50_us,p99_us,p99_vs_quiet,failed,bulk_share");
     double qp50, qp99, lone, p50, p99, bs, d0, d1;
     unsigned failed;
     prio_run(wc, true, 0, 0, &qp50, &qp99, &d0, &failed);
@@ -411,35 +478,36 @@ static void exp_rekey(struct bench_table *t)
     bench_table_start(t, t->csv, "exp,grace_us,bin_us,ops,auth_failed,p50_us,p99_us");
     static const uint64_t graces[] = {0, 50000};
     static uint8_t buf[REKEY_READERS + 1][REKEY_DEPTH][4096];
+    const uint64_t x = udp ? 20 : 1; /* udp: times 20x longer */
     for (size_t g = 0; g < 2; g++) {
         struct erma_sim_cfg sc;
         sim_cfg(&sc, REKEY_READERS + 1);
         struct world w;
         world_up(&w, &sc, &(struct erma_rma_cfg){0});
         for (unsigned i = 1; i <= REKEY_READERS; i++)
-            for (unsigned d = 0; d < REKEY_DEPTH; d++)
+            for (unsigned d = 0; d < (udp ? 1 : REKEY_DEPTH); d++)
                 if (erma_rma_submit(w.rma[i], &(struct erma_rma_cmd){
                                                   .op = ERMA_RMA_READ, .peer = w.peer[i][0],
                                                   .rkey = w.key[i][0], .local = buf[i][d],
                                                   .len = 4096, .tag = d}) < 0)
                     fail("submit");
-        const uint64_t t0 = erma_sim_now(w.sim);
+        const uint64_t t0 = now_of(&w);
         for (unsigned b = 0; b < REKEY_BINS; b++) {
             static uint64_t lat[1 << 16];
             size_t n = 0;
             uint64_t auth = 0;
             const bool rekey = b % 10 == 5;
-            if (rekey && erma_region_rekey(w.rma[0], w.region[0], NULL, graces[g]) != ERMA_OK)
+            if (rekey && erma_region_rekey(w.rma[0], w.region[0], NULL, graces[g] * x) != ERMA_OK)
                 fail("rekey");
-            const uint64_t spread = erma_sim_now(w.sim) + KEY_SPREAD;
+            const uint64_t spread = now_of(&w) + KEY_SPREAD * x;
             bool spread_done = !rekey;
-            while (erma_sim_now(w.sim) < t0 + (b + 1) * REKEY_BIN) {
+            while (now_of(&w) < t0 + (b + 1) * REKEY_BIN * x) {
                 run(&w, 1000);
-                for (unsigned i = 1; !spread_done && erma_sim_now(w.sim) >= spread &&
+                for (unsigned i = 1; !spread_done && now_of(&w) >= spread &&
                                      i <= REKEY_READERS;
                      i++)
                     refresh_key(&w, i);
-                spread_done |= erma_sim_now(w.sim) >= spread;
+                spread_done |= now_of(&w) >= spread;
                 for (unsigned i = 1; i <= REKEY_READERS; i++) {
                     struct erma_rma_completion c[REKEY_DEPTH];
                     const int k = erma_rma_poll(w.rma[i], c, REKEY_DEPTH);
@@ -463,8 +531,8 @@ static void exp_rekey(struct bench_table *t)
             struct bench_lat l;
             bench_lat_from_ns(lat, n, &l);
             bench_table_row(t, "rekey,%llu,%llu,%zu,%llu,%.2f,%.2f",
-                            (unsigned long long)(graces[g] / 1000),
-                            (unsigned long long)(b * REKEY_BIN / 1000), n,
+                            (unsigned long long)(graces[g] * x / 1000),
+                            (unsigned long long)(b * REKEY_BIN * x / 1000), n,
                             (unsigned long long)auth, l.median_us, l.p99_us);
         }
         world_down(&w);
@@ -562,19 +630,36 @@ static void exp_solicit(struct bench_table *t, const struct erma_window_cfg *wc,
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {BENCH_COMMON_OPTIONS, {"exp", 1, 0, 'e'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {BENCH_COMMON_OPTIONS, {"exp", 1, 0, 'e'},
+                                       {"udp", 0, 0, 'u'}, {0, 0, 0, 0}};
     struct bench_cli cli;
     const char *exp = NULL;
     bench_cli_init(&cli, "rma_eval", usage, lo);
     for (int c; (c = bench_cli_next(&cli, argc, argv)) != -1;) {
         if (c == 'e')
             exp = optarg;
+        else if (c == 'u')
+            udp = true;
         else
             bench_cli_fail(&cli, NULL);
     }
     if (!exp)
         bench_cli_fail(&cli, "--exp is required");
     struct bench_table t = {.csv = cli.csv};
+    if (udp) {
+        if (strcmp(exp, "load") != 0 && strcmp(exp, "prio") != 0 && strcmp(exp, "rekey") != 0)
+            bench_cli_fail(&cli, "--exp %s needs a link to congest: sim only", exp);
+        bench_note(cli.csv, "rma_eval %s: udp loopback, one thread polls every endpoint, "
+                            "wall-clock time, the executor's default windows",
+                   exp);
+        if (strcmp(exp, "load") == 0)
+            exp_load(&t);
+        else if (strcmp(exp, "prio") == 0)
+            exp_prio(&t, NULL);
+        else
+            exp_rekey(&t);
+        return 0;
+    }
     const uint64_t rtt = base_rtt();
     const struct erma_window_cfg wc = erma_window_cfg_for((double)LINK_BPS, rtt);
     bench_note(cli.csv, "rma_eval %s: sim fabric, 25 Gb/s links, 5 us link delay, 4 KB READ "
