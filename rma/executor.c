@@ -166,24 +166,33 @@ static double flow_rate(const struct xfer *x)
 
 /* The transfer of priority p to serve next (see erma_exec_poll), or
  * UINT32_MAX when none not yet tried in this call has a chunk to issue. */
-static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint32_t gen)
+static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen)
 {
-    const uint32_t nx = rma->cfg.transfers, start = rma->next_xfer[p];
     uint32_t best = UINT32_MAX;
     double least = INFINITY;
-    for (uint32_t k = 0; k < nx; k++) {
-        const uint32_t id = (start + k) % nx;
-        struct xfer *x = &rma->xfers[id];
+    for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
+        const struct xfer *x = &rma->xfers[id];
         uint64_t off;
         if (x->prio != p || x->tried == gen || !next_chunk(x, &off))
             continue;
         const double r = flow_rate(x);
-        if (r < least) {
+        if (r < least || (r == least && x->served < rma->xfers[best].served)) {
             least = r;
             best = id;
         }
     }
     return best;
+}
+
+/* The windows held x back: its flow's other transfers need not ask again
+ * in this call. */
+static void flow_tried(struct erma_rma *rma, const struct xfer *x, uint64_t gen)
+{
+    for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
+        struct xfer *y = &rma->xfers[id];
+        if (y->peer == x->peer && dir_of(y->op) == dir_of(x->op) && y->prio == x->prio)
+            y->tried = gen;
+    }
 }
 
 int erma_exec_poll(struct erma_rma *rma)
@@ -213,12 +222,12 @@ int erma_exec_poll(struct erma_rma *rma)
         present |= rma->xfers[id].state == XFER_ACTIVE ? 1u << rma->xfers[id].prio : 0;
     /* Priorities in order. Within one, each chunk goes to the transfer
      * whose flow (destination and direction) has the lowest rate, among
-     * equals the next after the transfer served last: the flows share the
-     * local window by rate (a flow through a congested target, slower to
-     * complete, would otherwise lose its turns to a faster one), and the
-     * transfers of one flow take turns. A transfer the windows hold back is
-     * not tried again in this call: issuing more only closes windows. */
-    const uint32_t gen = ++rma->exec_gen;
+     * equals the one served longest ago: the flows share the local window
+     * by rate (a flow through a congested target, slower to complete, would
+     * otherwise lose its turns to a faster one), and the transfers of one
+     * flow take turns. A flow the windows hold back is not tried again in
+     * this call: issuing more only closes windows. */
+    const uint64_t gen = ++rma->exec_gen;
     find_windows(rma);
     for (uint8_t p = 0; p < ERMA_RMA_PRIORITIES; p++)
         while (present >> p & 1 && rma->free_slots >= 0) {
@@ -228,14 +237,18 @@ int erma_exec_poll(struct erma_rma *rma)
             struct xfer *x = &rma->xfers[id];
             uint64_t off = 0;
             next_chunk(x, &off);
-            const bool first = !x->win; /* may have taken an idle flow's window */
-            if (issue_chunk(rma, x, id, off)) {
+            /* a flow's first op creates its window, which may take an idle
+             * flow's: the pointers are found again */
+            const bool first = !x->win && !rma->cfg.cc_off;
+            const uint64_t evictions = rma->wcc.evictions;
+            const bool issued = issue_chunk(rma, x, id, off);
+            if (first || rma->wcc.evictions != evictions)
+                find_windows(rma);
+            if (issued) {
                 work++;
-                rma->next_xfer[p] = (id + 1) % nx;
-                if (first)
-                    find_windows(rma);
+                x->served = ++rma->exec_served;
             } else {
-                x->tried = gen;
+                flow_tried(rma, x, gen);
             }
         }
     return work;

@@ -181,7 +181,8 @@ struct xfer {
     bool fence;              /* no chunk issued while fence_wait */
     uint32_t fence_wait;
     int fence_status;
-    uint32_t tried;          /* exec_gen of the last poll that could not issue it */
+    uint64_t tried;          /* exec_gen of the last poll that could not issue it */
+    uint64_t served;         /* exec_served when it last issued a chunk */
     const struct erma_window *win; /* its flow's, found by each erma_exec_poll */
 };
 
@@ -233,10 +234,10 @@ struct erma_rma {
     uint32_t cq_head, cq_len, cq_cap;
     /* executor */
     struct xfer *xfers;
-    uint32_t next_xfer[ERMA_RMA_PRIORITIES]; /* round-robin start, per priority */
     struct erma_window_cc wcc;
     uint64_t exec_wake_ns;     /* the next time a window may open */
-    uint32_t exec_gen;         /* erma_exec_poll calls, for xfer.tried */
+    uint64_t exec_gen;         /* erma_exec_poll calls, for xfer.tried */
+    uint64_t exec_served;      /* chunks the executor issued, for xfer.served */
     uint64_t exec_min_rtt_ns[2]; /* smallest chunk round trip (remote delay) per direction */
     uint8_t scratch[ERMA_RMA_MAX_OP];
 };
