@@ -237,16 +237,26 @@ static double share_from(const struct meter *m, unsigned src, int b)
     return (double)m->to1[src][b] * 8e9 / (double)m->bin_ns / (double)LINK_BPS;
 }
 
+/* Host 2 as a second target: a region of f->len bytes (*mem) registered
+ * for READs, and host 1's buffer for what it reads from it (*local). */
+static uint32_t second_target(struct flows *f, uint8_t **mem, uint8_t **local)
+{
+    *mem = calloc(1, f->len);
+    *local = malloc(f->len);
+    assert_non_null(*mem);
+    assert_non_null(*local);
+    uint32_t region;
+    assert_int_equal(erma_region_register(f->w.rma[2], *mem, f->len, ERMA_RMA_PERM_READ, &region),
+                     ERMA_OK);
+    return region;
+}
+
 static int local_flows(bool merged, uint32_t inbound_ops, double *local_cwnd)
 {
     struct flows f;
     flows_up(&f, 3, merged, false, 256u << 20, inbound_ops * 4096);
-    uint8_t *mem2 = calloc(1, f.len), *local2 = malloc(f.len);
-    assert_non_null(mem2);
-    assert_non_null(local2);
-    uint32_t region2;
-    assert_int_equal(erma_region_register(f.w.rma[2], mem2, f.len, ERMA_RMA_PERM_READ, &region2),
-                     ERMA_OK);
+    uint8_t *mem2, *local2;
+    const uint32_t region2 = second_target(&f, &mem2, &local2);
     start_read_from(&f, 0, f.local[1], f.region);
     run_for(&f, 30 * f.rtt_ns);
     start_read_from(&f, 2, local2, region2);
@@ -466,12 +476,8 @@ static void test_flow_turns(void **state)
     (void)state;
     struct flows f;
     flows_up(&f, 3, false, false, 16u << 20, 17 * 4096);
-    uint8_t *mem2 = calloc(1, f.len), *local2 = malloc(f.len);
-    assert_non_null(mem2);
-    assert_non_null(local2);
-    uint32_t region2;
-    assert_int_equal(erma_region_register(f.w.rma[2], mem2, f.len, ERMA_RMA_PERM_READ, &region2),
-                     ERMA_OK);
+    uint8_t *mem2, *local2;
+    const uint32_t region2 = second_target(&f, &mem2, &local2);
     for (size_t i = 0; i < f.len; i++) { /* two patterns to check the bytes */
         f.mem[i] = (uint8_t)(i * 7 + 1);
         mem2[i] = (uint8_t)(i * 13 + 5);
