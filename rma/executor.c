@@ -164,21 +164,23 @@ static double flow_rate(const struct xfer *x)
     return x->win ? x->win->inflight * 1e9 / (double)x->win->srtt_ns : 0;
 }
 
-/* The transfer of priority p to serve next (see erma_exec_poll), or
- * UINT32_MAX when none not yet tried in this call has a chunk to issue. */
-static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen)
+/* The transfer of priority p to serve next (see erma_exec_poll) and, in
+ * *off, its next chunk; UINT32_MAX when none not yet tried in this call has
+ * a chunk to issue. */
+static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen, uint64_t *off)
 {
     uint32_t best = UINT32_MAX;
     double least = INFINITY;
     for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
         const struct xfer *x = &rma->xfers[id];
-        uint64_t off;
-        if (x->prio != p || x->tried == gen || !next_chunk(x, &off))
+        uint64_t o;
+        if (x->prio != p || x->tried == gen || !next_chunk(x, &o))
             continue;
         const double r = flow_rate(x);
         if (r < least || (r == least && x->served < rma->xfers[best].served)) {
             least = r;
             best = id;
+            *off = o;
         }
     }
     return best;
@@ -231,12 +233,11 @@ int erma_exec_poll(struct erma_rma *rma)
     find_windows(rma);
     for (uint8_t p = 0; p < ERMA_RMA_PRIORITIES; p++)
         while (present >> p & 1 && rma->free_slots >= 0) {
-            const uint32_t id = next_xfer(rma, p, gen);
+            uint64_t off = 0;
+            const uint32_t id = next_xfer(rma, p, gen, &off);
             if (id == UINT32_MAX)
                 break;
             struct xfer *x = &rma->xfers[id];
-            uint64_t off = 0;
-            next_chunk(x, &off);
             /* a flow's first op creates its window, which may take an idle
              * flow's: the pointers are found again */
             const bool first = !x->win && !rma->cfg.cc_off;

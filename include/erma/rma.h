@@ -169,9 +169,11 @@
  * left from. stats.paths_pruned counts prunes.
  *
  * Priorities (cmd.priority, xfer.priority; 0 first, ERMA_RMA_PRIORITIES - 1
- * last): queued commands issue in priority order; the executor gives each
- * round's chunks to the transfers of the first priority first, the next
- * priority the window room they leave; a command or chunk of priority p
+ * last): queued commands issue in priority order; the executor gives
+ * chunks to the transfers of the first priority first, the next priority
+ * the window room they leave, and within a priority to the flow
+ * (destination and direction) with the lowest rate, the transfers of one
+ * flow in turn; a command or chunk of priority p
  * finds ERMA_ENOSLOTS while no more than p x floor(cfg.slots / 16) slots
  * are free, so a bulk load at the last priority never takes the slots the
  * first one needs (a transfer's chunk takes any free slot while fenced
