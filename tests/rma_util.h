@@ -183,6 +183,13 @@ static inline int world_wait(struct world *w, unsigned h, struct erma_rma_comple
     return g.got;
 }
 
+/* qsort's comparison of uint64_t values. */
+static inline int cmp_u64(const void *a, const void *b)
+{
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static inline struct erma_rma_cmd cmd_of(enum erma_rma_op op, int peer,
                                          const struct erma_rkey *k, uint64_t off,
                                          void *local, uint32_t len, uint64_t tag)

@@ -324,12 +324,6 @@ struct prio_run {
     double bulk_share;
 };
 
-static int cmp_u64(const void *a, const void *b)
-{
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 #define STREAM_OPS 1000
 
 /* Keeps the bulk load going: another transfer, or commands until no slot

@@ -161,12 +161,6 @@ static bool counter_above(void *ctx)
     return *u->counter > u->above;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 struct stat_wait {
     struct world *w;
     size_t off;        /* offsetof(struct erma_rma_stats, field) */

@@ -90,6 +90,21 @@ static void world_paths(struct world *w, struct erma_sim_cfg *sc, unsigned paths
     world_up_ep(w, true, 2, sc, NULL, ec, port);
 }
 
+/* The fabric and a world whose initiator has PATHS ports from *base, each
+ * on its own core path. */
+static void paths_up(struct world *w, struct erma_sim_cfg *sc, uint16_t *base)
+{
+    sim_cfg(sc);
+    *base = spread_port(sc);
+    world_paths(w, sc, PATHS, *base);
+}
+
+/* uri with its port replaced by port. */
+static void uri_at(char *out, size_t len, const char *uri, unsigned port)
+{
+    snprintf(out, len, "%.*s:%u", (int)(strrchr(uri, ':') - uri), uri, port);
+}
+
 /* Registers mem on the target and returns the initiator's peer for it,
  * with the key exported for the initiator at `to` (NULL: its own URI). */
 static int target_up(struct world *w, void *mem, size_t len, unsigned perms, const char *to,
@@ -244,10 +259,9 @@ static void test_rma_paths_auth(void **state)
 {
     (void)state;
     struct erma_sim_cfg sc;
-    sim_cfg(&sc);
-    const uint16_t base = spread_port(&sc);
     struct world w;
-    world_paths(&w, &sc, PATHS, base);
+    uint16_t base;
+    paths_up(&w, &sc, &base);
     uint8_t mem[256] = {1, 2, 3}, buf[64];
     struct erma_rkey k;
     const int peer = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ, NULL, &k);
@@ -283,7 +297,7 @@ static void test_rma_paths_auth(void **state)
      * initiator the key was made for */
     world_paths(&w, &sc, 1, (uint16_t)(base + 1));
     char uri[64];
-    snprintf(uri, sizeof uri, "%.*s:%u", (int)(strrchr(w.uri[1], ':') - w.uri[1]), w.uri[1], base);
+    uri_at(uri, sizeof uri, w.uri[1], base);
     const int p2 = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ, uri, &k);
     assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p2, &k, 0, buf, 64, 0), NULL),
                      ERMA_EAUTH);
@@ -298,10 +312,9 @@ static void test_rma_paths_no_false_prune(void **state)
 {
     (void)state;
     struct erma_sim_cfg sc;
-    sim_cfg(&sc);
-    const uint16_t base = spread_port(&sc);
     struct world w;
-    world_paths(&w, &sc, PATHS, base);
+    uint16_t base;
+    paths_up(&w, &sc, &base);
     static uint8_t mem[64 * 64], src[64 * 64], buf[64];
     struct erma_rkey k;
     const int peer = target_up(&w, mem, sizeof mem, ERMA_RMA_PERM_READ | ERMA_RMA_PERM_WRITE,
@@ -324,8 +337,7 @@ static void test_rma_paths_no_false_prune(void **state)
     /* a destination where nobody listens: its first ops wait out their
      * timeouts, and a READ to the live target goes at once */
     char dead[64];
-    snprintf(dead, sizeof dead, "%.*s:%u", (int)(strrchr(w.uri[0], ':') - w.uri[0]), w.uri[0],
-             TARGET_PORT + 100);
+    uri_at(dead, sizeof dead, w.uri[0], TARGET_PORT + 100);
     const int gone = erma_rma_peer(w.rma[1], dead, 0);
     assert_true(gone >= 0);
     for (unsigned i = 0; i < PATHS + 1; i++)
