@@ -361,6 +361,17 @@ static void exp_load(struct bench_table *t)
  * initiator's own queue). */
 #define BULK_CMDS 200
 
+/* A bulk op completed (got): its bytes counted when it succeeded, and
+ * another one started, a transfer x (bulk 1) or a command c (bulk 2). */
+static void bulk_again(struct world *w, int bulk, const struct erma_rma_xfer *x,
+                       const struct erma_rma_cmd *c, const struct erma_rma_completion *got,
+                       uint64_t *bytes)
+{
+    *bytes += got->status == ERMA_OK ? (bulk == 1 ? x->len : c->len) : 0;
+    if ((bulk == 1 ? erma_rma_transfer(w->rma[1], x) : erma_rma_submit(w->rma[1], c)) < 0)
+        fail("bulk again");
+}
+
 /* The stream's p50 and p99 and failures; the bulk's share of the link, or
  * (--udp) its goodput in Gb/s: 1 MiB transfers, counted as they complete. */
 static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, uint8_t prio,
@@ -404,22 +415,16 @@ static void prio_run(const struct erma_window_cfg *wc, bool stream, int bulk, ui
         if (erma_rma_submit(w.rma[1], &c) < 0)
             fail("submit");
         struct erma_rma_completion got;
-        while ((got = wait_one(&w, 1)).tag != i) { /* a bulk op: again */
-            bulk_bytes += got.status == ERMA_OK ? (bulk == 1 ? x.len : bc.len) : 0;
-            if ((bulk == 1 ? erma_rma_transfer(w.rma[1], &x) : erma_rma_submit(w.rma[1], &bc)) <
-                0)
-                fail("bulk again");
-        }
+        while ((got = wait_one(&w, 1)).tag != i) /* a bulk op */
+            bulk_again(&w, bulk, &x, &bc, &got, &bulk_bytes);
         if (got.status == ERMA_OK)
             lat[n++] = got.total_delay_ns;
         else
             ++*failed;
     }
     for (uint64_t end = now_of(&w) + (udp ? 400000000 : 4000000); !stream && now_of(&w) < end;) {
-        struct erma_rma_completion got = wait_one(&w, 1); /* a bulk op: again */
-        bulk_bytes += got.status == ERMA_OK ? (bulk == 1 ? x.len : bc.len) : 0;
-        if ((bulk == 1 ? erma_rma_transfer(w.rma[1], &x) : erma_rma_submit(w.rma[1], &bc)) < 0)
-            fail("bulk again");
+        const struct erma_rma_completion got = wait_one(&w, 1); /* a bulk op */
+        bulk_again(&w, bulk, &x, &bc, &got, &bulk_bytes);
     }
     const uint64_t t1 = now_of(&w);
     uint64_t bytes = 0, bins = (t1 - t0) / m.bin_ns; /* whole bins from t0 */
