@@ -22,7 +22,8 @@
  *            30 RTTs from target B too, its solicitation window 24 ops:
  *            each flow's share of the link and the local and remote
  *            windows per RTT, split windows and merged; and split windows
- *            with a third host reading from A all along ("shared").
+ *            with a third host reading from A all along ("shared", share_h
+ *            its share of its link).
  *   solicit  7.5: 7 initiators start 4 MiB WRITE transfers to one target at
  *            once, with the target's solicitation window (64 KB) and with
  *            it off (1 GiB): the bytes it receives per RTT (all of them,
@@ -549,7 +550,7 @@ static void exp_rekey(struct bench_table *t)
 static void exp_cc(struct bench_table *t, const struct erma_window_cfg *base, uint64_t rtt)
 {
     bench_table_start(t, t->csv,
-                      "exp,windows:7,rtt,share_a,share_b,local_cwnd,remote_a,remote_b");
+                      "exp,windows:7,rtt,share_a,share_b,local_cwnd,remote_a,remote_b,share_h");
     static const char *const name[] = {"split", "merged", "shared"};
     for (int v = 0; v < 3; v++) {
         const bool merged = v == 1, shared = v == 2;
@@ -590,10 +591,10 @@ static void exp_cc(struct bench_table *t, const struct erma_window_cfg *base, ui
             run(&w, end > now ? end - now : 0);
             const struct erma_window *a = erma_rma_window(w.rma[1], w.peer[1][0], ERMA_WINDOW_IN),
                                      *b = erma_rma_window(w.rma[1], w.peer[1][2], ERMA_WINDOW_IN);
-            bench_table_row(t, "cc,%s,%u,%.3f,%.3f,%.1f,%.1f,%.1f", name[v],
+            bench_table_row(t, "cc,%s,%u,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f", name[v],
                             r - 30, share(m.from_to1[0][r], rtt), share(m.from_to1[2][r], rtt),
                             merged ? 0 : erma_rma_local_window(w.rma[1])->cwnd,
-                            a ? a->cwnd : 0, b ? b->cwnd : 0);
+                            a ? a->cwnd : 0, b ? b->cwnd : 0, share(m.to[3][r], rtt));
         }
         world_down(&w);
         free(dst);

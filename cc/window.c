@@ -69,7 +69,8 @@ static int cfg_check(const struct erma_window_cfg *c)
 
 static struct erma_window new_window(const struct erma_window_cfg *cfg)
 {
-    return (struct erma_window){.cwnd = cfg->init_cwnd, .srtt_ns = cfg->base_rtt_ns};
+    return (struct erma_window){.cwnd = cfg->init_cwnd, .srtt_ns = cfg->base_rtt_ns,
+                                .min_delay_ns = UINT64_MAX};
 }
 
 int erma_window_init(struct erma_window_cc *cc, const struct erma_window_cfg *cfg)
@@ -188,11 +189,28 @@ static uint64_t window_gate(const struct erma_window *w, const struct erma_windo
     return erma_pacer_next_tx(rate_bps, bytes, w->last_issue_ns, now);
 }
 
-static void window_issue(struct erma_window *w, uint64_t now)
+/* The time an op of `bytes` is due by w's pacing alone. */
+static double pace_due(const struct erma_window *w, const struct erma_window_cfg *cfg,
+                       uint32_t bytes)
 {
+    return (double)w->last_issue_ns + (double)bytes * (double)w->srtt_ns / (cfg->op_bytes * w->cwnd);
+}
+
+/* credit: an op the other window held keeps up to half a gap of its
+ * schedule (cc.h). */
+static void window_issue(struct erma_window *w, const struct erma_window_cfg *cfg,
+                         uint32_t bytes, uint64_t now, bool credit)
+{
+    uint64_t from = now;
+    if (credit && w->issued) {
+        const double due = pace_due(w, cfg, bytes), gap = due - (double)w->last_issue_ns;
+        const double late = (double)now - due;
+        if (late > 0)
+            from = now - (uint64_t)(late < gap / 2 ? late : gap / 2);
+    }
     w->inflight++;
     w->issued++;
-    w->last_issue_ns = now;
+    w->last_issue_ns = from;
 }
 
 /* Algorithm 1: a failure cuts only when the window has not decreased
@@ -234,6 +252,36 @@ static void window_sample(struct erma_window *w, const struct erma_window_cfg *c
     }
 }
 
+/* A remote window's delay sample, for the shared delay. */
+static void excess_sample(struct erma_window *w, uint64_t remote_delay, uint64_t now)
+{
+    if (remote_delay < w->min_delay_ns)
+        w->min_delay_ns = remote_delay;
+    w->excess_ns = (7 * w->excess_ns + (remote_delay - w->min_delay_ns)) / 8;
+    w->sampled_ns = now;
+}
+
+/* The shared delay of dir (cc.h), recomputed at most once per local srtt:
+ * the least excess among its windows sampled lately, when two or more. */
+static uint64_t shared_delay(struct erma_window_cc *cc, uint8_t dir, uint64_t now)
+{
+    if (now < cc->shared_next_ns[dir])
+        return cc->shared_ns[dir];
+    const uint64_t recent = 2 * cc->local.srtt_ns;
+    uint64_t least = UINT64_MAX;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < cc->used; i++) {
+        const struct erma_window_remote *r = &cc->remotes[i];
+        if (r->dir != dir || r->w.min_delay_ns == UINT64_MAX || now - r->w.sampled_ns > recent)
+            continue;
+        n++;
+        least = r->w.excess_ns < least ? r->w.excess_ns : least;
+    }
+    cc->shared_ns[dir] = n >= 2 ? least : 0;
+    cc->shared_next_ns[dir] = now + cc->local.srtt_ns;
+    return cc->shared_ns[dir];
+}
+
 /* ------------------------------------------------------------ API */
 
 int erma_window_next_issue(struct erma_window_cc *cc, uint64_t dst,
@@ -256,13 +304,19 @@ int erma_window_next_issue(struct erma_window_cc *cc, uint64_t dst,
 int erma_window_on_issue(struct erma_window_cc *cc, uint64_t dst,
                          enum erma_window_dir dir, uint32_t bytes, uint64_t now_ns)
 {
-    (void)bytes; /* pacing charges the next op's size, see window_gate */
     struct erma_window_remote *r = lookup(cc, dst, dir, true);
     if (!r)
         return ERMA_ENOSLOTS;
-    window_issue(&r->w, now_ns);
+    /* did the local window hold the op past the remote window's due time? */
+    bool held = false;
+    if (!cc->cfg.merged && r->w.issued) {
+        const double due = pace_due(&r->w, &cc->cfg, bytes);
+        const uint64_t at = due > (double)now_ns ? now_ns : (uint64_t)due;
+        held = window_gate(&cc->local, &cc->cfg, bytes, at) > at;
+    }
+    window_issue(&r->w, &cc->cfg, bytes, now_ns, held);
     if (!cc->cfg.merged)
-        window_issue(&cc->local, now_ns);
+        window_issue(&cc->local, &cc->cfg, bytes, now_ns, false);
     return ERMA_OK;
 }
 
@@ -289,8 +343,13 @@ int erma_window_on_complete(struct erma_window_cc *cc, uint64_t dst,
             window_sample(remote, cfg, total, cfg->local_target_ns + cfg->remote_target_ns,
                           total, now_ns);
         } else {
-            window_sample(local, cfg, issue, cfg->local_target_ns, total, now_ns);
-            window_sample(remote, cfg, total - issue, cfg->remote_target_ns, total, now_ns);
+            const uint64_t rd = total - issue;
+            excess_sample(remote, rd, now_ns);
+            uint64_t shared = shared_delay(cc, r->dir, now_ns);
+            if (shared > rd - remote->min_delay_ns)
+                shared = rd - remote->min_delay_ns;
+            window_sample(local, cfg, issue + shared, cfg->local_target_ns, total, now_ns);
+            window_sample(remote, cfg, rd - shared, cfg->remote_target_ns, total, now_ns);
         }
     } else if (status == ERMA_EDISPATCH) {
         window_cut(local, cfg, now_ns);

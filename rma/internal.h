@@ -228,6 +228,7 @@ struct erma_rma {
     uint32_t nheap;
     uint32_t inbound;          /* READ bytes outstanding */
     uint64_t queued_in;        /* READ bytes waiting in the local queue */
+    uint64_t answers_at_ns;    /* no transfer READ issues before this (portal.c) */
     uint64_t last_poll_ns;     /* stall detection for timeouts */
     uint32_t rx_pass, deferrals;
     struct erma_rma_completion *cq;

@@ -467,6 +467,33 @@ static struct rma_ophdr op_header(const struct erma_rma *rma, const struct slot 
                               .len = s->len, .deadline = s->wire_deadline};
 }
 
+/* How long this host's link takes to bring in a READ's answer of len
+ * bytes: its packets, erma and frame headers included, at the line rate. */
+static uint64_t answer_ns(const struct erma_rma *rma, uint32_t len)
+{
+    const struct erma_transport_hints *h = &rma->tr->hints;
+    const uint64_t pkts = (len + rma->pkt_data - 1) / rma->pkt_data;
+    const uint64_t wire = len + pkts * (RMA_OVERHEAD + h->frame_overhead);
+    return h->link_bps ? wire * 8000000000ull / h->link_bps : 0;
+}
+
+/* When the queued op s may issue: now, later for a transfer's READ (the
+ * executor's chunks solicit no faster than this host's link brings the
+ * answers in, so that they wait here, as issue_delay the local window acts
+ * on, rather than in the switch's queue towards this host, which every
+ * inbound flow would read as its destination's congestion), or UINT64_MAX
+ * while the solicitation window has no room. Commands are not paced. */
+static uint64_t issue_at(const struct erma_rma *rma, const struct slot *s)
+{
+    const uint64_t now = rma->ep->now;
+    if (s->op != ERMA_RMA_READ)
+        return now;
+    if (rma->inbound + s->len > rma->cfg.inbound_window)
+        return UINT64_MAX;
+    const bool paced = s->done && !rma->cfg.cc_off;
+    return paced && rma->answers_at_ns > now ? rma->answers_at_ns : now;
+}
+
 static void issue(struct erma_rma *rma, struct slot *s)
 {
     static const uint8_t req_type[] = {
@@ -487,14 +514,11 @@ static void issue(struct erma_rma *rma, struct slot *s)
     if (s->op == ERMA_RMA_READ) {
         rma->inbound += s->len;
         rma->queued_in -= s->len;
+        const uint64_t from = rma->answers_at_ns > s->issue_ns ? rma->answers_at_ns : s->issue_ns;
+        rma->answers_at_ns = from + answer_ns(rma, s->len);
     }
     heap_push(rma, i);
     rma->stats.issued++;
-}
-
-static bool can_issue(const struct erma_rma *rma, const struct slot *s)
-{
-    return s->op != ERMA_RMA_READ || rma->inbound + s->len <= rma->cfg.inbound_window;
 }
 
 /* Issues queued ops in priority order; the first op the window cannot take
@@ -504,7 +528,7 @@ int erma_portal_issue(struct erma_rma *rma, int work)
 {
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++)
         for (int32_t h; (h = rma->queued[p].head) >= 0 && work < 2 * ERMA_MAX_BURST; work++) {
-            if (!can_issue(rma, &rma->slots[h]))
+            if (issue_at(rma, &rma->slots[h]) > rma->ep->now)
                 return work;
             issue(rma, &rma->slots[h]);
         }
@@ -567,10 +591,12 @@ uint64_t erma_portal_next_timer(const struct erma_rma *rma)
         const int32_t h = rma->queued[p].head;
         if (h < 0)
             continue;
-        if (can_issue(rma, &rma->slots[h]))
+        const uint64_t at = issue_at(rma, &rma->slots[h]);
+        if (at <= rma->ep->now)
             return rma->ep->now;
         const uint64_t d = rma->slots[h].queued_ns + rma->cfg.dispatch_timeout_ns;
         t = d < t ? d : t;
+        t = at < t ? at : t;
     }
     if (rma->nheap) {
         const uint64_t d = rma->slots[rma->heap[0]].deadline_ns;

@@ -590,6 +590,7 @@ static int sim_open(const char *rest, const struct erma_transport_cfg *cfg,
         path = s->cfg.path_delay_ns[k] > path ? s->cfg.path_delay_ns[k] : path;
     p->base.hints.shared_clock = true;
     p->base.hints.link_bps = s->cfg.link_bps;
+    p->base.hints.frame_overhead = s->cfg.frame_overhead;
     p->base.hints.base_rtt_ns = 2 * (ser_ns(big, s->cfg.link_bps) + ser_ns(small, s->cfg.link_bps)) +
                           4 * s->cfg.link_delay_ns + 2 * path;
     p->sim = s;

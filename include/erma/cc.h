@@ -192,12 +192,32 @@
  * spaced more than an srtt apart cut each time. The local and each remote
  * window keep their own time (next_decrease_ns).
  *
+ * SHARED DELAY. A queue that every active flow of a direction crosses (for
+ * READs above all the initiator's own downlink, whose queue the
+ * solicitation window allows) is the initiator's congestion, not any
+ * destination's. Left in the remote delays it starves a flow that also
+ * crosses a congested target: that flow reads the target's queue plus this
+ * one, and stays above the remote target while a competitor at the target
+ * that does not cross this queue holds the target's queue at the target
+ * (the parking lot: such a flow fell from half the link to nothing). So each
+ * remote window keeps its smallest remote delay and the EWMA (1/8) of the
+ * excess over it; once per local srtt, the shared delay of a direction
+ * becomes the least excess among that direction's windows sampled within
+ * the last 2 local srtts, when there are two or more (else 0: one flow's
+ * queues cannot be told apart). A success's remote signal is its
+ * remote_delay less the shared delay (never below its window's smallest),
+ * its local signal issue_delay plus that same amount. Not in merged mode.
+ *
  * An op to (dst, dir) may issue when, for both windows, fewer than
  * max(cwnd, 1) ops are in flight and the window's pacing allows it: each
  * window paces its ops at op_bytes * cwnd per srtt (in bits per second,
  * op_bytes * 8e9 * cwnd / srtt), measured from its last issue with
  * erma_pacer_next_tx(). Below cwnd 1 this spaces ops srtt / cwnd apart
  * (min_cwnd 1/64: one op per 64 RTTs). The more restrictive window decides.
+ * An op that the local window held past its remote window's pacing time
+ * keeps up to half a gap of the remote window's schedule: the next one is
+ * due up to half a gap sooner, so a flow the local window holds back at its
+ * turns does not drift below the rate its own remote window sets.
  *
  * merged mode (for the comparison experiment): no local window; the remote
  * window is driven by total_delay against local_target + remote_target, and
@@ -245,8 +265,10 @@
  * int erma_window_on_issue(struct erma_window_cc *cc, uint64_t dst,
  *                          enum erma_window_dir dir, uint32_t bytes,
  *                          uint64_t now_ns)
- *     Records an op issued at now_ns (in flight +1 in both windows, pacing
- *     measured from now_ns). Creates the window like next_issue.
+ *     Records an op of `bytes` issued at now_ns (in flight +1 in both
+ *     windows, pacing measured from now_ns, less the remote window's
+ *     credit above).
+ *     Creates the window like next_issue.
  * int erma_window_on_complete(struct erma_window_cc *cc, uint64_t dst,
  *                             enum erma_window_dir dir, int status,
  *                             uint64_t issue_delay_ns,
@@ -439,6 +461,10 @@ struct erma_window {
     uint64_t next_decrease_ns;  /* no decrease (nor cut) before this time */
     uint64_t decreases, cuts;
     uint64_t cuts_skipped;      /* failures that came within an srtt of a decrease */
+    /* remote windows: the shared delay's inputs (see SHARED DELAY) */
+    uint64_t min_delay_ns;      /* smallest remote_delay seen, UINT64_MAX before one */
+    uint64_t excess_ns;         /* EWMA (1/8) of remote_delay - min_delay_ns */
+    uint64_t sampled_ns;        /* time of the last delay sample */
 };
 
 struct erma_window_remote; /* table entry, private */
@@ -452,6 +478,8 @@ struct erma_window_cc {
     uint32_t used;                      /* remote windows in the table */
     uint64_t clock;                     /* use counter for LRU */
     uint64_t evictions;
+    uint64_t shared_ns[2];              /* per direction: the shared delay */
+    uint64_t shared_next_ns[2];         /* when it is next recomputed */
 };
 
 struct erma_window_cfg erma_window_cfg_for(double link_bps, uint64_t base_rtt_ns);

@@ -99,6 +99,7 @@ struct erma_transport_ops {
  * layers above (congestion control, timeouts, deadlines). */
 struct erma_transport_hints {
     uint64_t link_bps;       /* line rate */
+    uint32_t frame_overhead; /* bytes a packet takes on the wire beyond the erma packet */
     uint64_t base_rtt_ns;    /* unloaded round trip */
     /* How much later than the RTT a live peer may answer: a kernel stack or
      * a shared CPU stalls a process for milliseconds. */
