@@ -255,6 +255,7 @@ static uint32_t second_target(struct flows *f, uint8_t **mem, uint8_t **local)
 struct local_run {
     int hold;         /* both 4-RTT shares in the band from here to the end */
     int reach;        /* both first in the band */
+    double in_band;   /* share of the 4-RTT spans from the join with both in it */
     double mean[2];   /* flows A and B: mean share from the join to the end */
     double local_cwnd; /* at the end */
 };
@@ -290,6 +291,7 @@ static void local_flows(bool merged, uint32_t inbound_ops, bool crowd, struct lo
             r->hold = b - 30;
         if (ok && r->reach < 0)
             r->reach = b - 30;
+        r->in_band += ok / 397.0;
     }
     for (int b = 30; b < 430; b++)
         for (unsigned k = 0; k < 2; k++)
@@ -330,10 +332,12 @@ static void test_local_flows(void **state)
  * share to the local window (and paced transfer READs at host 1's line
  * rate), flow A read host 1's queue as A's, stayed above the remote target
  * that host 3 held A's queue at, and starved: a mean share of 0.07. Split
- * windows reach the band within 8 RTTs and keep both flows' means within
- * 20% of fair; they do not yet hold the band to the end (flow A sags to
- * 0.37-0.40 for tens of RTTs late in the run), so that is reported, not
- * asserted. Merged windows leave flow A starving. */
+ * windows reach the band within 8 RTTs, keep both flows' means within 20%
+ * of fair and are in the band most of the time; they do not hold it to the
+ * end (flow A's 4-RTT share sags to 0.34-0.38 now and then: its remote
+ * delay carries the jitter of host 1's downlink, which the shared delay
+ * removes only on average, so its decreases run deeper than host 3's), so
+ * that is reported, not asserted. Merged windows leave flow A starving. */
 static void test_congested_target(void **state)
 {
     (void)state;
@@ -344,14 +348,17 @@ static void test_congested_target(void **state)
         local_flows(true, ops[i], true, &merged);
         print_message("  two flows of one initiator, target A congested by a third host, "
                       "solicitation window %u ops: in the band (4 RTTs, within 20%% of 0.485) "
-                      "after %d RTTs split (held to the end from %d), %d merged (held from %d); "
-                      "mean shares A / B %.3f / %.3f split, %.3f / %.3f merged\n",
-                      ops[i], split.reach, split.hold, merged.reach, merged.hold, split.mean[0],
-                      split.mean[1], merged.mean[0], merged.mean[1]);
+                      "after %d RTTs split (held to the end from %d; in it %.0f%% of the run), "
+                      "%d merged (held from %d; %.0f%%); mean shares A / B %.3f / %.3f split, "
+                      "%.3f / %.3f merged\n",
+                      ops[i], split.reach, split.hold, 100 * split.in_band, merged.reach,
+                      merged.hold, 100 * merged.in_band, split.mean[0], split.mean[1],
+                      merged.mean[0], merged.mean[1]);
         assert_true(split.reach >= 0 && split.reach <= 8);
         for (unsigned k = 0; k < 2; k++)
             assert_true(split.mean[k] >= 0.8 * 0.485 && split.mean[k] <= 1.2 * 0.485);
-        assert_true(merged.mean[0] < 0.8 * 0.485);
+        assert_true(split.in_band >= 0.7);
+        assert_true(merged.mean[0] < 0.8 * 0.485 && merged.in_band < 0.1);
     }
 }
 

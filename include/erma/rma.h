@@ -143,7 +143,13 @@
  * erma_window_cfg_for(the transport's link rate and base RTT), the remote
  * target raised by a quarter of its jitter hint, and base RTT and target
  * follow the smallest chunk round trip measured (target 1.25 x it) when
- * that is larger. A failing chunk with a transient status
+ * that is larger. With CC on, a chunk the windows let go waits in the
+ * command queue: for the solicitation window, and a READ chunk also until
+ * this host's link can have brought in the answers of the READs issued
+ * before it (at the transport's link rate, its frame overhead counted), so
+ * that an initiator's own inbound congestion stays in its queue, as
+ * issue_delay for the local window, rather than in the switch queue
+ * towards it. Commands are not paced. A failing chunk with a transient status
  * (TIMEOUT, NACK, DISPATCH_TIMEOUT) is retried up to max_retries times;
  * the transfer completes once, after its last chunk, with ERMA_OK or the
  * first final failure.
