@@ -176,8 +176,12 @@ static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen, uint64_
         uint64_t o;
         if (x->prio != p || x->tried == gen || !next_chunk(x, &o))
             continue;
-        const double r = flow_rate(x);
-        if (r < least || (r == least && x->served < rma->xfers[best].served)) {
+        /* rates within half an op per round trip count as equal: the
+         * flows take turns then, where comparing rates that jitter with
+         * each op's wait here let one flow win for an RTT, then the other */
+        const double r = flow_rate(x), tie = x->win ? 0.5e9 / (double)x->win->srtt_ns : 0;
+        if (best == UINT32_MAX || r < least - tie ||
+            (r <= least + tie && x->served < rma->xfers[best].served)) {
             least = r;
             best = id;
             *off = o;
@@ -224,10 +228,10 @@ int erma_exec_poll(struct erma_rma *rma)
         present |= rma->xfers[id].state == XFER_ACTIVE ? 1u << rma->xfers[id].prio : 0;
     /* Priorities in order. Within one, each chunk goes to the transfer
      * whose flow (destination and direction) has the lowest rate, among
-     * equals the one served longest ago: the flows share the local window
-     * by rate (a flow through a congested target, slower to complete, would
-     * otherwise lose its turns to a faster one), and the transfers of one
-     * flow take turns. A flow the windows hold back is not tried again in
+     * equals (within half an op per RTT) the one served longest ago: the
+     * flows share the local window by rate (a flow through a congested
+     * target, slower to complete, would otherwise lose its turns to a
+     * faster one), and the transfers of one flow take turns. A flow the windows hold back is not tried again in
      * this call: issuing more only closes windows. */
     const uint64_t gen = ++rma->exec_gen;
     find_windows(rma);

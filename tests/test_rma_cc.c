@@ -333,11 +333,12 @@ static void test_local_flows(void **state)
  * rate), flow A read host 1's queue as A's, stayed above the remote target
  * that host 3 held A's queue at, and starved: a mean share of 0.07. Split
  * windows reach the band within 8 RTTs, keep both flows' means within 20%
- * of fair and are in the band most of the time; they do not hold it to the
- * end (flow A's 4-RTT share sags to 0.34-0.38 now and then: its remote
- * delay carries the jitter of host 1's downlink, which the shared delay
- * removes only on average, so its decreases run deeper than host 3's), so
- * that is reported, not asserted. Merged windows leave flow A starving. */
+ * of fair and are in the band most of the time (93% and 95% of the run);
+ * they do not hold it to the end (flow A's 4-RTT share sags below 0.388
+ * now and then: its remote delay carries the jitter of host 1's downlink,
+ * which the shared delay removes only on average, so its decreases run
+ * deeper than host 3's), so that is reported, not asserted. Merged windows
+ * leave flow A starving. */
 static void test_congested_target(void **state)
 {
     (void)state;
@@ -357,7 +358,7 @@ static void test_congested_target(void **state)
         assert_true(split.reach >= 0 && split.reach <= 8);
         for (unsigned k = 0; k < 2; k++)
             assert_true(split.mean[k] >= 0.8 * 0.485 && split.mean[k] <= 1.2 * 0.485);
-        assert_true(split.in_band >= 0.7);
+        assert_true(split.in_band >= 0.85);
         assert_true(merged.mean[0] < 0.8 * 0.485 && merged.in_band < 0.1);
     }
 }

@@ -178,8 +178,9 @@
  * last): queued commands issue in priority order; the executor gives
  * chunks to the transfers of the first priority first, the next priority
  * the window room they leave, and within a priority to the flow
- * (destination and direction) with the lowest rate, the transfers of one
- * flow in turn; a command or chunk of priority p
+ * (destination and direction) with the lowest rate (ops in flight per
+ * round trip; flows within half an op per round trip of it in turn), the
+ * transfers of one flow in turn; a command or chunk of priority p
  * finds ERMA_ENOSLOTS while no more than p x floor(cfg.slots / 16) slots
  * are free, so a bulk load at the last priority never takes the slots the
  * first one needs (a transfer's chunk takes any free slot while fenced
