@@ -482,7 +482,9 @@ static uint64_t answer_ns(const struct erma_rma *rma, uint32_t len)
  * answers in, so that they wait here, as issue_delay the local window acts
  * on, rather than in the switch's queue towards this host, which every
  * inbound flow would read as its destination's congestion), or UINT64_MAX
- * while the solicitation window has no room. Commands are not paced. */
+ * while the solicitation window has no room. Commands are not paced (they
+ * wait behind a paced chunk of their own priority), nor are chunks with
+ * merged windows: without a local window this wait would act on no one. */
 static uint64_t issue_at(const struct erma_rma *rma, const struct slot *s)
 {
     const uint64_t now = rma->ep->now;
@@ -490,7 +492,7 @@ static uint64_t issue_at(const struct erma_rma *rma, const struct slot *s)
         return now;
     if (rma->inbound + s->len > rma->cfg.inbound_window)
         return UINT64_MAX;
-    const bool paced = s->done && !rma->cfg.cc_off;
+    const bool paced = s->done && !rma->cfg.cc_off && !rma->wcc.cfg.merged;
     return paced && rma->answers_at_ns > now ? rma->answers_at_ns : now;
 }
 
@@ -514,22 +516,31 @@ static void issue(struct erma_rma *rma, struct slot *s)
     if (s->op == ERMA_RMA_READ) {
         rma->inbound += s->len;
         rma->queued_in -= s->len;
+        /* every READ's answer takes the link; a burst of commands delays
+         * the chunks behind it by at most half a dispatch timeout */
         const uint64_t from = rma->answers_at_ns > s->issue_ns ? rma->answers_at_ns : s->issue_ns;
+        const uint64_t cap = s->issue_ns + rma->cfg.dispatch_timeout_ns / 2;
         rma->answers_at_ns = from + answer_ns(rma, s->len);
+        if (!s->done && rma->answers_at_ns > cap)
+            rma->answers_at_ns = cap > from ? cap : from;
     }
     heap_push(rma, i);
     rma->stats.issued++;
 }
 
-/* Issues queued ops in priority order; the first op the window cannot take
- * blocks the rest, so large reads are not starved by small ones. Returns
- * work + the ops issued, stopping at 2 bursts of work. */
+/* Issues queued ops in priority order; the first op the solicitation
+ * window cannot take blocks the rest, so large reads are not starved by
+ * small ones; a READ chunk the pacer holds blocks only its own priority.
+ * Returns work + the ops issued, stopping at 2 bursts of work. */
 int erma_portal_issue(struct erma_rma *rma, int work)
 {
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++)
         for (int32_t h; (h = rma->queued[p].head) >= 0 && work < 2 * ERMA_MAX_BURST; work++) {
-            if (issue_at(rma, &rma->slots[h]) > rma->ep->now)
+            const uint64_t at = issue_at(rma, &rma->slots[h]);
+            if (at == UINT64_MAX)
                 return work;
+            if (at > rma->ep->now)
+                break;
             issue(rma, &rma->slots[h]);
         }
     return work;
@@ -587,15 +598,19 @@ int erma_portal_poll(struct erma_rma *rma)
 uint64_t erma_portal_next_timer(const struct erma_rma *rma)
 {
     uint64_t t = UINT64_MAX;
+    bool blocked = false; /* as erma_portal_issue: nothing after it issues */
     for (int p = 0; p < ERMA_RMA_PRIORITIES; p++) {
         const int32_t h = rma->queued[p].head;
         if (h < 0)
             continue;
+        const uint64_t d = rma->slots[h].queued_ns + rma->cfg.dispatch_timeout_ns;
+        t = d < t ? d : t;
+        if (blocked)
+            continue;
         const uint64_t at = issue_at(rma, &rma->slots[h]);
         if (at <= rma->ep->now)
             return rma->ep->now;
-        const uint64_t d = rma->slots[h].queued_ns + rma->cfg.dispatch_timeout_ns;
-        t = d < t ? d : t;
+        blocked = at == UINT64_MAX;
         t = at < t ? at : t;
     }
     if (rma->nheap) {

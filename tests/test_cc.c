@@ -784,6 +784,45 @@ static void test_window_local_remote_split(void **state)
     erma_window_destroy(&cc);
 }
 
+/* The delay every active flow of a direction shares goes to the local
+ * window, not the remote ones (cc.h SHARED DELAY). */
+static void test_window_shared_delay(void **state)
+{
+    (void)state;
+    struct erma_window_cfg cfg = hand_wcfg;
+    cfg.init_cwnd = 8;
+    struct erma_window_cc cc;
+    assert_int_equal(erma_window_init(&cc, &cfg), ERMA_OK);
+    uint64_t now = 1000000;
+    /* One flow, 10 us at first and then 18: its queue may be its target's,
+     * so nothing is shared and the local window sees no delay. */
+    op(&cc, 1, ERMA_OK, 0, 10000, now += 2000);
+    for (int i = 0; i < 50; i++)
+        op(&cc, 1, ERMA_OK, 0, 18000, now += 2000);
+    assert_int_equal(cc.shared_ns[IN], 0);
+    assert_int_equal(cc.local.decreases, 0);
+    /* A second flow, the same 10 us then 18 us: both read 8 us over their
+     * smallest, which is shared: the local window decreases (8 us > its 5
+     * us target) and no remote window sees more than 10 us. */
+    op(&cc, 2, ERMA_OK, 0, 10000, now += 2000);
+    for (int i = 0; i < 100; i++)
+        op(&cc, 1 + (uint64_t)(i & 1), ERMA_OK, 0, 18000, now += 2000);
+    assert_in_range(cc.shared_ns[IN], 6000, 8000);
+    assert_true(cc.local.decreases > 0);
+    const struct erma_window *r1 = erma_window_find(&cc, 1, IN), *r2 = erma_window_find(&cc, 2, IN);
+    assert_int_equal(r1->decreases + r2->decreases, 0);
+    /* Flow 2's excess falls to 3 us, flow 1's rises to 12: the least is
+     * shared, and flow 1's remote signal, 12 - 3 + 10 = 19 us, is still
+     * below its 20 us target. */
+    for (int i = 0; i < 200; i++)
+        op(&cc, 1 + (uint64_t)(i & 1), ERMA_OK, 0, i & 1 ? 13000 : 22000, now += 2000);
+    assert_in_range(cc.shared_ns[IN], 2500, 3500);
+    assert_int_equal(r1->decreases + r2->decreases, 0);
+    /* The other direction shares nothing. */
+    assert_int_equal(cc.shared_ns[OUT], 0);
+    erma_window_destroy(&cc);
+}
+
 static void test_window_merged(void **state)
 {
     (void)state;
@@ -1206,6 +1245,7 @@ int main(void)
         cmocka_unit_test(test_window_cuts),
         cmocka_unit_test(test_window_cut_once_per_rtt),
         cmocka_unit_test(test_window_local_remote_split),
+        cmocka_unit_test(test_window_shared_delay),
         cmocka_unit_test(test_window_merged),
         cmocka_unit_test(test_window_issue_gate),
         cmocka_unit_test(test_window_table_bound),

@@ -363,6 +363,42 @@ static void test_congested_target(void **state)
     }
 }
 
+/* A READ chunk the pacer holds blocks only its own priority: 64 B READ
+ * commands of the last priority go past a first-priority transfer (with
+ * the pacer blocking every priority, 188 of 200 failed DISPATCH_TIMEOUT). */
+static void test_paced_chunk_blocks_own_priority(void **state)
+{
+    (void)state;
+    struct flows f;
+    flows_up(&f, 2, false, false, 64u << 20, 0);
+    struct erma_rkey k;
+    export_to(&f, 1, &k);
+    const int peer = erma_rma_peer(f.w.rma[1], f.w.uri[0], 0);
+    const struct erma_rma_xfer x = {.op = ERMA_RMA_READ, .peer = peer, .rkey = k,
+                                    .local = f.local[1], .len = (uint32_t)f.len};
+    assert_true(erma_rma_transfer(f.w.rma[1], &x) >= 0);
+    run_for(&f, 10 * f.rtt_ns);
+    enum { N = 200 };
+    static uint8_t buf[N][64];
+    for (int i = 0; i < N; i++) {
+        struct erma_rma_cmd c = cmd_of(ERMA_RMA_READ, peer, &k, 64u * (uint64_t)i, buf[i], 64,
+                                       (uint64_t)i);
+        c.priority = ERMA_RMA_PRIORITIES - 1;
+        assert_true(erma_rma_submit(f.w.rma[1], &c) >= 0);
+    }
+    /* the 64 MiB transfer takes ~22 ms: only the commands complete */
+    struct erma_rma_completion c[N];
+    const int got = world_wait(&f.w, 1, c, N, 2000000);
+    int failed = 0;
+    for (int i = 0; i < got; i++)
+        failed += c[i].transfer || c[i].status != ERMA_OK;
+    print_message("  200 last-priority READ commands beside a first-priority transfer: %d "
+                  "completed, %d failed\n", got, failed);
+    assert_int_equal(got, N);
+    assert_int_equal(failed, 0);
+    flows_down(&f);
+}
+
 /* Priorities (1RMA section 7.2): host 1 READs 64 B from host 0 one at a
  * time (a latency-sensitive stream) beside a bulk load of its own to host
  * 0 at the last priority: a READ transfer (BULK_XFER; the window CC keeps
@@ -658,6 +694,7 @@ int main(void)
         cmocka_unit_test(test_second_flow),
         cmocka_unit_test(test_local_flows),
         cmocka_unit_test(test_congested_target),
+        cmocka_unit_test(test_paced_chunk_blocks_own_priority),
         cmocka_unit_test(test_priority),
         cmocka_unit_test(test_transfer_priority),
         cmocka_unit_test(test_flow_turns),

@@ -369,7 +369,7 @@ static int port_init(const char *query, const struct erma_transport_cfg *cfg)
     if (!link.link_status)
         ERMA_WARN("dpdk: port %u (%s) link is down", P.id, info.driver_name);
     P.mtu = cfg->mtu;
-    P.hints.frame_overhead = FRAME_HDR;
+    P.hints.frame_overhead = FRAME_HDR + 24; /* FCS, preamble, inter-frame gap */
     P.hints.link_bps = link.link_speed && link.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN
                            ? (uint64_t)link.link_speed * 1000000
                            : 0;

@@ -136,7 +136,7 @@ static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
     /* The kernel's stack: a pass of the loop alone can take 10 us, and a
      * process may stall for milliseconds whatever the RTT. */
     u->base.hints = (struct erma_transport_hints){.link_bps = 25000000000ull,
-                                                  .frame_overhead = 14 + ERMA_IP_UDP_OVERHEAD,
+                                                  .frame_overhead = 14 + ERMA_IP_UDP_OVERHEAD + 24,
                                                   .base_rtt_ns = 20000,
                                                   .jitter_ns = 1000000,
                                                   .min_timeout_ns = 10000000};

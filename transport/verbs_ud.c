@@ -524,9 +524,10 @@ static int setup(struct verbs *v, const struct erma_transport_cfg *cfg,
     /* A NIC's round trip is microseconds, but the peer is a process whose
      * CPU may be shared: it stalls for milliseconds now and then, as a
      * kernel stack's does (udp.c). */
-    /* RoCEv2: Ethernet 14, IPv4 20, UDP 8, BTH 12, DETH 8, ICRC 4 */
+    /* RoCEv2: Ethernet 14, IPv4 20, UDP 8, BTH 12, DETH 8, ICRC 4, and
+     * FCS, preamble and inter-frame gap 24 */
     v->base.hints = (struct erma_transport_hints){.link_bps = port_bps(pa),
-                                                  .frame_overhead = 66,
+                                                  .frame_overhead = 90,
                                                   .base_rtt_ns = 5000,
                                                   .jitter_ns = 1000000,
                                                   .min_timeout_ns = 10000000};

@@ -207,6 +207,10 @@
  * queues cannot be told apart). A success's remote signal is its
  * remote_delay less the shared delay (never below its window's smallest),
  * its local signal issue_delay plus that same amount. Not in merged mode.
+ * A window's smallest remote delay does not age: a flow that starts while
+ * such a queue stands takes it as its base and holds the shared delay near
+ * 0 (the remote windows then read the queue, as without this rule) until
+ * the queue drains below it.
  *
  * An op to (dst, dir) may issue when, for both windows, fewer than
  * max(cwnd, 1) ops are in flight and the window's pacing allows it: each

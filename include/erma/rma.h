@@ -149,7 +149,11 @@
  * before it (at the transport's link rate, its frame overhead counted), so
  * that an initiator's own inbound congestion stays in its queue, as
  * issue_delay for the local window, rather than in the switch queue
- * towards it. Commands are not paced. A failing chunk with a transient status
+ * towards it (udp's link rate is a fixed 25 Gb/s guess, so READ transfers
+ * over udp go no faster than that; endpoints sharing one dpdk port each
+ * pace at the port's rate). Commands are not paced, but wait behind a
+ * paced chunk of their own priority; with merged windows nothing is paced.
+ * A failing chunk with a transient status
  * (TIMEOUT, NACK, DISPATCH_TIMEOUT) is retried up to max_retries times;
  * the transfer completes once, after its last chunk, with ERMA_OK or the
  * first final failure.

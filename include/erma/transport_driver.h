@@ -99,7 +99,9 @@ struct erma_transport_ops {
  * layers above (congestion control, timeouts, deadlines). */
 struct erma_transport_hints {
     uint64_t link_bps;       /* line rate */
-    uint32_t frame_overhead; /* bytes a packet takes on the wire beyond the erma packet */
+    /* Bytes a packet takes on the link beyond the erma packet: headers,
+     * and on Ethernet FCS 4, preamble 8 and inter-frame gap 12. */
+    uint32_t frame_overhead;
     uint64_t base_rtt_ns;    /* unloaded round trip */
     /* How much later than the RTT a live peer may answer: a kernel stack or
      * a shared CPU stalls a process for milliseconds. */
