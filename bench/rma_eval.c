@@ -21,9 +21,10 @@
  *   cc       7.4, Figure 15: one initiator READs from target A, and after
  *            30 RTTs from target B too, its solicitation window 24 ops:
  *            each flow's share of the link and the local and remote
- *            windows per RTT, split windows and merged; and split windows
- *            with a third host reading from A all along ("shared", share_h
- *            its share of its link).
+ *            windows per RTT, split windows and merged; and the same with
+ *            a third host that starts reading from A when B starts, so
+ *            that A is congested too ("shared", "shared_merged"; share_h
+ *            the third host's share of its link).
  *   solicit  7.5: 7 initiators start 4 MiB WRITE transfers to one target at
  *            once, with the target's solicitation window (64 KB) and with
  *            it off (1 GiB): the bytes it receives per RTT (all of them,
@@ -551,9 +552,9 @@ static void exp_cc(struct bench_table *t, const struct erma_window_cfg *base, ui
 {
     bench_table_start(t, t->csv,
                       "exp,windows:7,rtt,share_a,share_b,local_cwnd,remote_a,remote_b,share_h");
-    static const char *const name[] = {"split", "merged", "shared"};
-    for (int v = 0; v < 3; v++) {
-        const bool merged = v == 1, shared = v == 2;
+    static const char *const name[] = {"split", "merged", "shared", "shared_merged"};
+    for (int v = 0; v < 4; v++) {
+        const bool merged = v & 1, shared = v >= 2;
         struct erma_sim_cfg sc;
         sim_cfg(&sc, shared ? 4 : 3);
         struct erma_window_cfg wc = *base;
@@ -566,15 +567,15 @@ static void exp_cc(struct bench_table *t, const struct erma_window_cfg *base, ui
         uint8_t *dst = malloc(2 * (size_t)REGION);
         if (!dst)
             fail("malloc");
-        for (unsigned rep = 0; shared && rep < 4; rep++)
-            if (erma_rma_transfer(w.rma[3], &(struct erma_rma_xfer){
-                                                .op = ERMA_RMA_READ, .peer = w.peer[3][0],
-                                                .rkey = w.key[3][0], .local = w.mem[3],
-                                                .len = REGION, .max_retries = 50}) < 0)
-                fail("transfer");
         for (unsigned k = 0; k < 2; k++) {
             if (k == 1)
                 run(&w, 30 * rtt);
+            for (unsigned rep = 0; shared && k == 1 && rep < 4; rep++)
+                if (erma_rma_transfer(w.rma[3], &(struct erma_rma_xfer){
+                                                    .op = ERMA_RMA_READ, .peer = w.peer[3][0],
+                                                    .rkey = w.key[3][0], .local = w.mem[3],
+                                                    .len = REGION, .max_retries = 50}) < 0)
+                    fail("transfer");
             const unsigned target = k ? 2 : 0;
             for (unsigned rep = 0; rep < 4; rep++) /* long enough for the run */
                 if (erma_rma_transfer(w.rma[1], &(struct erma_rma_xfer){

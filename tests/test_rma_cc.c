@@ -260,19 +260,19 @@ struct local_run {
     double local_cwnd; /* at the end */
 };
 
-/* crowd: host 3 READs from host 0 all along, so that target A is congested
- * too. The band: within 20% of half the link, each flow's fair share with
- * or without the crowd. */
+/* crowd: host 3 starts READing from host 0 when flow B starts, so that
+ * target A is congested too. The band: within 20% of half the link, each
+ * flow's fair share with or without the crowd. */
 static void local_flows(bool merged, uint32_t inbound_ops, bool crowd, struct local_run *r)
 {
     struct flows f;
     flows_up(&f, crowd ? 4 : 3, merged, false, 256u << 20, inbound_ops * 4096);
     uint8_t *mem2, *local2;
     const uint32_t region2 = second_target(&f, &mem2, &local2);
-    if (crowd)
-        start_read(&f, 3);
     start_read_from(&f, 0, f.local[1], f.region);
     run_for(&f, 30 * f.rtt_ns);
+    if (crowd)
+        start_read(&f, 3);
     start_read_from(&f, 2, local2, region2);
     run_for(&f, 400 * f.rtt_ns);
     /* a dip after a good start counts against hold */
@@ -324,21 +324,23 @@ static void test_local_flows(void **state)
     }
 }
 
-/* The same two flows of host 1, and target A (host 0) congested: host 3
- * READs from it all along. Fair shares: half of A's link for flow A (host 3
- * takes the other half), the rest of host 1's link, as much, for flow B.
- * Flow A crosses two queues, A's uplink and host 1's downlink, the other
- * flows one each. Before the windows gave the delay all of host 1's flows
- * share to the local window (and paced transfer READs at host 1's line
- * rate), flow A read host 1's queue as A's, stayed above the remote target
- * that host 3 held A's queue at, and starved: a mean share of 0.07. Split
- * windows reach the band within 8 RTTs, keep both flows' means within 20%
- * of fair and are in the band most of the time (93% and 95% of the run);
- * they do not hold it to the end (flow A's 4-RTT share sags below 0.388
- * now and then: its remote delay carries the jitter of host 1's downlink,
- * which the shared delay removes only on average, so its decreases run
- * deeper than host 3's), so that is reported, not asserted. Merged windows
- * leave flow A starving. */
+/* The same two flows of host 1, and target A (host 0) congested: when
+ * flow B starts, host 3 starts READing from A too. Flow A must come down
+ * from the whole link to half of A's (host 3 takes the other half), flow B
+ * take the rest of host 1's link, as much. Flow A crosses two queues, A's
+ * uplink and host 1's downlink, the other flows one each. Before the
+ * windows gave the delay all of host 1's flows share to the local window
+ * (and paced transfer READs at host 1's line rate), flow A read host 1's
+ * queue as A's, stayed above the remote target that host 3 held A's queue
+ * at, and starved: a mean share of 0.034, in the band 1% of the run.
+ * Split windows reach the band within 8 RTTs, keep both flows' means
+ * within 20% of fair and stay in the band most of the time (95% and 94%
+ * of the run); they do not hold it to the end (flow A's 4-RTT share sags
+ * below 0.388 now and then: its remote delay carries the jitter of host
+ * 1's downlink, which the shared delay removes only on average, so its
+ * decreases run deeper than host 3's and its window ends ~15% smaller),
+ * so that is reported, not asserted. Merged windows never reach the band
+ * and leave flow A starving. */
 static void test_congested_target(void **state)
 {
     (void)state;
@@ -356,6 +358,7 @@ static void test_congested_target(void **state)
                       merged.hold, 100 * merged.in_band, split.mean[0], split.mean[1],
                       merged.mean[0], merged.mean[1]);
         assert_true(split.reach >= 0 && split.reach <= 8);
+        assert_true(merged.reach < 0 || merged.reach > split.reach);
         for (unsigned k = 0; k < 2; k++)
             assert_true(split.mean[k] >= 0.8 * 0.485 && split.mean[k] <= 1.2 * 0.485);
         assert_true(split.in_band >= 0.85);
