@@ -336,10 +336,10 @@ static void test_local_flows(void **state)
  * Split windows reach the band within 8 RTTs, keep both flows' means
  * within 20% of fair and stay in the band most of the time (95% and 94%
  * of the run); they do not hold it to the end (flow A's 4-RTT share sags
- * below 0.388 now and then: its remote delay carries the jitter of host
- * 1's downlink, which the shared delay removes only on average, so its
- * decreases run deeper than host 3's and its window ends ~15% smaller),
- * so that is reported, not asserted. Merged windows never reach the band
+ * below 0.388 now and then: its round trip, longer by its waits at host 1,
+ * makes its additive increases rarer than host 3's and its window settles
+ * ~15% smaller; docs/PERFORMANCE.md, 7.4), so that is reported, not
+ * asserted. Merged windows never reach the band
  * and leave flow A starving. */
 static void test_congested_target(void **state)
 {
