@@ -231,8 +231,9 @@ int erma_exec_poll(struct erma_rma *rma)
      * equals (within half an op per RTT) the one served longest ago: the
      * flows share the local window by rate (a flow through a congested
      * target, slower to complete, would otherwise lose its turns to a
-     * faster one), and the transfers of one flow take turns. A flow the windows hold back is not tried again in
-     * this call: issuing more only closes windows. */
+     * faster one), and the transfers of one flow take turns. A flow the
+     * windows hold back is not tried again in this call: issuing more only
+     * closes windows. */
     const uint64_t gen = ++rma->exec_gen;
     find_windows(rma);
     for (uint8_t p = 0; p < ERMA_RMA_PRIORITIES; p++)
