@@ -176,6 +176,12 @@ struct erma_window *erma_window_find(struct erma_window_cc *cc, uint64_t dst,
 
 /* ------------------------------------------------------ one window */
 
+/* The round trip w paces its ops by: srtt less its local part (cc.h). */
+static uint64_t pace_rtt(const struct erma_window *w)
+{
+    return w->local_ns < w->srtt_ns ? w->srtt_ns - w->local_ns : w->srtt_ns;
+}
+
 /* Earliest issue time the window allows, UINT64_MAX while it is full. */
 static uint64_t window_gate(const struct erma_window *w, const struct erma_window_cfg *cfg,
                             uint32_t bytes, uint64_t now)
@@ -185,7 +191,7 @@ static uint64_t window_gate(const struct erma_window *w, const struct erma_windo
         return UINT64_MAX;
     if (w->issued == 0)
         return now;
-    const double rate_bps = cfg->op_bytes * 8e9 * w->cwnd / (double)w->srtt_ns;
+    const double rate_bps = cfg->op_bytes * 8e9 * w->cwnd / (double)pace_rtt(w);
     return erma_pacer_next_tx(rate_bps, bytes, w->last_issue_ns, now);
 }
 
@@ -193,7 +199,7 @@ static uint64_t window_gate(const struct erma_window *w, const struct erma_windo
 static double pace_due(const struct erma_window *w, const struct erma_window_cfg *cfg,
                        uint32_t bytes)
 {
-    return (double)w->last_issue_ns + (double)bytes * (double)w->srtt_ns / (cfg->op_bytes * w->cwnd);
+    return (double)w->last_issue_ns + (double)bytes * (double)pace_rtt(w) / (cfg->op_bytes * w->cwnd);
 }
 
 /* credit: an op the other window held keeps up to half a gap of its
@@ -348,6 +354,7 @@ int erma_window_on_complete(struct erma_window_cc *cc, uint64_t dst,
             uint64_t shared = shared_delay(cc, r->dir, now_ns);
             if (shared > rd - remote->min_delay_ns)
                 shared = rd - remote->min_delay_ns;
+            remote->local_ns = (7 * remote->local_ns + issue + shared) / 8;
             window_sample(local, cfg, issue + shared, cfg->local_target_ns, total, now_ns);
             window_sample(remote, cfg, rd - shared, cfg->remote_target_ns, total, now_ns);
         }

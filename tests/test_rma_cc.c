@@ -329,18 +329,17 @@ static void test_local_flows(void **state)
  * from the whole link to half of A's (host 3 takes the other half), flow B
  * take the rest of host 1's link, as much. Flow A crosses two queues, A's
  * uplink and host 1's downlink, the other flows one each. Before the
- * windows gave the delay all of host 1's flows share to the local window
- * (and paced transfer READs at host 1's line rate), flow A read host 1's
- * queue as A's, stayed above the remote target that host 3 held A's queue
- * at, and starved: a mean share of 0.034, in the band 1% of the run.
- * Split windows reach the band within 8 RTTs, keep both flows' means
- * within 20% of fair and stay in the band most of the time (95% and 94%
- * of the run); they do not hold it to the end (flow A's 4-RTT share sags
- * below 0.388 now and then: its round trip, longer by its waits at host 1,
- * makes its additive increases rarer than host 3's and its window settles
- * ~15% smaller; docs/PERFORMANCE.md, 7.4), so that is reported, not
- * asserted. Merged windows never reach the band
- * and leave flow A starving. */
+ * windows gave the delay all of host 1's flows share to the local window,
+ * paced transfer READs at host 1's line rate and paced each remote window
+ * at its round trip less its waits at host 1, flow A read host 1's queue
+ * as A's, stayed above the remote target that host 3 held A's queue at,
+ * and starved: a mean share of 0.034, in the band 1% of the run. Split
+ * windows now reach the band within 8 RTTs and, with the 24-op
+ * solicitation window, hold it to the end; with one BDP (17 ops) both
+ * shares cannot be 0.485 at once (flow A's longer round trip needs more
+ * of the window than half), so there they keep their means within 20% and
+ * stay in the band most of the time. Merged windows never reach it and
+ * leave flow A starving. */
 static void test_congested_target(void **state)
 {
     (void)state;
@@ -359,9 +358,11 @@ static void test_congested_target(void **state)
                       merged.mean[0], merged.mean[1]);
         assert_true(split.reach >= 0 && split.reach <= 8);
         assert_true(merged.reach < 0 || merged.reach > split.reach);
+        if (ops[i] == 24)
+            assert_true(split.hold >= 0 && split.hold <= 8);
         for (unsigned k = 0; k < 2; k++)
             assert_true(split.mean[k] >= 0.8 * 0.485 && split.mean[k] <= 1.2 * 0.485);
-        assert_true(split.in_band >= 0.85);
+        assert_true(split.in_band >= 0.9);
         assert_true(merged.mean[0] < 0.8 * 0.485 && merged.in_band < 0.1);
     }
 }

@@ -214,10 +214,16 @@
  *
  * An op to (dst, dir) may issue when, for both windows, fewer than
  * max(cwnd, 1) ops are in flight and the window's pacing allows it: each
- * window paces its ops at op_bytes * cwnd per srtt (in bits per second,
- * op_bytes * 8e9 * cwnd / srtt), measured from its last issue with
- * erma_pacer_next_tx(). Below cwnd 1 this spaces ops srtt / cwnd apart
- * (min_cwnd 1/64: one op per 64 RTTs). The more restrictive window decides.
+ * window paces its ops at op_bytes * cwnd per round trip (in bits per
+ * second, op_bytes * 8e9 * cwnd / rtt), measured from its last issue with
+ * erma_pacer_next_tx(). The round trip is srtt for the local window and,
+ * for a remote one, srtt less the EWMA (1/8) of its ops' local part
+ * (issue_delay plus the shared delay): waits at the initiator must not
+ * slow a flow below the rate its destination allows (a flow through a
+ * congested target that the initiator also held ran 12% slower than a
+ * competitor at that target with the same window). Below cwnd 1 this
+ * spaces ops rtt / cwnd apart (min_cwnd 1/64: one op per 64 RTTs). The
+ * more restrictive window decides.
  * An op that the local window held past its remote window's pacing time
  * keeps up to half a gap of the remote window's schedule: the next one is
  * due up to half a gap sooner, so a flow the local window holds back at its
@@ -469,6 +475,7 @@ struct erma_window {
     uint64_t min_delay_ns;      /* smallest remote_delay seen, UINT64_MAX before one */
     uint64_t excess_ns;         /* EWMA (1/8) of remote_delay - min_delay_ns */
     uint64_t sampled_ns;        /* time of the last delay sample */
+    uint64_t local_ns;          /* EWMA (1/8) of issue_delay + shared delay */
 };
 
 struct erma_window_remote; /* table entry, private */
