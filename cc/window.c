@@ -202,16 +202,16 @@ static double pace_due(const struct erma_window *w, const struct erma_window_cfg
     return (double)w->last_issue_ns + (double)bytes * (double)pace_rtt(w) / (cfg->op_bytes * w->cwnd);
 }
 
-/* credit: an op the other window held keeps up to half a gap of its
- * schedule (cc.h). */
+/* holder: the other window (NULL: none); an op it held past w's pacing
+ * time keeps up to half a gap of w's schedule (cc.h). */
 static void window_issue(struct erma_window *w, const struct erma_window_cfg *cfg,
-                         uint32_t bytes, uint64_t now, bool credit)
+                         uint32_t bytes, uint64_t now, const struct erma_window *holder)
 {
     uint64_t from = now;
-    if (credit && w->issued) {
+    if (holder && w->issued) {
         const double due = pace_due(w, cfg, bytes), gap = due - (double)w->last_issue_ns;
         const double late = (double)now - due;
-        if (late > 0)
+        if (late > 0 && window_gate(holder, cfg, bytes, (uint64_t)due) > (uint64_t)due)
             from = now - (uint64_t)(late < gap / 2 ? late : gap / 2);
     }
     w->inflight++;
@@ -313,16 +313,9 @@ int erma_window_on_issue(struct erma_window_cc *cc, uint64_t dst,
     struct erma_window_remote *r = lookup(cc, dst, dir, true);
     if (!r)
         return ERMA_ENOSLOTS;
-    /* did the local window hold the op past the remote window's due time? */
-    bool held = false;
-    if (!cc->cfg.merged && r->w.issued) {
-        const double due = pace_due(&r->w, &cc->cfg, bytes);
-        const uint64_t at = due > (double)now_ns ? now_ns : (uint64_t)due;
-        held = window_gate(&cc->local, &cc->cfg, bytes, at) > at;
-    }
-    window_issue(&r->w, &cc->cfg, bytes, now_ns, held);
+    window_issue(&r->w, &cc->cfg, bytes, now_ns, cc->cfg.merged ? NULL : &cc->local);
     if (!cc->cfg.merged)
-        window_issue(&cc->local, &cc->cfg, bytes, now_ns, false);
+        window_issue(&cc->local, &cc->cfg, bytes, now_ns, NULL);
     return ERMA_OK;
 }
 

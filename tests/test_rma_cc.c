@@ -277,7 +277,8 @@ static void local_flows(bool merged, uint32_t inbound_ops, bool crowd, struct lo
     run_for(&f, 400 * f.rtt_ns);
     /* a dip after a good start counts against hold */
     *r = (struct local_run){.hold = -1, .reach = -1};
-    for (int b = 30; b + 4 <= 430; b++) {
+    int spans = 0;
+    for (int b = 30; b + 4 <= 430; b++, spans++) {
         bool ok = true;
         for (unsigned src = 0; src <= 2; src += 2) {
             double sum = 0;
@@ -291,8 +292,9 @@ static void local_flows(bool merged, uint32_t inbound_ops, bool crowd, struct lo
             r->hold = b - 30;
         if (ok && r->reach < 0)
             r->reach = b - 30;
-        r->in_band += ok / 397.0;
+        r->in_band += ok;
     }
+    r->in_band /= spans;
     for (int b = 30; b < 430; b++)
         for (unsigned k = 0; k < 2; k++)
             r->mean[k] += share_from(f.m, 2 * k, b) / 400;
