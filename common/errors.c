@@ -23,6 +23,7 @@ static const char *const messages[] = {
     [-ERMA_ENOREGION] = "no such region",
     [-ERMA_EBOUNDS] = "out of bounds",
     [-ERMA_EPERM] = "permission denied",
+    [-ERMA_ENOBUFS] = "receiver's message memory budget exhausted",
 };
 
 const char *erma_strerror(int err)

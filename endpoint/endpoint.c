@@ -306,8 +306,12 @@ static void demux(struct erma_endpoint *ep, const struct erma_rx_pkt *pkt)
 {
     struct erma_hdr h;
     int k;
-    if (erma_hdr_check(pkt->data, pkt->len, &h) != ERMA_OK || (k = ep->by_id[h.proto]) < 0) {
+    if (erma_hdr_check(pkt->data, pkt->len, &h) != ERMA_OK) {
         ep->stats.rx_bad++;
+        return;
+    }
+    if ((k = ep->by_id[h.proto]) < 0) {
+        ep->stats.rx_no_proto++;
         return;
     }
     ep->protos[k].rx(ep->protos[k].ctx, &h, pkt);

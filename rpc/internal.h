@@ -104,6 +104,9 @@ struct erma_req {
     struct erma_msgbuf own_resp; /* the handler's own response buffer */
     uint32_t resp_pkts;
     int err;                     /* the request failed before any handler ran */
+    uint32_t charged;            /* bytes counted against the budgets (budget.c) */
+    uint64_t progress_ns;        /* partly received: when its last new packet came */
+    struct erma_req *part_prev, *part_next; /* rpc's partly received requests */
 };
 
 struct slot {
@@ -121,6 +124,7 @@ struct slot {
     uint64_t resend;              /* bit k: packet num_rx + k is to be sent again (lost) */
     uint64_t again;               /* bit k: packet num_rx + k was sent again already */
     uint8_t backoff;              /* timeouts in a row: the timeout is rto_ns << backoff */
+    uint32_t charged;             /* a response buffer erma grew: bytes on the budgets */
     uint64_t progress_ns, start_ns;
     uint32_t tx_ns[ERMA_MAX_CREDITS]; /* send time of packet i, mod 2^32 ns, at [i % 32] */
     uint8_t tx_path[ERMA_MAX_CREDITS]; /* the virtual path packet i went on, at [i % 32] */
@@ -177,6 +181,8 @@ struct session {
     uint32_t busy_idx;
     uint32_t sm_retries;      /* connect/disconnect requests resent, for backoff */
     uint64_t token;           /* chosen by the client, names the session on both ends */
+    uint64_t base;            /* its first request number (erma_req_base of the token) */
+    uint64_t recv_held;       /* bytes of messages being received (budget.c) */
     uint64_t cookie;          /* client: the server's cookie, echoed in connect requests */
     struct seal seal;         /* secure sessions: keys and replay windows */
     uint8_t nonce[16];        /* secure client: its handshake nonce */
@@ -201,7 +207,8 @@ struct session {
 
 struct peer_count {
     struct erma_addr addr;
-    uint32_t n; /* 0: an empty entry */
+    uint32_t n;         /* its sessions; 0: an empty entry */
+    uint64_t recv_held; /* bytes of its messages being received (budget.c) */
 };
 
 struct completion {
@@ -234,6 +241,9 @@ struct erma_rpc {
     uint64_t serial;          /* secure server: sessions accepted so far */
     uint32_t in_workers; /* requests at worker threads (their answers do not wake the loop) */
     struct erma_req *free_reqs, *all_reqs; /* request objects (erma_req.next, .all) */
+    uint64_t recv_held;         /* bytes of messages being received (budget.c) */
+    struct erma_req *partial, *partial_tail; /* partly received requests, oldest
+                                               progress first (budget.c) */
     /* continuations run after the TX batch is flushed */
     struct completion *done;
     unsigned ndone, done_cap;
@@ -288,6 +298,8 @@ void erma_sm_send(struct erma_rpc *rpc, struct session *s, const struct erma_add
                   enum sm_type type, uint16_t dest_session, const struct sm_msg *m);
 struct sm_msg erma_sess_msg(const struct session *s);
 struct session *erma_session_get(struct erma_rpc *rpc, uint16_t num);
+/* The held bytes of server sessions from address a, NULL if none. */
+uint64_t *erma_peer_recv_held(struct erma_rpc *rpc, const struct erma_addr *a);
 void erma_sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt);
 void erma_sessions_scan(struct erma_rpc *rpc, uint64_t now);
 void erma_busy_scan(struct erma_rpc *rpc, uint64_t now);
@@ -304,6 +316,21 @@ void erma_worker_response(struct erma_rpc *rpc, struct erma_req *rq);
 void erma_fail_client_slots(struct erma_rpc *rpc, struct session *s, int status);
 void erma_client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num, int err);
 void erma_server_slot_free(struct erma_rpc *rpc, struct slot *sl);
+/* Drops the partly received requests that stalled past cfg.recv_timeout_ns. */
+void erma_partial_expire(struct erma_rpc *rpc, uint64_t now);
+
+/* budget.c: what a peer can make the endpoint hold (rpc.h, Budgets) */
+/* Counts bytes of a message being received against a session's held
+ * bytes, its client address's (peer; NULL for a client session) and the
+ * endpoint's, each within its budget; false, and nothing counted, when one
+ * has no room. */
+bool erma_budget_take(struct erma_rpc *rpc, uint64_t *session, uint64_t *peer, uint64_t bytes);
+void erma_budget_give(struct erma_rpc *rpc, uint64_t *session, uint64_t *peer, uint64_t bytes);
+/* rq is being received: it joins (or moves to the end of) the partial list. */
+void erma_partial_touch(struct erma_rpc *rpc, struct erma_req *rq);
+void erma_partial_remove(struct erma_rpc *rpc, struct erma_req *rq);
+/* The first partial request whose last packet came before now - timeout. */
+struct erma_req *erma_partial_stalled(const struct erma_rpc *rpc, uint64_t now);
 
 /* nexus.c */
 /* Hands rq to a worker thread (round robin). */

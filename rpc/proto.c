@@ -268,6 +268,8 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
 
 static void slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl, int status)
 {
+    erma_budget_give(rpc, &s->recv_held, NULL, sl->charged);
+    sl->charged = 0;
     s->credits += slot_outstanding(sl);
     paths_done(s, sl, slot_unanswered(sl));
     sl->busy = false;
@@ -373,16 +375,35 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
         erma_client_kick(rpc, s);
 }
 
+/* A response buffer of size bytes in place of the caller's, within the
+ * session's and the endpoint's budgets (the server declared the size). */
+static int client_grow_resp(struct erma_rpc *rpc, struct session *s, struct slot *sl,
+                            uint32_t size)
+{
+    if (!erma_budget_take(rpc, &s->recv_held, NULL, size)) {
+        rpc->stats.recv_refused++;
+        return ERMA_ENOBUFS;
+    }
+    erma_msgbuf_free(rpc, sl->resp);
+    if (erma_msgbuf_alloc(rpc, size, sl->resp) != ERMA_OK) {
+        erma_budget_give(rpc, &s->recv_held, NULL, size);
+        return ERMA_ENOMEM;
+    }
+    sl->charged = size;
+    return ERMA_OK;
+}
+
 /* Accepts response packet j (data in pkt) into the slot's response buffer. */
-static int client_take_resp(struct erma_rpc *rpc, struct slot *sl, const struct erma_hdr *h,
-                            const uint8_t *data, uint32_t len, uint32_t j)
+static int client_take_resp(struct erma_rpc *rpc, struct session *s, struct slot *sl,
+                            const struct erma_hdr *h, const uint8_t *data, uint32_t len,
+                            uint32_t j)
 {
     struct erma_msgbuf *resp = sl->resp;
     if (j == 0) {
         if (h->msg_size > resp->max_size || resp->pkt_data != rpc->pkt_data) {
-            erma_msgbuf_free(rpc, resp);
-            if (erma_msgbuf_alloc(rpc, h->msg_size, resp) != ERMA_OK)
-                return ERMA_ENOMEM;
+            const int rc = client_grow_resp(rpc, s, sl, h->msg_size);
+            if (rc != ERMA_OK)
+                return rc;
         }
         resp->size = h->msg_size;
         sl->resp_pkts = erma_msg_pkts(h->msg_size, rpc->pkt_data);
@@ -506,11 +527,28 @@ static void client_fast_resend(struct erma_rpc *rpc, struct session *s, struct s
     rpc->stats.fast_retransmits += (uint32_t)__builtin_popcountll(lost);
 }
 
+/* Request numbers past a slot's current one that its server takes: the
+ * client may have given up on requests none of whose packets came. */
+#define REQ_AHEAD ((uint64_t)ERMA_SESSION_SLOTS << 16)
+
+/* Whether req_num lies outside s's request numbers, at most `ahead` past
+ * the slot's current one: a late packet of an earlier session that had
+ * s's number (session.c, req_base). */
+static bool foreign(const struct session *s, const struct slot *sl, uint64_t req_num,
+                    uint64_t ahead)
+{
+    return req_num < s->base || req_num > sl->req_num + ahead;
+}
+
 static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_hdr *h,
                       const struct erma_rx_pkt *pkt)
 {
     struct slot *sl = &s->slots[h->req_num % ERMA_SESSION_SLOTS];
     const uint32_t i = h->pkt_num;
+    if (foreign(s, sl, h->req_num, 0)) {
+        rpc->stats.rx_other_session++;
+        return;
+    }
     if (!sl->busy || sl->req_num != h->req_num || i >= sl->num_tx) {
         rpc->stats.rx_stale++;
         return;
@@ -530,9 +568,9 @@ static void client_rx(struct erma_rpc *rpc, struct session *s, const struct erma
         return;
     }
     if (!is_cr) {
-        const int rc = client_take_resp(rpc, sl, h, pkt->data + ERMA_HDR_SIZE, len,
+        const int rc = client_take_resp(rpc, s, sl, h, pkt->data + ERMA_HDR_SIZE, len,
                                         i + 1 - sl->req_pkts);
-        if (rc == ERMA_ENOMEM) {
+        if (rc == ERMA_ENOMEM || rc == ERMA_ENOBUFS) {
             slot_finish(rpc, s, sl, rc);
             return;
         }
@@ -594,8 +632,20 @@ static void server_send_error(struct erma_rpc *rpc, struct session *s, const str
     erma_sm_send(rpc, s, &s->peer, REQ_ERROR, s->remote_num, &m);
 }
 
+/* The request's bytes are no longer being received (all came, or it is
+ * dropped): off the budgets and the partial list. */
+static void recv_done(struct erma_rpc *rpc, struct erma_req *rq)
+{
+    struct session *s = rq->sess;
+    erma_budget_give(rpc, &s->recv_held, erma_peer_recv_held(rpc, &s->peer), rq->charged);
+    rq->charged = 0;
+    erma_partial_remove(rpc, rq);
+}
+
 static void free_req_buf(struct erma_rpc *rpc, struct erma_req *rq)
 {
+    if (rq->charged)
+        recv_done(rpc, rq);
     if (rq->owns_req)
         erma_msgbuf_free(rpc, &rq->req_buf);
     rq->owns_req = false;
@@ -726,6 +776,8 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
 {
     struct erma_req *rq = sl->rq;
     const struct handler *h = &rpc->nx->handlers[rq->type];
+    if (rq->charged)
+        recv_done(rpc, rq);
     if (!rq->pre_resp.mem && erma_msgbuf_alloc(rpc, rpc->pkt_data, &rq->pre_resp) != ERMA_OK)
         rq->err = ERMA_ENOMEM;
     else if (!h->fn)
@@ -759,6 +811,39 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
     rq->held = true;
 }
 
+/* A buffer for the slot's request of several packets, within the budgets;
+ * else it is refused (ERMA_ENOBUFS to its client, nothing kept), or, with
+ * no memory, dropped (the client will retransmit). */
+static bool recv_buffer(struct erma_rpc *rpc, struct session *s, struct slot *sl)
+{
+    struct erma_req *rq = sl->rq;
+    uint64_t *peer = erma_peer_recv_held(rpc, &s->peer);
+    if (!erma_budget_take(rpc, &s->recv_held, peer, rq->size)) {
+        rpc->stats.recv_refused++;
+        rq->err = ERMA_ENOBUFS;
+        server_send_error(rpc, s, sl);
+        return false;
+    }
+    if (erma_msgbuf_alloc(rpc, rq->size, &rq->req_buf) != ERMA_OK) {
+        erma_budget_give(rpc, &s->recv_held, peer, rq->size);
+        return false;
+    }
+    rq->charged = rq->size;
+    rq->owns_req = true;
+    rq->data = rq->req_buf.data;
+    return true;
+}
+
+void erma_partial_expire(struct erma_rpc *rpc, uint64_t now)
+{
+    for (struct erma_req *rq; (rq = erma_partial_stalled(rpc, now));) {
+        rpc->stats.recv_expired++;
+        free_req_buf(rpc, rq);
+        rq->err = ERMA_ETIMEDOUT;
+        server_send_error(rpc, rq->sess, rq->slot);
+    }
+}
+
 /* A request packet i for the slot's current request. Packets may come in
  * any order within 64 of the first missing one: each is kept and answered
  * with its credit return; the handler runs once all have come. */
@@ -787,11 +872,10 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
     if (req_pkts == 1) {
         rq->data = data; /* processed in the RX buffer */
     } else {
-        if (!rq->owns_req && erma_msgbuf_alloc(rpc, rq->size, &rq->req_buf) != ERMA_OK)
-            return; /* dropped; the client will retransmit */
-        rq->owns_req = true;
-        rq->data = rq->req_buf.data;
+        if (!rq->owns_req && !recv_buffer(rpc, s, sl))
+            return;
         memcpy(rq->req_buf.data + (size_t)i * rpc->pkt_data, data, len);
+        erma_partial_touch(rpc, rq);
     }
     if (i != sl->srv_rx)
         rpc->stats.rx_reordered++;
@@ -831,6 +915,10 @@ static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma
 {
     struct slot *sl = &s->slots[h->req_num % ERMA_SESSION_SLOTS];
     struct erma_req *rq = sl->rq;
+    if (foreign(s, sl, h->req_num, REQ_AHEAD)) {
+        rpc->stats.rx_other_session++;
+        return;
+    }
     if (h->req_num < sl->req_num || (!rq && h->req_num == sl->req_num)) {
         rpc->stats.rx_stale++;
         return;
@@ -847,6 +935,10 @@ static void server_rx(struct erma_rpc *rpc, struct session *s, const struct erma
     }
     if (h->msg_size != rq->size && h->pkt_type == ERMA_PKT_REQ) {
         rpc->stats.rx_bad++; /* its size disagrees with the request's first packet */
+        return;
+    }
+    if (rq->err != ERMA_OK) { /* failed, refused or dropped: each packet learns so */
+        server_send_error(rpc, s, sl);
         return;
     }
     if (h->pkt_type == ERMA_PKT_REQ) {

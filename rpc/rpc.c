@@ -22,7 +22,15 @@ static const struct erma_rpc_cfg defaults = {
     .connect_retry_ns = 20000000,
     .connect_timeout_ns = 3000000000ull,
     .max_sessions_per_peer = 64,
+    .recv_budget_session = (uint64_t)ERMA_SESSION_SLOTS * ERMA_MAX_MSG_SIZE,
+    .recv_budget_peer = (uint64_t)64 << 20,
+    .recv_budget = (uint64_t)512 << 20,
 };
+
+static uint64_t or_default(uint64_t v, uint64_t d)
+{
+    return v ? v : d;
+}
 
 static void cfg_defaults(struct erma_rpc_cfg *c)
 {
@@ -35,6 +43,10 @@ static void cfg_defaults(struct erma_rpc_cfg *c)
         c->connect_timeout_ns ? c->connect_timeout_ns : defaults.connect_timeout_ns;
     c->max_sessions_per_peer =
         c->max_sessions_per_peer ? c->max_sessions_per_peer : defaults.max_sessions_per_peer;
+    c->recv_budget_session = or_default(c->recv_budget_session, defaults.recv_budget_session);
+    c->recv_budget_peer = or_default(c->recv_budget_peer, defaults.recv_budget_peer);
+    c->recv_budget = or_default(c->recv_budget, defaults.recv_budget);
+    c->recv_timeout_ns = or_default(c->recv_timeout_ns, 2 * c->failure_ns);
 }
 
 /* Timely and the wheel, with defaults from the transport's hints. */
@@ -97,6 +109,7 @@ static int rpc_poll(void *ctx, uint64_t now)
         rpc->next_scan_ns = now + rpc->scan_ns;
     }
     if (now >= rpc->next_sm_scan_ns) {
+        erma_partial_expire(rpc, now);
         erma_sessions_scan(rpc, now);
         rpc->next_sm_scan_ns = now + rpc->sm_scan_ns;
     }

@@ -232,9 +232,16 @@ static int peer_add(struct erma_rpc *rpc, const struct erma_addr *a)
     struct peer_count *e = &rpc->by_peer[peer_slot(rpc, a)];
     if (e->n++ == 0) {
         e->addr = *a;
+        e->recv_held = 0;
         rpc->peer_len++;
     }
     return ERMA_OK;
+}
+
+uint64_t *erma_peer_recv_held(struct erma_rpc *rpc, const struct erma_addr *a)
+{
+    struct peer_count *e = rpc->peer_cap ? &rpc->by_peer[peer_slot(rpc, a)] : NULL;
+    return e && e->n ? &e->recv_held : NULL;
 }
 
 static void peer_remove(struct erma_rpc *rpc, const struct erma_addr *a)
@@ -317,16 +324,31 @@ static struct session *session_alloc(struct erma_rpc *rpc, enum sess_role role)
     s->num = (uint16_t)i;
     s->role = (uint8_t)role;
     s->start_ns = s->last_rx_ns = s->last_tx_sm_ns = rpc->ep->now;
-    /* A random start makes packets of an earlier session with this number stale. */
-    const uint64_t base = (erma_rand_u64(&rpc->rng) & (ERMA_MAX_REQ_NUM >> 8)) * ERMA_SESSION_SLOTS;
     if (role == CLIENT)
         erma_timely_init(&s->timely, &rpc->timely_cfg, s->start_ns);
     s->dupthresh = 3; /* TCP's, until reordering shows it is too few */
     erma_paths_init(&s->ps, 1); /* until the connect handshake says more */
-    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
-        s->slots[k].req_num = role == CLIENT ? base + k : 0; /* server: 0 is none yet */
     rpc->active_sessions++;
     return s;
+}
+
+/* Where a session's request numbers start: from its token, so both ends
+ * know it, and 2^39 starts apart, so that a late packet of an earlier
+ * session with the same number falls outside the new one's numbers. */
+static uint64_t req_base(uint64_t token)
+{
+    uint64_t x = token;
+    return ((erma_splitmix64(&x) & ((UINT64_C(1) << 39) - 1)) + 1) * ERMA_SESSION_SLOTS;
+}
+
+/* Names s by token. Slot k's request numbers are base + k + 8n: the
+ * first request is n = 1, so base + k stands for "none yet". */
+static void session_token(struct session *s, uint64_t token)
+{
+    s->token = token;
+    s->base = req_base(token);
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
+        s->slots[k].req_num = s->base + k;
 }
 
 void erma_session_fail(struct erma_rpc *rpc, struct session *s, int status)
@@ -382,7 +404,7 @@ int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
     s->remote_tid = remote_tid;
     s->remote_num = NO_SESSION;
     set_credits(rpc, s, credits);
-    s->token = erma_rand_u64(&rpc->rng) | 1;
+    session_token(s, erma_rand_u64(&rpc->rng) | 1);
     if (rpc->nx->secure)
         randombytes_buf(s->nonce, sizeof s->nonce);
     send_connect(rpc, s, rpc->ep->now);
@@ -447,7 +469,7 @@ static struct session *server_session_new(struct erma_rpc *rpc, const struct erm
     s->state = CONNECTED;
     s->peer = *peer;
     erma_paths_init(&s->ps, common_paths(rpc, m));
-    s->token = m->token;
+    session_token(s, m->token);
     s->remote_num = m->client_session;
     /* The client pings every keepalive (its connect request says how often):
      * wait three of them, but at least failure_ns, at most 60 s. */

@@ -16,6 +16,7 @@
 #include "erma/rand.h"
 #include "erma/transport_driver.h"
 #include "erma/wire.h"
+#include "rpc/internal.h"
 #include "rpc_util.h"
 #include "ports.h"
 
@@ -31,12 +32,15 @@ static pid_t server_pid;
 static bool server_polls; /* the server's cfg.busy_poll */
 
 static struct echo_stats st;
+static uint64_t server_recv_timeout_ns; /* 0: the default */
 static struct proxy px = {.type = ECHO};
 
 /* Answers [echo calls, ids executed more than once, malformed packets,
- * packets for no session, failed proxied calls] of the server. Malformed
- * packets are those its endpoint dropped (a bad header, no protocol for
- * it) and those the RPC layer did. */
+ * packets for no session, failed proxied calls, bytes of messages being
+ * received, messages refused for the budgets, partial requests expired]
+ * of the server. Malformed packets are those its endpoint dropped (a bad
+ * header, no protocol for it) and those the RPC layer did. */
+#define NSTATS 8
 static void stats_handler(struct erma_req *req, void *ctx)
 {
     (void)ctx;
@@ -45,8 +49,10 @@ static void stats_handler(struct erma_req *req, void *ctx)
     erma_rpc_get_stats(erma_req_rpc(req), &rs);
     erma_endpoint_get_stats(erma_rpc_endpoint(erma_req_rpc(req)), &es);
     struct erma_msgbuf *r = erma_req_resp_buf(req);
-    const uint64_t v[5] = {atomic_load(&st.calls), echo_dups(&st), rs.rx_bad + es.rx_bad,
-                           rs.rx_no_session, atomic_load(&px.failed)};
+    const uint64_t v[NSTATS] = {atomic_load(&st.calls), echo_dups(&st),
+                                rs.rx_bad + es.rx_bad + es.rx_no_proto, rs.rx_no_session,
+                                atomic_load(&px.failed), erma_rpc_recv_held(erma_req_rpc(req)),
+                                rs.recv_refused, rs.recv_expired};
     erma_msgbuf_resize(r, sizeof v);
     memcpy(r->data, v, sizeof v);
     erma_req_respond(req, r);
@@ -73,7 +79,8 @@ static void server_main(double drop, uint32_t rx_ring)
     /* clients may spend a while outside their loop checking 8 MiB under a
      * sanitizer: a failure timeout of 5 s keeps their sessions */
     const struct erma_rpc_cfg cfg = {.rto_ns = 1000000, .seed = 99,
-                                     .failure_ns = 5000000000ull, .max_sessions_per_peer = 256};
+                                     .failure_ns = 5000000000ull, .max_sessions_per_peer = 256,
+                                     .recv_timeout_ns = server_recv_timeout_ns};
     if (erma_nexus_create(&ncfg, &nx) != ERMA_OK ||
         erma_handler_register(nx, ECHO, echo_handler, ERMA_DISPATCH, &st) != ERMA_OK ||
         erma_handler_register(nx, ECHO_WORKER, echo_handler, ERMA_WORKER, &st) != ERMA_OK ||
@@ -485,7 +492,7 @@ static void test_many_sessions(void **state)
 }
 
 /* The server's counters: see stats_handler. */
-static void server_stats(struct client *c, uint64_t v[5])
+static void server_stats(struct client *c, uint64_t v[NSTATS])
 {
     struct call k = {0};
     assert_int_equal(erma_msgbuf_alloc(c->rpc, 8, &k.req), ERMA_OK);
@@ -494,8 +501,8 @@ static void server_stats(struct client *c, uint64_t v[5])
                      ERMA_OK);
     wait_done(c->ep, &k.done, 5000000000ull);
     assert_int_equal(k.status, ERMA_OK);
-    assert_int_equal(k.resp.size, 5 * sizeof(uint64_t));
-    memcpy(v, k.resp.data, 5 * sizeof(uint64_t));
+    assert_int_equal(k.resp.size, NSTATS * sizeof(uint64_t));
+    memcpy(v, k.resp.data, NSTATS * sizeof(uint64_t));
     erma_msgbuf_free(c->rpc, &k.req);
     erma_msgbuf_free(c->rpc, &k.resp);
 }
@@ -527,7 +534,7 @@ static void test_nested_malformed(void **state)
     }
     erma_transport_close(evil);
     call_once(&c, ECHO, 3000, 3000, 7); /* still serving */
-    uint64_t v[5];
+    uint64_t v[NSTATS];
     server_stats(&c, v);
     print_message("  server after 20000 garbage packets: %llu malformed, %llu for no session, "
                   "%llu proxied calls failed\n", (unsigned long long)v[2],
@@ -705,6 +712,97 @@ static void test_virtual_paths(void **state)
     erma_nexus_destroy(nx);
 }
 
+/* ---- what a peer can make the server hold ---- */
+
+static uint64_t server_rss(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)server_pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    unsigned long size = 0, resident = 0;
+    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
+    fclose(f);
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* On every slot of each session, the first packet of a size-byte request
+ * and never the rest (raw, from the session's own socket). */
+static void send_first_packets(struct client *a, const int *sess, unsigned n, uint32_t size)
+{
+    static uint8_t pkt[ERMA_HDR_SIZE + 9000];
+    struct erma_transport *tr = a->ep->tr;
+    const uint32_t data = tr->max_pkt - ERMA_HDR_SIZE;
+    memset(pkt + ERMA_HDR_SIZE, 0xab, data);
+    for (unsigned i = 0; i < n; i++) {
+        const struct session *s = erma_session_get(a->rpc, (uint16_t)sess[i]);
+        for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
+            const struct erma_hdr h = {.req_type = ECHO, .msg_size = size,
+                                       .dest_session = s->remote_num,
+                                       .pkt_type = ERMA_PKT_REQ,
+                                       .req_num = s->base + ERMA_SESSION_SLOTS + k,
+                                       .proto = ERMA_PROTO_RPC};
+            erma_hdr_encode(&h, pkt);
+            const struct erma_tx_pkt p = {.dst = &s->peer, .hdr = pkt,
+                                          .hdr_len = ERMA_HDR_SIZE + data};
+            assert_int_equal(erma_tx_burst(tr, &p, 1), 1);
+        }
+        erma_endpoint_run(a->ep, 200000); /* a pace the server's socket takes */
+    }
+}
+
+#define ATTACK_SESSIONS 64 /* the default max_sessions_per_peer */
+
+/* The udp twin of test_rpc_budget's test_one_peer_first_packets: a peer
+ * with 64 sessions sends only first packets of 8 MiB requests on their 512
+ * slots. The server's resident memory grows by at most its 64 MiB budget
+ * for the address, another client's 1 MiB echoes go through meanwhile, and
+ * the partial requests are freed after recv_timeout_ns (1 s here). Sent
+ * again until the server has seen them all (the kernel may drop a few on a
+ * busy machine), which changes nothing: a request packet seen is a
+ * duplicate. */
+static void test_first_packets_udp(void **state)
+{
+    (void)state;
+    server_recv_timeout_ns = 1000000000ull;
+    start_server(0);
+    server_recv_timeout_ns = 0;
+    struct client a, c;
+    client_up(&a, NULL, NULL);
+    client_up(&c, NULL, NULL);
+    c.sess = client_connect(&c);
+    call_once(&c, ECHO, 100, 100, 1);
+    static int sess[ATTACK_SESSIONS];
+    for (unsigned i = 0; i < ATTACK_SESSIONS; i++)
+        sess[i] = client_connect(&a);
+    const uint64_t rss0 = server_rss();
+    uint64_t v[NSTATS] = {0};
+    for (int round = 0; round < 20 && v[6] < 512 - 8; round++) {
+        send_first_packets(&a, sess, ATTACK_SESSIONS, ERMA_MAX_MSG_SIZE);
+        server_stats(&c, v);
+    }
+    const uint64_t rss1 = server_rss();
+    print_message("  512 first packets of 8 MiB requests: %llu MiB held, %llu refused, "
+                  "server resident memory +%.1f MiB\n", (unsigned long long)(v[5] >> 20),
+                  (unsigned long long)v[6], (double)(rss1 - rss0) / (1 << 20));
+    assert_int_equal(v[5], 8 * (uint64_t)ERMA_MAX_MSG_SIZE);
+    assert_int_equal(v[6], 512 - 8);
+    assert_true(rss1 < rss0 + (96u << 20)); /* its 64 MiB, and slack for the rest */
+    call_once(&c, ECHO, 1 << 20, 1 << 20, 2);
+    /* freed after 1 s; waited for up to 10 s (a busy machine), keepalives flowing */
+    const uint64_t end = erma_now_ns() + 10000000000ull;
+    while (v[7] < 8 && erma_now_ns() < end) {
+        erma_endpoint_run(a.ep, 100000000);
+        server_stats(&c, v);
+    }
+    assert_int_equal(v[7], 8);
+    assert_int_equal(v[5], 0);
+    call_once(&c, ECHO, ERMA_MAX_MSG_SIZE, 64, 3);
+    client_down(&a);
+    client_down(&c);
+    kill_server();
+}
+
 int main(void)
 {
     const int base = test_port_base(8);
@@ -720,6 +818,7 @@ int main(void)
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_port_zero_and_run_until),
         cmocka_unit_test(test_virtual_paths),
+        cmocka_unit_test(test_first_packets_udp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,7 +79,9 @@ struct erma_endpoint_cfg {
 struct erma_endpoint_stats {
     uint64_t tx_pkts, rx_pkts;
     uint64_t tx_dropped; /* the transport queue stayed full: dropped, counted */
-    uint64_t rx_bad;     /* a malformed header or no protocol for it */
+    uint64_t rx_bad;     /* a malformed header */
+    uint64_t rx_no_proto; /* for a protocol not on this endpoint (one-sided ops at an
+                             endpoint without erma_rma, say), dropped */
 };
 
 /* Opens endpoint thread_id of base_uri (see Addresses): "udp://HOST:PORT",

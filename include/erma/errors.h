@@ -39,7 +39,9 @@ enum erma_err {
     ERMA_ENOREGION = -19,      /* NO_SUCH_REGION */
     ERMA_EBOUNDS = -20,        /* OUT_OF_BOUNDS */
     ERMA_EPERM = -21,          /* PERMISSION_DENIED */
-    ERMA_ERR_LAST = -22
+    ERMA_ENOBUFS = -22,        /* no room in the receiver's budget for messages
+                                  being received (rpc.h, Budgets) */
+    ERMA_ERR_LAST = -23
 };
 
 /* A static, never-NULL description of err (0 or a negative code). */

@@ -32,6 +32,9 @@
  *     ERMA_ETIMEDOUT    cfg.req_timeout_ns passed without a response
  *     ERMA_E2BIG        the response did not fit in ERMA_MAX_MSG_SIZE
  *     ERMA_ENOMEM       no buffer memory for the response
+ *     ERMA_ENOBUFS      the server (or this endpoint, for a large response)
+ *                       had no room for the message in its budget; try later
+ *     ERMA_ENOENT       the server has no handler for the type
  *   resp is grown (reallocated) when the response is larger than its
  *   capacity. req and resp belong to erma until cont runs: do not free,
  *   resize or reuse them for another request meanwhile.
@@ -72,7 +75,25 @@
  *
  * Session management (connect
  * with a credit grant, disconnect, keepalive, failure detection) travels
- * in-band over the same transport.
+ * in-band over the same transport. Each session numbers its requests from
+ * a start both ends derive from its token: a late packet of an earlier
+ * session that had the same number is dropped (stats.rx_other_session),
+ * never taken for a request or a response of the new one.
+ *
+ * Budgets: what a peer can make an endpoint hold. A request of more than
+ * one packet needs a buffer for its bytes; the server reserves the size
+ * its first packet declares and counts it against three budgets until the
+ * handler runs (or the request is dropped): the session's
+ * (cfg.recv_budget_session), the client address's over all its sessions
+ * (cfg.recv_budget_peer) and the endpoint's (cfg.recv_budget). A request
+ * that would exceed one is refused at once: its client gets ERMA_ENOBUFS
+ * (stats.recv_refused), and nothing is kept. A request none of whose
+ * packets came for cfg.recv_timeout_ns is dropped and its buffer freed; its
+ * client, if it is still there, gets ERMA_ETIMEDOUT (stats.recv_expired).
+ * A client counts the response buffers it must grow against the session's
+ * and the endpoint's budgets too (ERMA_ENOBUFS for the call). One-packet
+ * requests are taken in the receive buffer and need no budget.
+ * erma_rpc_recv_held() tells what is held now.
  *
  * All functions return ERMA_OK or a negative erma_err code unless noted.
  */
@@ -178,6 +199,14 @@ struct erma_rpc_cfg {
     void *rtt_ctx;
     erma_sm_fn sm_handler;     /* optional session-management callback */
     void *sm_ctx;
+    /* Budgets for messages being received (Budgets above), in bytes: per
+     * session (default 64 MiB: every slot one largest message), per client
+     * address (default 64 MiB) and for the endpoint (default 512 MiB). */
+    uint64_t recv_budget_session, recv_budget_peer, recv_budget;
+    /* A partly received request with no new packet for this long is
+     * dropped; default 2 x failure_ns (a live client resends within
+     * 64 x rto_ns). */
+    uint64_t recv_timeout_ns;
     /* eRPC's loss recovery, for comparisons (benchmarks, tests): each end
      * drops packets that arrive out of order (a server request packets, a
      * client replies past the first one missing), so a loss is found only
@@ -192,6 +221,8 @@ struct erma_rpc_stats {
                                counts packets, erma_endpoint_get_stats) */
     uint64_t rx_no_session; /* for no session of ours, dropped */
     uint64_t rx_stale;      /* for an old request, dropped */
+    uint64_t rx_other_session; /* request number outside the session's: a late packet of
+                                  an earlier session with the same number, dropped */
     uint64_t rx_dup;        /* duplicates (answered again where idempotent) */
     uint64_t rx_reordered;  /* taken out of order (kept: selective acknowledgement) */
     uint64_t retransmits;   /* timeouts that sent packets again */
@@ -206,7 +237,12 @@ struct erma_rpc_stats {
     uint64_t bad_cookies;   /* connect requests with a wrong or stale cookie */
     uint64_t rx_auth_failed; /* secure: packets or handshakes that did not verify */
     uint64_t rx_replayed;    /* secure: packets whose counter was seen (or too old) */
+    uint64_t recv_refused;   /* messages refused: a budget had no room (ERMA_ENOBUFS) */
+    uint64_t recv_expired;   /* partly received requests dropped after recv_timeout_ns */
 };
+
+/* Bytes of messages being received that the endpoint holds now (Budgets). */
+uint64_t erma_rpc_recv_held(const struct erma_rpc *rpc);
 
 /* ---- nexus ---- */
 

@@ -607,8 +607,8 @@ static void check_stats(struct erma_rpc *rpc, const char *who)
     const struct erma_transport *tr = ep->tr;
     FUZZ_CHECK(es.rx_pkts == tr->stats.rx_pkts, "%s: rx_pkts %llu, transport %llu", who,
                (unsigned long long)es.rx_pkts, (unsigned long long)tr->stats.rx_pkts);
-    const uint64_t dropped = es.rx_bad + st.rx_bad + st.rx_no_session + st.rx_stale + st.rx_dup +
-                             st.rx_reordered;
+    const uint64_t dropped = es.rx_bad + es.rx_no_proto + st.rx_bad + st.rx_no_session +
+                             st.rx_other_session + st.rx_stale + st.rx_dup + st.rx_reordered;
     FUZZ_CHECK(dropped <= es.rx_pkts, "%s: %llu dropped of %llu received", who,
                (unsigned long long)dropped, (unsigned long long)es.rx_pkts);
 }
