@@ -101,6 +101,12 @@ static void cfg_defaults(struct erma_rma_cfg *c, const struct erma_transport_hin
     c->nack_threshold = c->nack_threshold ? c->nack_threshold : defaults.nack_threshold;
     c->solicits = c->solicits ? c->solicits : defaults.solicits;
     c->solicit_window = c->solicit_window ? c->solicit_window : defaults.solicit_window;
+    /* a quarter stays for the other initiators */
+    if (!c->solicits_per_source)
+        c->solicits_per_source = c->solicits - c->solicits / 4;
+    if (!c->solicit_window_per_source)
+        c->solicit_window_per_source =
+            (uint32_t)max64(c->solicit_window - c->solicit_window / 4, ERMA_RMA_MAX_OP);
     c->transfers = c->transfers ? c->transfers : defaults.transfers;
     if (!c->dispatch_timeout_ns)
         c->dispatch_timeout_ns = max64(h->jitter_ns, DEFAULT_DISPATCH_NS);
@@ -133,6 +139,9 @@ static bool cfg_valid(const struct erma_rma_cfg *c)
     return c->slots <= 65535 && c->inbound_window >= ERMA_RMA_MAX_OP &&
            c->max_regions <= 65535 && c->solicits <= 65535 &&
            c->solicit_window >= ERMA_RMA_MAX_OP && c->transfers <= 65535 &&
+           c->solicits_per_source <= c->solicits &&
+           c->solicit_window_per_source <= c->solicit_window &&
+           c->solicit_window_per_source >= ERMA_RMA_MAX_OP &&
            c->nack_threshold <= (1u << 20) && c->op_timeout_min_ns <= c->op_timeout_max_ns &&
            c->op_timeout_max_ns <= RMA_MAX_TTL_NS && c->op_timeout_ns <= RMA_MAX_TTL_NS &&
            c->clock_skew_ns <= RMA_MAX_TTL_NS;

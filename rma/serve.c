@@ -176,6 +176,27 @@ static uint64_t sol_lifetime(const struct erma_rma *rma, const struct rma_ophdr 
     return left < own ? left : own;
 }
 
+/* Whether a solicitation of len bytes more would take initiator src past
+ * its share of the table or the window; the table is searched only once it
+ * holds more than one source's share. */
+static bool over_share(struct erma_rma *rma, const struct erma_addr *src, uint32_t len)
+{
+    const struct erma_rma_cfg *c = &rma->cfg;
+    if (rma->sol_used < c->solicits_per_source &&
+        rma->sol_bytes + len <= c->solicit_window_per_source)
+        return false;
+    uint32_t n = 0;
+    uint64_t bytes = len;
+    for (uint32_t i = 0; i < c->solicits; i++) {
+        const struct solicit *s = &rma->sol[i];
+        if (s->token && erma_addr_eq(&s->src, src)) {
+            n++;
+            bytes += s->req.len;
+        }
+    }
+    return n >= c->solicits_per_source || bytes > c->solicit_window_per_source;
+}
+
 static void solicit(struct erma_rma *rma, const struct erma_addr *to,
                     const struct rma_ophdr *req, const struct key *k)
 {
@@ -189,6 +210,11 @@ static void solicit(struct erma_rma *rma, const struct erma_addr *to,
         return;
     }
     if (rma->sol_free < 0 || rma->sol_bytes + req->len > rma->cfg.solicit_window) {
+        send_status(rma, to, req, ERMA_ENACK, k);
+        return;
+    }
+    if (over_share(rma, to, req->len)) {
+        rma->stats.nacks_share++;
         send_status(rma, to, req, ERMA_ENACK, k);
         return;
     }

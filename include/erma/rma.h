@@ -78,8 +78,9 @@
  * Completion status (erma_rma_completion.status):
  *   ERMA_OK          done; READ data is in cmd.local
  *   ERMA_ENACK       the target's queued work was past its NACK threshold,
- *                    or its solicitation table or window was full (WRITE,
- *                    REKEY): not queued, nothing done
+ *                    or its solicitation table or window was full, or this
+ *                    initiator held its share of them (WRITE, REKEY): not
+ *                    queued, nothing done
  *   ERMA_ETIMEDOUT   no complete answer within the op's timeout (target
  *                    down or unreachable, or packets lost); a WRITE may have
  *                    written part of its data, and writes nothing after
@@ -134,7 +135,14 @@
  * Solicitation: a READ is issued only while the initiator's outstanding
  * READ bytes plus its length fit cfg.inbound_window, so it never receives
  * data it did not ask for; a target likewise bounds the WRITE data it has
- * solicited by cfg.solicit_window and cfg.solicits.
+ * solicited by cfg.solicit_window and cfg.solicits, of which one initiator
+ * address holds at most cfg.solicit_window_per_source and
+ * cfg.solicits_per_source (a request past them is NACKed,
+ * stats.nacks_share). A target's memory for one-sided ops is fixed when it
+ * is created: WRITE data goes straight into the region, and a solicitation
+ * whose data never comes is freed at its deadline, at most the op timeout
+ * (stats.solicit_expired), so a peer that never sends its data holds no
+ * more than its share, and for no longer.
  *
  * Executor: erma_rma_transfer() moves any number of bytes (up to 4 GiB) as
  * chunks of at most ERMA_RMA_MAX_OP, issued as the 1RMA window CC (cc.h)
@@ -290,6 +298,10 @@ struct erma_rma_cfg {
                                      slower target on the sim; default 0 */
     uint32_t solicits;            /* target: solicitations in flight, default 64 */
     uint32_t solicit_window;      /* target: solicited bytes in flight, default 1 MiB */
+    uint32_t solicits_per_source; /* target: of those, from one initiator address:
+                                     default three quarters */
+    uint32_t solicit_window_per_source; /* target: bytes of those, from one
+                                           address: default three quarters */
     uint32_t transfers;           /* executor transfers in progress, default 64 */
     bool cc_off;                  /* executor: ignore the windows (slots bound it) */
     bool no_aes;                  /* act as a CPU without AES-NI (tests) */
@@ -336,6 +348,8 @@ struct erma_rma_stats {
     uint64_t submitted, issued, completed, retries;
     uint64_t served;              /* target: requests answered (any outcome) */
     uint64_t nacks_sent, solicit_expired;
+    uint64_t nacks_share;         /* target: of nacks_sent, WRITEs and REKEYs whose
+                                     initiator held its share of solicitations */
     uint64_t auth_failed;         /* target: requests that did not verify */
     uint64_t rx_bad;              /* malformed one-sided packets */
     uint64_t rx_unsealed_bad;     /* packets that failed to open at the initiator */
