@@ -9,6 +9,7 @@
 #include "erma/wire.h"
 #include "rma/internal.h"
 #include "rma_util.h"
+#include "rss.h"
 
 enum { TARGET, ATTACKER, CLIENT, HOSTS };
 #define REGION_LEN (256 * 1024)
@@ -20,16 +21,6 @@ static bool drop_attacker_data(void *ctx, const struct erma_sim_event *ev, uint8
     (void)ctx;
     return !(ev->src_host == ATTACKER && ev->len > ERMA_HDR_SIZE &&
              (data[14] & 0xf) == ERMA_PROTO_RMA && data[ERMA_HDR_SIZE] == RMA_DATA);
-}
-
-static uint64_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long size = 0, resident = 0;
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
-    fclose(f);
-    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
 /* Keeps ATTACK_OPS WRITEs of 4 KB in flight from the attacker. */
@@ -80,7 +71,7 @@ static void test_write_data_never_comes(void **state)
         assert_true(peer[h] >= 0);
     }
     erma_sim_set_tap(w.sim, drop_attacker_data, NULL);
-    const uint64_t rss0 = rss_bytes();
+    const uint64_t rss0 = rss_of(0);
     unsigned in_flight = 0, attacked = 0;
     uint64_t nacked = 0;
     uint32_t held_most = 0;
@@ -99,7 +90,7 @@ static void test_write_data_never_comes(void **state)
                          ERMA_OK);
         assert_memory_equal(buf, src, sizeof buf);
     }
-    const uint64_t rss1 = rss_bytes();
+    const uint64_t rss1 = rss_of(0);
     struct erma_rma_stats st;
     erma_rma_get_stats(w.rma[TARGET], &st);
     print_message("  %u WRITEs without data: %llu NACKed (%llu for the share), %llu "

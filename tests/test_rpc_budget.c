@@ -10,25 +10,14 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "erma/transport_driver.h"
-#include "erma/wire.h"
-#include "rpc/internal.h"
+#include "rpc_attack.h"
 #include "rpc_world.h"
+#include "rss.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define C_HOST 0
 #define S_HOST 1
 #define A_HOST 2
-
-static uint64_t rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long size = 0, resident = 0;
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
-    fclose(f);
-    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
 
 static void run_for(struct world *w, struct erma_endpoint **more, unsigned nmore, uint64_t ns)
 {
@@ -56,29 +45,13 @@ static void open_sessions(struct world *w, struct erma_endpoint **eps, unsigned 
         assert_true(erma_session_connected(rpc, sess[i]));
 }
 
-/* The attack: on every slot of each session, the first packet of a
- * size-byte request, and never the rest (sent raw from the session's own
- * endpoint, with its server session and request numbers). */
-static void send_first_packets(struct world *w, struct erma_endpoint *ep, struct erma_rpc *rpc,
-                               const int *sess, unsigned n, uint32_t size)
+/* The attack: first packets of size-byte requests on every slot of each
+ * session, at a pace the fabric's queues take. */
+static void attack(struct world *w, struct erma_endpoint *ep, struct erma_rpc *rpc,
+                   const int *sess, unsigned n, uint32_t size)
 {
-    static uint8_t pkt[ERMA_HDR_SIZE + 9000];
-    struct erma_transport *tr = ep->tr;
-    const uint32_t data = tr->max_pkt - ERMA_HDR_SIZE;
-    memset(pkt + ERMA_HDR_SIZE, 0xab, data);
     for (unsigned i = 0; i < n; i++) {
-        const struct session *s = erma_session_get(rpc, (uint16_t)sess[i]);
-        for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
-            const struct erma_hdr h = {.req_type = ECHO, .msg_size = size,
-                                       .dest_session = s->remote_num,
-                                       .pkt_type = ERMA_PKT_REQ,
-                                       .req_num = s->base + ERMA_SESSION_SLOTS + k,
-                                       .proto = ERMA_PROTO_RPC};
-            erma_hdr_encode(&h, pkt);
-            const struct erma_tx_pkt p = {.dst = &s->peer, .hdr = pkt,
-                                          .hdr_len = ERMA_HDR_SIZE + data};
-            assert_int_equal(erma_tx_burst(tr, &p, 1), 1);
-        }
+        send_first_packets(ep->tr, rpc, sess[i], ECHO, size);
         run_for(w, &ep, 1, 20000);
     }
 }
@@ -107,10 +80,10 @@ static void test_one_peer_first_packets(void **state)
     const int legit = connect(&w, C_HOST, S_HOST);
     static int sess[64];
     open_sessions(&w, NULL, 0, w.rpc[A_HOST], sess, 64);
-    const uint64_t rss0 = rss_bytes();
-    send_first_packets(&w, w.ep[A_HOST], w.rpc[A_HOST], sess, 64, ERMA_MAX_MSG_SIZE);
+    const uint64_t rss0 = rss_of(0);
+    attack(&w, w.ep[A_HOST], w.rpc[A_HOST], sess, 64, ERMA_MAX_MSG_SIZE);
     run_for(&w, NULL, 0, 1000000);
-    const uint64_t rss1 = rss_bytes();
+    const uint64_t rss1 = rss_of(0);
     struct erma_rpc_stats st = server_stats(&w);
     print_message("  512 first packets of 8 MiB requests: %llu MiB held, %llu refused, "
                   "resident memory +%.1f MiB\n",
@@ -167,7 +140,7 @@ static void test_budget_limits(void **state)
     }
     const uint64_t held_after[4] = {5 * MIB, 10 * MIB, 12 * MIB, 12 * MIB};
     for (unsigned a = 0; a < 4; a++) {
-        send_first_packets(&w, ep[a], rpc[a], sess[a], 2, (uint32_t)MIB);
+        attack(&w, ep[a], rpc[a], sess[a], 2, (uint32_t)MIB);
         run_for(&w, ep, 4, 100000);
         assert_int_equal(erma_rpc_recv_held(w.rpc[S_HOST]), held_after[a]);
     }

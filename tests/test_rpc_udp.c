@@ -16,9 +16,10 @@
 #include "erma/rand.h"
 #include "erma/transport_driver.h"
 #include "erma/wire.h"
-#include "rpc/internal.h"
+#include "rpc_attack.h"
 #include "rpc_util.h"
 #include "ports.h"
+#include "rss.h"
 
 #define ECHO 1
 #define ECHO_WORKER 2
@@ -714,39 +715,11 @@ static void test_virtual_paths(void **state)
 
 /* ---- what a peer can make the server hold ---- */
 
-static uint64_t server_rss(void)
+/* First packets of size-byte requests on every slot of each session. */
+static void attack(struct client *a, const int *sess, unsigned n, uint32_t size)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/statm", (int)server_pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    unsigned long size = 0, resident = 0;
-    assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
-    fclose(f);
-    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-/* On every slot of each session, the first packet of a size-byte request
- * and never the rest (raw, from the session's own socket). */
-static void send_first_packets(struct client *a, const int *sess, unsigned n, uint32_t size)
-{
-    static uint8_t pkt[ERMA_HDR_SIZE + 9000];
-    struct erma_transport *tr = a->ep->tr;
-    const uint32_t data = tr->max_pkt - ERMA_HDR_SIZE;
-    memset(pkt + ERMA_HDR_SIZE, 0xab, data);
     for (unsigned i = 0; i < n; i++) {
-        const struct session *s = erma_session_get(a->rpc, (uint16_t)sess[i]);
-        for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
-            const struct erma_hdr h = {.req_type = ECHO, .msg_size = size,
-                                       .dest_session = s->remote_num,
-                                       .pkt_type = ERMA_PKT_REQ,
-                                       .req_num = s->base + ERMA_SESSION_SLOTS + k,
-                                       .proto = ERMA_PROTO_RPC};
-            erma_hdr_encode(&h, pkt);
-            const struct erma_tx_pkt p = {.dst = &s->peer, .hdr = pkt,
-                                          .hdr_len = ERMA_HDR_SIZE + data};
-            assert_int_equal(erma_tx_burst(tr, &p, 1), 1);
-        }
+        send_first_packets(a->ep->tr, a->rpc, sess[i], ECHO, size);
         erma_endpoint_run(a->ep, 200000); /* a pace the server's socket takes */
     }
 }
@@ -775,13 +748,13 @@ static void test_first_packets_udp(void **state)
     static int sess[ATTACK_SESSIONS];
     for (unsigned i = 0; i < ATTACK_SESSIONS; i++)
         sess[i] = client_connect(&a);
-    const uint64_t rss0 = server_rss();
+    const uint64_t rss0 = rss_of(server_pid);
     uint64_t v[NSTATS] = {0};
     for (int round = 0; round < 20 && v[6] < 512 - 8; round++) {
-        send_first_packets(&a, sess, ATTACK_SESSIONS, ERMA_MAX_MSG_SIZE);
+        attack(&a, sess, ATTACK_SESSIONS, ERMA_MAX_MSG_SIZE);
         server_stats(&c, v);
     }
-    const uint64_t rss1 = server_rss();
+    const uint64_t rss1 = rss_of(server_pid);
     print_message("  512 first packets of 8 MiB requests: %llu MiB held, %llu refused, "
                   "server resident memory +%.1f MiB\n", (unsigned long long)(v[5] >> 20),
                   (unsigned long long)v[6], (double)(rss1 - rss0) / (1 << 20));
