@@ -71,6 +71,16 @@ static int reg_chunk(void *ctx, void *addr, size_t len)
     return rc;
 }
 
+/* No transport can deregister memory yet, so the pool registers chunks only
+ * where one registers them: a pool that registers keeps every chunk. */
+static bool paths_reg_mem(const struct erma_endpoint *ep)
+{
+    for (unsigned k = 0; k < ep->npaths; k++)
+        if (ep->path[k]->ops->reg_mem)
+            return true;
+    return false;
+}
+
 int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, int k,
                       struct erma_addr *out)
 {
@@ -170,7 +180,8 @@ int erma_endpoint_create(const char *base_uri, uint8_t tid, const struct erma_en
     if (rc == ERMA_OK)
         rc = open_paths(ep, uri, &tcfg);
     if (rc == ERMA_OK) {
-        const struct erma_pool_cfg pcfg = {.reg = reg_chunk, .reg_ctx = ep};
+        const struct erma_pool_cfg pcfg = {.reg = paths_reg_mem(ep) ? reg_chunk : NULL,
+                                           .reg_ctx = ep};
         rc = erma_pool_create(&pcfg, &ep->pool);
     }
     if (rc == ERMA_OK && !(ep->room = malloc((size_t)ERMA_MAX_BURST * ep->tr->max_pkt)))
@@ -334,6 +345,10 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
         if (ep->protos[k].after_flush)
             ep->protos[k].after_flush(ep->protos[k].ctx);
     erma_ep_tx_flush(ep); /* what the continuations sent: before any sleep */
+    if (now >= ep->next_trim) {
+        erma_pool_trim(ep->pool, now);
+        ep->next_trim = now + ERMA_EP_TRIM_NS;
+    }
     return work;
 }
 

@@ -2,6 +2,10 @@
  * endpoint/proto.h - what a protocol on an endpoint (rpc/, rma/) uses:
  * registration in the receive demultiplexer, the TX batch, the clock and
  * the buffer pool. Internal to the library.
+ *
+ * The loop trims the pool (erma_pool_trim) every ERMA_EP_TRIM_NS: a protocol
+ * that lets other threads allocate from ep->pool must erma_pool_share() it
+ * before they start.
  */
 #ifndef ERMA_ENDPOINT_PROTO_H
 #define ERMA_ENDPOINT_PROTO_H
@@ -14,6 +18,7 @@
 
 #define ERMA_EP_PROTOS 4 /* protocol objects on one endpoint */
 #define ERMA_PROTO_IDS 16 /* the header's 4-bit proto field */
+#define ERMA_EP_TRIM_NS 100000000ull /* how often the loop trims the pool */
 
 /* A protocol's hooks; ctx is the protocol object. */
 struct erma_ep_proto {
@@ -45,6 +50,7 @@ struct erma_endpoint {
     unsigned npaths;
     unsigned rx_first; /* the path the next pass receives from first */
     struct erma_pool *pool;
+    uint64_t next_trim;  /* when the loop next trims the pool */
     uint64_t now;        /* the clock, read once per pass (erma_ep_clock) */
     uint64_t idle_since; /* when the loop last found work */
     struct erma_endpoint_stats stats;

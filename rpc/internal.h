@@ -253,9 +253,7 @@ struct erma_rpc {
     /* congestion control */
     struct erma_timely_cfg timely_cfg;
     struct erma_wheel wheel;
-    bool pool_locked; /* worker threads allocate too */
-    bool destroying;  /* erma_rpc_destroy() is failing what is pending */
-    pthread_mutex_t pool_lock;
+    bool destroying; /* erma_rpc_destroy() is failing what is pending */
 };
 
 /* Time from t to now, 0 when t is later (a callback refreshed the clock

@@ -34,11 +34,7 @@ int erma_msgbuf_alloc(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf 
     if (max_size > ERMA_MAX_MSG_SIZE)
         return ERMA_E2BIG;
     const uint32_t pkts = erma_msg_pkts((uint32_t)max_size, rpc->pkt_data);
-    if (rpc->pool_locked)
-        pthread_mutex_lock(&rpc->pool_lock);
     out->mem = erma_pool_alloc(rpc->ep->pool, mem_size((uint32_t)max_size, pkts));
-    if (rpc->pool_locked)
-        pthread_mutex_unlock(&rpc->pool_lock);
     if (!out->mem)
         return ERMA_ENOMEM;
     out->data = out->mem + ERMA_HDR_SIZE;
@@ -52,11 +48,7 @@ void erma_msgbuf_free(struct erma_rpc *rpc, struct erma_msgbuf *mb)
 {
     if (!rpc || !mb || !mb->mem)
         return;
-    if (rpc->pool_locked)
-        pthread_mutex_lock(&rpc->pool_lock);
     erma_pool_free(rpc->ep->pool, mb->mem, mem_size(mb->max_size, mb->max_pkts));
-    if (rpc->pool_locked)
-        pthread_mutex_unlock(&rpc->pool_lock);
     memset(mb, 0, sizeof *mb);
 }
 

@@ -145,7 +145,6 @@ static void rpc_free(struct erma_rpc *rpc)
     free(rpc->done);
     erma_mpsc_destroy(&rpc->worker_done);
     erma_wheel_destroy(&rpc->wheel);
-    pthread_mutex_destroy(&rpc->pool_lock);
     free(rpc);
 }
 
@@ -162,7 +161,6 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
     if (cfg)
         rpc->cfg = *cfg;
     cfg_defaults(&rpc->cfg);
-    pthread_mutex_init(&rpc->pool_lock, NULL);
     int rc = ERMA_OK;
     if (rpc->cfg.credits > ep->tr->rx_ring || rpc->cfg.credits > ERMA_MAX_CREDITS) {
         ERMA_ERROR("rpc: %u credits per session: at most %u (ERMA_MAX_CREDITS) and the RX "
@@ -183,7 +181,8 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
         return rc;
     }
     rpc->pkt_data = ep->tr->max_pkt - ERMA_HDR_SIZE - (nx->secure ? ERMA_SEAL_OVERHEAD : 0);
-    rpc->pool_locked = nx->nworkers > 0;
+    if (nx->nworkers > 0) /* worker handlers allocate responses */
+        erma_pool_share(ep->pool);
     const uint64_t seed = rpc->cfg.seed ? rpc->cfg.seed
                                         : erma_mono_ns() ^ (uint64_t)getpid() << 32;
     erma_rand_seed(&rpc->rng, seed ^ (uint64_t)ep->tid << 56);

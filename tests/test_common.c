@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -191,6 +192,190 @@ static void test_pool_reg_failure(void **state)
     erma_pool_destroy(NULL);
 }
 
+/* Registrations and deregistrations, which must match chunk for chunk. */
+enum { MAX_REGS = 64 };
+static struct {
+    void *addr[MAX_REGS];
+    size_t len[MAX_REGS];
+    int n, unregs;
+} regs;
+
+static int track_reg(void *ctx, void *addr, size_t len)
+{
+    (void)ctx;
+    assert_true(regs.n < MAX_REGS);
+    regs.addr[regs.n] = addr;
+    regs.len[regs.n++] = len;
+    return ERMA_OK;
+}
+
+static void track_unreg(void *ctx, void *addr, size_t len)
+{
+    (void)ctx;
+    int i = 0;
+    while (i < regs.n && regs.addr[i] != addr)
+        i++;
+    assert_true(i < regs.n);
+    assert_int_equal(regs.len[i], len);
+    regs.addr[i] = NULL;
+    regs.unregs++;
+}
+
+#define IDLE 1000 /* ns, the pools' idle time in these tests */
+
+/* Chunks that stay empty for IDLE go back, not before; chunks with a live
+ * buffer never, and that buffer keeps its bytes. */
+static void test_pool_trim(void **state)
+{
+    (void)state;
+    struct erma_pool *p;
+    memset(&regs, 0, sizeof regs);
+    const struct erma_pool_cfg cfg = {.reg = track_reg, .unreg = track_unreg, .idle_ns = IDLE};
+    assert_int_equal(erma_pool_create(&cfg, &p), ERMA_OK);
+    enum { SMALL = ERMA_POOL_CHUNK / 64 + 1, BIG = 4 }; /* 2 chunks of 64 B, 2 of 1 MiB */
+    void **small = calloc(SMALL, sizeof *small), *big[BIG], *huge;
+    for (int i = 0; i < SMALL; i++)
+        assert_non_null(small[i] = erma_pool_alloc(p, 64));
+    for (int i = 0; i < BIG; i++)
+        assert_non_null(big[i] = erma_pool_alloc(p, 1 << 20));
+    assert_non_null(huge = erma_pool_alloc(p, ERMA_POOL_MAX_BUF));
+    assert_int_equal(regs.n, 5);
+    assert_int_equal(erma_pool_mapped(p), 4 * ERMA_POOL_CHUNK + ERMA_POOL_MAX_BUF);
+    assert_int_equal(erma_pool_trim(p, 0), 0); /* all in use */
+    assert_int_equal(erma_pool_trim(p, 10 * IDLE), 0);
+    void *keep = small[0];
+    memset(keep, 0xab, 64);
+    for (int i = 1; i < SMALL; i++)
+        erma_pool_free(p, small[i], 64);
+    for (int i = 0; i < BIG; i++)
+        erma_pool_free(p, big[i], 1 << 20);
+    erma_pool_free(p, huge, ERMA_POOL_MAX_BUF);
+    assert_int_equal(erma_pool_live(p), 1);
+    const uint64_t t0 = 20 * IDLE;
+    assert_int_equal(erma_pool_trim(p, t0), 0); /* first seen empty */
+    assert_int_equal(erma_pool_trim(p, t0 + IDLE - 1), 0);
+    /* the 1 MiB chunks, the 16 MiB one and the 64 B chunk without keep */
+    assert_int_equal(erma_pool_trim(p, t0 + IDLE), 3 * ERMA_POOL_CHUNK + ERMA_POOL_MAX_BUF);
+    assert_int_equal(erma_pool_mapped(p), ERMA_POOL_CHUNK);
+    assert_int_equal(regs.unregs, 4);
+    for (int k = 0; k < 64; k++)
+        assert_int_equal(((uint8_t *)keep)[k], 0xab);
+    assert_int_equal(erma_pool_trim(p, t0 + 100 * IDLE), 0);
+    /* a chunk used again between two trims starts its idle time again */
+    void *b = erma_pool_alloc(p, 1 << 20);
+    assert_non_null(b);
+    erma_pool_free(p, b, 1 << 20);
+    const uint64_t t1 = t0 + 200 * IDLE;
+    assert_int_equal(erma_pool_trim(p, t1), 0);
+    assert_non_null(b = erma_pool_alloc(p, 1 << 20));
+    erma_pool_free(p, b, 1 << 20);
+    assert_int_equal(erma_pool_trim(p, t1 + IDLE), 0); /* seen empty again: from here */
+    assert_int_equal(erma_pool_trim(p, t1 + 2 * IDLE), ERMA_POOL_CHUNK);
+    erma_pool_free(p, keep, 64);
+    assert_int_equal(erma_pool_live(p), 0);
+    erma_pool_destroy(p); /* unmaps, and deregisters, the last chunk */
+    assert_int_equal(regs.unregs, regs.n);
+    free(small);
+}
+
+/* Registered memory without a way to deregister it stays; so does every
+ * chunk with idle_ns UINT64_MAX. A free of what the pool never handed out
+ * changes nothing. */
+static void test_pool_keeps(void **state)
+{
+    (void)state;
+    const struct erma_pool_cfg cfgs[] = {{.reg = count_reg, .idle_ns = IDLE},
+                                         {.idle_ns = UINT64_MAX}};
+    for (size_t k = 0; k < sizeof cfgs / sizeof *cfgs; k++) {
+        struct erma_pool *p;
+        assert_int_equal(erma_pool_create(&cfgs[k], &p), ERMA_OK);
+        void *b = erma_pool_alloc(p, 1000);
+        assert_non_null(b);
+        uint64_t local[8];
+        erma_pool_free(p, local, 1000);
+        erma_pool_free(p, (char *)b + 64, 1000);
+        assert_int_equal(erma_pool_live(p), 1);
+        erma_pool_free(p, b, 100); /* the size of another class: still b's */
+        erma_pool_free(p, b, 1000); /* twice: its chunk is empty already */
+        assert_int_equal(erma_pool_live(p), 0);
+        assert_ptr_equal(erma_pool_alloc(p, 1000), b);
+        erma_pool_free(p, b, 1000);
+        for (uint64_t t = 0; t < 10; t++)
+            assert_int_equal(erma_pool_trim(p, t * 10 * IDLE), 0);
+        assert_int_equal(erma_pool_mapped(p), ERMA_POOL_CHUNK);
+        erma_pool_destroy(p);
+    }
+}
+
+/* A shared pool: threads allocate and free while another trims all along
+ * (idle time 1 ns); no buffer is handed out twice or loses its bytes. */
+enum { SHARE_THREADS = 3, SHARE_OPS = 100000, SHARE_HELD = 16, SHARE_TOUCH = 128 };
+
+struct sharer {
+    struct erma_pool *pool;
+    int id, bad;
+    atomic_int *running;
+};
+
+static void *share_work(void *arg)
+{
+    struct sharer *s = arg;
+    struct erma_rand r;
+    erma_rand_seed(&r, (uint64_t)s->id + 1);
+    void *held[SHARE_HELD] = {0};
+    size_t size[SHARE_HELD] = {0};
+    for (int i = 0; i < SHARE_OPS; i++) {
+        const int k = (int)erma_rand_below(&r, SHARE_HELD);
+        const size_t touch = size[k] < SHARE_TOUCH ? size[k] : SHARE_TOUCH;
+        if (held[k]) {
+            for (size_t j = 0; j < touch; j++)
+                s->bad += ((uint8_t *)held[k])[j] != (uint8_t)(s->id + k);
+            erma_pool_free(s->pool, held[k], size[k]);
+        }
+        size[k] = (size_t)1 << erma_rand_below(&r, 22); /* 1 B .. 2 MiB */
+        held[k] = erma_pool_alloc(s->pool, size[k]);
+        s->bad += !held[k];
+        if (held[k])
+            memset(held[k], s->id + k, size[k] < SHARE_TOUCH ? size[k] : SHARE_TOUCH);
+    }
+    for (int k = 0; k < SHARE_HELD; k++)
+        erma_pool_free(s->pool, held[k], size[k]);
+    atomic_fetch_sub(s->running, 1);
+    return NULL;
+}
+
+static void test_pool_shared(void **state)
+{
+    (void)state;
+    struct erma_pool *p;
+    const struct erma_pool_cfg cfg = {.idle_ns = 1};
+    assert_int_equal(erma_pool_create(&cfg, &p), ERMA_OK);
+    erma_pool_share(p);
+    pthread_t t[SHARE_THREADS];
+    struct sharer s[SHARE_THREADS];
+    atomic_int running = SHARE_THREADS;
+    for (int i = 0; i < SHARE_THREADS; i++) {
+        s[i] = (struct sharer){p, i * SHARE_HELD, 0, &running};
+        assert_int_equal(pthread_create(&t[i], NULL, share_work, &s[i]), 0);
+    }
+    size_t unmapped = 0;
+    const uint64_t end = erma_mono_ns() + 30000000000ull;
+    for (uint64_t now = 1; atomic_load(&running) > 0 && erma_mono_ns() < end; now++) {
+        unmapped += erma_pool_trim(p, now);
+        sched_yield();
+    }
+    for (int i = 0; i < SHARE_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(s[i].bad, 0);
+    }
+    assert_int_equal(erma_pool_live(p), 0);
+    assert_true(unmapped > 0);
+    erma_pool_trim(p, UINT64_MAX - 1);
+    erma_pool_trim(p, UINT64_MAX);
+    assert_int_equal(erma_pool_mapped(p), 0);
+    erma_pool_destroy(p);
+}
+
 /* ---- rings ---- */
 
 static void test_ring_bounds(void **state)
@@ -293,7 +478,9 @@ int main(void)
         cmocka_unit_test(test_clock_tracks_monotonic), cmocka_unit_test(test_clock_substitution),
         cmocka_unit_test(test_strerror),               cmocka_unit_test(test_log_level),
         cmocka_unit_test(test_rand),                   cmocka_unit_test(test_pool),
-        cmocka_unit_test(test_pool_reg_failure),       cmocka_unit_test(test_ring_bounds),
+        cmocka_unit_test(test_pool_reg_failure),       cmocka_unit_test(test_pool_trim),
+        cmocka_unit_test(test_pool_keeps),             cmocka_unit_test(test_pool_shared),
+        cmocka_unit_test(test_ring_bounds),
         cmocka_unit_test(test_spsc_threads),           cmocka_unit_test(test_mpsc_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
