@@ -1,7 +1,8 @@
 /* kvcs (erma/kvcs.h): the consistent-hashing ring; a client against three
  * servers (forked processes, udp loopback) doing PUTs, GETs by RPC and by
- * one-sided READ, DELs and refused inputs; and a mixed workload while one
- * replica is killed, every GET checked against the values its key had. */
+ * one-sided READ, DELs and refused inputs; a mixed workload while one
+ * replica is killed, every GET checked against the values its key had; and
+ * the error of a GET whose every replica is down. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -99,7 +100,7 @@ static void server_main(const char *uri)
 /* Servers on ports base.., the client on base + n. */
 static void servers_up(struct servers *s, int slot)
 {
-    const int base = test_port_base(8) + slot * 4;
+    const int base = test_port_base(16) + slot * 4; /* slots 0 to 3 */
     s->n = NSERVERS;
     for (unsigned i = 0; i < s->n; i++) {
         snprintf(s->uri[i], sizeof s->uri[i], "udp://127.0.0.1:%d", base + (int)i);
@@ -602,7 +603,8 @@ static void check_rejoin(struct fail_run *r, struct servers *s)
     const uint64_t t0 = erma_now_ns();
     uint64_t put_back = 0, read_back = 0;
     erma_kvcs_client_set_method(r->c, ERMA_KVCS_READ);
-    for (uint32_t k = 0; !read_back && erma_now_ns() < t0 + 5 * SEC; k++) {
+    /* 10 s: 10x a probe period (down_ns) and a failed probe (failure_ns) */
+    for (uint32_t k = 0; !read_back && erma_now_ns() < t0 + 10 * SEC; k++) {
         if (!put_on(r, r->victim, k, &rec))
             continue;
         put_back = put_back ? put_back : erma_now_ns();
@@ -731,6 +733,59 @@ static void test_lone_replica_rejoins(void **state)
     servers_down(&s);
 }
 
+/* ---- 5: every replica down ---- */
+
+/* Every server is killed. READ GETs time each replica out and mark it
+ * down; once each one's probe has begun (its region and key to be fetched
+ * again), a GET can try none of them and fails at once with
+ * ERMA_EPEERFAILED, each replica with the error that marked it down. (It
+ * failed with ERMA_ENOREGION, the client's own mark read as a target's
+ * answer.) */
+static void test_all_replicas_down(void **state)
+{
+    (void)state;
+    static struct servers s;
+    static struct rec rec;
+    servers_up(&s, 3);
+    const struct erma_kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
+                                             .nservers = s.n, .replicas = 3,
+                                             .method = ERMA_KVCS_READ,
+                                             .attempt_timeout_ns = 20000000,
+                                             .down_ns = 50000000, .failure_ns = 200000000,
+                                             .cc_off = true};
+    struct erma_kvcs_client *c;
+    assert_int_equal(erma_kvcs_client_create(&cfg, &c), ERMA_OK);
+    servers_down(&s);
+    const uint64_t end = erma_now_ns() + 10 * SEC;
+    bool tried = true;
+    int gets = 0;
+    for (; tried && gets < 50 && erma_now_ns() < end; gets++) {
+        recs_reset(&rec, 1, c, 7);
+        batch(c, &rec, 1, 1, get_rec);
+        tried = false;
+        for (uint32_t i = 0; i < rec.info.nreplicas; i++)
+            tried = tried || rec.info.status[i] == ERMA_ETIMEDOUT;
+    }
+    print_message("  GET %d: %s; replicas: %s (down: %s), %s (down: %s), %s (down: %s)\n",
+                  gets, erma_strerror(rec.status), erma_strerror(rec.info.status[0]),
+                  erma_strerror(rec.info.down_err[0]), erma_strerror(rec.info.status[1]),
+                  erma_strerror(rec.info.down_err[1]), erma_strerror(rec.info.status[2]),
+                  erma_strerror(rec.info.down_err[2]));
+    assert_int_equal(rec.status, ERMA_EPEERFAILED);
+    assert_int_equal(rec.info.nreplicas, 3);
+    assert_int_equal(rec.info.answered, UINT32_MAX);
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_int_equal(rec.info.status[i], ERMA_EPEERFAILED);
+        /* what marked it down: a timeout, its sessions' failure, never an answer */
+        const int why = rec.info.down_err[i];
+        assert_true(why == ERMA_ETIMEDOUT || why == ERMA_EPEERFAILED || why == ERMA_EREFUSED);
+    }
+    struct erma_kvcs_client_stats st;
+    erma_kvcs_client_get_stats(c, &st);
+    assert_int_equal(st.failed, gets);
+    erma_kvcs_client_destroy(c);
+}
+
 static void test_replica_failure(void **state)
 {
     (void)state;
@@ -745,6 +800,7 @@ int main(void)
         cmocka_unit_test_teardown(test_methods, kill_servers),
         cmocka_unit_test_teardown(test_replica_failure, kill_servers),
         cmocka_unit_test_teardown(test_lone_replica_rejoins, kill_servers),
+        cmocka_unit_test_teardown(test_all_replicas_down, kill_servers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -237,10 +237,12 @@ static void test_dispatch_timeout(void **state)
     struct erma_endpoint *initiator = w.ep[1];
     if (w.on_sim) {
         erma_sim_run(w.sim, &initiator, 1, 3 * dt, gather_done, &g);
-    } else {
-        for (const uint64_t end = erma_now_ns() + 3 * dt; erma_now_ns() < end;)
+    } else { /* until 15 expired: a loaded machine may stall this loop past 3 dt */
+        for (const uint64_t end = erma_now_ns() + 2000000000ull;
+             g.got < OPS - 1 && erma_now_ns() < end;) {
             erma_endpoint_run_once(initiator);
-        gather_done(&g);
+            gather_done(&g);
+        }
     }
     assert_int_equal(g.got, OPS - 1);
     world_run(&w, 2000000000ull, gather_done, &g);
@@ -619,20 +621,29 @@ static void test_executor_loss(void **state)
 
 /* ---- REKEY under continuous load ---- */
 
-enum { CLIENTS = 2, DEPTH = 8 };
+/* Two clients keep DEPTH ops each in flight on a region while host 1
+ * rekeys it. They use the old key until the key manager hands out the new
+ * one, SPREAD_AFTER completions after the rekey completed, and stop once
+ * OPS ops succeeded under it. One probe per client is in flight across the
+ * rekey for certain: a READ under the old key submitted with the REKEY and
+ * held in its client, whose endpoint does not run until the rekey has
+ * completed (so the target has the new key before the probe comes). */
+enum { CLIENTS = 2, DEPTH = 8, OPS = 200, SPREAD_AFTER = 4 * CLIENTS * DEPTH };
+
+#define LATE (1ull << 31) /* tag: submitted after the rekey completed */
 
 struct load {
     struct world *w;
     uint32_t region;
     int peer[MAX_HOSTS];
-    struct erma_rkey key[MAX_HOSTS];  /* what each client uses now */
-    uint8_t buf[MAX_HOSTS][DEPTH][64];
+    struct erma_rkey key[MAX_HOSTS];      /* what each client uses now */
+    uint8_t buf[MAX_HOSTS][DEPTH + 1][64]; /* [DEPTH]: the probe's */
     uint8_t new_kr[ERMA_RMA_KEY_BYTES];
-    uint64_t grace_ns, t_rekey, t_spread, t_end, spread_delay;
-    bool rekey_sent, rekey_done, spread, stopping;
-    int rekey_status;
-    unsigned outstanding;
+    bool rekey_done, spread, stopping;
+    int rekey_status, probe_status[MAX_HOSTS];
+    unsigned outstanding, since_rekey;
     uint64_t ok[2], failed[2]; /* by key generation: [0] old, [1] new */
+    uint64_t late_old, late_old_ok; /* old-key ops submitted after the rekey */
     int other_status;
 };
 
@@ -640,45 +651,46 @@ static void load_submit(struct load *l, unsigned h, unsigned i)
 {
     const bool write = (i & 1) != 0;
     struct erma_rma_cmd c = cmd_of(write ? ERMA_RMA_WRITE : ERMA_RMA_READ, l->peer[h],
-                                   &l->key[h], 64 * (h * DEPTH + i), l->buf[h][i], 64,
-                                   (uint64_t)l->key[h].key_gen << 32 | i);
+                                   &l->key[h], 64 * (h * (DEPTH + 1) + i), l->buf[h][i], 64,
+                                   (uint64_t)l->key[h].key_gen << 32 |
+                                       (l->rekey_done ? LATE : 0) | i);
     assert_true(erma_rma_submit(l->w->rma[h], &c) >= 0);
     l->outstanding++;
 }
 
-static bool load_step(void *ctx)
+static void load_count(struct load *l, unsigned h, const struct erma_rma_completion *c)
 {
-    struct load *l = ctx;
-    const uint64_t now = erma_now_ns();
-    struct erma_rma_completion c[DEPTH];
+    const unsigned gen = (unsigned)(c->tag >> 32) - 1, i = (unsigned)(c->tag & 0xffff);
+    l->outstanding--;
+    if (i == DEPTH) {
+        l->probe_status[h] = c->status;
+        return;
+    }
+    if (c->status == ERMA_OK)
+        l->ok[gen]++;
+    else if (c->status == ERMA_EAUTH)
+        l->failed[gen]++;
+    else
+        l->other_status = c->status;
+    if (gen == 0 && (c->tag & LATE)) {
+        l->late_old++;
+        l->late_old_ok += c->status == ERMA_OK;
+    }
+    l->since_rekey += l->rekey_done;
+    if (!l->stopping)
+        load_submit(l, h, i);
+}
+
+static void load_step(struct load *l)
+{
+    struct erma_rma_completion c[DEPTH + 1];
     for (unsigned h = 2; h < 2 + CLIENTS; h++) {
-        const int n = erma_rma_poll(l->w->rma[h], c, DEPTH);
-        for (int j = 0; j < n; j++) {
-            const unsigned gen = (unsigned)(c[j].tag >> 32) - 1;
-            l->outstanding--;
-            if (c[j].status == ERMA_OK)
-                l->ok[gen]++;
-            else if (c[j].status == ERMA_EAUTH)
-                l->failed[gen]++;
-            else
-                l->other_status = c[j].status;
-            if (now < l->t_end)
-                load_submit(l, h, (unsigned)(c[j].tag & 0xffffffff));
-        }
+        const int n = erma_rma_poll(l->w->rma[h], c, DEPTH + 1);
+        for (int j = 0; j < n; j++)
+            load_count(l, h, &c[j]);
     }
-    if (!l->rekey_sent && now >= l->t_rekey) {
-        struct erma_rma_cmd rk = cmd_of(ERMA_RMA_REKEY, l->peer[1], &l->key[1], 0, l->new_kr, 0, 0);
-        rk.grace_ns = l->grace_ns;
-        assert_true(erma_rma_submit(l->w->rma[1], &rk) >= 0);
-        l->rekey_sent = true;
-    }
-    if (l->rekey_sent && !l->rekey_done && erma_rma_poll(l->w->rma[1], c, 1) == 1) {
-        l->rekey_done = true;
-        l->rekey_status = c[0].status;
-        l->t_spread = now + l->spread_delay; /* the key manager hands out new keys */
-    }
-    if (l->rekey_done && !l->spread && now >= l->t_spread) {
-        for (unsigned h = 2; h < 2 + CLIENTS; h++) {
+    if (l->rekey_done && !l->spread && l->since_rekey >= SPREAD_AFTER) {
+        for (unsigned h = 2; h < 2 + CLIENTS; h++) { /* the key manager hands out new keys */
             struct erma_addr a;
             assert_int_equal(erma_transport_resolve(l->w->ep[0]->tr, l->w->uri[h], &a), ERMA_OK);
             erma_rma_derive(l->new_kr, l->region, 2, (enum erma_rma_cipher)l->key[h].cipher,
@@ -686,19 +698,61 @@ static bool load_step(void *ctx)
         }
         l->spread = true;
     }
-    return now >= l->t_end && l->outstanding == 0;
+    l->stopping = l->stopping || l->ok[1] >= OPS;
 }
 
-static void rekey_run(bool on_sim, uint64_t grace_ns, struct load *l)
+static bool old_key_done(void *ctx)
+{
+    struct load *l = ctx;
+    load_step(l);
+    return l->ok[0] >= OPS;
+}
+
+static bool load_drained(void *ctx)
+{
+    struct load *l = ctx;
+    load_step(l);
+    return l->stopping && l->outstanding == 0;
+}
+
+static bool rekey_polled(void *ctx)
+{
+    struct load *l = ctx;
+    struct erma_rma_completion c;
+    if (!l->rekey_done && erma_rma_poll(l->w->rma[1], &c, 1) == 1) {
+        l->rekey_done = true;
+        l->rekey_status = c.status;
+    }
+    return l->rekey_done;
+}
+
+/* Runs only the target and host 1 until the rekey has completed: the
+ * clients, and what they have submitted, are held. */
+static bool rekey_held(struct world *w, struct load *l, uint64_t ns)
+{
+    struct erma_endpoint *two[2] = {w->ep[0], w->ep[1]};
+    if (w->on_sim)
+        return erma_sim_run(w->sim, two, 2, ns, rekey_polled, l) == ERMA_OK;
+    for (const uint64_t end = erma_now_ns() + ns; erma_now_ns() < end;) {
+        if (rekey_polled(l))
+            return true;
+        erma_endpoint_run_once(two[0]);
+        erma_endpoint_run_once(two[1]);
+    }
+    return rekey_polled(l);
+}
+
+static void rekey_run(bool on_sim, bool grace, struct load *l)
 {
     struct world w;
     struct target t;
-    /* on udp, generous timeouts: a loaded 2-core machine (ASan, parallel
-     * tests) must not turn scheduling delays into failed ops here */
+    /* generous timeouts: a probe waits in its held client, and on udp a
+     * loaded 2-core machine (ASan, parallel tests) must not turn
+     * scheduling delays into failed ops */
+    const uint64_t timeout = on_sim ? 1000000 : 500000000;
     struct erma_rma_cfg cfg[2 + CLIENTS];
     for (unsigned h = 0; h < 2 + CLIENTS; h++)
-        cfg[h] = (struct erma_rma_cfg){.op_timeout_ns = on_sim ? 0 : 500000000,
-                                       .dispatch_timeout_ns = on_sim ? 0 : 500000000};
+        cfg[h] = (struct erma_rma_cfg){.op_timeout_ns = timeout, .dispatch_timeout_ns = timeout};
     world_up_cfg(&w, on_sim, 2 + CLIENTS, NULL, cfg);
     target_up(&w, &t);
     uint32_t reg;
@@ -715,41 +769,53 @@ static void rekey_run(bool on_sim, uint64_t grace_ns, struct load *l)
         l->key[h] = rkey_for(&w, h, reg);
     }
     memset(l->new_kr, 0x5c, sizeof l->new_kr);
-    const uint64_t unit = on_sim ? 100000 : 10000000; /* 100 us on sim, 10 ms on udp */
-    const uint64_t now = erma_now_ns();
-    l->grace_ns = grace_ns ? 10 * unit : 0;
-    l->t_rekey = now + 2 * unit;
-    l->spread_delay = unit;
-    l->t_end = now + 6 * unit;
+    /* bounds only (virtual time on the sim): each phase takes about 1 ms */
+    const uint64_t bound = on_sim ? 100000000 : 10000000000ull;
     for (unsigned h = 2; h < 2 + CLIENTS; h++)
         for (unsigned i = 0; i < DEPTH; i++)
             load_submit(l, h, i);
-    assert_true(world_run(&w, 100 * unit, load_step, l));
+    assert_true(world_run(&w, bound, old_key_done, l));
+    for (unsigned h = 2; h < 2 + CLIENTS; h++)
+        load_submit(l, h, DEPTH); /* the probes */
+    struct erma_rma_cmd rk = cmd_of(ERMA_RMA_REKEY, l->peer[1], &l->key[1], 0, l->new_kr, 0, 0);
+    rk.grace_ns = !grace ? 0 : on_sim ? 1000000 : 1000000000; /* 1 ms, 1 s */
+    assert_true(erma_rma_submit(w.rma[1], &rk) >= 0);
+    assert_true(rekey_held(&w, l, bound));
+    assert_true(world_run(&w, bound, load_drained, l));
     world_down(&w);
     free(t.mem);
-    print_message("  %s grace %s: rekey %d; old key %lu ok %lu failed, new key %lu ok %lu "
-                  "failed\n",
-                  on_sim ? "sim" : "udp", grace_ns ? "on" : "off", l->rekey_status,
-                  (unsigned long)l->ok[0], (unsigned long)l->failed[0],
-                  (unsigned long)l->ok[1], (unsigned long)l->failed[1]);
+    print_message("  %s grace %s: rekey %d, probes %d %d; old key %lu ok %lu failed (%lu "
+                  "submitted after the rekey: %lu ok), new key %lu ok %lu failed\n",
+                  on_sim ? "sim" : "udp", grace ? "on" : "off", l->rekey_status,
+                  l->probe_status[2], l->probe_status[3], (unsigned long)l->ok[0],
+                  (unsigned long)l->failed[0], (unsigned long)l->late_old,
+                  (unsigned long)l->late_old_ok, (unsigned long)l->ok[1],
+                  (unsigned long)l->failed[1]);
     assert_int_equal(l->rekey_status, ERMA_OK);
     assert_int_equal(l->other_status, 0);
-    assert_true(l->ok[0] > 100 && l->ok[1] > 100);
+    assert_true(l->ok[0] >= OPS && l->ok[1] >= OPS);
+    assert_true(l->late_old > 0);
     assert_int_equal(l->failed[1], 0); /* the new key never fails */
 }
 
 static void test_rekey_grace(void **state)
 {
     struct load l;
-    rekey_run(ON_SIM(state), 1, &l);
+    rekey_run(ON_SIM(state), true, &l);
+    for (unsigned h = 2; h < 2 + CLIENTS; h++)
+        assert_int_equal(l.probe_status[h], ERMA_OK);
     assert_int_equal(l.failed[0], 0);
 }
 
+/* The old key fails at once: the probes, and every old-key op submitted
+ * after the rekey. */
 static void test_rekey_no_grace(void **state)
 {
     struct load l;
-    rekey_run(ON_SIM(state), 0, &l);
-    assert_true(l.failed[0] > 0); /* only ops under the old key failed */
+    rekey_run(ON_SIM(state), false, &l);
+    for (unsigned h = 2; h < 2 + CLIENTS; h++)
+        assert_int_equal(l.probe_status[h], ERMA_EAUTH);
+    assert_int_equal(l.late_old_ok, 0);
 }
 
 /* ---- garbage ---- */

@@ -17,6 +17,9 @@
 #define REGION_RESP 128
 #define MAX_SESS 4     /* sessions per server: 8 requests in flight on each */
 #define RX_SESSIONS 128 /* sessions the endpoint's RX ring takes (4096 / 32 credits) */
+/* start_try: the replica is marked down and cannot be tried now (its
+ * sessions failed or, for a READ, its key is not fetched again yet) */
+#define PASSED_DOWN 2
 
 enum kind { GET, PUT, DEL };
 
@@ -60,6 +63,7 @@ struct server {
     struct erma_kvcs_client *c;
     uint64_t down_until; /* when marked down: the next probe */
     bool down, probing;
+    int down_err;        /* the failure that marked it down, or its last probe's */
     int region_rc; /* 1 asked, 0 known, < 0 to ask again */
     struct erma_msgbuf req, resp;
 };
@@ -108,19 +112,22 @@ static bool transport_failure(int st)
  * probe (the REGION request, which also fetches a restarted server's new
  * key) asks whether it is back. Failures while it is down (tries already
  * under way, ops whose replicas are all down) do not delay that probe. */
-static void mark_down(struct erma_kvcs_client *c, uint32_t server)
+static void mark_down(struct erma_kvcs_client *c, uint32_t server, int err)
 {
     struct server *s = &c->srv[server];
     if (!s->down)
         s->down_until = erma_now_ns() + c->cfg.down_ns;
     s->down = true;
+    s->down_err = err;
 }
 
-/* The probe failed: the next one in down_ns. */
-static void probe_later(struct erma_kvcs_client *c, struct server *s)
+/* The probe failed (err, when it got that far): the next one in down_ns. */
+static void probe_later(struct erma_kvcs_client *c, struct server *s, int err)
 {
     s->down = true;
     s->down_until = erma_now_ns() + c->cfg.down_ns;
+    if (err)
+        s->down_err = err;
 }
 
 /* ---- finishing ops ---- */
@@ -134,6 +141,10 @@ static void deliver(struct erma_kvcs_client *c, struct op *op, int status, const
     in->nreplicas = op->nrep;
     memcpy(in->replicas, op->rep, sizeof op->rep);
     memcpy(in->status, op->st, sizeof op->st);
+    for (uint32_t i = 0; i < op->nrep; i++) {
+        const struct server *s = &c->srv[op->rep[i]];
+        in->down_err[i] = s->down ? s->down_err : 0;
+    }
     in->answered = op->answered;
     const erma_kvcs_fn cb = op->cb;
     void *tag = op->tag;
@@ -263,7 +274,7 @@ static int start_rpc(struct erma_kvcs_client *c, struct try *t, struct server *s
     static const uint8_t types[] = {ERMA_KV_GET, ERMA_KV_PUT, ERMA_KV_DEL};
     const int sess = session_of(c, s);
     if (sess < 0)
-        return ERMA_EPEERFAILED;
+        return PASSED_DOWN; /* its sessions failed: marked down (on_sm) */
     int rc = erma_msgbuf_alloc(c->rpc, 8 + (size_t)op->klen + vlen, &t->req);
     if (rc != ERMA_OK)
         return rc;
@@ -292,7 +303,7 @@ static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, co
     struct server *s = &c->srv[op->rep[pos]];
     const bool read = op->kind == GET && op->method == ERMA_KVCS_READ;
     if (read && s->region_rc != 0)
-        return ERMA_ENOREGION; /* down, its key not fetched again yet */
+        return PASSED_DOWN; /* marked down, its key not fetched again yet */
     struct try *t = calloc(1, sizeof *t);
     if (!t)
         return ERMA_ENOMEM;
@@ -306,6 +317,20 @@ static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, co
     }
     op->tries[pos] = t;
     return ERMA_OK;
+}
+
+/* A try that did not start: its replica's status, ERMA_EPEERFAILED for one
+ * passed over as down (which keeps the error that marked it down); another
+ * transport failure marks the replica down. */
+static int not_started(struct erma_kvcs_client *c, struct op *op, uint32_t pos, int rc)
+{
+    const bool passed = rc == PASSED_DOWN;
+    if (passed)
+        rc = ERMA_EPEERFAILED;
+    if (transport_failure(rc) && !(passed && c->srv[op->rep[pos]].down))
+        mark_down(c, op->rep[pos], rc);
+    op->st[pos] = rc;
+    return rc;
 }
 
 /* RPC tries past their deadline (they may wait behind others for one of
@@ -364,12 +389,10 @@ static void get_next(struct erma_kvcs_client *c, struct op *op)
         }
         c->stats.skipped += passed;
         c->stats.failovers += op->last_err || passed;
-        const int rc = start_try(c, op, (uint32_t)pos, NULL, 0);
+        int rc = start_try(c, op, (uint32_t)pos, NULL, 0);
         if (rc == ERMA_OK)
             return;
-        op->st[pos] = op->last_err = rc;
-        if (transport_failure(rc))
-            mark_down(c, op->rep[pos]);
+        rc = op->last_err = not_started(c, op, (uint32_t)pos, rc);
         if (!move_on(rc)) {
             finish_op(c, op, rc, NULL, 0);
             return;
@@ -382,7 +405,7 @@ static void try_done(struct erma_kvcs_client *c, struct op *op, uint32_t pos, in
 {
     op->st[pos] = status;
     if (transport_failure(status))
-        mark_down(c, op->rep[pos]);
+        mark_down(c, op->rep[pos], status);
     if (op->kind != GET) {
         if (--op->pending == 0)
             finish_op(c, op, write_result(op), NULL, 0);
@@ -474,9 +497,7 @@ static void write_all(struct erma_kvcs_client *c, struct op *op, const void *val
         const int rc = start_try(c, op, i, val, vlen);
         if (rc == ERMA_OK)
             continue;
-        op->st[i] = rc;
-        if (transport_failure(rc))
-            mark_down(c, op->rep[i]);
+        not_started(c, op, i, rc);
         op->pending--;
     }
     if (op->pending == 0)
@@ -556,7 +577,6 @@ int erma_kvcs_op_info(const struct erma_kvcs_client *c, struct erma_kvcs_op_info
 static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err, void *ctx)
 {
     (void)rpc;
-    (void)err;
     struct erma_kvcs_client *c = ctx;
     if (ev != ERMA_SM_PEER_FAILED && ev != ERMA_SM_CONNECT_FAILED)
         return;
@@ -564,7 +584,7 @@ static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int 
         for (uint32_t k = 0; k < c->nsess; k++)
             if (c->srv[i].sess[k] == session) {
                 c->srv[i].sess[k] = -1;
-                mark_down(c, i);
+                mark_down(c, i, err);
             }
 }
 
@@ -582,7 +602,7 @@ static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_m
     if (status == ERMA_OK)
         s->down = false;
     else
-        probe_later(s->c, s);
+        probe_later(s->c, s, status);
 }
 
 /* Opens the server's sessions that are not (or no longer) there, and asks
@@ -612,10 +632,11 @@ static void probe_servers(struct erma_kvcs_client *c, uint64_t now)
         if (!s->down || s->probing || now < s->down_until)
             continue;
         s->region_rc = -1;
-        if (ask_region(c, s) == ERMA_OK && s->region_rc == 1)
+        const int rc = ask_region(c, s);
+        if (rc == ERMA_OK && s->region_rc == 1)
             s->probing = true;
         else
-            probe_later(c, s); /* could not even ask */
+            probe_later(c, s, rc); /* could not even ask */
     }
 }
 

@@ -57,9 +57,16 @@
  *        its replica down and the GET moves on to the next replica (a
  *        failover, as is passing over a replica marked down).
  *        ERMA_EAGAIN (too many torn reads) moves on without marking it
- *        down. ERMA_ENOENT from a replica is a final answer: a cache miss. status: ERMA_OK with the value, ERMA_ENOENT,
- *        the last try's failure when every replica failed, or another
- *        failure (ERMA_ENOMEM, ERMA_EBADPKT...) at once.
+ *        down. ERMA_ENOENT from a replica is a final answer: a cache miss.
+ *        When every replica is marked down, the GET tries them all the
+ *        same, except one that cannot be tried: its sessions failed or, for
+ *        a READ, its region and key are not fetched again yet (its probe
+ *        has not answered). That one fails at once with ERMA_EPEERFAILED,
+ *        and erma_kvcs_op_info() gives the error that marked it down.
+ *        status: ERMA_OK with the value, ERMA_ENOENT, the last replica's
+ *        failure when every replica failed (its try's, or ERMA_EPEERFAILED
+ *        when it could not be tried), or another failure (ERMA_ENOMEM,
+ *        ERMA_EBADPKT...) at once.
  *   PUT, DEL  go to all the key's replicas at once. The op waits for those
  *        not marked down (for all, when every one is down); to a replica
  *        marked down the write goes out too if its sessions are there, but
@@ -99,8 +106,9 @@
  *   (ERMA_KV_MAX_ITEM), ERMA_ENOSLOTS when max_ops ops are in progress.
  *
  *   erma_kvcs_op_info(), called from inside a callback, tells which
- *   replicas the op tried and what each answered (for tests and
- *   benchmarks). erma_kvcs_client_destroy() drops ops still in progress
+ *   replicas the op tried, what each answered and, for each one marked
+ *   down, the error that marked it (for tests, benchmarks and error
+ *   reports). erma_kvcs_client_destroy() drops ops still in progress
  *   without calling their callbacks.
  *
  * Threading: a server and a client each belong to one thread. All functions
@@ -211,12 +219,16 @@ void erma_kvcs_client_get_stats(const struct erma_kvcs_client *c,
 #define ERMA_KVCS_NOT_TRIED 1
 
 /* The op whose callback is running: its key's replicas (server numbers,
- * primary first), each one's outcome (its last try's status), and for a
- * GET the server that gave the final answer (UINT32_MAX: none). */
+ * primary first), each one's outcome (its last try's status; ERMA_EPEERFAILED
+ * for one marked down that could not be tried), each one's down_err (0 when
+ * it is not marked down, else the failure that marked it down or that its
+ * last probe met: ERMA_ETIMEDOUT, ERMA_EPEERFAILED...), and for a GET the
+ * server that gave the final answer (UINT32_MAX: none). */
 struct erma_kvcs_op_info {
     uint32_t nreplicas;
     uint32_t replicas[ERMA_KVCS_MAX_REPLICAS];
     int status[ERMA_KVCS_MAX_REPLICAS];
+    int down_err[ERMA_KVCS_MAX_REPLICAS];
     uint32_t answered;
 };
 /* Valid only inside a callback; ERMA_EINVAL elsewhere. */

@@ -11,8 +11,9 @@
  * than what the replica that answered had acknowledged before the GET
  * started, or newer than the last version PUT; a miss is wrong when that
  * replica had acknowledged a version. Prints one line: ops, failed, wrong,
- * failovers, median and p99 latency in microseconds. Exits 0 only when
- * every op completed and wrong == 0.
+ * failovers, median and p99 latency in microseconds, and on stderr the
+ * first five failed ops, each replica's status and why it is marked down.
+ * Exits 0 only when every op completed and wrong == 0.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -116,6 +117,25 @@ static void put_done(struct prog *p, const struct op *o, int status,
     }
 }
 
+/* The first few failed ops, each replica with what it answered and, when
+ * marked down, why. */
+static void report_failed(struct prog *p, const struct op *o, int status,
+                          const struct erma_kvcs_op_info *info)
+{
+    if (p->failed > 5)
+        return;
+    fprintf(stderr, "kvcs_client: %s of key %u failed: %s;", o->put ? "PUT" : "GET", o->key,
+            erma_strerror(status));
+    for (uint32_t i = 0; i < info->nreplicas; i++) {
+        fprintf(stderr, " server %u: %s", info->replicas[i],
+                info->status[i] == ERMA_KVCS_NOT_TRIED ? "not tried"
+                                                      : erma_strerror(info->status[i]));
+        if (info->down_err[i])
+            fprintf(stderr, " (down: %s)", erma_strerror(info->down_err[i]));
+    }
+    fprintf(stderr, "\n");
+}
+
 static void on_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
 {
     struct op *o = tag;
@@ -124,8 +144,10 @@ static void on_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
     erma_kvcs_op_info(p->c, &info);
     o->live = false;
     p->done++;
-    if (status != ERMA_OK && status != ERMA_ENOENT)
+    if (status != ERMA_OK && status != ERMA_ENOENT) {
         p->failed++;
+        report_failed(p, o, status, &info);
+    }
     if (o->timed)
         p->lat[p->nlat++] = erma_now_ns() - o->start;
     if (o->put)
