@@ -1,7 +1,9 @@
 /* raftkv (apps/raftkv/raftkv.h): libraft over erma RPCs on the sim fabric,
  * in virtual time. A 3-replica cluster elects a leader and applies 10^4
  * PUTs identically on every replica; killing the leader elects another and
- * the client carries on with no acknowledged write lost; a restarted
+ * the client carries on with no acknowledged write lost, trying the dead
+ * replica only a few times; a leader stalled for less than an election
+ * timeout holds the client up little longer than the stall; a restarted
  * replica catches up from the log, or through a snapshot when it lagged
  * past the leader's trailing entries; a leader cut off from the others
  * heals without two leaders committing in one term; a write retried after
@@ -77,8 +79,10 @@ static void server_down(struct cluster *c, unsigned i)
     c->srv[i] = NULL;
 }
 
-static void cluster_up(struct cluster *c, const char *name, unsigned snapshot_threshold,
-                       unsigned snapshot_trailing)
+/* A cluster of replicas started with cfg (id, peers, data_dir and seed
+ * their own) and a client whose failure_ns is client_failure_ns. */
+static void cluster_start(struct cluster *c, const char *name,
+                          const struct erma_raftkv_server_cfg *cfg, uint64_t client_failure_ns)
 {
     memset(c, 0, sizeof *c);
     struct erma_sim_cfg sc;
@@ -87,10 +91,7 @@ static void cluster_up(struct cluster *c, const char *name, unsigned snapshot_th
     sc.seed = 7;
     assert_int_equal(erma_sim_create(name, &sc, &c->sim), ERMA_OK);
     erma_sim_use_clock(c->sim);
-    c->cfg = (struct erma_raftkv_server_cfg){
-        .heartbeat_ms = 20, .election_ms = 200, .failure_ns = 100 * MS,
-        .snapshot_threshold = snapshot_threshold, .snapshot_trailing = snapshot_trailing,
-        .kv_buckets = 1u << 14, .kv_log_bytes = 8u << 20};
+    c->cfg = *cfg;
     for (unsigned i = 0; i < N; i++) {
         snprintf(c->uri[i], sizeof c->uri[i], "sim://%s/%u:31000", name, i);
         c->uris[i] = c->uri[i];
@@ -103,8 +104,20 @@ static void cluster_up(struct cluster *c, const char *name, unsigned snapshot_th
     char curi[64];
     snprintf(curi, sizeof curi, "sim://%s/%u:0", name, N);
     const struct erma_raftkv_client_cfg cc = {.uri = curi, .servers = c->uris, .nservers = N,
-                                              .max_ops = 256, .failure_ns = 100 * MS};
+                                              .max_ops = 256, .failure_ns = client_failure_ns};
     assert_int_equal(erma_raftkv_client_create(&cc, &c->cli), ERMA_OK);
+}
+
+/* Fast raft timers (a 20 ms heartbeat, 200 ms elections) and failure
+ * detection (100 ms). */
+static void cluster_up(struct cluster *c, const char *name, unsigned snapshot_threshold,
+                       unsigned snapshot_trailing)
+{
+    const struct erma_raftkv_server_cfg cfg = {
+        .heartbeat_ms = 20, .election_ms = 200, .failure_ns = 100 * MS,
+        .snapshot_threshold = snapshot_threshold, .snapshot_trailing = snapshot_trailing,
+        .kv_buckets = 1u << 14, .kv_log_bytes = 8u << 20};
+    cluster_start(c, name, &cfg, 100 * MS);
 }
 
 static int remove_dir(const char *dir)
@@ -587,6 +600,20 @@ static void test_replicate(void **state)
 
 /* ---- (2) the leader killed with writes in flight ---- */
 
+/* Counts the packets the client (host N) sends to one replica's host. */
+struct to_host {
+    uint16_t host;
+    uint64_t pkts;
+};
+
+static bool count_tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
+{
+    (void)data;
+    struct to_host *t = ctx;
+    t->pkts += ev->src_host == N && ev->dst_host == t->host;
+    return true;
+}
+
 static void test_leader_killed(void **state)
 {
     (void)state;
@@ -601,8 +628,11 @@ static void test_leader_killed(void **state)
     const uint32_t acked_before = load.acked, inflight = load.inflight;
     server_down(&c, l0); /* as a crash: nothing more leaves it */
     const uint64_t t_kill = erma_now_ns();
+    struct to_host dead = {.host = (uint16_t)l0};
+    erma_sim_set_tap(c.sim, count_tap, &dead);
     assert_int_equal(run(&c, 10 * SEC, has_leader, &c), ERMA_OK);
     const uint64_t t_elected = erma_now_ns();
+    erma_sim_set_tap(c.sim, NULL, NULL);
     load.stop_at = 0;
     assert_int_equal(run(&c, 60 * SEC, load_step, &load), ERMA_OK);
     const int l1 = leader(&c);
@@ -610,14 +640,17 @@ static void test_leader_killed(void **state)
     assert_true(erma_raftkv_server_raft(c.srv[l1])->current_term > term0);
     assert_int_equal(load.failed, 0);
     assert_int_equal(load.acked, load.total);
+    /* the dead replica was tried a try's length at a time, while named
+     * leader: a few packets per try, not one per round trip */
+    assert_true(dead.pkts <= (t_elected - t_kill) / (5 * MS));
     struct erma_raftkv_client_stats cs;
     erma_raftkv_client_get_stats(c.cli, &cs);
     print_message("  leader %d killed after %u acks (%u in flight); leader %d elected %.1f ms "
                   "later; the rest done %.1f ms after that (%llu redirects, %llu tries "
-                  "failed)\n",
+                  "failed); %llu packets to the dead replica until the election\n",
                   l0 + 1, acked_before, inflight, l1 + 1, (double)(t_elected - t_kill) / 1e6,
                   (double)(erma_now_ns() - t_elected) / 1e6, (unsigned long long)cs.redirects,
-                  (unsigned long long)cs.tries_failed);
+                  (unsigned long long)cs.tries_failed, (unsigned long long)dead.pkts);
     /* Nothing acknowledged is lost: on both survivors and through the leader. */
     replicas_equal(&c, load.total);
     for (unsigned i = 0; i < N; i++)
@@ -1204,6 +1237,143 @@ static void test_linearizable(void **state)
     cluster_down(&c);
 }
 
+/* ---- (8) the leader stalled for less than an election timeout ----
+ * raftkv_server's timers (a 50 ms heartbeat, 500 ms elections, 200 ms
+ * failure detection) and a client with its defaults, STALL_WINDOW writes
+ * in flight, each slot writing again STALL_THINK_NS after its answer. The
+ * leader is not stepped (as under SIGSTOP: its timers and the packets sent
+ * to it wait) for 300, 200, then 400 ms: no election follows, and the
+ * client has a write acknowledged within the stall plus STALL_EXTRA_NS of
+ * the last one before it (600 ms for 300: the old client took 1.2 s, 200
+ * ms to time the leader out, then down_ns passing it over). */
+
+#define STALL_WINDOW 8
+#define STALL_THINK_NS MS
+#define STALL_EXTRA_NS (300 * MS)
+
+struct paced;
+
+struct paced_slot {
+    struct paced *p;
+    bool busy;
+    uint64_t next; /* when it writes again */
+};
+
+struct paced {
+    struct erma_raftkv_client *c;
+    struct paced_slot slot[STALL_WINDOW];
+    uint32_t made, acked, failed;
+    uint64_t last_ack, gap; /* gap: the longest time between two acks since reset */
+    bool stopping;          /* no more writes: done once none is in flight */
+};
+
+static void paced_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    (void)val;
+    (void)vlen;
+    struct paced_slot *sl = tag;
+    struct paced *p = sl->p;
+    const uint64_t now = erma_now_ns();
+    sl->busy = false;
+    sl->next = now + STALL_THINK_NS;
+    if (status != ERMA_OK) {
+        p->failed++;
+        print_message("  paced put: %s\n", erma_strerror(status));
+        return;
+    }
+    p->acked++;
+    if (p->last_ack && now - p->last_ack > p->gap)
+        p->gap = now - p->last_ack;
+    p->last_ack = now;
+}
+
+/* Starts the writes that are due; done once stopping and none is busy. */
+static bool paced_step(void *ctx)
+{
+    struct paced *p = ctx;
+    const uint64_t now = erma_now_ns();
+    bool busy = false;
+    for (unsigned i = 0; i < STALL_WINDOW; i++) {
+        struct paced_slot *sl = &p->slot[i];
+        busy |= sl->busy;
+        if (sl->busy || now < sl->next || p->stopping)
+            continue;
+        char key[16], val[16];
+        snprintf(key, sizeof key, "st%u", p->made % 64);
+        snprintf(val, sizeof val, "v%u", ++p->made);
+        assert_int_equal(erma_raftkv_put(p->c, key, (uint32_t)strlen(key), val,
+                                         (uint32_t)strlen(val), paced_done, sl),
+                         ERMA_OK);
+        sl->busy = true;
+    }
+    return p->stopping && !busy;
+}
+
+/* Writes for ns with replica `paused` (-1: none) not stepped, in slices of
+ * STALL_THINK_NS (the fabric does not know the slots' timers). */
+static void paced_run(struct cluster *c, struct paced *p, int paused, uint64_t ns)
+{
+    struct erma_raftkv_server *srv[N];
+    for (unsigned i = 0; i < N; i++)
+        srv[i] = (int)i == paused ? NULL : c->srv[i];
+    const uint64_t until = erma_now_ns() + ns;
+    for (uint64_t n = 0; n <= ns / STALL_THINK_NS && erma_now_ns() < until; n++)
+        assert_int_equal(erma_raftkv_sim_run(c->sim, srv, N, &c->cli, 1, STALL_THINK_NS,
+                                             paced_step, p),
+                         ERMA_ETIMEDOUT);
+}
+
+static void test_leader_stalled(void **state)
+{
+    (void)state;
+    struct cluster c;
+    const struct erma_raftkv_server_cfg cfg = {.kv_buckets = 1u << 14,
+                                               .kv_log_bytes = 8u << 20};
+    cluster_start(&c, "rkv8", &cfg, 0);
+    const int l0 = wait_leader(&c);
+    assert_true(l0 >= 0);
+    const raft_term term0 = erma_raftkv_server_raft(c.srv[l0])->current_term;
+    static struct paced p;
+    memset(&p, 0, sizeof p);
+    p.c = c.cli;
+    for (unsigned i = 0; i < STALL_WINDOW; i++)
+        p.slot[i].p = &p;
+    paced_run(&c, &p, -1, 200 * MS);
+    assert_true(p.acked > 0);
+    static const uint64_t stalls[] = {300 * MS, 200 * MS, 400 * MS};
+    for (unsigned k = 0; k < sizeof stalls / sizeof stalls[0]; k++) {
+        paced_run(&c, &p, -1, 100 * MS);
+        struct erma_raftkv_client_stats cs0, cs1;
+        erma_raftkv_client_get_stats(c.cli, &cs0);
+        p.gap = 0;
+        const uint32_t acked0 = p.acked;
+        const uint64_t t_stall = erma_now_ns();
+        paced_run(&c, &p, l0, stalls[k]);
+        const uint64_t t_resume = erma_now_ns();
+        paced_run(&c, &p, -1, SEC);
+        /* a gap still open counts too */
+        const uint64_t open = erma_now_ns() - p.last_ack;
+        const uint64_t outage = p.gap > open ? p.gap : open;
+        erma_raftkv_client_get_stats(c.cli, &cs1);
+        print_message("  leader %d stalled %.1f ms: %.1f ms without an acknowledgement; %u acks "
+                      "in the second after; %llu redirects, %llu tries failed\n",
+                      l0 + 1, (double)(t_resume - t_stall) / 1e6, (double)outage / 1e6,
+                      p.acked - acked0, (unsigned long long)(cs1.redirects - cs0.redirects),
+                      (unsigned long long)(cs1.tries_failed - cs0.tries_failed));
+        /* no election: the same leader in the same term */
+        assert_int_equal(leader(&c), l0);
+        assert_true(erma_raftkv_server_raft(c.srv[l0])->current_term == term0);
+        assert_true(outage >= stalls[k]); /* the stall held the writes up */
+        assert_true(outage <= stalls[k] + STALL_EXTRA_NS);
+        assert_true(p.acked > acked0);
+    }
+    p.stopping = true; /* the last writes end */
+    assert_int_equal(erma_raftkv_sim_run(c.sim, c.srv, N, &c.cli, 1, 10 * SEC, paced_step, &p),
+                     ERMA_OK);
+    assert_int_equal(p.failed, 0);
+    cluster_down(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1214,6 +1384,7 @@ int main(void)
         cmocka_unit_test_teardown(test_partition_heals, remove_test_dirs),
         cmocka_unit_test(test_at_most_once),
         cmocka_unit_test_teardown(test_linearizable, remove_test_dirs),
+        cmocka_unit_test_teardown(test_leader_stalled, remove_test_dirs),
     };
     if (getenv("RAFTKV_TEST")) /* one test by name, for debugging */
         cmocka_set_test_filter(getenv("RAFTKV_TEST"));

@@ -8,23 +8,7 @@
 #   test_raftkv_udp.sh SERVER CLIENT PORT_BASE [SECONDS]
 set -u
 server=$1 client=$2 base=$3 seconds=${4:-8}
-dir=$(mktemp -d /tmp/test_raftkv_udp.XXXXXX)
-peers=udp://127.0.0.1:$((base + 1)),udp://127.0.0.1:$((base + 2)),udp://127.0.0.1:$((base + 3))
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -5 "$f"; done; exit 1; }
-
-start() { # replica id
-  "$server" --id "$1" --peers "$peers" --dir "$dir/r$1" --seconds $((seconds * 10)) \
-    >>"$dir/server$1.log" 2>&1 &
-  pids[$1]=$!
-}
-cli() { timeout 60 "$client" --servers "$peers" "$@"; }
+. "$(dirname "$0")/raftkv_cluster.sh"
 
 for i in 1 2 3; do start $i; done
 leader=$(cli leader) || fail "no leader elected (raftkv_client leader: $leader)"

@@ -1,5 +1,5 @@
 /* The raftkv client: finds the leader, follows redirects, moves past
- * replicas that fail (raftkv/raftkv.h). */
+ * replicas that fail or fall silent for a try's length (raftkv/raftkv.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@ struct op {
     uint8_t type;
     unsigned server;
     uint64_t deadline, retry_at;
+    uint64_t sent_at; /* the try in flight: when it started */
     struct erma_msgbuf req, resp;
     bool have_bufs;
     erma_raftkv_fn cb;
@@ -33,7 +34,11 @@ struct op {
 struct server {
     char uri[URI_MAX];
     int sess;
-    uint64_t down_until; /* failed at the RPC level: passed over until then */
+    bool failed;         /* a try failed there, and it has not answered since */
+    uint64_t failed_at;  /* its last failure */
+    uint32_t tries;      /* tries in flight at it */
+    uint32_t queued;     /* ops waiting to be tried at it */
+    uint64_t heard_at;   /* tries in flight: the last answer, or the first try */
 };
 
 struct erma_raftkv_client {
@@ -47,27 +52,69 @@ struct erma_raftkv_client {
     struct op *ops;
     uint32_t pending, completions;
     uint32_t waiting; /* ops waiting for a retry: poll has nothing to do without them */
+    uint32_t tries;   /* tries in flight: poll watches their replicas for silence */
+    uint32_t ended;   /* tries ended since the last poll (work: timers may have moved) */
+    uint64_t srtt, rttvar, rtt_samples; /* of answered tries (RFC 6298) */
     bool destroying;
     struct erma_raftkv_client_stats stats;
 };
+
+/* How long a replica may stay silent while tries wait at it: from the
+ * answers' round trips, srtt + 4 rttvar, at least try_min_ns, at most
+ * failure_ns (also the whole try before any answer came). */
+static uint64_t try_ns(const struct erma_raftkv_client *c)
+{
+    if (!c->rtt_samples)
+        return c->cfg.failure_ns;
+    const uint64_t t = c->srtt + 4 * c->rttvar;
+    return t < c->cfg.try_min_ns ? c->cfg.try_min_ns
+           : t > c->cfg.failure_ns ? c->cfg.failure_ns
+                                   : t;
+}
+
+static void rtt_sample(struct erma_raftkv_client *c, uint64_t r)
+{
+    if (c->rtt_samples++ == 0) {
+        c->srtt = r;
+        c->rttvar = r / 2;
+        return;
+    }
+    const uint64_t d = r > c->srtt ? r - c->srtt : c->srtt - r;
+    c->rttvar = (3 * c->rttvar + d) / 4;
+    c->srtt = (7 * c->srtt + r) / 8;
+}
+
+/* Replica i failed a try: so it stays until it answers again. */
+static void mark_failed(struct erma_raftkv_client *c, unsigned i, uint64_t now)
+{
+    c->srv[i].failed = true;
+    c->srv[i].failed_at = now;
+}
 
 static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err, void *ctx)
 {
     (void)rpc;
     (void)err;
     struct erma_raftkv_client *c = ctx;
-    if (ev == ERMA_SM_CONNECTED)
-        return;
-    for (unsigned i = 0; i < c->cfg.nservers; i++)
-        if (c->srv[i].sess == session) {
-            c->srv[i].sess = -1;
-            c->srv[i].down_until = erma_now_ns() + c->cfg.down_ns;
+    const uint64_t now = erma_now_ns();
+    for (unsigned i = 0; i < c->cfg.nservers; i++) {
+        if (c->srv[i].sess != session)
+            continue;
+        if (ev == ERMA_SM_CONNECTED) { /* it answered: the tries' wait starts over */
+            c->srv[i].heard_at = now;
+            continue;
         }
+        c->srv[i].sess = -1;
+        mark_failed(c, i, now);
+    }
 }
 
+/* op waits (or no longer) to be tried at op->server. */
 static void set_waiting(struct op *op, bool waiting)
 {
-    op->c->waiting += (uint32_t)waiting - (uint32_t)op->waiting;
+    const uint32_t d = (uint32_t)waiting - (uint32_t)op->waiting;
+    op->c->waiting += d;
+    op->c->srv[op->server].queued += d;
     op->waiting = waiting;
 }
 
@@ -81,15 +128,21 @@ static void complete(struct op *op, int status, const uint8_t *val, uint32_t vle
     op->c->completions++;
 }
 
-/* The replica after op's, skipping those marked down while another is not. */
+/* The first replica after `from` that has not failed, else the first that
+ * failed down_ns ago or more, else the next. */
 static unsigned next_server(struct erma_raftkv_client *c, unsigned from, uint64_t now)
 {
+    unsigned best = (from + 1) % c->cfg.nservers, best_rank = 0;
     for (unsigned i = 1; i <= c->cfg.nservers; i++) {
         const unsigned j = (from + i) % c->cfg.nservers;
-        if (c->srv[j].down_until <= now)
-            return j;
+        const struct server *s = &c->srv[j];
+        const unsigned rank = !s->failed ? 2 : now - s->failed_at >= c->cfg.down_ns;
+        if (rank > best_rank) {
+            best = j;
+            best_rank = rank;
+        }
     }
-    return (from + 1) % c->cfg.nservers;
+    return best;
 }
 
 static void retry(struct op *op, unsigned server, uint64_t at)
@@ -100,22 +153,61 @@ static void retry(struct op *op, unsigned server, uint64_t at)
     op->c->stats.retries++;
 }
 
+/* The try of op at its replica ended (answered or failed). */
+static void try_ended(struct op *op, bool answered, uint64_t now)
+{
+    struct erma_raftkv_client *c = op->c;
+    struct server *s = &c->srv[op->server];
+    op->inflight = false;
+    s->tries--;
+    c->tries--;
+    c->ended++;
+    if (!answered)
+        return;
+    s->heard_at = now;
+    s->failed = false;
+    rtt_sample(c, now - op->sent_at);
+}
+
+/* A redirect named replica i leader: the op goes there, unless i failed
+ * (and has not answered since) and another op is bound there already: the
+ * probe that finds it back, one at a time, so a dead replica gets one try
+ * at once, each a try's length. Then the op asks the replica that
+ * answered again after retry_ns: it names a new leader once one is
+ * elected, or i again, which the op follows once i has answered. */
+static void follow(struct op *op, unsigned i, uint64_t now)
+{
+    struct erma_raftkv_client *c = op->c;
+    const struct server *s = &c->srv[i];
+    if (s->failed && s->tries + s->queued > 0) {
+        retry(op, op->server, now + c->cfg.retry_ns);
+        return;
+    }
+    if (!s->failed)
+        c->leader = i;
+    retry(op, i, now);
+}
+
 static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
 {
     struct op *op = tag;
     struct erma_raftkv_client *c = op->c;
-    op->inflight = false;
     if (c->destroying) {
+        op->inflight = false;
         erma_msgbuf_free(rpc, &op->req);
         erma_msgbuf_free(rpc, &op->resp);
         op->have_bufs = false;
         return;
     }
     const uint64_t now = erma_now_ns();
+    try_ended(op, status == ERMA_OK, now);
     if (status != ERMA_OK) {
-        /* the replica failed or is slow: mark it, go on to the next */
+        /* the replica failed or fell silent: mark it (once for all the tries
+         * that failed with it), go on to the next */
         c->stats.tries_failed++;
-        c->srv[op->server].down_until = now + c->cfg.down_ns;
+        const struct server *s = &c->srv[op->server];
+        if (!s->failed || s->failed_at < op->sent_at)
+            mark_failed(c, op->server, now);
         const unsigned next = next_server(c, op->server, now);
         if (c->leader == op->server)
             c->leader = next;
@@ -131,13 +223,10 @@ static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
     const uint8_t *bytes = resp->data + 8;
     if (st == ERMA_RAFTKV_REDIRECT) {
         c->stats.redirects++;
-        /* A replica that just failed us is not followed there: the named
-         * leader is likely the one that died, not yet timed out. */
         for (unsigned i = 0; len && i < c->cfg.nservers; i++)
             if (strlen(c->srv[i].uri) == len && memcmp(c->srv[i].uri, bytes, len) == 0 &&
-                i != op->server && c->srv[i].down_until <= now) {
-                c->leader = i;
-                retry(op, i, now);
+                i != op->server) {
+                follow(op, i, now);
                 return;
             }
         /* no leader known there (an election): another replica, a little later */
@@ -179,12 +268,37 @@ static void try_op(struct op *op, uint64_t now)
                            &op->resp, on_resp, op);
         if (rc == ERMA_OK) {
             op->inflight = true;
+            op->sent_at = now;
+            if (s->tries++ == 0)
+                s->heard_at = now;
+            c->tries++;
             return;
         }
     }
     c->stats.tries_failed++;
-    s->down_until = now + c->cfg.down_ns;
+    mark_failed(c, op->server, now);
     retry(op, next_server(c, op->server, now), now + c->cfg.retry_ns);
+}
+
+/* A replica silent for try_ns() while tries wait at it has stalled or
+ * died: its session goes, and with it those tries (ERMA_ECANCELLED, in
+ * the next pass: on_resp moves them on). */
+static int drop_silent(struct erma_raftkv_client *c, uint64_t now)
+{
+    const uint64_t t = try_ns(c);
+    int dropped = 0;
+    for (unsigned i = 0; i < c->cfg.nservers; i++) {
+        struct server *s = &c->srv[i];
+        if (!s->tries || s->sess < 0 || now - s->heard_at < t)
+            continue;
+        const int sess = s->sess;
+        s->sess = -1; /* before: the call may report its end to on_sm */
+        mark_failed(c, i, now);
+        c->stats.silent++;
+        erma_session_destroy(c->rpc, sess);
+        dropped++;
+    }
+    return dropped;
 }
 
 static int start(struct erma_raftkv_client *c, uint8_t type, const void *key, uint32_t klen,
@@ -280,10 +394,15 @@ static void finish(struct op *op)
 
 int erma_raftkv_client_poll(struct erma_raftkv_client *c)
 {
-    if (!c->completions && !c->waiting)
-        return 0;
+    int work = (int)c->ended;
+    c->ended = 0;
+    if (!c->completions && !c->waiting && !c->tries)
+        return work;
     const uint64_t now = erma_now_ns();
-    int done = 0;
+    if (c->tries)
+        work += drop_silent(c, now);
+    if (!c->completions && !c->waiting)
+        return work;
     for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
         struct op *op = &c->ops[i];
         if (!op->busy)
@@ -294,10 +413,10 @@ int erma_raftkv_client_poll(struct erma_raftkv_client *c)
             try_op(op, now);
         if (op->completed) {
             finish(op);
-            done++;
+            work++;
         }
     }
-    return done;
+    return work;
 }
 
 uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c)
@@ -305,6 +424,10 @@ uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c)
     if (c->completions)
         return 0;
     uint64_t t = UINT64_MAX;
+    const uint64_t try_len = c->tries ? try_ns(c) : 0;
+    for (unsigned i = 0; c->tries && i < c->cfg.nservers; i++)
+        if (c->srv[i].tries && c->srv[i].sess >= 0 && c->srv[i].heard_at + try_len < t)
+            t = c->srv[i].heard_at + try_len; /* drop_silent's */
     if (!c->waiting)
         return t;
     for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
@@ -362,6 +485,10 @@ int erma_raftkv_client_create(const struct erma_raftkv_client_cfg *cfg,
         k->retry_ns = 10000000;
     if (!k->failure_ns)
         k->failure_ns = 200000000;
+    if (!k->try_min_ns)
+        k->try_min_ns = 100000000;
+    if (k->try_min_ns > k->failure_ns)
+        k->try_min_ns = k->failure_ns;
     if (!k->down_ns)
         k->down_ns = 1000000000ull;
     k->servers = NULL;

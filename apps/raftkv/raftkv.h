@@ -98,17 +98,27 @@
  *
  *   A client (erma_raftkv_client_create) has its own nexus and endpoint,
  *   sends each op to the replica it believes leads and follows redirects.
- *   A try that fails at the RPC level (the replica died: failure_ns of
- *   silence, or no session within failure_ns, or try_timeout_ns without an
- *   answer) marks that replica down for down_ns and moves the op on to the
- *   next replica not marked down, at once; a redirect that names no leader
- *   (an election), or names one marked down (most likely the leader that
- *   just died, which the others have not yet timed out), moves it on after
- *   retry_ns; ERMA_EAGAIN retries the same replica after retry_ns. An op
- *   fails only after op_timeout_ns (its outcome is then unknown). Every
- *   write carries the client's id and its own seq, the same on every try,
- *   so it takes effect once however often it is tried: PUT, DEL and the
- *   linearizable GET are linearizable; GET with stale set is not.
+ *   A try fails when its replica stays silent for a try's length while
+ *   tries wait at it (its session is dropped, failing them all), or at the
+ *   RPC level (failure_ns of silence, no session within failure_ns,
+ *   try_timeout_ns without an answer). A try's length follows the round
+ *   trips of answered tries, srtt + 4 rttvar as TCP's RTO (RFC 6298),
+ *   within [try_min_ns, failure_ns] (failure_ns before any answer). A
+ *   failure marks the replica failed until it answers again, the op
+ *   moving on at once to the next replica that has not failed (else to
+ *   one that failed down_ns ago or more, else to the next). A redirect
+ *   naming a failed leader (one that stalled, or died and is not yet timed
+ *   out by the others) is followed by one op at a time, a probe: a stalled
+ *   leader is found back as soon as it answers, a dead one gets a single
+ *   try at once, each a try's length, and only while another replica names
+ *   it. The other ops ask the replica that named it again after retry_ns
+ *   (it names a new leader once elected); on a redirect that names no
+ *   leader (an election) an op asks the next replica after retry_ns.
+ *   ERMA_EAGAIN retries the same replica after retry_ns. An op fails only
+ *   after op_timeout_ns (its outcome is then unknown). Every write carries
+ *   the client's id and its own seq, the same on every try, so it takes
+ *   effect once however often it is tried: PUT, DEL and the linearizable
+ *   GET are linearizable; GET with stale set is not.
  *
  * Event loop. Each server and client is driven by its endpoint's loop plus
  * its own poll (deferred callbacks, received messages, ticks, retries),
@@ -287,11 +297,16 @@ struct erma_raftkv_client_cfg {
     uint64_t op_timeout_ns;        /* an op fails ERMA_ETIMEDOUT after this, default 10 s */
     uint64_t try_timeout_ns;       /* one try at one replica (rpc req_timeout_ns),
                                       default 1 s */
-    uint64_t retry_ns;             /* wait before trying another replica when none
-                                      is known to lead, default 10 ms */
-    uint64_t failure_ns;           /* rpc cfg.failure_ns; 0: 200 ms */
-    uint64_t down_ns;              /* a replica that failed a try is passed over this
-                                      long while another is not, unless named leader,
+    uint64_t retry_ns;             /* wait before asking a replica again when none is
+                                      known to lead (or the one named failed),
+                                      default 10 ms */
+    uint64_t failure_ns;           /* rpc cfg.failure_ns and connect_timeout_ns, and
+                                      the longest try; 0: 200 ms */
+    uint64_t try_min_ns;           /* the shortest try, default 100 ms (at most
+                                      failure_ns) */
+    uint64_t down_ns;              /* a replica that failed a try and has not answered
+                                      since is passed over this long while another is
+                                      not, then after those that have not failed,
                                       default 1 s */
     const struct erma_endpoint_cfg *ep_cfg;
     uint64_t id;                   /* the client's id for at-most-once writes; 0:
@@ -301,6 +316,7 @@ struct erma_raftkv_client_cfg {
 
 struct erma_raftkv_client_stats {
     uint64_t ops, done, failed, redirects, retries, tries_failed;
+    uint64_t silent; /* replicas given up on after a try's length of silence */
 };
 
 /* cb(tag, status, val, vlen) runs once per started op, from
@@ -329,8 +345,9 @@ unsigned erma_raftkv_client_leader(const struct erma_raftkv_client *c);
 uint32_t erma_raftkv_client_pending(const struct erma_raftkv_client *c);
 void erma_raftkv_client_get_stats(const struct erma_raftkv_client *c,
                                   struct erma_raftkv_client_stats *out);
-/* After an endpoint pass: retries that are due, completions; returns the
- * ops completed. */
+/* After an endpoint pass: silent replicas, retries that are due,
+ * completions; returns the work done (tries ended, replicas given up on,
+ * ops completed: the client's timers may have moved). */
 int erma_raftkv_client_poll(struct erma_raftkv_client *c);
 uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c);
 int erma_raftkv_client_run_once(struct erma_raftkv_client *c);

@@ -1,12 +1,12 @@
 /*
  * raftkv_client - talks to a raftkv cluster (raftkv/raftkv.h).
  *
- *   raftkv_client --servers URI,URI,... [--uri URI] [--stale] COMMAND
+ *   raftkv_client --servers URI,URI,... [--uri URI] [--stale] [--op-timeout-ms T] COMMAND
  *     put KEY VALUE   prints "ok"
  *     get KEY         prints the value, or "(none)" with exit 3 when absent
  *     del KEY         prints "ok", or "(none)" with exit 3 when absent
  *     leader          prints the number (1..) of the replica that leads
- *     load [--seconds S] [--keys K] [--inflight W]
+ *     load [--seconds S] [--keys K] [--inflight W] [--history FILE]
  *
  * load writes for S seconds (default 5), W writes in flight (default 8),
  * each to one of K keys (default 1000) with a value naming the write, never
@@ -14,35 +14,55 @@
  * checks that it holds its last acknowledged value (or the value of a
  * later write whose outcome is unknown). It prints the writes acknowledged
  * and failed, their latency (median, p99), the longest time without an
- * acknowledgement (a leader's failover) and the verdict; it exits 1 when a
- * key lost an acknowledged write, or when no write was acknowledged in the
- * run's last quarter (the cluster stopped taking writes).
+ * acknowledgement (a leader's failover, a stall) and when it began, every
+ * such gap of 100 ms or more (the first 16 listed) and the verdict; it
+ * exits 1 when a key lost an acknowledged write, or when no write was
+ * acknowledged in the run's last quarter (the cluster stopped taking
+ * writes).
+ *
+ * load --history FILE also keeps W linearizable GETs in flight, on the keys
+ * in turn, and writes every PUT and GET of the run (not the read back) to
+ * FILE, one a line: KIND KEY VALUE INVOKE_NS COMPLETE_NS OUTCOME, KIND put
+ * or get, VALUE "-" for none, OUTCOME ok, value, enoent or unknown (the op
+ * failed or timed out: it may or may not have taken effect; COMPLETE_NS is
+ * then "-"); times are CLOCK_MONOTONIC, common to clients run side by side,
+ * whose values differ (they start at the client's pid times 10^6), so the
+ * files of several clients, put together, are one history (for
+ * tests/lincheck.h). --op-timeout-ms T (1..10000, default 10000) fails an op
+ * after T ms.
  *
  * --stale makes get ask the replica thought to lead for its own copy (fast,
  * may be stale). Exits 0, 1 on failure (the error named), 2 on bad
  * arguments, 3 when the key is absent.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "erma/clock.h"
 #include "raftkv/raftkv.h"
 
 #define OP_TIMEOUT_NS 10000000000ull
 #define SHOWN 4096 /* get prints at most this much of a value */
+#define GAP_SHOWN_NS 100000000ull /* load lists the gaps without an ack this long */
+#define GAPS_SHOWN 16
 
 static const char usage_text[] =
-    "usage: raftkv_client --servers URI,URI,... [--uri URI] [--stale] COMMAND\n"
+    "usage: raftkv_client --servers URI,URI,... [--uri URI] [--stale] [--op-timeout-ms T]"
+    " COMMAND\n"
     "  put KEY VALUE | get KEY | del KEY | leader\n"
-    "  load [--seconds S] [--keys K] [--inflight W]\n"
+    "  load [--seconds S] [--keys K] [--inflight W] [--history FILE]\n"
     "  --servers LIST  the replicas' URIs, as given to raftkv_server --peers\n"
     "  --uri URI       this client's endpoint (default udp://127.0.0.1:0)\n"
     "  --stale         get: the replica's own copy, no barrier (may be stale)\n"
     "  --seconds S     load: write for S seconds (default 5)\n"
     "  --keys K        load: keys written (default 1000)\n"
-    "  --inflight W    load: writes in flight (default 8)\n";
+    "  --inflight W    load: writes in flight (default 8)\n"
+    "  --history FILE  load: also W reads in flight; every op's times to FILE\n"
+    "  --op-timeout-ms T  an op fails after T ms (1..10000, default 10000)\n";
 
 static int usage(FILE *f, int rc)
 {
@@ -120,15 +140,24 @@ struct key_state {
     uint64_t wrote;
 };
 
+/* A time without an acknowledged write: from the last ack before it. */
+struct gap {
+    uint64_t from, ns;
+};
+
 struct load {
     struct erma_raftkv_client *c;
     struct key_state *keys;
     uint32_t nkeys, inflight, busy, next_key;
-    uint64_t end, writes, acked, failed, last_ack, first_ack, longest_gap, late_acks;
+    uint64_t start, end, writes, acked, failed, last_ack, first_ack, longest_gap, late_acks;
+    uint64_t longest_from;       /* when the longest gap began */
+    struct gap gaps[GAPS_SHOWN]; /* the first gaps of GAP_SHOWN_NS or more */
+    uint32_t ngaps, long_gaps;   /* listed, and all of them */
     uint64_t quarter; /* acks after this time count as late */
     double *lat_us;
     uint64_t nlat, cap_lat;
     uint32_t checked, lost, read_failed;
+    struct history *hist; /* --history, or NULL */
 };
 
 static void val_of(uint64_t w, char out[32])
@@ -139,6 +168,141 @@ static void val_of(uint64_t w, char out[32])
 static void key_of(uint32_t k, char out[32])
 {
     snprintf(out, 32, "key%u", k);
+}
+
+/* ---- load --history: the ops as the client saw them ---- */
+
+struct hist_read { /* a GET kept in flight beside the writes */
+    struct history *h;
+    uint32_t key;
+    uint64_t invoke;
+    bool busy;
+};
+
+struct history {
+    FILE *f;
+    uint64_t *put_invoke; /* per key: when its write in flight was sent */
+    struct hist_read *reads;
+    uint32_t nreads, next_key;
+    uint64_t ops, unknown;
+};
+
+/* One op per line: KIND KEY VALUE INVOKE COMPLETE OUTCOME, VALUE "-" when
+ * none, COMPLETE "-" when the outcome is unknown (the op failed or timed
+ * out), times in ns of CLOCK_MONOTONIC, one clock for every client. */
+static void history_line(struct history *h, const char *kind, uint32_t k, const void *val,
+                         uint32_t vlen, uint64_t invoke, const char *outcome)
+{
+    const bool unknown = strcmp(outcome, "unknown") == 0;
+    fprintf(h->f, "%s key%u %.*s %llu ", kind, k, vlen ? (int)vlen : 1,
+            vlen ? (const char *)val : "-", (unsigned long long)invoke);
+    if (unknown)
+        fprintf(h->f, "- unknown\n");
+    else
+        fprintf(h->f, "%llu %s\n", (unsigned long long)erma_mono_ns(), outcome);
+    h->ops++;
+    h->unknown += unknown;
+}
+
+static void history_put_sent(struct load *l, uint32_t k)
+{
+    if (l->hist)
+        l->hist->put_invoke[k] = erma_mono_ns();
+}
+
+static void history_put_done(struct load *l, const struct key_state *ks, int status)
+{
+    if (!l->hist)
+        return;
+    const uint32_t k = (uint32_t)(ks - l->keys);
+    char val[32];
+    val_of(ks->wrote, val);
+    history_line(l->hist, "put", k, val, (uint32_t)strlen(val), l->hist->put_invoke[k],
+                 status == ERMA_OK ? "ok" : "unknown");
+}
+
+static void history_read_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct hist_read *r = tag;
+    if (!r->busy)
+        return;
+    r->busy = false;
+    const char *outcome = status == ERMA_OK       ? "value"
+                          : status == ERMA_ENOENT ? "enoent"
+                                                  : "unknown";
+    history_line(r->h, "get", r->key, val, status == ERMA_OK ? vlen : 0, r->invoke, outcome);
+}
+
+/* Keeps the history's reads in flight, on the keys in turn. */
+static void history_reads(struct load *l)
+{
+    struct history *h = l->hist;
+    for (uint32_t i = 0; h && i < h->nreads; i++) {
+        struct hist_read *r = &h->reads[i];
+        if (r->busy)
+            continue;
+        char key[32];
+        r->key = h->next_key++ % l->nkeys;
+        key_of(r->key, key);
+        r->invoke = erma_mono_ns();
+        r->busy = true;
+        if (erma_raftkv_get(l->c, key, (uint32_t)strlen(key), false, history_read_done, r) !=
+            ERMA_OK)
+            r->busy = false;
+    }
+}
+
+/* Opens path for --history; the values written start at pid * 10^6 so that
+ * those of clients run side by side differ. 0, or 1 with the error said. */
+static int history_open(struct load *l, const char *path)
+{
+    struct history *h = calloc(1, sizeof *h);
+    l->hist = h;
+    if (!h || !(h->put_invoke = calloc(l->nkeys, sizeof *h->put_invoke)) ||
+        !(h->reads = calloc(l->inflight, sizeof *h->reads)) || !(h->f = fopen(path, "w"))) {
+        fprintf(stderr, "raftkv_client: --history %s: %s\n", path,
+                h && h->reads ? strerror(errno) : "out of memory");
+        return 1;
+    }
+    h->nreads = l->inflight;
+    for (uint32_t i = 0; i < h->nreads; i++)
+        h->reads[i].h = h;
+    fprintf(h->f, "# raftkv_client load --history: KIND KEY VALUE INVOKE_NS COMPLETE_NS OUTCOME\n");
+    l->writes = (uint64_t)getpid() * 1000000;
+    return 0;
+}
+
+static bool history_reads_done(void *ctx)
+{
+    const struct history *h = ctx;
+    for (uint32_t i = 0; i < h->nreads; i++)
+        if (h->reads[i].busy)
+            return false;
+    return true;
+}
+
+/* Waits for the reads in flight, then writes the file out: 0, or 1. */
+static int history_close(struct load *l, const char *path)
+{
+    struct history *h = l->hist;
+    if (!h)
+        return 0;
+    int rc = 0;
+    if (h->f) {
+        erma_raftkv_client_run(l->c, history_reads_done, h, OP_TIMEOUT_NS + 1000000000ull);
+        printf("raftkv_client load: history: %llu ops, %llu of unknown outcome, in %s\n",
+               (unsigned long long)h->ops, (unsigned long long)h->unknown, path);
+        if (ferror(h->f) | fclose(h->f)) {
+            fprintf(stderr, "raftkv_client: --history %s: %s\n", path, strerror(errno));
+            rc = 1;
+        }
+    }
+    if (h->reads && !history_reads_done(h))
+        return 1; /* a read still in flight may yet call back into h */
+    free(h->reads);
+    free(h->put_invoke);
+    free(h);
+    return rc;
 }
 
 static void written(void *tag, int status, const uint8_t *val, uint32_t vlen);
@@ -155,6 +319,7 @@ static void write_next(struct load *l)
         val_of(++l->writes, val);
         ks->wrote = l->writes;
         ks->start = erma_now_ns();
+        history_put_sent(l, k);
         if (erma_raftkv_put(l->c, key, (uint32_t)strlen(key), val, (uint32_t)strlen(val),
                             written, ks) != ERMA_OK)
             return;
@@ -165,6 +330,37 @@ static void write_next(struct load *l)
 
 static struct load *the_load; /* the callbacks' context */
 
+/* A write acknowledged at now: the time since the last one is a gap. */
+static void note_ack(struct load *l, uint64_t now)
+{
+    const uint64_t gap = now - l->last_ack;
+    if (l->first_ack && gap > l->longest_gap) {
+        l->longest_gap = gap;
+        l->longest_from = l->last_ack;
+    }
+    if (l->first_ack && gap >= GAP_SHOWN_NS) {
+        l->long_gaps++;
+        if (l->ngaps < GAPS_SHOWN)
+            l->gaps[l->ngaps++] = (struct gap){l->last_ack, gap};
+    }
+    if (!l->first_ack)
+        l->first_ack = now;
+    l->last_ack = now;
+}
+
+/* When the longest gap began, and the long gaps, in s from the start. */
+static void report_gaps(const struct load *l)
+{
+    printf("raftkv_client load: the longest time without an acknowledgement began %.3f s into"
+           " the run; %u such times of %llu ms or more",
+           l->longest_gap ? (double)(l->longest_from - l->start) / 1e9 : 0.0, l->long_gaps,
+           GAP_SHOWN_NS / 1000000);
+    for (uint32_t i = 0; i < l->ngaps; i++)
+        printf("%s%.1f ms at %.3f s", i ? ", " : ": ", (double)l->gaps[i].ns / 1e6,
+               (double)(l->gaps[i].from - l->start) / 1e9);
+    printf("\n");
+}
+
 static void written(void *tag, int status, const uint8_t *val, uint32_t vlen)
 {
     (void)val;
@@ -174,6 +370,7 @@ static void written(void *tag, int status, const uint8_t *val, uint32_t vlen)
     const uint64_t now = erma_now_ns();
     ks->busy = false;
     l->busy--;
+    history_put_done(l, ks, status);
     if (status != ERMA_OK) {
         l->failed++;
         ks->unknown = ks->wrote;
@@ -182,11 +379,7 @@ static void written(void *tag, int status, const uint8_t *val, uint32_t vlen)
     ks->acked = ks->wrote;
     ks->unknown = 0;
     l->acked++;
-    if (l->first_ack && now - l->last_ack > l->longest_gap)
-        l->longest_gap = now - l->last_ack;
-    if (!l->first_ack)
-        l->first_ack = now;
-    l->last_ack = now;
+    note_ack(l, now);
     l->late_acks += now >= l->quarter;
     if (l->nlat < l->cap_lat)
         l->lat_us[l->nlat++] = (double)(now - ks->start) / 1e3;
@@ -195,8 +388,10 @@ static void written(void *tag, int status, const uint8_t *val, uint32_t vlen)
 static bool load_step(void *ctx)
 {
     struct load *l = ctx;
-    if (erma_now_ns() < l->end)
+    if (erma_now_ns() < l->end) {
         write_next(l);
+        history_reads(l);
+    }
     return erma_now_ns() >= l->end && l->busy == 0;
 }
 
@@ -259,6 +454,7 @@ static int load_report(struct load *l, double seconds)
            " %.1f ms\n",
            (unsigned long long)l->acked, seconds, (double)l->acked / seconds,
            (unsigned long long)l->failed, p50, p99, (double)l->longest_gap / 1e6);
+    report_gaps(l);
     printf("raftkv_client load: read back %u keys: %u lost an acknowledged write, %u reads"
            " failed; %llu writes acknowledged in the last quarter of the run\n",
            l->checked, l->lost, l->read_failed, (unsigned long long)l->late_acks);
@@ -279,8 +475,10 @@ static int load(struct erma_raftkv_client *c, int argc, char **argv)
     static const struct option opts[] = {{"seconds", required_argument, NULL, 's'},
                                          {"keys", required_argument, NULL, 'k'},
                                          {"inflight", required_argument, NULL, 'w'},
+                                         {"history", required_argument, NULL, 'H'},
                                          {NULL, 0, NULL, 0}};
     double seconds = 5;
+    const char *history = NULL;
     struct load l = {.c = c, .nkeys = 1000, .inflight = 8};
     optind = 1;
     for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -290,6 +488,8 @@ static int load(struct erma_raftkv_client *c, int argc, char **argv)
             l.nkeys = (uint32_t)strtoul(optarg, NULL, 0);
         else if (o == 'w')
             l.inflight = (uint32_t)strtoul(optarg, NULL, 0);
+        else if (o == 'H')
+            history = optarg;
         else
             return usage(stderr, 2);
     }
@@ -303,22 +503,42 @@ static int load(struct erma_raftkv_client *c, int argc, char **argv)
         fprintf(stderr, "raftkv_client: out of memory\n");
         return 1;
     }
+    if (history && history_open(&l, history)) {
+        history_close(&l, history);
+        free(l.keys);
+        free(l.lat_us);
+        return 1;
+    }
     the_load = &l;
     const uint64_t start = erma_now_ns();
+    l.start = start;
     l.end = start + (uint64_t)(seconds * 1e9);
     l.quarter = l.end - (uint64_t)(seconds * 0.25e9);
     erma_raftkv_client_run(c, load_step, &l, (uint64_t)(seconds * 1e9) + 2 * OP_TIMEOUT_NS);
     const double ran = (double)(erma_now_ns() - start) / 1e9;
+    const int hrc = history_close(&l, history);
     l.next_key = 0;
     l.busy = 0;
     erma_raftkv_client_run(c, reads_step, &l, (uint64_t)l.nkeys * OP_TIMEOUT_NS);
     const int rc = load_report(&l, ran);
     free(l.keys);
     free(l.lat_us);
-    return rc;
+    return rc ? rc : hrc;
 }
 
 /* ---- main ---- */
+
+/* --op-timeout-ms: 1..10000 ms in *ns (at most OP_TIMEOUT_NS, which bounds
+ * load's waits); 0, or -1 when s is not such a number. */
+static int op_timeout_ms(const char *s, uint64_t *ns)
+{
+    char *end;
+    const unsigned long ms = strtoul(s, &end, 10);
+    if (end == s || *end || ms < 1 || ms > OP_TIMEOUT_NS / 1000000)
+        return -1;
+    *ns = (uint64_t)ms * 1000000;
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -326,6 +546,7 @@ int main(int argc, char **argv)
                                          {"uri", required_argument, NULL, 'u'},
                                          {"stale", no_argument, NULL, 'S'},
                                          {"help", no_argument, NULL, 'h'},
+                                         {"op-timeout-ms", required_argument, NULL, 'T'},
                                          {NULL, 0, NULL, 0}};
     const char *servers[ERMA_RAFTKV_MAX_PEERS];
     struct erma_raftkv_client_cfg cfg = {.uri = "udp://127.0.0.1:0", .servers = servers,
@@ -341,6 +562,8 @@ int main(int argc, char **argv)
             stale = true;
         else if (o == 'h')
             return usage(stdout, 0);
+        else if (o == 'T' && op_timeout_ms(optarg, &cfg.op_timeout_ns) == 0)
+            continue;
         else
             return usage(stderr, 2);
     }
