@@ -9,6 +9,7 @@
 
 #define ABSENT 0u       /* the register's value when the key does not exist */
 #define NONE UINT32_MAX /* no return entry: an unknown outcome */
+#define UNREAD (UINT32_MAX - 1) /* the value of unknown PUTs no GET finds */
 #define AROUND 4        /* ops shown that completed before the blocked one */
 #define MAX_LINES 24    /* ops shown in a diagnostic */
 
@@ -241,6 +242,8 @@ static void say_state(struct out *o, const struct lincheck_history *h, uint32_t 
 {
     if (state == ABSENT)
         say(o, "absent");
+    else if (state == UNREAD)
+        say(o, "holding a value of unknown outcome that no GET found");
     else
         say_str(o, h, state);
 }
@@ -285,20 +288,21 @@ struct entry {
     uint32_t ret;
 };
 
+/* A step: known op op linearized, just after the unknown op whose call
+ * entry is unode (0: none). */
 struct frame {
-    uint32_t op, state; /* the op linearized; the register's value before it */
-    uint32_t pass;      /* the pass of the scan that linearized it */
-    uint32_t cfg;       /* the configuration it led to */
+    uint32_t op, unode;
+    uint32_t state;  /* the register's value before the step */
+    uint32_t forced; /* the only step worth trying there (see forced_op) */
 };
 
-/* A configuration: the known-outcome ops linearized (the words [lo, lo + n)
- * of their bitset, outside which it is all ones, then all zeros), the
- * unknown-outcome ones (uwords words), both at arena[off], the value. */
+/* A configuration seen: the ops linearized (the words [lo, lo + n) of the
+ * known ops' bitset, outside which it is all ones, then all zeros; then the
+ * unknown ops' bitset; both at arena[off]) and the register's value. */
 struct cfg {
-    uint64_t hash; /* of the known ops and the value only */
+    uint64_t hash; /* of all the ops linearized and the value */
     size_t off;
     uint32_t lo, n, state;
-    uint32_t done; /* explored and popped: it has no linearization */
 };
 
 struct keycheck {
@@ -311,6 +315,7 @@ struct keycheck {
     uint32_t *bit;        /* each op's bit in bits (known) or ubits (unknown) */
     uint64_t *bits, *ubits, *zob; /* the ops linearized; each op's random hash */
     size_t words, uwords;
+    uint8_t *unread; /* each unknown PUT: 1 if no GET can find its value */
     struct frame *stack;
     size_t depth;
     struct cfg *cfgs; /* the cache */
@@ -367,23 +372,13 @@ static void window(const struct keycheck *k, size_t *lo, size_t *hi)
     *hi = e;
 }
 
-static int same_known(const struct keycheck *k, const struct cfg *c, size_t lo, size_t hi)
+/* Whether c is the configuration (k->bits, k->ubits, state). */
+static int same_cfg(const struct keycheck *k, const struct cfg *c, size_t lo, size_t hi)
 {
+    const uint64_t *a = k->arena + c->off;
     return c->lo == lo && c->n == hi - lo &&
-           same_bytes(k->arena + c->off, k->bits + lo, (hi - lo) * sizeof(uint64_t));
-}
-
-/* 0 if c's unknown ops are k->ubits; 1 if a proper subset; -1 if neither. */
-static int unknown_subset(const struct keycheck *k, const struct cfg *c)
-{
-    const uint64_t *u = k->arena + c->off + c->n;
-    int proper = 0;
-    for (size_t w = 0; w < k->uwords; w++) {
-        if (u[w] & ~k->ubits[w])
-            return -1;
-        proper |= u[w] != k->ubits[w];
-    }
-    return proper;
+           same_bytes(a, k->bits + lo, (hi - lo) * sizeof *a) &&
+           same_bytes(a + c->n, k->ubits, k->uwords * sizeof *a);
 }
 
 static int grow_cache(struct keycheck *k)
@@ -404,10 +399,9 @@ static int grow_cache(struct keycheck *k)
     return 0;
 }
 
-static int add_cfg(struct keycheck *k, size_t slot, uint64_t hash, uint32_t state)
+static int add_cfg(struct keycheck *k, size_t slot, uint64_t hash, uint32_t state, size_t lo,
+                   size_t hi)
 {
-    size_t lo, hi;
-    window(k, &lo, &hi);
     struct cfg *c = reserve(k->cfgs, &k->cfgcap, k->ncfg + 1, sizeof *c);
     if (!c)
         return LINCHECK_ENOMEM;
@@ -428,35 +422,9 @@ static int add_cfg(struct keycheck *k, size_t slot, uint64_t hash, uint32_t stat
     return 1;
 }
 
-/* Whether the configuration (k->bits, k->ubits, state) needs no search: it
- * was seen, or one with the same known ops and value but fewer unknown ones
- * was searched to the end in vain (it could do all this one can: unknown
- * ops may stay pending forever). If not, *slot is where it goes. */
-static int known_dead(const struct keycheck *k, uint64_t hash, uint32_t state, size_t *slot)
-{
-    const size_t mask = k->tcap - 1;
-    size_t lo = SIZE_MAX, hi = 0;
-    for (size_t i = hash & mask;; i = (i + 1) & mask) {
-        const uint32_t c = k->table[i];
-        if (!c) {
-            *slot = i;
-            return 0;
-        }
-        const struct cfg *f = &k->cfgs[c - 1];
-        if (f->hash != hash || f->state != state)
-            continue;
-        if (lo == SIZE_MAX)
-            window(k, &lo, &hi);
-        if (!same_known(k, f, lo, hi))
-            continue;
-        const int sub = unknown_subset(k, f);
-        if (sub == 0 || (sub == 1 && f->done))
-            return 1;
-    }
-}
-
-/* Adds the configuration (k->bits, k->ubits, state) to the cache: 1 if new,
- * 0 if it needs no search, or LINCHECK_ENOMEM / LINCHECK_TOO_MANY_STATES. */
+/* Adds the configuration (k->bits, k->ubits, state), whose ops hash to zob,
+ * to the cache: 1 if new, 0 if seen (searched already, in vain), or
+ * LINCHECK_ENOMEM / LINCHECK_TOO_MANY_STATES. */
 static int visit(struct keycheck *k, uint64_t zob, uint32_t state)
 {
     if (k->states >= k->budget || k->ncfg >= UINT32_MAX - 2)
@@ -464,10 +432,17 @@ static int visit(struct keycheck *k, uint64_t zob, uint32_t state)
     if ((k->ncfg + 1) * 2 > k->tcap && grow_cache(k) < 0)
         return LINCHECK_ENOMEM;
     const uint64_t hash = zob ^ mix(state);
-    size_t slot;
-    if (known_dead(k, hash, state, &slot))
-        return 0;
-    return add_cfg(k, slot, hash, state);
+    const size_t mask = k->tcap - 1;
+    size_t lo, hi;
+    window(k, &lo, &hi);
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        const uint32_t c = k->table[i];
+        if (!c)
+            return add_cfg(k, i, hash, state, lo, hi);
+        const struct cfg *f = &k->cfgs[c - 1];
+        if (f->hash == hash && f->state == state && same_cfg(k, f, lo, hi))
+            return 0;
+    }
 }
 
 /* Takes op i's entries out of the list, or (unlift) puts them back: the
@@ -507,98 +482,195 @@ static void note_block(struct keycheck *k, uint32_t node, uint32_t state)
     }
 }
 
+/* Where the search is: the configuration (with k->bits, k->ubits) and the
+ * next step to try from it, op x at call entry node, just after the unknown
+ * op following call entry unode (0: x alone, then after each unknown op). */
 struct pos {
-    uint32_t state, node, pass;
-    uint64_t zob; /* of the known ops linearized */
-    size_t done;  /* how many */
+    uint32_t state, node, unode;
+    uint64_t zob;  /* of the ops linearized */
+    size_t done;   /* how many known ones */
 };
 
-/* Tries to linearize op i next: 1 if done (p moves on to the list's head),
- * 0 if it cannot go there or needs no search, or an error. */
-static int push(struct keycheck *k, struct pos *p, uint32_t i)
+/* The register's value after unknown op i: absent after a DEL; after a
+ * PUT, its value, or UNREAD when no GET can find it (then all such PUTs
+ * have one effect, so that twin_before() sees them as twins). */
+static uint32_t effect(const struct keycheck *k, uint32_t i)
 {
+    const struct op *o = op_of(k, i);
+    return o->kind != LINCHECK_PUT ? ABSENT : k->unread[i] ? UNREAD : o->value;
+}
+
+/* Linearizes the unknown op u (NONE: none), then the known op x: 1 if done
+ * (a new configuration), 0 if x's result does not fit or the configuration
+ * was seen, or an error. */
+static int push(struct keycheck *k, struct pos *p, uint32_t x, uint32_t u, uint32_t forced)
+{
+    const uint32_t mid = u != NONE ? effect(k, u) : p->state;
     uint32_t ns;
-    if (!step(op_of(k, i), p->state, &ns))
+    if (!step(op_of(k, x), mid, &ns))
         return 0;
-    const int known = k->ret[i] != NONE;
-    const uint64_t zob = known ? p->zob ^ k->zob[i] : p->zob;
-    flip(k, i);
+    const uint64_t zob = p->zob ^ k->zob[x] ^ (u != NONE ? k->zob[u] : 0);
+    flip(k, x);
+    if (u != NONE)
+        flip(k, u);
     const int r = visit(k, zob, ns);
     if (r != 1) {
-        flip(k, i);
+        flip(k, x);
+        if (u != NONE)
+            flip(k, u);
         return r;
     }
-    k->stack[k->depth++] = (struct frame){i, p->state, p->pass, (uint32_t)(k->ncfg - 1)};
-    p->done += (size_t)known;
+    k->stack[k->depth++] = (struct frame){x, u != NONE ? k->call[u] : 0, p->state, forced};
+    if (u != NONE)
+        lift(k, u);
+    lift(k, x);
     p->state = ns;
     p->zob = zob;
-    lift(k, i);
-    p->node = k->next[0];
-    p->pass = 0;
+    p->done++;
     return 1;
 }
 
-/* Undoes the last op linearized; p moves on past its call. */
-static void pop(struct keycheck *k, struct pos *p)
+/* Undoes the last step; the frame it was. */
+static struct frame pop(struct keycheck *k, struct pos *p)
 {
     const struct frame f = k->stack[--k->depth];
-    k->cfgs[f.cfg].done = 1;
-    if (k->ret[f.op] != NONE) {
-        p->done--;
-        p->zob ^= k->zob[f.op];
+    unlift(k, f.op);
+    flip(k, f.op);
+    p->zob ^= k->zob[f.op];
+    if (f.unode) {
+        const uint32_t u = k->ent[f.unode].op;
+        unlift(k, u);
+        flip(k, u);
+        p->zob ^= k->zob[u];
     }
     p->state = f.state;
-    flip(k, f.op);
-    unlift(k, f.op);
-    p->node = k->next[k->call[f.op]];
-    p->pass = f.pass;
+    p->done--;
+    return f;
 }
 
-/* The search: LINCHECK_OK once every op with a known result is linearized
- * (unknown ones left over never took effect), or why not. Each scan of the
- * ops that may go next (their calls before the first return left) tries
- * those with known results first (pass 0), then the unknown ones (pass 1),
- * so that the configurations without an unknown op are searched before
- * those with it, which they make needless. */
+/* Whether the call entry n may go next (no return entry before it left). */
+static int minimal(const struct keycheck *k, uint32_t n)
+{
+    return n && !k->ent[n].ret;
+}
+
+/* A known op that may go next and leaves the value as it is (a GET that
+ * finds it, a DEL finding no key absent), or NONE. Linearizing it first
+ * loses nothing (any linearization can take it first), so it is the only
+ * step tried: reads never branch the search. */
+static uint32_t forced_op(const struct keycheck *k, uint32_t state)
+{
+    for (uint32_t n = k->next[0]; minimal(k, n); n = k->next[n]) {
+        const uint32_t i = k->ent[n].op;
+        uint32_t ns;
+        if (k->ret[i] != NONE && step(op_of(k, i), state, &ns) && ns == state)
+            return i;
+    }
+    return NONE;
+}
+
+/* Whether an unknown op with the same effect as that of call entry u (the
+ * same value written, or the key deleted) may go next before u in the list:
+ * then u needs no try, as the two could trade places in any linearization
+ * (neither has a return, and both may go now). */
+static int twin_before(const struct keycheck *k, uint32_t u)
+{
+    const uint32_t e = effect(k, k->ent[u].op);
+    for (uint32_t n = k->next[0]; n != u; n = k->next[n]) {
+        const uint32_t i = k->ent[n].op;
+        if (k->ret[i] == NONE && effect(k, i) == e)
+            return 1;
+    }
+    return 0;
+}
+
+/* Takes the next step from p's on: 1 if one led to a new configuration, 0
+ * when none is left (p->node is then the return entry that blocks), or an
+ * error. A known op x goes alone when its result fits, else just after an
+ * unknown op whose effect makes it fit: where a linearization has unknown
+ * ops between two known ones, dropping all but the last of them, and that
+ * one too unless the next known op needs its effect, leaves one as good. */
+static int next_step(struct keycheck *k, struct pos *p)
+{
+    for (; minimal(k, p->node); p->node = k->next[p->node], p->unode = 0) {
+        const uint32_t x = k->ent[p->node].op;
+        uint32_t ns;
+        if (k->ret[x] == NONE)
+            continue;
+        if (step(op_of(k, x), p->state, &ns)) {
+            const int r = push(k, p, x, NONE, 0);
+            if (r != 0)
+                return r;
+            continue;
+        }
+        for (uint32_t u = k->next[p->unode]; minimal(k, u); u = k->next[u]) {
+            const uint32_t i = k->ent[u].op;
+            const int r = k->ret[i] == NONE && !twin_before(k, u) ? push(k, p, x, i, 0) : 0;
+            if (r != 0)
+                return r;
+        }
+    }
+    return 0;
+}
+
+/* Undoes steps back to the last one taken by choice, then moves p past it:
+ * 0 when there is none. */
+static int backtrack(struct keycheck *k, struct pos *p)
+{
+    while (k->depth) {
+        const struct frame f = pop(k, p);
+        if (f.forced)
+            continue;
+        p->node = f.unode ? k->call[f.op] : k->next[k->call[f.op]];
+        p->unode = f.unode;
+        return 1;
+    }
+    return 0;
+}
+
+/* The search (Wing and Gong's, with Lowe's cache): LINCHECK_OK once every
+ * op with a known result is linearized (unknown ones left over never took
+ * effect), or why not. */
 static int search(struct keycheck *k)
 {
-    struct pos p = {.state = ABSENT, .node = k->next[0]};
+    struct pos p = {.state = ABSENT};
+    int fresh = 1; /* p is at a configuration not tried yet */
     while (p.done < k->known) {
-        if (p.node && !k->ent[p.node].ret) {
-            const uint32_t i = k->ent[p.node].op;
-            const int r = (uint32_t)(k->ret[i] == NONE) == p.pass ? push(k, &p, i) : 0;
-            if (r < 0 || r == LINCHECK_TOO_MANY_STATES)
-                return r;
-            if (r == 0)
-                p.node = k->next[p.node];
-            continue;
-        }
-        if (p.pass == 0) {
-            p.pass = 1;
+        const uint32_t g = fresh ? forced_op(k, p.state) : NONE;
+        if (fresh) {
             p.node = k->next[0];
-            continue;
+            p.unode = 0;
         }
-        note_block(k, p.node, p.state);
-        if (k->depth == 0)
+        const int r = g != NONE ? push(k, &p, g, NONE, 1) : next_step(k, &p);
+        if (r < 0 || r == LINCHECK_TOO_MANY_STATES)
+            return r;
+        fresh = r == 1;
+        if (fresh)
+            continue;
+        if (g == NONE)
+            note_block(k, p.node, p.state);
+        if (!backtrack(k, &p))
             return LINCHECK_NONLINEARIZABLE;
-        pop(k, &p);
     }
     return LINCHECK_OK;
 }
 
 /* ---- one key: setting up ---- */
 
-/* Whether an unknown-outcome PUT or DEL u can matter: some known op that may
- * come after it needs what u leaves (its value, an existing key, or none). */
-static int matters(const struct lincheck_history *h, const struct op *u, const uint32_t *g,
-                   size_t n)
+/* Whether a known op of g[0..n) that may come after the unknown-outcome
+ * PUT or DEL u needs what u leaves: its value (need 2: a GET finding it),
+ * an existing key (need 1: that or a DEL returning OK), or none (a DEL:
+ * ENOENT). */
+static int needed(const struct lincheck_history *h, const struct op *u, const uint32_t *g,
+                  size_t n, int need)
 {
     for (size_t j = 0; j < n; j++) {
         const struct op *o = &h->ops[g[j]];
         if (o->result == LINCHECK_RESULT_UNKNOWN || o->complete < u->invoke)
             continue;
         if (u->kind == LINCHECK_PUT ? (o->kind == LINCHECK_GET && o->value == u->value) ||
-                                          (o->kind == LINCHECK_DEL && o->result == LINCHECK_RESULT_OK)
+                                          (need == 1 && o->kind == LINCHECK_DEL &&
+                                           o->result == LINCHECK_RESULT_OK)
                                     : o->result == LINCHECK_RESULT_ENOENT)
             return 1;
     }
@@ -610,7 +682,7 @@ static int keep(const struct lincheck_history *h, uint32_t gi, const uint32_t *g
     const struct op *o = &h->ops[gi];
     if (o->result != LINCHECK_RESULT_UNKNOWN)
         return 1;
-    return o->kind != LINCHECK_GET && matters(h, o, g, n);
+    return o->kind != LINCHECK_GET && needed(h, o, g, n, 1);
 }
 
 static int by_time(const void *a, const void *b)
@@ -635,6 +707,7 @@ static void free_key(struct keycheck *k)
     free(k->zob);
     free(k->stack);
     free(k->bit);
+    free(k->unread);
     free(k->ubits);
     free(k->cfgs);
     free(k->arena);
@@ -656,9 +729,10 @@ static int alloc_key(struct keycheck *k, size_t n)
     k->zob = calloc(n + 1, sizeof *k->zob);
     k->stack = calloc(n + 1, sizeof *k->stack);
     k->bit = calloc(n + 1, sizeof *k->bit);
+    k->unread = calloc(n + 1, 1);
     k->ubits = calloc(k->uwords, sizeof *k->ubits);
     return k->ops && k->ent && k->next && k->prev && k->call && k->ret && k->bits && k->zob &&
-                   k->stack && k->bit && k->ubits
+                   k->stack && k->bit && k->unread && k->ubits
                ? 0
                : -1;
 }
@@ -760,8 +834,11 @@ static int check_key(struct keycheck *k, const uint32_t *g, size_t n, struct lin
         if (keep(k->h, g[j], g, n))
             k->ent[k->m++] = (struct entry){k->h->ops[g[j]].invoke, g[j], 0};
     qsort(k->ent, k->m, sizeof *k->ent, by_time);
-    for (size_t i = 0; i < k->m; i++)
+    for (size_t i = 0; i < k->m; i++) {
         k->ops[i] = k->ent[i].op;
+        const struct op *u = op_of(k, (uint32_t)i);
+        k->unread[i] = u->result == LINCHECK_RESULT_UNKNOWN && !needed(k->h, u, g, n, 2);
+    }
     build_list(k);
     st->dropped += n - k->m;
     if (k->m > st->max_key_ops)

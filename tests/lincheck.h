@@ -50,21 +50,35 @@
  *   An operation's number in diagnostics is the count of operations added
  *   before it (#0 is the first).
  *
- *   lincheck_check() checks the whole history with the algorithm of Wing and
- *   Gong as Lowe improved it ("Testing for linearizability", 2016; also the
- *   Porcupine checker): per key, the calls and returns in a doubly linked
- *   list sorted by time, a stack of the operations linearized so far, and a
- *   cache of the configurations seen (the set of linearized operations as a
- *   bitset, the register's value), so that none is explored twice. A
- *   configuration is not explored either when one with the same value and
- *   the same known-outcome operations but only some of its unknown-outcome
- *   ones was explored in vain (it could do everything this one can), and
- *   known-outcome operations are tried before unknown ones at each step.
- *   Still, unknown-outcome operations stay pending to the end, and a
- *   history that is not linearizable can take time exponential in how many
- *   of them one key has that could still explain a later result: tens on
- *   one key may exhaust the budget. Linearizable histories are found
- *   quickly (the search stops at the first linearization).
+ *   lincheck_check() checks each key on its own (linearizability is
+ *   compositional: a history is linearizable if and only if each key's is)
+ *   with the algorithm of Wing and Gong as Lowe improved it ("Testing for
+ *   linearizability", 2016; also the Porcupine checker): the calls and
+ *   returns in a doubly linked list sorted by time; a depth-first search
+ *   that linearizes, one at a time, an operation whose call precedes every
+ *   return left, backtracking at a return no order can pass; and a cache of
+ *   the configurations seen (the operations linearized, known and unknown
+ *   outcomes alike, as a bitset, and the register's value), so that none
+ *   is explored twice. Three rules prune the search and lose no
+ *   linearization:
+ *     - reads do not branch: when an operation that may go next fits and
+ *       leaves the value as it is (a GET finding it, a DEL finding no key),
+ *       it is the only step tried: any linearization can take it first;
+ *     - an unknown-outcome operation is linearized only just before a known
+ *       one that does not fit without it and fits with it: of unknown ones
+ *       in a row only the last can matter, and only if the next one needs
+ *       its effect;
+ *     - of unknown-outcome operations that may go next with one effect (the
+ *       same value written, the key deleted, or a value no GET finds), only
+ *       the first is tried: any two such could trade places.
+ *   So a linearizable history is found in a few configurations per
+ *   operation, the search going nearly straight through (one recorded from
+ *   raftkv, tests/data/raftkv_history.txt: 36,714 operations, 18,161 on
+ *   one key, 127 writes of unknown outcome; 70,558 configurations, 0.06 s).
+ *   One that is not linearizable makes the search visit every
+ *   configuration reachable before the first return no order can pass:
+ *   about the orders of the writes concurrent at each point (the same
+ *   history with one read made stale: 523,706, 0.4 s).
  *   max_states bounds the configurations explored, over all keys together
  *   (0: LINCHECK_DEFAULT_MAX_STATES); past it the check gives up. Memory
  *   grows by about 48 bytes + a few bitset words per configuration

@@ -5,10 +5,14 @@
  * PUT seen or not, DEL and ENOENT) and must fail (a stale read, a value never
  * written, reads going back in time across clients, DEL OK on an absent key),
  * with the diagnostic naming the key and the op; bad arguments; the state
- * budget. Then random histories of a real sequential register under random
- * concurrent intervals (several clients, unknown outcomes) that must pass,
- * each with one GET made to read a value overwritten before it began, which
- * must fail; and histories of 20,000 ops, timed. Deterministic seeds.
+ * budget; many interchangeable unknown-outcome PUTs. Then random histories
+ * of a real sequential register under random concurrent intervals (several
+ * clients, up to 44% unknown outcomes) that must pass, each with one GET
+ * made to read a value overwritten before it began, which must fail; and
+ * histories of 20,000 ops, timed. Deterministic seeds.
+ *   test_lincheck recorded FILE checks a history recorded from raftkv
+ * (tests/data/raftkv_history.txt, tests/data/record_raftkv_history.sh):
+ * linearizable, in a few states per op; one GET made stale, not.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +180,32 @@ static void test_unknown_put(void)
     CHECK(rc == LINCHECK_OK && st.dropped == 2 && st.ops == 3, "unneeded unknowns dropped: %d %zu",
           rc, st.dropped);
     lincheck_destroy(h);
+}
+
+/* n unknown PUTs that no GET reads, pending from the start, then 20 DELs
+ * one after another, each returning OK: all but the first need one of the
+ * PUTs just before it. 19 are enough, 18 are not. As any two such PUTs
+ * could trade places, the search tries one at each DEL, not every choice
+ * of 19 among them (which took the old search past any budget). */
+static void test_unknown_twins(void)
+{
+    for (int n = 18; n <= 19; n++) {
+        struct lincheck_history *h = fresh();
+        char v[16];
+        put(h, "k", "0", 0, 10);
+        for (int i = 0; i < n; i++) {
+            snprintf(v, sizeof v, "u%d", i);
+            put(h, "k", v, 20 + (uint64_t)i, NEVER);
+        }
+        for (uint64_t i = 0; i < 20; i++)
+            del(h, "k", LINCHECK_RESULT_OK, 100 + 20 * i, 110 + 20 * i);
+        struct lincheck_stats st;
+        const int rc = lincheck_check(h, 100000, diag, sizeof diag, &st);
+        CHECK(rc == (n == 19 ? LINCHECK_OK : LINCHECK_NONLINEARIZABLE) && st.states < 1000,
+              "%d unknown PUTs, 20 DELs OK: %d, %llu states\n%s", n, rc,
+              (unsigned long long)st.states, diag);
+        lincheck_destroy(h);
+    }
 }
 
 static void test_del(void)
@@ -525,11 +555,11 @@ static void test_random(void)
 {
     double t = 0;
     for (uint64_t seed = 1; seed <= 300; seed++) {
-        /* unknown outcomes pending forever make a failing search grow
-         * fast with how many one key has: one-key runs have none */
+        /* up to 44% unknown outcomes, also on one key: many pending at
+         * once, which a failing search must not try in every order */
         const unsigned keys = 1 + (unsigned)(seed % 6);
         const struct gen g = {.clients = 2 + (unsigned)(seed % 9), .keys = keys,
-                              .unknown_pct = keys > 1 && seed % 3 ? 5 : 0,
+                              .unknown_pct = seed % 3 ? 5 + (unsigned)(seed % 40) : 0,
                               .n = 100 + (seed * 37) % 700};
         t += random_case(&g, seed, getenv("LINCHECK_VERBOSE") != NULL);
     }
@@ -549,13 +579,190 @@ static void test_large(void)
     }
 }
 
-int main(void)
+/* ---- a recorded raftkv history (tests/data/record_raftkv_history.sh) ---- */
+
+struct rec {
+    char key[32], value[32]; /* value "" when none */
+    enum lincheck_kind kind;
+    enum lincheck_result res;
+    uint64_t inv, cmp;
+};
+
+/* One line of raftkv_client load --history: KIND KEY VALUE INVOKE_NS
+ * COMPLETE_NS OUTCOME. 1 with *r filled, 0 for a comment or a blank line,
+ * -1 when malformed. */
+static int parse_rec(const char *line, struct rec *r)
+{
+    char kind[8], cmp[24], res[16], end;
+    unsigned long long inv;
+    if (line[0] == '#' || line[0] == '\n')
+        return 0;
+    if (sscanf(line, "%7s %31s %31s %llu %23s %15s %c", kind, r->key, r->value, &inv, cmp, res,
+               &end) != 6)
+        return -1;
+    r->kind = !strcmp(kind, "put") ? LINCHECK_PUT : !strcmp(kind, "get") ? LINCHECK_GET : 0;
+    r->res = !strcmp(res, "ok")        ? LINCHECK_RESULT_OK
+             : !strcmp(res, "value")   ? LINCHECK_RESULT_VALUE
+             : !strcmp(res, "enoent")  ? LINCHECK_RESULT_ENOENT
+             : !strcmp(res, "unknown") ? U
+                                       : 0;
+    r->inv = inv;
+    r->cmp = NEVER;
+    char *e = cmp + 1; /* "-": unknown */
+    if (strcmp(cmp, "-") != 0)
+        r->cmp = strtoull(cmp, &e, 10);
+    if (!r->kind || !r->res || *e || (r->res == U) != (r->cmp == NEVER))
+        return -1;
+    if (!strcmp(r->value, "-"))
+        r->value[0] = '\0';
+    return 1;
+}
+
+/* The ops of the history file path, *n of them, or NULL (the error said). */
+static struct rec *read_recs(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "cannot open %s", path);
+    struct rec *r = NULL;
+    size_t cap = 0, lines = 0;
+    char line[256];
+    *n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        lines++;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            struct rec *q = realloc(r, cap * sizeof *r);
+            if (!q)
+                exit(1);
+            r = q;
+        }
+        const int got = strchr(line, '\n') ? parse_rec(line, &r[*n]) : -1;
+        CHECK(got >= 0, "%s:%zu: malformed: %s", path, lines, line);
+        if (got < 0)
+            break;
+        *n += (size_t)got;
+    }
+    if (f)
+        fclose(f);
+    if (!f || failures) {
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static struct lincheck_history *history_of(const struct rec *r, size_t n)
+{
+    struct lincheck_history *h = fresh();
+    for (size_t i = 0; i < n; i++) {
+        const size_t vlen = strlen(r[i].value);
+        const struct lincheck_op op = {r[i].key, strlen(r[i].key), r[i].kind,
+                                       vlen ? r[i].value : NULL, vlen, r[i].res, r[i].inv,
+                                       r[i].cmp};
+        const int rc = lincheck_add(h, &op);
+        CHECK(rc == LINCHECK_OK, "recorded op %zu: %d", i, rc);
+    }
+    return h;
+}
+
+static int rec_put_before(const struct rec *p, const struct rec *g, uint64_t t)
+{
+    return p->kind == LINCHECK_PUT && p->res != U && p->cmp < t && !strcmp(p->key, g->key);
+}
+
+/* The known PUT of g's key completed last before time t, or -1. */
+static long rec_last_put(const struct rec *r, size_t n, const struct rec *g, uint64_t t)
+{
+    long best = -1;
+    for (size_t i = 0; i < n; i++)
+        if (rec_put_before(&r[i], g, t) && (best < 0 || r[i].cmp > r[best].cmp))
+            best = (long)i;
+    return best;
+}
+
+/* Makes the first known GET from the middle of the history on read the
+ * value of a PUT p1 overwritten by a PUT p2 that completed before the GET
+ * began, p1 having completed before p2 began (values are unique): its
+ * index, or -1 when there is none. */
+static long rec_make_stale(struct rec *r, size_t n)
+{
+    for (size_t i = n / 2; i < n; i++) {
+        if (r[i].kind != LINCHECK_GET || r[i].res != LINCHECK_RESULT_VALUE)
+            continue;
+        const long p2 = rec_last_put(r, n, &r[i], r[i].inv);
+        const long p1 = p2 < 0 ? -1 : rec_last_put(r, n, &r[i], r[p2].inv);
+        if (p1 < 0 || !strcmp(r[p1].value, r[i].value))
+            continue;
+        memcpy(r[i].value, r[p1].value, sizeof r[i].value);
+        return (long)i;
+    }
+    return -1;
+}
+
+/* The recorded history at path must be linearizable, found in few states
+ * (a few per op: the search goes nearly straight through); with one GET
+ * made stale, it must not be, and the diagnostic must mark that GET. */
+static void test_recorded(const char *path)
+{
+    size_t n, unknown = 0, unknown_puts = 0;
+    struct rec *r = read_recs(path, &n);
+    if (!r)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        unknown += r[i].res == U;
+        unknown_puts += r[i].kind == LINCHECK_PUT && r[i].res == U;
+    }
+    CHECK(n >= 10000 && unknown_puts > 0, "%s: %zu ops, %zu unknown PUTs", path, n,
+          unknown_puts);
+    struct lincheck_history *h = history_of(r, n);
+    struct lincheck_stats st;
+    double t0 = now_s();
+    int rc = lincheck_check(h, 0, diag, sizeof diag, &st);
+    printf("recorded: %zu ops (%zu unknown PUTs; %zu unknown ops dropped as unneeded), %zu keys,"
+           " at most %zu ops on one key: %s in %.3f s, %llu states\n",
+           n, unknown_puts, st.dropped, st.keys, st.max_key_ops,
+           rc == LINCHECK_OK ? "linearizable" : "NOT", now_s() - t0, (unsigned long long)st.states);
+    CHECK(rc == LINCHECK_OK, "recorded history: %d\n%s", rc, diag);
+    CHECK(st.dropped < unknown, "no unknown-outcome write was seen: all %zu dropped", unknown);
+    CHECK(st.states <= 4 * (uint64_t)st.ops, "recorded history: %llu states for %zu ops",
+          (unsigned long long)st.states, st.ops);
+    lincheck_destroy(h);
+
+    const long g = rec_make_stale(r, n);
+    CHECK(g >= 0, "no GET to make stale");
+    if (g >= 0) {
+        h = history_of(r, n);
+        t0 = now_s();
+        rc = lincheck_check(h, 0, diag, sizeof diag, &st);
+        printf("recorded, GET #%ld made stale: %s in %.3f s, %llu states\n", g,
+               rc == LINCHECK_NONLINEARIZABLE ? "not linearizable" : "NOT CAUGHT", now_s() - t0,
+               (unsigned long long)st.states);
+        char mark[80];
+        snprintf(mark, sizeof mark, "> #%ld GET -> \"%s\"", g, r[g].value);
+        CHECK(rc == LINCHECK_NONLINEARIZABLE && strstr(diag, mark), "stale GET #%ld: %d\n%s", g,
+              rc, diag);
+        lincheck_destroy(h);
+    }
+    free(r);
+}
+
+int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 3 && strcmp(argv[1], "recorded") == 0) {
+        test_recorded(argv[2]);
+        printf(failures ? "%d checks failed\n" : "all checks passed\n", failures);
+        return failures ? 1 : 0;
+    }
+    if (argc != 1) {
+        printf("usage: test_lincheck [recorded HISTORY_FILE]\n");
+        return 2;
+    }
     test_sequential();
     test_overlapping_puts();
     test_get_overlapping_put();
     test_unknown_put();
+    test_unknown_twins();
     test_del();
     test_must_fail();
     test_bytes();
