@@ -1,5 +1,5 @@
 /* What an initiator can make a one-sided target hold (rma.h, Solicitation):
- * WRITEs whose data never comes, on the sim fabric. */
+ * WRITEs whose data never comes, on the sim fabric and on udp loopback. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -15,7 +15,9 @@ enum { TARGET, ATTACKER, CLIENT, HOSTS };
 #define REGION_LEN (256 * 1024)
 #define ATTACK_OPS 200
 
-/* The attacker's data (solicited WRITE payloads) never leaves its host. */
+static bool SIM = true, UDP = false;
+
+/* sim: the attacker's data (solicited WRITE payloads) never leaves its host. */
 static bool drop_attacker_data(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
 {
     (void)ctx;
@@ -44,18 +46,39 @@ static unsigned attack(struct world *w, int peer, const struct erma_rkey *k, uin
     return sent;
 }
 
+/* udp: the attacker hears nothing (no solicitation, so it sends no data;
+ * no NACK either: its WRITEs time out). */
+static void attacker_deaf(struct world *w)
+{
+    world_kill(w, ATTACKER);
+    snprintf(w->uri[ATTACKER], sizeof w->uri[ATTACKER], "udp://127.0.0.1:0");
+    const struct erma_endpoint_cfg ec = {.fault_drop = 1.0, .fault_seed = 1};
+    const struct erma_rma_cfg rc = {.cc_off = true, .identity = 1000 + ATTACKER,
+                                    .op_timeout_min_ns = 20000000};
+    assert_int_equal(erma_nexus_create(NULL, &w->nx[ATTACKER]), ERMA_OK);
+    assert_int_equal(erma_endpoint_create(w->uri[ATTACKER], 0, &ec, &w->ep[ATTACKER]), ERMA_OK);
+    assert_int_equal(erma_endpoint_uri(w->ep[ATTACKER], w->uri[ATTACKER], sizeof w->uri[0]),
+                     ERMA_OK);
+    assert_int_equal(erma_rma_create(w->ep[ATTACKER], &rc, &w->rma[ATTACKER]), ERMA_OK);
+}
+
 /* The attacker keeps 200 WRITEs in flight whose data it never sends (its
  * windows off). It holds at most its share of the target's solicitations
  * (48 of 64), the rest of its WRITEs are NACKed, each solicitation it got
  * is freed by its deadline, the target's memory stays as it was, and
- * another initiator's WRITEs and READs all succeed meanwhile. */
+ * another initiator's WRITEs and READs all succeed meanwhile: 200 rounds,
+ * and on udp at least 0.5 s (several of the attacker's op timeouts). */
 static void test_write_data_never_comes(void **state)
 {
-    (void)state;
+    const bool on_sim = *(bool *)*state;
     struct erma_rma_cfg cfg[HOSTS] = {{0}};
     cfg[ATTACKER].cc_off = true;
     struct world w;
-    world_up_cfg(&w, true, HOSTS, NULL, cfg);
+    world_up_cfg(&w, on_sim, HOSTS, NULL, cfg);
+    if (on_sim)
+        erma_sim_set_tap(w.sim, drop_attacker_data, NULL);
+    else
+        attacker_deaf(&w);
     static uint8_t mem[REGION_LEN], src[ERMA_RMA_MAX_OP], buf[ERMA_RMA_MAX_OP];
     uint32_t region;
     assert_int_equal(erma_region_register(w.rma[TARGET], mem, sizeof mem,
@@ -70,12 +93,12 @@ static void test_write_data_never_comes(void **state)
         peer[h] = erma_rma_peer(w.rma[h], w.uri[TARGET], 0);
         assert_true(peer[h] >= 0);
     }
-    erma_sim_set_tap(w.sim, drop_attacker_data, NULL);
-    const uint64_t rss0 = rss_of(0);
+    const uint64_t rss0 = rss_of(0), t0 = erma_now_ns();
     unsigned in_flight = 0, attacked = 0;
     uint64_t nacked = 0;
     uint32_t held_most = 0;
-    for (int round = 0; round < 200; round++) {
+    int round = 0;
+    for (; round < 200 || (!on_sim && erma_now_ns() - t0 < 500000000 && round < 20000); round++) {
         attacked += attack(&w, peer[ATTACKER], &k[ATTACKER], src, &in_flight, &nacked);
         world_run(&w, 20000, NULL, NULL);
         if (w.rma[TARGET]->sol_used > held_most)
@@ -93,11 +116,11 @@ static void test_write_data_never_comes(void **state)
     const uint64_t rss1 = rss_of(0);
     struct erma_rma_stats st;
     erma_rma_get_stats(w.rma[TARGET], &st);
-    print_message("  %u WRITEs without data: %llu NACKed (%llu for the share), %llu "
-                  "solicitations expired, at most %u held; 400 of another initiator's ops "
-                  "done; resident memory +%.1f MiB\n",
+    print_message("  %s: %u WRITEs without data: %llu NACKed (%llu for the share), %llu "
+                  "solicitations expired, at most %u held; %d of another initiator's ops "
+                  "done; resident memory +%.1f MiB\n", on_sim ? "sim" : "udp",
                   attacked, (unsigned long long)nacked, (unsigned long long)st.nacks_share,
-                  (unsigned long long)st.solicit_expired, held_most,
+                  (unsigned long long)st.solicit_expired, held_most, 2 * round,
                   (double)(rss1 - rss0) / (1 << 20));
     assert_true(st.nacks_share > 0 && st.solicit_expired > 0);
     assert_true(held_most <= 48 + 1); /* its share, and the client's one WRITE */
@@ -105,7 +128,8 @@ static void test_write_data_never_comes(void **state)
      * where a buffer per WRITE would have been 115 MiB */
     assert_true(rss1 < rss0 + (64u << 20));
     /* once the attacker stops, its solicitations go by their deadlines */
-    erma_sim_set_tap(w.sim, NULL, NULL);
+    if (on_sim)
+        erma_sim_set_tap(w.sim, NULL, NULL);
     world_kill(&w, ATTACKER);
     struct erma_rma_cfg tc;
     erma_rma_get_cfg(w.rma[TARGET], &tc);
@@ -118,7 +142,8 @@ static void test_write_data_never_comes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_write_data_never_comes),
+        cmocka_unit_test_prestate(test_write_data_never_comes, &SIM),
+        cmocka_unit_test_prestate(test_write_data_never_comes, &UDP),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
