@@ -554,16 +554,18 @@ static int minimal(const struct keycheck *k, uint32_t n)
     return n && !k->ent[n].ret;
 }
 
-/* A known op that may go next and leaves the value as it is (a GET that
+/* A known read that may go next and leaves the value as it is (a GET that
  * finds it, a DEL finding no key absent), or NONE. Linearizing it first
  * loses nothing (any linearization can take it first), so it is the only
- * step tried: reads never branch the search. */
+ * step tried: reads never branch the search. Not a PUT of the value held:
+ * its write may be needed after a later DEL. */
 static uint32_t forced_op(const struct keycheck *k, uint32_t state)
 {
     for (uint32_t n = k->next[0]; minimal(k, n); n = k->next[n]) {
         const uint32_t i = k->ent[n].op;
         uint32_t ns;
-        if (k->ret[i] != NONE && step(op_of(k, i), state, &ns) && ns == state)
+        if (k->ret[i] != NONE && op_of(k, i)->kind != LINCHECK_PUT &&
+            step(op_of(k, i), state, &ns) && ns == state)
             return i;
     }
     return NONE;

@@ -61,9 +61,10 @@
  *   outcomes alike, as a bitset, and the register's value), so that none
  *   is explored twice. Three rules prune the search and lose no
  *   linearization:
- *     - reads do not branch: when an operation that may go next fits and
- *       leaves the value as it is (a GET finding it, a DEL finding no key),
- *       it is the only step tried: any linearization can take it first;
+ *     - reads do not branch: when a read that may go next fits (a GET
+ *       finding the value, a DEL finding no key), it is the only step
+ *       tried: any linearization can take it first (not so a PUT of the
+ *       value held: its write may matter after a later DEL);
  *     - an unknown-outcome operation is linearized only just before a known
  *       one that does not fit without it and fits with it: of unknown ones
  *       in a row only the last can matter, and only if the next one needs

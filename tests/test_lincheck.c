@@ -208,6 +208,18 @@ static void test_unknown_twins(void)
     }
 }
 
+/* A PUT of the value the key holds is no read: its write may be the one a
+ * GET after a DEL finds (the reads-do-not-branch rule once took it first). */
+static void test_put_same_value(void)
+{
+    struct lincheck_history *h = fresh();
+    put(h, "k", "v", 0, 10);
+    del(h, "k", LINCHECK_RESULT_OK, 20, 30);
+    put(h, "k", "v", 20, 100);
+    get(h, "k", "v", 40, 50);
+    expect(h, LINCHECK_OK, "PUT of the value held, then DEL, then its GET");
+}
+
 static void test_del(void)
 {
     struct lincheck_history *h = fresh();
@@ -763,6 +775,7 @@ int main(int argc, char **argv)
     test_get_overlapping_put();
     test_unknown_put();
     test_unknown_twins();
+    test_put_same_value();
     test_del();
     test_must_fail();
     test_bytes();
