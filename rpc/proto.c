@@ -380,6 +380,8 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
 static int client_grow_resp(struct erma_rpc *rpc, struct session *s, struct slot *sl,
                             uint32_t size)
 {
+    erma_budget_give(rpc, &s->recv_held, NULL, sl->charged); /* an earlier first packet's */
+    sl->charged = 0;
     if (!erma_budget_take(rpc, &s->recv_held, NULL, size)) {
         rpc->stats.recv_refused++;
         return ERMA_ENOBUFS;

@@ -32,6 +32,11 @@ static uint64_t or_default(uint64_t v, uint64_t d)
     return v ? v : d;
 }
 
+static uint64_t times(uint64_t v, uint64_t k) /* saturating */
+{
+    return v > UINT64_MAX / k ? UINT64_MAX : v * k;
+}
+
 static void cfg_defaults(struct erma_rpc_cfg *c)
 {
     c->credits = c->credits ? c->credits : defaults.credits;
@@ -46,7 +51,9 @@ static void cfg_defaults(struct erma_rpc_cfg *c)
     c->recv_budget_session = or_default(c->recv_budget_session, defaults.recv_budget_session);
     c->recv_budget_peer = or_default(c->recv_budget_peer, defaults.recv_budget_peer);
     c->recv_budget = or_default(c->recv_budget, defaults.recv_budget);
-    c->recv_timeout_ns = or_default(c->recv_timeout_ns, 2 * c->failure_ns);
+    /* a live client resends within 64 timeouts (its backoff's cap) */
+    const uint64_t resend = times(c->rto_ns, 128), fail = times(c->failure_ns, 2);
+    c->recv_timeout_ns = or_default(c->recv_timeout_ns, resend > fail ? resend : fail);
 }
 
 /* Timely and the wheel, with defaults from the transport's hints. */

@@ -178,6 +178,58 @@ static void test_client_response_budget(void **state)
     world_down(&w);
 }
 
+/* Forged first response packets that each declare a larger response, with
+ * a wrong length: the client grows its buffer for each, counts only the
+ * last against its budget, and gives that back when the call ends. */
+#define HOLD 4
+
+static void hold_handler(struct erma_req *req, void *ctx)
+{
+    (void)req;
+    (void)ctx; /* never answers: the call waits until its session goes */
+}
+
+static void test_client_forged_sizes(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "forged", 2, 0, 0);
+    assert_int_equal(erma_handler_register(w.nx[S_HOST], HOLD, hold_handler, ERMA_DISPATCH, NULL),
+                     ERMA_OK);
+    world_start(&w);
+    const int s = connect(&w, C_HOST, S_HOST);
+    struct call c = {0};
+    assert_int_equal(erma_msgbuf_alloc(w.rpc[C_HOST], 64, &c.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(w.rpc[C_HOST], 16, &c.resp), ERMA_OK);
+    assert_int_equal(erma_rpc_call(w.rpc[C_HOST], s, HOLD, &c.req, &c.resp, on_call, &c),
+                     ERMA_OK);
+    run_for(&w, NULL, 0, 1000000);
+    const struct session *cs = erma_session_get(w.rpc[C_HOST], (uint16_t)s);
+    uint8_t pkt[ERMA_HDR_SIZE + 100];
+    memset(pkt, 0, sizeof pkt);
+    for (uint32_t size = (uint32_t)MIB; size <= 3 * MIB; size += (uint32_t)MIB) {
+        const struct erma_hdr h = {.req_type = HOLD, .msg_size = size, .dest_session = cs->num,
+                                   .pkt_type = ERMA_PKT_RESP, .pkt_num = 0,
+                                   .req_num = cs->slots[0].req_num, .proto = ERMA_PROTO_RPC};
+        erma_hdr_encode(&h, pkt);
+        assert_int_equal(erma_sim_inject(w.sim, S_HOST, 31850, C_HOST, 31850, pkt, sizeof pkt),
+                         ERMA_OK);
+        run_for(&w, NULL, 0, 100000);
+        assert_int_equal(erma_rpc_recv_held(w.rpc[C_HOST]), size);
+    }
+    struct erma_rpc_stats st;
+    erma_rpc_get_stats(w.rpc[C_HOST], &st);
+    assert_int_equal(st.rx_bad, 3);
+    assert_int_equal(erma_session_destroy(w.rpc[C_HOST], s), ERMA_OK);
+    run_for(&w, NULL, 0, 1000000);
+    assert_int_equal(c.done, 1);
+    assert_int_equal(c.status, ERMA_ECANCELLED);
+    assert_int_equal(erma_rpc_recv_held(w.rpc[C_HOST]), 0);
+    erma_msgbuf_free(w.rpc[C_HOST], &c.req);
+    erma_msgbuf_free(w.rpc[C_HOST], &c.resp);
+    world_down(&w);
+}
+
 /* ---- a live client whose request stops midway ---- */
 
 /* Drops the client's request packets after the first (keepalives pass). */
@@ -354,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_one_peer_first_packets),
         cmocka_unit_test(test_budget_limits),
         cmocka_unit_test(test_client_response_budget),
+        cmocka_unit_test(test_client_forged_sizes),
         cmocka_unit_test(test_stalled_request_fails),
         cmocka_unit_test(test_session_churn),
     };

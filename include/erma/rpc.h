@@ -91,9 +91,18 @@
  * packets came for cfg.recv_timeout_ns is dropped and its buffer freed; its
  * client, if it is still there, gets ERMA_ETIMEDOUT (stats.recv_expired).
  * A client counts the response buffers it must grow against the session's
- * and the endpoint's budgets too (ERMA_ENOBUFS for the call). One-packet
- * requests are taken in the receive buffer and need no budget.
- * erma_rpc_recv_held() tells what is held now.
+ * and the endpoint's budgets too (ERMA_ENOBUFS for the call), so partial
+ * requests that fill the endpoint's budget also refuse this endpoint's own
+ * large responses until they go. One-packet requests are taken in the
+ * receive buffer and need no budget. erma_rpc_recv_held() tells what is
+ * held now. An address is the transport's (IP and port on udp): a host
+ * with many ports has a budget per port, bounded by the endpoint's. The
+ * budgets count message bytes; the buffer behind a message is its size
+ * and 16 bytes per packet rounded up to a power of two (an 8 MiB message
+ * takes a 16 MiB buffer), of which only the pages written become resident
+ * (2 MiB at a time with transparent hugepages), unless hugepages are
+ * reserved (/proc/sys/vm/nr_hugepages): then all of it is, up to twice
+ * the budgets.
  *
  * All functions return ERMA_OK or a negative erma_err code unless noted.
  */
@@ -204,8 +213,8 @@ struct erma_rpc_cfg {
      * address (default 64 MiB) and for the endpoint (default 512 MiB). */
     uint64_t recv_budget_session, recv_budget_peer, recv_budget;
     /* A partly received request with no new packet for this long is
-     * dropped; default 2 x failure_ns (a live client resends within
-     * 64 x rto_ns). */
+     * dropped; default the larger of 2 x failure_ns and 128 x rto_ns (a
+     * live client resends within 64 x rto_ns). */
     uint64_t recv_timeout_ns;
     /* eRPC's loss recovery, for comparisons (benchmarks, tests): each end
      * drops packets that arrive out of order (a server request packets, a
