@@ -108,6 +108,7 @@ struct solicit {       /* the target's own outstanding solicitation */
     uint64_t token;    /* 0: free; else random */
     uint8_t op, cipher;
     struct erma_addr src;
+    struct erma_addr owner; /* the initiator's address: src less its virtual path */
     struct rma_ophdr req;
     uint8_t kd[ERMA_RMA_KEY_BYTES];
     uint32_t got, bytes;   /* bitmap of packets received; bytes received */

@@ -176,10 +176,20 @@ static uint64_t sol_lifetime(const struct erma_rma *rma, const struct rma_ophdr 
     return left < own ? left : own;
 }
 
-/* Whether a solicitation of len bytes more would take initiator src past
- * its share of the table or the window; the table is searched only once it
- * holds more than one source's share. */
-static bool over_share(struct erma_rma *rma, const struct erma_addr *src, uint32_t len)
+/* The initiator's own address: the source of a request sent on virtual
+ * path k is k ports past it (verify() has checked that it exists). */
+static struct erma_addr owner_of(const struct erma_rma *rma, const struct erma_addr *src,
+                                 const struct rma_ophdr *h)
+{
+    struct erma_addr base = *src;
+    erma_ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base);
+    return base;
+}
+
+/* Whether a solicitation of len bytes more would take initiator owner past
+ * its share of the table or the window (its virtual paths together); the
+ * table is searched only once it holds more than one initiator's share. */
+static bool over_share(struct erma_rma *rma, const struct erma_addr *owner, uint32_t len)
 {
     const struct erma_rma_cfg *c = &rma->cfg;
     if (rma->sol_used < c->solicits_per_source &&
@@ -189,7 +199,7 @@ static bool over_share(struct erma_rma *rma, const struct erma_addr *src, uint32
     uint64_t bytes = len;
     for (uint32_t i = 0; i < c->solicits; i++) {
         const struct solicit *s = &rma->sol[i];
-        if (s->token && erma_addr_eq(&s->src, src)) {
+        if (s->token && erma_addr_eq(&s->owner, owner)) {
             n++;
             bytes += s->req.len;
         }
@@ -213,7 +223,8 @@ static void solicit(struct erma_rma *rma, const struct erma_addr *to,
         send_status(rma, to, req, ERMA_ENACK, k);
         return;
     }
-    if (over_share(rma, to, req->len)) {
+    const struct erma_addr owner = owner_of(rma, to, req);
+    if (over_share(rma, &owner, req->len)) {
         rma->stats.nacks_share++;
         send_status(rma, to, req, ERMA_ENACK, k);
         return;
@@ -225,6 +236,7 @@ static void solicit(struct erma_rma *rma, const struct erma_addr *to,
     s->op = req->type == RMA_WRITE_REQ ? ERMA_RMA_WRITE : ERMA_RMA_REKEY;
     s->cipher = k->cipher;
     s->src = *to;
+    s->owner = owner;
     s->req = *req;
     memcpy(s->kd, k->kd, sizeof s->kd);
     s->got = s->bytes = 0;

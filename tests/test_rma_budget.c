@@ -15,7 +15,11 @@ enum { TARGET, ATTACKER, CLIENT, HOSTS };
 #define REGION_LEN (256 * 1024)
 #define ATTACK_OPS 200
 
-static bool SIM = true, UDP = false;
+struct variant {
+    bool on_sim;
+    unsigned paths; /* the attacker's virtual paths */
+};
+static struct variant SIM = {true, 1}, SIM_PATHS = {true, 4}, UDP = {false, 1};
 
 /* sim: the attacker's data (solicited WRITE payloads) never leaves its host. */
 static bool drop_attacker_data(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
@@ -64,17 +68,21 @@ static void attacker_deaf(struct world *w)
 
 /* The attacker keeps 200 WRITEs in flight whose data it never sends (its
  * windows off). It holds at most its share of the target's solicitations
- * (48 of 64), the rest of its WRITEs are NACKed, each solicitation it got
- * is freed by its deadline, the target's memory stays as it was, and
- * another initiator's WRITEs and READs all succeed meanwhile: 200 rounds,
- * and on udp at least 0.5 s (several of the attacker's op timeouts). */
+ * (48 of 64; on 4 virtual paths, whose ports count as one initiator), the
+ * rest of its WRITEs are NACKed, each solicitation it got is freed by its
+ * deadline, the target's memory stays as it was, and another initiator's
+ * WRITEs and READs all succeed meanwhile: 200 rounds, and on udp at least
+ * 0.5 s (several of the attacker's op timeouts). */
 static void test_write_data_never_comes(void **state)
 {
-    const bool on_sim = *(bool *)*state;
+    const struct variant *v = *state;
+    const bool on_sim = v->on_sim;
     struct erma_rma_cfg cfg[HOSTS] = {{0}};
     cfg[ATTACKER].cc_off = true;
+    struct erma_endpoint_cfg ecfg[HOSTS] = {{0}};
+    ecfg[ATTACKER].paths = v->paths;
     struct world w;
-    world_up_cfg(&w, on_sim, HOSTS, NULL, cfg);
+    world_up_ep(&w, on_sim, HOSTS, NULL, cfg, ecfg, NULL);
     if (on_sim)
         erma_sim_set_tap(w.sim, drop_attacker_data, NULL);
     else
@@ -116,9 +124,9 @@ static void test_write_data_never_comes(void **state)
     const uint64_t rss1 = rss_of(0);
     struct erma_rma_stats st;
     erma_rma_get_stats(w.rma[TARGET], &st);
-    print_message("  %s: %u WRITEs without data: %llu NACKed (%llu for the share), %llu "
-                  "solicitations expired, at most %u held; %d of another initiator's ops "
-                  "done; resident memory +%.1f MiB\n", on_sim ? "sim" : "udp",
+    print_message("  %s, %u path(s): %u WRITEs without data: %llu NACKed (%llu for the share), "
+                  "%llu solicitations expired, at most %u held; %d of another initiator's ops "
+                  "done; resident memory +%.1f MiB\n", on_sim ? "sim" : "udp", v->paths,
                   attacked, (unsigned long long)nacked, (unsigned long long)st.nacks_share,
                   (unsigned long long)st.solicit_expired, held_most, 2 * round,
                   (double)(rss1 - rss0) / (1 << 20));
@@ -143,6 +151,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_write_data_never_comes, &SIM),
+        cmocka_unit_test_prestate(test_write_data_never_comes, &SIM_PATHS),
         cmocka_unit_test_prestate(test_write_data_never_comes, &UDP),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

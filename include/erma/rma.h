@@ -136,7 +136,8 @@
  * READ bytes plus its length fit cfg.inbound_window, so it never receives
  * data it did not ask for; a target likewise bounds the WRITE data it has
  * solicited by cfg.solicit_window and cfg.solicits, of which one initiator
- * address holds at most cfg.solicit_window_per_source and
+ * address (its virtual paths together) holds at most
+ * cfg.solicit_window_per_source and
  * cfg.solicits_per_source (a request past them is NACKed,
  * stats.nacks_share). A target's memory for one-sided ops is fixed when it
  * is created: WRITE data goes straight into the region, and a solicitation
