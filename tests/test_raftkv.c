@@ -1356,15 +1356,20 @@ static void test_leader_stalled(void **state)
         const uint64_t outage = p.gap > open ? p.gap : open;
         erma_raftkv_client_get_stats(c.cli, &cs1);
         print_message("  leader %d stalled %.1f ms: %.1f ms without an acknowledgement; %u acks "
-                      "in the second after; %llu redirects, %llu tries failed\n",
+                      "in the second after; %llu redirects, %llu tries failed, replica given "
+                      "up on %llu time(s)\n",
                       l0 + 1, (double)(t_resume - t_stall) / 1e6, (double)outage / 1e6,
                       p.acked - acked0, (unsigned long long)(cs1.redirects - cs0.redirects),
-                      (unsigned long long)(cs1.tries_failed - cs0.tries_failed));
+                      (unsigned long long)(cs1.tries_failed - cs0.tries_failed),
+                      (unsigned long long)(cs1.silent - cs0.silent));
         /* no election: the same leader in the same term */
         assert_int_equal(leader(&c), l0);
         assert_true(erma_raftkv_server_raft(c.srv[l0])->current_term == term0);
         assert_true(outage >= stalls[k]); /* the stall held the writes up */
         assert_true(outage <= stalls[k] + STALL_EXTRA_NS);
+        /* the replica is given up on once per try's length (100 ms at least),
+         * not again as soon as a new session to it opens */
+        assert_true(cs1.silent - cs0.silent <= stalls[k] / 100000000 + 1);
         assert_true(p.acked > acked0);
     }
     p.stopping = true; /* the last writes end */

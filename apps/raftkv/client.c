@@ -258,8 +258,12 @@ static void try_op(struct op *op, uint64_t now)
     set_waiting(op, false);
     if (op->seq)
         erma_put_le(op->req.data + 16, floor_seq(c), 8);
-    if (s->sess < 0)
+    if (s->sess < 0) {
         s->sess = erma_session_create(c->rpc, s->uri, 0);
+        /* a new session's wait starts now, though tries of the one
+         * drop_silent destroyed are not yet cancelled (the next pass) */
+        s->heard_at = now;
+    }
     int rc = s->sess < 0 ? s->sess : ERMA_OK;
     if (s->sess < 0)
         s->sess = -1;
