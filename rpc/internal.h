@@ -125,6 +125,7 @@ struct slot {
     uint64_t again;               /* bit k: packet num_rx + k was sent again already */
     uint8_t backoff;              /* timeouts in a row: the timeout is rto_ns << backoff */
     uint32_t charged;             /* a response buffer erma grew: bytes on the budgets */
+    uint32_t unheard;             /* requests in a row given up on without a reply */
     uint64_t progress_ns, start_ns;
     uint32_t tx_ns[ERMA_MAX_CREDITS]; /* send time of packet i, mod 2^32 ns, at [i % 32] */
     uint8_t tx_path[ERMA_MAX_CREDITS]; /* the virtual path packet i went on, at [i % 32] */
@@ -303,6 +304,9 @@ void erma_sessions_scan(struct erma_rpc *rpc, uint64_t now);
 void erma_busy_scan(struct erma_rpc *rpc, uint64_t now);
 void erma_session_fail(struct erma_rpc *rpc, struct session *s, int status);
 void erma_session_release(struct erma_rpc *rpc, struct session *s);
+/* A client session whose server is gone: fails what is pending with
+ * ERMA_EPEERFAILED, releases it, then ERMA_SM_PEER_FAILED. */
+void erma_session_lost(struct erma_rpc *rpc, struct session *s);
 
 /* proto.c */
 void erma_wheel_release(struct erma_rpc *rpc, uint64_t now);

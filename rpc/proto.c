@@ -36,6 +36,15 @@ static uint64_t cc_now(const struct erma_rpc *rpc)
 /* Timeouts in a row without a reply double a slot's timeout, up to 64 x. */
 #define MAX_BACKOFF 6
 
+/* Request numbers past a slot's current one that its server takes: the
+ * client may have given up on requests none of whose packets came. */
+#define REQ_AHEAD ((uint64_t)ERMA_SESSION_SLOTS << 16)
+
+/* Requests in a row a slot gives up on (cfg.req_timeout_ns) without any
+ * reply before its session is failed: past REQ_AHEAD its server would take
+ * the slot's next request for another session's, and drop it. */
+#define MAX_UNHEARD ((uint32_t)(REQ_AHEAD / ERMA_SESSION_SLOTS) - 1)
+
 /* ---- virtual paths (client; erma/cc.h, VIRTUAL PATHS) ---- */
 
 /* A pruned path rests PRUNE_RTOS timeouts, twice that after each prune. */
@@ -342,18 +351,21 @@ void erma_client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req
     struct slot *sl = &s->slots[req_num % ERMA_SESSION_SLOTS];
     if (!sl->busy || sl->req_num != req_num || err >= 0 || err <= ERMA_ERR_LAST)
         return;
+    sl->unheard = 0;
     slot_finish(rpc, s, sl, err);
     erma_client_kick(rpc, s);
 }
 
 void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
 {
-    bool kick = false;
+    bool kick = false, deaf = false;
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
         struct slot *sl = &s->slots[k];
         if (!sl->busy)
             continue;
         if (rpc->cfg.req_timeout_ns && since(now, sl->start_ns) > rpc->cfg.req_timeout_ns) {
+            sl->unheard = sl->num_rx || sl->rx_bits ? 0 : sl->unheard + 1;
+            deaf |= sl->unheard >= MAX_UNHEARD;
             slot_finish(rpc, s, sl, ERMA_ETIMEDOUT);
             kick = true;
         } else if (slot_unanswered(sl) &&
@@ -371,8 +383,13 @@ void erma_client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
             kick = true;
         }
     }
-    if (kick)
+    if (deaf) {
+        ERMA_INFO("rpc: session %u: %u requests in a row on one slot had no reply, declared "
+                  "failed", s->num, MAX_UNHEARD);
+        erma_session_lost(rpc, s);
+    } else if (kick) {
         erma_client_kick(rpc, s);
+    }
 }
 
 /* A response buffer of size bytes in place of the caller's, within the
@@ -460,6 +477,7 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct slot
 static void client_mark(struct session *s, struct slot *sl, uint32_t i)
 {
     const uint64_t b = bit(i - sl->num_rx);
+    sl->unheard = 0;
     if (s->ps.n > 1)
         s->ps.p[sl->tx_path[i % ERMA_MAX_CREDITS]].probe = ERMA_PROBE_NONE; /* its path delivers */
     sl->rx_bits |= b;
@@ -528,10 +546,6 @@ static void client_fast_resend(struct erma_rpc *rpc, struct session *s, struct s
     slot_resend(rpc, s, sl, lost);
     rpc->stats.fast_retransmits += (uint32_t)__builtin_popcountll(lost);
 }
-
-/* Request numbers past a slot's current one that its server takes: the
- * client may have given up on requests none of whose packets came. */
-#define REQ_AHEAD ((uint64_t)ERMA_SESSION_SLOTS << 16)
 
 /* Whether req_num lies outside s's request numbers, at most `ahead` past
  * the slot's current one: a late packet of an earlier session that had

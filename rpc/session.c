@@ -357,6 +357,13 @@ void erma_session_fail(struct erma_rpc *rpc, struct session *s, int status)
         erma_fail_client_slots(rpc, s, status);
 }
 
+void erma_session_lost(struct erma_rpc *rpc, struct session *s)
+{
+    erma_session_fail(rpc, s, ERMA_EPEERFAILED);
+    erma_session_release(rpc, s);
+    sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);
+}
+
 void erma_session_release(struct erma_rpc *rpc, struct session *s)
 {
     erma_ep_tx_flush(rpc->ep); /* nothing in the batch may point at this session */
@@ -648,9 +655,7 @@ static void on_client_msg(struct erma_rpc *rpc, enum sm_type type, const struct 
     } else if (type == RESET && s->state == CONNECTED && !rpc->nx->secure) {
         /* (secure: an unsealed RESET could be anyone's; silence fails the session) */
         ERMA_INFO("rpc: session %u reset by its server (restarted?)", s->num);
-        erma_session_fail(rpc, s, ERMA_EPEERFAILED);
-        erma_session_release(rpc, s);
-        sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);
+        erma_session_lost(rpc, s);
     }
 }
 
@@ -735,9 +740,7 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
     } else if (since(now, s->last_rx_ns) > c->failure_ns) {
         ERMA_INFO("rpc: session %u: peer silent for %llu ms, declared failed", s->num,
                   (unsigned long long)(since(now, s->last_rx_ns) / 1000000));
-        erma_session_fail(rpc, s, ERMA_EPEERFAILED);
-        erma_session_release(rpc, s);
-        sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);
+        erma_session_lost(rpc, s);
     } else if (since(now, s->last_rx_ns) >= c->keepalive_ns &&
                since(now, s->last_tx_sm_ns) >= c->keepalive_ns) {
         s->last_tx_sm_ns = now;

@@ -265,6 +265,53 @@ static void test_stalled_request_fails(void **state)
     world_down(&w);
 }
 
+/* ---- a server that hears no request while it answers keepalives ---- */
+
+/* Drops every request packet of the client's (session management passes). */
+static bool drop_requests(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
+{
+    (void)ctx;
+    struct erma_hdr h;
+    erma_hdr_decode(data, &h);
+    return !(ev->src_host == C_HOST && h.proto == ERMA_PROTO_RPC && h.pkt_type == ERMA_PKT_REQ);
+}
+
+/* With cfg.req_timeout_ns, a slot moves on by one request number per
+ * request given up on; past 2^16 of them its server would take the next
+ * for another session's. So the session fails (ERMA_SM_PEER_FAILED) at
+ * the 65,535th request in a row on one slot that had no reply at all. */
+static void test_deaf_server_fails_session(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "deaf", 2, 0, 0);
+    struct erma_rpc_cfg c = sim_cfg(&w);
+    c.req_timeout_ns = 20000;
+    world_rpc(&w, C_HOST, &c, NULL);
+    world_rpc(&w, S_HOST, NULL, NULL);
+    const int s = connect(&w, C_HOST, S_HOST);
+    erma_sim_set_tap(w.sim, drop_requests, NULL);
+    struct erma_rpc *rpc = w.rpc[C_HOST];
+    struct call k = {0};
+    assert_int_equal(erma_msgbuf_alloc(rpc, 64, &k.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(rpc, 64, &k.resp), ERMA_OK);
+    uint32_t timeouts = 0;
+    for (int i = 0; i < 70000 && erma_rpc_call(rpc, s, ECHO, &k.req, &k.resp, on_call, &k) ==
+                                     ERMA_OK; i++) {
+        k.done = 0;
+        assert_int_equal(run_until(&w, &k.done, 10000000), ERMA_OK);
+        assert_int_equal(k.status, ERMA_ETIMEDOUT);
+        timeouts++;
+    }
+    print_message("  %u requests timed out unheard, then the session failed\n", timeouts);
+    assert_int_equal(timeouts, 65535);
+    assert_int_equal(w.sm_events[ERMA_SM_PEER_FAILED], 1);
+    assert_false(erma_session_connected(rpc, s));
+    erma_msgbuf_free(rpc, &k.req);
+    erma_msgbuf_free(rpc, &k.resp);
+    world_down(&w);
+}
+
 /* ---- sessions destroyed and opened again while their packets fly ---- */
 
 #define TOKEN_ECHO 3
@@ -409,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_client_forged_sizes),
         cmocka_unit_test(test_stalled_request_fails),
         cmocka_unit_test(test_session_churn),
+        cmocka_unit_test(test_deaf_server_fails_session),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,7 +78,11 @@
  * in-band over the same transport. Each session numbers its requests from
  * a start both ends derive from its token: a late packet of an earlier
  * session that had the same number is dropped (stats.rx_other_session),
- * never taken for a request or a response of the new one.
+ * never taken for a request or a response of the new one. A server takes
+ * a slot's requests at most 2^16 ahead of the last it saw, so a session
+ * one of whose slots gives up on 65,535 requests in a row without any
+ * reply (cfg.req_timeout_ns, the server hearing none of them while it
+ * answers keepalives) fails with ERMA_SM_PEER_FAILED.
  *
  * Budgets: what a peer can make an endpoint hold. A request of more than
  * one packet needs a buffer for its bytes; the server reserves the size
