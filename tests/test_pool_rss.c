@@ -202,9 +202,11 @@ static void test_rss_after_burst(void **state)
                   "pools %zu / %zu / %zu MiB\n", rss0 / MIB, rss_big / MIB, rss1 / MIB,
                   mapped0 / MIB, mapped_big / MIB, mapped1 / MIB);
     /* the burst's buffers, a 2 MiB class: at both ends a request and a
-     * response per slot */
+     * response per slot, about 1 MiB of each written (32 MiB in all
+     * without transparent hugepages, 64 with), so that "back within 2x"
+     * below says something */
     assert_true(mapped_big >= mapped0 + 2 * WINDOW * ERMA_POOL_CHUNK);
-    assert_true(rss_big >= rss0 + 2 * WINDOW * ERMA_POOL_CHUNK);
+    assert_true(rss_big >= rss0 + WINDOW * ERMA_POOL_CHUNK && rss_big > 2 * rss0);
     assert_true(rss1 <= 2 * rss0);
     assert_true(mapped1 <= mapped0 + 2 * ERMA_POOL_CHUNK);
     assert_int_equal(atomic_load(&p.h[1].echo.bad), 0);

@@ -66,8 +66,11 @@ void erma_pool_share(struct erma_pool *pool);
  * larger than ERMA_POOL_MAX_BUF, or memory is exhausted. */
 void *erma_pool_alloc(struct erma_pool *pool, size_t size);
 /* Gives back a buffer; size is the size it was allocated with (the pool
- * finds the class by buf's address). A buf the pool never handed out, or
- * one in a chunk with none handed out, is ignored. */
+ * finds the class by buf's address). A pointer outside the pool's chunks or
+ * not at a buffer's start, or a buffer of a chunk with none handed out, is
+ * ignored; any other wrong pointer (a buffer not handed out, or freed
+ * twice, while others of its chunk are out) corrupts the pool, as free()
+ * would. */
 void erma_pool_free(struct erma_pool *pool, void *buf, size_t size);
 
 /* Called now and then (an endpoint's loop does, every 100 ms) with a clock
