@@ -1163,7 +1163,7 @@ EXPORT int mock_verbs_port(const char *dev, bool up)
 {
     pthread_mutex_lock(&M);
     int rc = -1;
-    for (int i = 0; i < ndev; i++)
+    for (int i = 0; i < ndev && i < MAX_DEV; i++)
         if (!strcmp(devs[i].dev.name, dev)) {
             devs[i].down = !up;
             rc = 0;
