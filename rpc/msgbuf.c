@@ -3,7 +3,7 @@
 
 #include "internal.h"
 
-uint32_t erma_msg_pkts(uint32_t size, uint32_t pkt_data)
+uint32_t erma__msg_pkts(uint32_t size, uint32_t pkt_data)
 {
     return size <= pkt_data ? 1 : (size + pkt_data - 1) / pkt_data;
 }
@@ -13,13 +13,13 @@ static size_t mem_size(uint32_t max_size, uint32_t max_pkts)
     return (size_t)ERMA_HDR_SIZE * max_pkts + max_size;
 }
 
-uint8_t *erma_msg_hdr(const struct erma_msgbuf *mb, uint32_t k)
+uint8_t *erma__msg_hdr(const struct erma_msgbuf *mb, uint32_t k)
 {
     return k == 0 ? mb->mem : mb->data + mb->max_size + (size_t)(k - 1) * ERMA_HDR_SIZE;
 }
 
-void erma_msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
-                  uint32_t *len)
+void erma__msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
+                        uint32_t *len)
 {
     const uint32_t off = k * mb->pkt_data;
     *data = mb->data + off;
@@ -33,7 +33,7 @@ int erma_msgbuf_alloc(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf 
     memset(out, 0, sizeof *out);
     if (max_size > ERMA_MAX_MSG_SIZE)
         return ERMA_E2BIG;
-    const uint32_t pkts = erma_msg_pkts((uint32_t)max_size, rpc->pkt_data);
+    const uint32_t pkts = erma__msg_pkts((uint32_t)max_size, rpc->pkt_data);
     out->mem = erma_pool_alloc(rpc->ep->pool, mem_size((uint32_t)max_size, pkts));
     if (!out->mem)
         return ERMA_ENOMEM;

@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "erma/log.h"
-#include "internal.h"
+#include "server.h"
 
 #define WORKER_QUEUE 65536
 
@@ -58,13 +58,13 @@ static void *worker_main(void *arg)
             rq->resp = &rq->pre_resp;
             rq->responded = true;
         }
-        while (erma_mpsc_push(&rq->rpc->worker_done, rq) != ERMA_OK)
+        while (erma_mpsc_push(&rq->rpc->server.worker_done, rq) != ERMA_OK)
             sched_yield();
     }
     return NULL;
 }
 
-void erma_nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq)
+void erma__nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq)
 {
     const unsigned i = atomic_fetch_add(&nx->next_worker, 1) % nx->nworkers;
     while (erma_mpsc_push(&nx->workers[i].queue, rq) != ERMA_OK)

@@ -8,9 +8,10 @@
 
 #include <sodium.h>
 
+#include "client.h"
 #include "erma/clock.h"
 #include "erma/log.h"
-#include "internal.h"
+#include "server.h"
 
 #define WORKER_DONE_QUEUE 65536
 
@@ -64,16 +65,17 @@ static int cc_setup(struct erma_rpc *rpc)
     uint64_t base = rpc->cfg.base_rtt_ns ? rpc->cfg.base_rtt_ns : rpc->ep->tr->hints.base_rtt_ns;
     link = link > 0 ? link : 25e9;
     base = base ? base : 10000;
-    rpc->timely_cfg = rpc->cfg.timely ? *rpc->cfg.timely : erma_timely_cfg_for(link, base);
+    struct rpc_cc *cc = &rpc->cc;
+    cc->timely_cfg = rpc->cfg.timely ? *rpc->cfg.timely : erma_timely_cfg_for(link, base);
     rpc->cfg.timely = NULL; /* the copy above is the endpoint's own */
-    rpc->timely_cfg.bypass = !rpc->cfg.cc.no_timely_bypass;
-    if (erma_timely_cfg_check(&rpc->timely_cfg) != ERMA_OK)
+    cc->timely_cfg.bypass = !rpc->cfg.cc.no_timely_bypass;
+    if (erma_timely_cfg_check(&cc->timely_cfg) != ERMA_OK)
         return ERMA_EINVAL;
-    struct erma_wheel_cfg wc = erma_wheel_cfg_for(rpc->ep->tr->max_pkt, rpc->timely_cfg.floor_bps);
+    struct erma_wheel_cfg wc = erma_wheel_cfg_for(rpc->ep->tr->max_pkt, cc->timely_cfg.floor_bps);
     /* A session may queue all its credits in the wheel at the floor rate. */
     wc.horizon_ns *= ERMA_MAX_CREDITS;
     wc.capacity = 1u << 16;
-    return erma_wheel_init(&rpc->wheel, &wc, erma_now_ns());
+    return erma_wheel_init(&cc->wheel, &wc, erma_now_ns());
 }
 
 int erma_rpc_set_cc(struct erma_rpc *rpc, const struct erma_cc_switches *sw)
@@ -81,61 +83,54 @@ int erma_rpc_set_cc(struct erma_rpc *rpc, const struct erma_cc_switches *sw)
     if (!rpc || !sw)
         return ERMA_EINVAL;
     rpc->cfg.cc = *sw;
-    rpc->timely_cfg.bypass = !sw->no_timely_bypass;
+    rpc->cc.timely_cfg.bypass = !sw->no_timely_bypass;
     if (sw->off) /* back to line rate: nothing stays paced */
-        for (uint32_t i = 0; i < rpc->nsessions; i++)
-            if (rpc->sessions[i])
-                rpc->sessions[i]->timely.rate_bps = rpc->timely_cfg.link_bps;
+        for (uint32_t i = 0; i < rpc->table.n; i++)
+            if (rpc->table.sessions[i])
+                rpc->table.sessions[i]->cc.timely.rate_bps = rpc->cc.timely_cfg.link_bps;
     return ERMA_OK;
 }
 
 /* ---- the protocol's hooks on its endpoint ---- */
 
-static void rpc_rx(void *ctx, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
-{
-    struct erma_rpc *rpc = ctx;
-    if (h->proto == ERMA_PROTO_RPC)
-        erma_rpc_rx(rpc, h, pkt);
-    else
-        erma_sm_rx(rpc, h, pkt);
-}
-
 static int rpc_poll(void *ctx, uint64_t now)
 {
     struct erma_rpc *rpc = ctx;
+    struct rpc_timers *t = &rpc->timers;
     int work = 0;
-    for (struct erma_req *rq; (rq = erma_mpsc_pop(&rpc->worker_done)); work++)
-        erma_worker_response(rpc, rq);
-    if (erma_wheel_count(&rpc->wheel)) {
-        const uint32_t before = erma_wheel_count(&rpc->wheel);
-        erma_wheel_release(rpc, now);
-        work += (int)(before - erma_wheel_count(&rpc->wheel));
+    for (struct erma_req *rq; (rq = erma_mpsc_pop(&rpc->server.worker_done)); work++)
+        erma__worker_response(rpc, rq);
+    if (erma_wheel_count(&rpc->cc.wheel)) {
+        const uint32_t before = erma_wheel_count(&rpc->cc.wheel);
+        erma__rpc_wheel_release(rpc, now);
+        work += (int)(before - erma_wheel_count(&rpc->cc.wheel));
     }
-    if (now >= rpc->next_scan_ns) {
-        erma_busy_scan(rpc, now);
-        rpc->next_scan_ns = now + rpc->scan_ns;
+    if (now >= t->next_scan_ns) {
+        erma__busy_scan(rpc, now);
+        t->next_scan_ns = now + t->scan_ns;
     }
-    if (now >= rpc->next_sm_scan_ns) {
-        erma_partial_expire(rpc, now);
-        erma_sessions_scan(rpc, now);
-        rpc->next_sm_scan_ns = now + rpc->sm_scan_ns;
+    if (now >= t->next_sm_scan_ns) {
+        erma__partial_expire(rpc, now);
+        erma__sessions_scan(rpc, now);
+        t->next_sm_scan_ns = now + t->sm_scan_ns;
     }
     return work;
 }
 
 static void rpc_after_flush(void *ctx)
 {
-    erma_run_completions(ctx);
+    erma__run_completions(ctx);
 }
 
 static uint64_t rpc_next_timer(const void *ctx)
 {
     const struct erma_rpc *rpc = ctx;
     /* Session management has nothing to time without sessions. */
-    const uint64_t sm = rpc->active_sessions ? rpc->next_sm_scan_ns : UINT64_MAX;
-    uint64_t t = rpc->nbusy && rpc->next_scan_ns < sm ? rpc->next_scan_ns : sm;
-    if (erma_wheel_count(&rpc->wheel)) { /* the next slot may hold due packets */
-        const uint64_t w = rpc->wheel.cur_start_ns + rpc->wheel.slot_ns;
+    const struct rpc_timers *tm = &rpc->timers;
+    const uint64_t sm = rpc->table.active ? tm->next_sm_scan_ns : UINT64_MAX;
+    uint64_t t = rpc->client.nbusy && tm->next_scan_ns < sm ? tm->next_scan_ns : sm;
+    if (erma_wheel_count(&rpc->cc.wheel)) { /* the next slot may hold due packets */
+        const uint64_t w = rpc->cc.wheel.cur_start_ns + rpc->cc.wheel.slot_ns;
         t = w < t ? w : t;
     }
     return t;
@@ -144,14 +139,31 @@ static uint64_t rpc_next_timer(const void *ctx)
 /* Worker threads' answers do not wake the loop: it keeps polling. */
 static bool rpc_awaits(const void *ctx)
 {
-    return ((const struct erma_rpc *)ctx)->in_workers > 0;
+    return ((const struct erma_rpc *)ctx)->server.in_workers > 0;
+}
+
+/* The retransmission scan's period (a quarter timeout, at most 1 ms) and
+ * session management's (half its shortest interval). */
+static void timers_setup(struct erma_rpc *rpc)
+{
+    struct rpc_timers *t = &rpc->timers;
+    const struct erma_rpc_cfg *c = &rpc->cfg;
+    t->scan_ns = c->rto_ns / 4 < 1000000 ? c->rto_ns / 4 : 1000000;
+    if (t->scan_ns == 0)
+        t->scan_ns = 1;
+    uint64_t sm = c->keepalive_ns < c->connect_retry_ns ? c->keepalive_ns : c->connect_retry_ns;
+    sm = sm < c->failure_ns / 4 ? sm : c->failure_ns / 4;
+    t->sm_scan_ns = sm / 2 ? sm / 2 : 1;
+    const uint64_t now = erma_ep_clock(rpc->ep);
+    t->next_scan_ns = now + t->scan_ns;
+    t->next_sm_scan_ns = now + t->sm_scan_ns;
 }
 
 static void rpc_free(struct erma_rpc *rpc)
 {
-    free(rpc->done);
-    erma_mpsc_destroy(&rpc->worker_done);
-    erma_wheel_destroy(&rpc->wheel);
+    free(rpc->done.list);
+    erma_mpsc_destroy(&rpc->server.worker_done);
+    erma_wheel_destroy(&rpc->cc.wheel);
     free(rpc);
 }
 
@@ -175,10 +187,10 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
         rc = ERMA_EINVAL;
     }
     if (rc == ERMA_OK)
-        rc = erma_mpsc_init(&rpc->worker_done, nx->nworkers ? WORKER_DONE_QUEUE : 1);
+        rc = erma_mpsc_init(&rpc->server.worker_done, nx->nworkers ? WORKER_DONE_QUEUE : 1);
     if (rc == ERMA_OK)
         rc = cc_setup(rpc);
-    const struct erma_ep_proto hooks = {rpc_rx, rpc_poll, rpc_after_flush, rpc_next_timer, rpc,
+    const struct erma_ep_proto hooks = {erma__rx, rpc_poll, rpc_after_flush, rpc_next_timer, rpc,
                                         rpc_awaits};
     const uint8_t ids[] = {ERMA_PROTO_RPC, ERMA_PROTO_SM};
     if (rc == ERMA_OK)
@@ -193,42 +205,31 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
     const uint64_t seed = rpc->cfg.seed ? rpc->cfg.seed
                                         : erma_mono_ns() ^ (uint64_t)getpid() << 32;
     erma_rand_seed(&rpc->rng, seed ^ (uint64_t)ep->tid << 56);
-    randombytes_buf(rpc->cookie_key, sizeof rpc->cookie_key);
-    rpc->scan_ns = rpc->cfg.rto_ns / 4 < 1000000 ? rpc->cfg.rto_ns / 4 : 1000000;
-    if (rpc->scan_ns == 0)
-        rpc->scan_ns = 1;
-    const struct erma_rpc_cfg *c = &rpc->cfg;
-    uint64_t sm = c->keepalive_ns < c->connect_retry_ns ? c->keepalive_ns : c->connect_retry_ns;
-    sm = sm < c->failure_ns / 4 ? sm : c->failure_ns / 4;
-    rpc->sm_scan_ns = sm / 2 ? sm / 2 : 1;
-    const uint64_t now = erma_ep_clock(rpc->ep);
-    rpc->next_scan_ns = now + rpc->scan_ns;
-    rpc->next_sm_scan_ns = now + rpc->sm_scan_ns;
+    randombytes_buf(rpc->sm.cookie_key, sizeof rpc->sm.cookie_key);
+    timers_setup(rpc);
     *out = rpc;
     return ERMA_OK;
 }
 
-void erma_rpc_destroy(struct erma_rpc *rpc)
+/* Waits for the requests still on worker threads (they refer to their
+ * sessions); false if some never come back. */
+static bool workers_wait(struct erma_rpc *rpc)
 {
-    if (!rpc)
-        return;
-    rpc->destroying = true; /* continuations cannot enqueue more */
-    for (uint32_t i = 0; i < rpc->nsessions; i++)
-        if (rpc->sessions[i] && rpc->sessions[i]->state != FREE)
-            erma_session_fail(rpc, rpc->sessions[i], ERMA_ESESSRESET);
-    erma_run_completions(rpc);
-    erma_ep_tx_flush(rpc->ep); /* before the sessions and buffers it may point at go */
-    /* Requests still on worker threads refer to their sessions: wait for them. */
-    for (unsigned spins = 0; rpc->in_workers && spins < 5000000; spins++) {
-        struct erma_req *rq = erma_mpsc_pop(&rpc->worker_done);
+    for (unsigned spins = 0; rpc->server.in_workers && spins < 5000000; spins++) {
+        struct erma_req *rq = erma_mpsc_pop(&rpc->server.worker_done);
         if (rq)
-            erma_worker_response(rpc, rq);
+            erma__worker_response(rpc, rq);
         else
             sched_yield();
     }
-    if (rpc->in_workers) /* their requests stay allocated: the workers still use them */
-        ERMA_ERROR("rpc: %u worker handlers did not return", rpc->in_workers);
-    for (struct erma_req *rq = rpc->all_reqs, *next; rq && !rpc->in_workers; rq = next) {
+    if (rpc->server.in_workers) /* their requests stay allocated: the workers still use them */
+        ERMA_ERROR("rpc: %u worker handlers did not return", rpc->server.in_workers);
+    return rpc->server.in_workers == 0;
+}
+
+static void reqs_free(struct erma_rpc *rpc)
+{
+    for (struct erma_req *rq = rpc->server.all_reqs, *next; rq; rq = next) {
         next = rq->all;
         if (rq->pre_resp.mem) /* the endpoint's pool outlives us */
             erma_msgbuf_free(rpc, &rq->pre_resp);
@@ -236,20 +237,40 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
             erma_msgbuf_free(rpc, &rq->req_buf);
         free(rq);
     }
-    for (uint32_t i = 0; i < rpc->nsessions; i++) {
-        if (rpc->sessions[i])
-            erma_seal_end(&rpc->sessions[i]->seal);
-        free(rpc->sessions[i]);
+}
+
+static void sessions_free(struct erma_rpc *rpc)
+{
+    struct rpc_table *t = &rpc->table;
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (t->sessions[i])
+            erma__seal_end(&t->sessions[i]->seal);
+        free(t->sessions[i]);
     }
-    for (struct backlog *b = rpc->free_backlog, *next; b; b = next) {
+    for (struct backlog *b = rpc->client.free_backlog, *next; b; b = next) {
         next = b->next;
         free(b);
     }
-    free(rpc->sessions);
-    free(rpc->free_nums);
-    free(rpc->busy);
-    free(rpc->by_token);
-    free(rpc->by_peer);
+    free(t->sessions);
+    free(t->free_nums);
+    free(rpc->client.busy);
+    free(t->by_token);
+    free(t->by_peer);
+}
+
+void erma_rpc_destroy(struct erma_rpc *rpc)
+{
+    if (!rpc)
+        return;
+    rpc->destroying = true; /* continuations cannot enqueue more */
+    for (uint32_t i = 0; i < rpc->table.n; i++)
+        if (rpc->table.sessions[i] && rpc->table.sessions[i]->state != FREE)
+            erma__session_fail(rpc, rpc->table.sessions[i], ERMA_ESESSRESET);
+    erma__run_completions(rpc);
+    erma_ep_tx_flush(rpc->ep); /* before the sessions and buffers it may point at go */
+    if (workers_wait(rpc))
+        reqs_free(rpc);
+    sessions_free(rpc);
     erma_ep_unregister(rpc->ep, rpc);
     rpc_free(rpc);
 }

@@ -5,11 +5,12 @@
 
 #include <sodium.h>
 
-#include "internal.h"
+#include "erma/wire.h"
+#include "seal.h"
 
 #define NONCE_BYTES 12 /* both AEADs: the packet counter, little-endian, zero-padded */
 
-bool erma_seal_aes_available(void)
+bool erma__seal_aes_available(void)
 {
     return crypto_aead_aes256gcm_is_available() != 0;
 }
@@ -27,17 +28,18 @@ static void psk_hash(const uint8_t psk[ERMA_PSK_BYTES], const char *label, const
     crypto_generichash_final(&st, out, outlen);
 }
 
-void erma_seal_proof(const uint8_t psk[ERMA_PSK_BYTES], const char *label, const uint8_t *payload,
-                     size_t len, uint8_t out[ERMA_PROOF_BYTES])
+void erma__seal_proof(const uint8_t psk[ERMA_PSK_BYTES], const char *label,
+                      const uint8_t *payload, size_t len, uint8_t out[ERMA_PROOF_BYTES])
 {
     psk_hash(psk, label, payload, len, out, ERMA_PROOF_BYTES);
 }
 
-bool erma_seal_proof_ok(const uint8_t psk[ERMA_PSK_BYTES], const char *label,
-                        const uint8_t *payload, size_t len, const uint8_t proof[ERMA_PROOF_BYTES])
+bool erma__seal_proof_ok(const uint8_t psk[ERMA_PSK_BYTES], const char *label,
+                         const uint8_t *payload, size_t len,
+                         const uint8_t proof[ERMA_PROOF_BYTES])
 {
     uint8_t want[ERMA_PROOF_BYTES];
-    erma_seal_proof(psk, label, payload, len, want);
+    erma__seal_proof(psk, label, payload, len, want);
     return sodium_memcmp(want, proof, ERMA_PROOF_BYTES) == 0;
 }
 
@@ -49,8 +51,8 @@ static void aes_expand(crypto_aead_aes256gcm_state **st, const uint8_t key[32])
         crypto_aead_aes256gcm_beforenm(*st, key);
 }
 
-int erma_seal_start(struct seal *k, const uint8_t psk[ERMA_PSK_BYTES], const uint8_t *accept,
-                    size_t len, bool client, bool aes)
+int erma__seal_start(struct seal *k, const uint8_t psk[ERMA_PSK_BYTES], const uint8_t *accept,
+                     size_t len, bool client, bool aes)
 {
     uint8_t keys[64];
     psk_hash(psk, "erma keys", accept, len, keys, sizeof keys);
@@ -70,7 +72,7 @@ int erma_seal_start(struct seal *k, const uint8_t psk[ERMA_PSK_BYTES], const uin
     return ERMA_OK;
 }
 
-void erma_seal_end(struct seal *k)
+void erma__seal_end(struct seal *k)
 {
     free(k->tx_st);
     free(k->rx_st);
@@ -83,8 +85,8 @@ static void nonce_of(uint64_t ctr, uint8_t n[NONCE_BYTES])
     erma_put_le(n, ctr, 8);
 }
 
-uint32_t erma_seal(struct seal *k, const uint8_t *hdr, const uint8_t *data, uint32_t len,
-                   uint8_t *out)
+uint32_t erma__seal(struct seal *k, const uint8_t *hdr, const uint8_t *data, uint32_t len,
+                    uint8_t *out)
 {
     uint8_t n[NONCE_BYTES];
     const uint64_t ctr = ++k->tx_ctr;
@@ -123,7 +125,7 @@ static void window_take(struct seal *k, uint64_t ctr)
     k->rx_seen |= 1ull << (k->rx_top - ctr);
 }
 
-int erma_open(struct seal *k, uint8_t *pkt, uint32_t *len)
+int erma__seal_open(struct seal *k, uint8_t *pkt, uint32_t *len)
 {
     if (*len < ERMA_HDR_SIZE + ERMA_SEAL_OVERHEAD)
         return ERMA_EBADPKT;

@@ -13,7 +13,7 @@ static void tx_seal(void *ctx, struct erma_tx_pkt *p, uint8_t *room)
     const uint8_t *hdr = p->hdr;
     const uint8_t *data = p->data_len ? p->data : hdr + ERMA_HDR_SIZE;
     const uint32_t len = p->data_len ? p->data_len : p->hdr_len - ERMA_HDR_SIZE;
-    p->hdr_len = erma_seal(&s->seal, hdr, data, len, room);
+    p->hdr_len = erma__seal(&s->seal, hdr, data, len, room);
     p->hdr = room;
     p->data = NULL;
     p->data_len = 0;
@@ -38,8 +38,8 @@ static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s,
     return p;
 }
 
-uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
-                      uint32_t len)
+uint8_t *erma__tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                       uint32_t len)
 {
     uint8_t *room;
     struct erma_tx_pkt *p = tx_next(rpc, s, dst, &room);
@@ -48,8 +48,8 @@ uint8_t *erma_tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma
     return room;
 }
 
-void erma_tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
-                  const uint8_t *hdr, const uint8_t *data, uint32_t data_len)
+void erma__tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
+                   const uint8_t *hdr, const uint8_t *data, uint32_t data_len)
 {
     struct erma_tx_pkt *p = tx_next(rpc, s, dst, NULL);
     if (data == hdr + ERMA_HDR_SIZE) { /* header sits before the data: one segment */
@@ -65,8 +65,8 @@ void erma_tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_add
 
 /* ---- continuations ---- */
 
-void erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
-                   struct erma_msgbuf *resp)
+void erma__complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
+                    struct erma_msgbuf *resp)
 {
     if (status == ERMA_OK)
         rpc->stats.rpcs_done++;
@@ -74,28 +74,28 @@ void erma_complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int statu
         rpc->stats.rpcs_failed++;
     if (status != ERMA_OK && resp)
         resp->size = 0;
-    if (rpc->ndone == rpc->done_cap) {
-        const unsigned cap = rpc->done_cap ? 2 * rpc->done_cap : 64;
-        struct completion *d = realloc(rpc->done, cap * sizeof *d);
+    if (rpc->done.n == rpc->done.cap) {
+        const unsigned cap = rpc->done.cap ? 2 * rpc->done.cap : 64;
+        struct completion *d = realloc(rpc->done.list, cap * sizeof *d);
         if (!d) { /* no memory to defer: flush so no packet refers to the buffers */
             erma_ep_tx_flush(rpc->ep);
             cont(rpc, tag, status, resp);
             return;
         }
-        rpc->done = d;
-        rpc->done_cap = cap;
+        rpc->done.list = d;
+        rpc->done.cap = cap;
     }
-    rpc->done[rpc->ndone++] = (struct completion){cont, tag, status, resp};
+    rpc->done.list[rpc->done.n++] = (struct completion){cont, tag, status, resp};
 }
 
-void erma_run_completions(struct erma_rpc *rpc)
+void erma__run_completions(struct erma_rpc *rpc)
 {
-    if (rpc->ndone == 0)
+    if (rpc->done.n == 0)
         return;
     erma_ep_tx_flush(rpc->ep); /* a retransmitted request may still sit in the batch */
-    for (unsigned i = 0; i < rpc->ndone; i++) {
-        const struct completion c = rpc->done[i];
+    for (unsigned i = 0; i < rpc->done.n; i++) {
+        const struct completion c = rpc->done.list[i];
         c.cont(rpc, c.tag, c.status, c.resp);
     }
-    rpc->ndone = 0;
+    rpc->done.n = 0;
 }

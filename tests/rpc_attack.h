@@ -19,7 +19,7 @@ static inline void send_first_packets(struct erma_transport *tr, struct erma_rpc
 {
     static uint8_t pkt[ERMA_HDR_SIZE + 9000];
     const uint32_t data = tr->max_pkt - ERMA_HDR_SIZE;
-    const struct session *s = erma_session_get(rpc, (uint16_t)sess);
+    const struct session *s = erma__session_get(rpc, (uint16_t)sess);
     assert_non_null(s);
     memset(pkt + ERMA_HDR_SIZE, 0xab, data);
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {

@@ -204,7 +204,7 @@ static void test_client_forged_sizes(void **state)
     assert_int_equal(erma_rpc_call(w.rpc[C_HOST], s, HOLD, &c.req, &c.resp, on_call, &c),
                      ERMA_OK);
     run_for(&w, NULL, 0, 1000000);
-    const struct session *cs = erma_session_get(w.rpc[C_HOST], (uint16_t)s);
+    const struct session *cs = erma__session_get(w.rpc[C_HOST], (uint16_t)s);
     uint8_t pkt[ERMA_HDR_SIZE + 100];
     memset(pkt, 0, sizeof pkt);
     for (uint32_t size = (uint32_t)MIB; size <= 3 * MIB; size += (uint32_t)MIB) {
@@ -367,7 +367,7 @@ static void churn_call(struct churn *c, struct erma_rand *r, int sess, uint32_t 
     assert_int_equal(erma_msgbuf_alloc(rpc, req, &k->req), ERMA_OK);
     assert_int_equal(erma_msgbuf_alloc(rpc, 16, &k->resp), ERMA_OK);
     fill_req(&k->req, id, c->resp_size[id]);
-    c->issued_by[id] = erma_session_get(rpc, (uint16_t)sess)->token;
+    c->issued_by[id] = erma__session_get(rpc, (uint16_t)sess)->token;
     assert_int_equal(erma_rpc_call(rpc, sess, TOKEN_ECHO, &k->req, &k->resp, on_churn_call, k),
                      ERMA_OK);
 }

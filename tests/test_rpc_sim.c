@@ -566,7 +566,7 @@ static void test_inconsistent_sizes(void **state)
     assert_int_equal(erma_transport_resolve(tr, "sim://sizes2/1:31850", &dst), ERMA_OK);
     static uint8_t pkt[1472];
     const uint32_t data = tr->max_pkt - ERMA_HDR_SIZE;
-    const uint64_t first = erma_session_get(w.rpc[1], 0)->base + ERMA_SESSION_SLOTS;
+    const uint64_t first = erma__session_get(w.rpc[1], 0)->base + ERMA_SESSION_SLOTS;
     const struct erma_hdr h0 = {.req_type = ECHO, .msg_size = 2000, .dest_session = 0,
                                 .pkt_type = ERMA_PKT_REQ, .pkt_num = 0, .req_num = first,
                                 .proto = ERMA_PROTO_RPC};

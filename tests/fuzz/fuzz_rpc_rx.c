@@ -1,6 +1,6 @@
 /*
- * fuzz_rpc_rx: the RPC receive path (rpc/proto.c, rpc/session.c, the RX
- * demultiplexer of endpoint/endpoint.c) on the sim fabric, in virtual time.
+ * fuzz_rpc_rx: the RPC receive path (rpc/rx.c and the files it hands
+ * packets to, the RX demultiplexer of endpoint/endpoint.c) on the sim fabric, in virtual time.
  *
  * World, rebuilt for every input (deterministic: fixed seeds, virtual time):
  * host 0 a server endpoint, host 1 a client endpoint with a session to it,
@@ -59,13 +59,12 @@
  * opening 160 sessions.
  *
  * The harness reads rpc/internal.h: the server's cookie key (it computes
- * cookies as rpc/session.c cookie_for() does), req->sess and the slot of a
- * request (for the at-most-once check; a server session's rtt_samples, a
- * client counter that session_alloc() zeroes, tags the session's
- * lifetime), and
- * rpc->in_workers with the worker_done ring: after every pass it waits
- * until the worker has answered, or is holding a request not yet due, so
- * that runs stay deterministic.
+ * cookies as rpc/sm_rx.c cookie_for() does), req->sess and the slot of a
+ * request (for the at-most-once check; a server session's cc.rtt_samples,
+ * a client counter that erma__session_alloc() zeroes, tags the session's
+ * lifetime), and rpc->server's in_workers with the worker_done ring: after
+ * every pass it waits until the worker has answered, or is holding a
+ * request not yet due, so that runs stay deterministic.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -100,7 +99,7 @@ enum { R_CLIENT_SERVER, R_STRANGER_SERVER, R_SERVER_CLIENT, R_STRANGER_CLIENT };
 #define MAX_RESP 6000 /* echo responses: up to 5 packets */
 #define HOLD_UNIT_NS 40000ull
 #define SM_COOKIE (ERMA_HDR_SIZE + 29) /* the cookie's place in an SM message */
-#define COOKIE_EPOCH_SHIFT 30 /* as rpc/session.c */
+#define COOKIE_EPOCH_SHIFT 30 /* as rpc/sm_rx.c */
 #define COOKIE_FILL 1         /* a CONNECT_REQ's cookie the harness fills in */
 #define FINAL_NS 8000000ull
 
@@ -211,14 +210,14 @@ static void note_call(struct erma_req *req)
     }
     const unsigned k = (unsigned)(sl - s->slots);
     FUZZ_CHECK(s->role == SERVER && k < ERMA_SESSION_SLOTS, "a handler call on a client slot");
-    if (s->rtt_samples == 0) { /* a new lifetime: session_alloc() zeroed it */
+    if (s->cc.rtt_samples == 0) { /* a new lifetime: erma__session_alloc() zeroed it */
         struct lifetime *l = realloc(W.lifetimes, (W.nlifetimes + 1) * sizeof *l);
         FUZZ_CHECK(l != NULL, "realloc");
         W.lifetimes = l;
         memset(&l[W.nlifetimes], 0, sizeof *l);
-        s->rtt_samples = ++W.nlifetimes;
+        s->cc.rtt_samples = ++W.nlifetimes;
     }
-    struct lifetime *l = &W.lifetimes[s->rtt_samples - 1];
+    struct lifetime *l = &W.lifetimes[s->cc.rtt_samples - 1];
     FUZZ_CHECK(!l->ran[k] || sl->req_num > l->last[k],
                "handler ran again in session %u slot %u: req_num %llu after %llu", s->num, k,
                (unsigned long long)sl->req_num, (unsigned long long)l->last[k]);
@@ -295,15 +294,15 @@ static int answer_held(bool force)
 /* Requests handed to workers whose answers are not yet in worker_done. */
 static bool workers_busy(struct erma_rpc *rpc)
 {
-    const struct erma_mpsc *q = &rpc->worker_done;
+    const struct erma_mpsc *q = &rpc->server.worker_done;
     size_t pos = q->head;
     uint32_t ready = 0;
-    while (ready < rpc->in_workers &&
+    while (ready < rpc->server.in_workers &&
            atomic_load_explicit(&q->cells[pos & q->mask].seq, memory_order_acquire) == pos + 1) {
         pos++;
         ready++;
     }
-    return ready < rpc->in_workers;
+    return ready < rpc->server.in_workers;
 }
 
 /* After every pass: the worker may run up to now; wait until it has
@@ -538,7 +537,7 @@ static void world_down(void)
 }
 
 /* The cookie the server gives a connect request of token from src now
- * (rpc/session.c cookie_for()). */
+ * (rpc/sm_rx.c cookie_for()). */
 static uint64_t cookie_for(uint16_t src_host, uint16_t src_port, uint64_t token)
 {
     char uri[64];
@@ -549,7 +548,7 @@ static uint64_t cookie_for(uint16_t src_host, uint16_t src_port, uint64_t token)
     memcpy(in, a.raw, a.len);
     erma_put_le(in + a.len, token, 8);
     erma_put_le(in + a.len + 8, erma_sim_now(W.sim) >> COOKIE_EPOCH_SHIFT, 8);
-    crypto_shorthash(out, in, a.len + 16u, W.server->cookie_key);
+    crypto_shorthash(out, in, a.len + 16u, W.server->sm.cookie_key);
     return erma_get_le(out, 8) | 1;
 }
 
