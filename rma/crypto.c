@@ -7,7 +7,7 @@
 
 static bool aes_hw; /* the CPU has AES-NI (and CLMUL), set once */
 
-int erma_rma_crypto_init(void)
+int erma__rma_crypto_init(void)
 {
     if (sodium_init() < 0)
         return ERMA_ENOTSUP;
@@ -15,14 +15,14 @@ int erma_rma_crypto_init(void)
     return ERMA_OK;
 }
 
-bool erma_rma_aes_available(void)
+bool erma__rma_aes_available(void)
 {
     return aes_hw;
 }
 
 /* BLAKE2b keyed with Kr over "erma-kd\0" | identity | address length |
  * address. */
-void erma_rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
+void erma__rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
                   const struct erma_addr *addr, uint8_t kd[ERMA_RMA_KEY_BYTES])
 {
     uint8_t msg[17 + ERMA_ADDR_MAX] = "erma-kd\0";
@@ -42,7 +42,7 @@ static void nonce_of(uint8_t n[12], uint8_t dir, uint64_t ctr)
 
 #define AD_LEN (ERMA_HDR_SIZE + RMA_OPHDR)
 
-void erma_rma_seal_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
+void erma__rma_seal_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
                       uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen)
 {
     uint8_t n[12];
@@ -55,14 +55,14 @@ void erma_rma_seal_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint
                                                            NULL, n, kd);
 }
 
-void erma_rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
+void erma__rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
                    uint8_t *pkt, const void *m, uint32_t plen)
 {
-    erma_rma_seal_as(kd, aes_hw ? ERMA_RMA_AES256_GCM : ERMA_RMA_CHACHA20_POLY1305, dir,
+    erma__rma_seal_as(kd, aes_hw ? ERMA_RMA_AES256_GCM : ERMA_RMA_CHACHA20_POLY1305, dir,
                      nonce_ctr, pkt, m, plen);
 }
 
-int erma_rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
+int erma__rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
                      uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m)
 {
     if (len < RMA_OVERHEAD || (cipher == ERMA_RMA_AES256_GCM && !aes_hw))
@@ -77,7 +77,7 @@ int erma_rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8
                                                               n, kd);
 }
 
-uint64_t erma_rma_wallclock_ns(void)
+uint64_t erma__rma_wallclock_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

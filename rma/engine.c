@@ -1,11 +1,15 @@
-/* rma/engine.c - the one-sided engine: creation, configuration, peers and
- * its hooks in the endpoint's loop, which hand packets and time to the
- * target (serve.c), the initiator (portal.c) and the executor. */
+/* rma/engine.c - the one-sided engine: creation, configuration, its
+ * parts (internal.h) and its hooks in the endpoint's loop, which hand
+ * packets and time to the target (serve.c), the initiator's portal
+ * (portal.h) and the executor; completions polled. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "erma/clock.h"
-#include "internal.h"
+#include "executor.h"
+#include "portal.h"
+#include "region.h"
+#include "serve.h"
 
 /* ---- the endpoint hook ---- */
 
@@ -23,7 +27,7 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
         rma->stats.rx_bad++;
         return;
     }
-    erma_rma_ophdr_decode(pkt->data + ERMA_HDR_SIZE, &h);
+    erma__rma_ophdr_decode(pkt->data + ERMA_HDR_SIZE, &h);
     if (h.type == 0 || h.type > RMA_TYPE_MAX || h.len == 0 || h.len > ERMA_RMA_MAX_OP) {
         rma->stats.rx_bad++;
         return;
@@ -31,9 +35,9 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
     erma_ep_clock(rma->ep);
     rma->rx_pass++;
     if (is_request(h.type))
-        erma_serve_rx(rma, &h, pkt);
+        erma__serve_rx(rma, &h, pkt);
     else
-        erma_portal_rx(rma, &h, pkt);
+        erma__portal_rx(rma, &h, pkt);
 }
 
 /* Wall clock against the engine's (TSC) clock, again now and then: NTP
@@ -43,7 +47,7 @@ static void wire_sync(struct erma_rma *rma)
     if (rma->tr->hints.shared_clock || rma->ep->now < rma->wire_sync_ns)
         return;
     const uint64_t t = erma_now_ns(); /* rma->ep->now may be a pass's stale reading */
-    rma->wire_off = (int64_t)(erma_rma_wallclock_ns() - t);
+    rma->wire_off = (int64_t)(erma__rma_wallclock_ns() - t);
     rma->wire_sync_ns = t + 100000000;
 }
 
@@ -52,17 +56,20 @@ static int hook_poll(void *ctx, uint64_t now)
     struct erma_rma *rma = ctx;
     (void)now; /* rma->ep->now */
     wire_sync(rma);
-    int work = erma_serve_poll(rma);
-    work += erma_exec_poll(rma);
-    work += erma_portal_poll(rma);
+    /* a full RX burst may have left answers unread (issue.c, timeouts) */
+    const bool rx_full = rma->rx_pass >= ERMA_MAX_BURST;
+    rma->rx_pass = 0;
+    int work = erma__serve_poll(rma);
+    work += erma__exec_poll(rma);
+    work += erma__portal_poll(rma, rx_full);
     return work;
 }
 
 static uint64_t hook_next_timer(const void *ctx)
 {
     const struct erma_rma *rma = ctx;
-    uint64_t t = erma_serve_next_timer(rma);
-    const uint64_t p = erma_portal_next_timer(rma), e = erma_exec_next_timer(rma);
+    uint64_t t = erma__serve_next_timer(rma);
+    const uint64_t p = erma__portal_next_timer(rma), e = erma__exec_next_timer(rma);
     t = p < t ? p : t;
     return e < t ? e : t;
 }
@@ -93,7 +100,7 @@ static void cfg_defaults(struct erma_rma_cfg *c, const struct erma_transport_hin
 {
     const uint64_t base = h->base_rtt_ns ? h->base_rtt_ns : DEFAULT_BASE_RTT_NS;
     if (!c->identity)
-        c->identity = erma_rma_wallclock_ns() ^ ((uint64_t)(uintptr_t)c << 20) ^ (uint64_t)rand();
+        c->identity = erma__rma_wallclock_ns() ^ ((uint64_t)(uintptr_t)c << 20) ^ (uint64_t)rand();
     c->slots = c->slots ? c->slots : defaults.slots;
     c->inbound_window = c->inbound_window ? c->inbound_window : defaults.inbound_window;
     c->max_regions = c->max_regions ? c->max_regions : defaults.max_regions;
@@ -147,12 +154,36 @@ static bool cfg_valid(const struct erma_rma_cfg *c)
            c->clock_skew_ns <= RMA_MAX_TTL_NS;
 }
 
+/* The parts bottom up: each may use those before it. */
+static int parts_init(struct erma_rma *rma)
+{
+    int rc = erma__cq_init(rma);
+    if (rc == ERMA_OK)
+        rc = erma__regions_init(rma);
+    if (rc == ERMA_OK)
+        rc = erma__serve_init(rma);
+    if (rc == ERMA_OK)
+        rc = erma__portal_init(rma);
+    if (rc == ERMA_OK)
+        rc = erma__exec_init(rma);
+    return rc;
+}
+
+static void parts_fini(struct erma_rma *rma)
+{
+    erma__exec_fini(rma);
+    erma__portal_fini(rma);
+    erma__serve_fini(rma);
+    erma__regions_fini(rma);
+    erma__cq_fini(rma);
+}
+
 int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
                     struct erma_rma **out)
 {
     if (!ep || !out)
         return ERMA_EINVAL;
-    int rc = erma_rma_crypto_init();
+    int rc = erma__rma_crypto_init();
     if (rc != ERMA_OK)
         return rc;
     struct erma_rma *rma = calloc(1, sizeof *rma);
@@ -170,23 +201,17 @@ int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
     /* Nonces: from the wall clock in ns, one per packet sent, so that an
      * engine restarted with the same identity and address (the same Kd)
      * starts past every nonce its predecessor used. */
-    rma->ctr = erma_rma_wallclock_ns();
-    rma->aes = erma_rma_aes_available() && !rma->cfg.no_aes;
-    rma->last_poll_ns = erma_ep_clock(ep);
+    rma->ctr = erma__rma_wallclock_ns();
+    rma->aes = erma__rma_aes_available() && !rma->cfg.no_aes;
+    erma_ep_clock(ep); /* the parts start at ep->now */
     wire_sync(rma);
-    rc = erma_serve_init(rma);
-    if (rc == ERMA_OK)
-        rc = erma_portal_init(rma);
-    if (rc == ERMA_OK)
-        rc = erma_exec_init(rma);
+    rc = parts_init(rma);
     const struct erma_ep_proto hooks = {hook_rx, hook_poll, NULL, hook_next_timer, rma, NULL};
     const uint8_t id = ERMA_PROTO_RMA;
     if (rc == ERMA_OK)
         rc = erma_ep_register(ep, &hooks, &id, 1);
     if (rc != ERMA_OK) {
-        erma_exec_fini(rma);
-        erma_portal_fini(rma);
-        erma_serve_fini(rma);
+        parts_fini(rma);
         free(rma);
         return rc;
     }
@@ -199,11 +224,21 @@ void erma_rma_destroy(struct erma_rma *rma)
     if (!rma)
         return;
     erma_ep_unregister(rma->ep, rma);
-    erma_exec_fini(rma);
-    erma_portal_fini(rma);
-    erma_serve_fini(rma);
-    free(rma->peers);
+    parts_fini(rma);
     free(rma);
+}
+
+int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max)
+{
+    if (!rma || (!out && max > 0))
+        return ERMA_EINVAL;
+    int n = 0;
+    for (; n < max && erma__cq_pop(rma, &out[n]); n++)
+        if (out[n].transfer)
+            erma__exec_release(rma, out[n].id);
+        else
+            erma__portal_release(rma, out[n].id);
+    return n;
 }
 
 uint64_t erma_rma_identity(const struct erma_rma *rma)
@@ -224,33 +259,4 @@ void erma_rma_get_cfg(const struct erma_rma *rma, struct erma_rma_cfg *out)
 int erma_rma_uri(const struct erma_rma *rma, char *out, size_t len)
 {
     return rma ? erma_endpoint_uri(rma->ep, out, len) : ERMA_EINVAL;
-}
-
-int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid)
-{
-    char ep[256];
-    struct erma_addr addr;
-    if (!rma || !uri)
-        return ERMA_EINVAL;
-    int rc = erma_uri_for_thread(uri, tid, ep, sizeof ep);
-    if (rc == ERMA_OK)
-        rc = erma_transport_resolve(rma->tr, ep, &addr);
-    if (rc != ERMA_OK)
-        return rc;
-    for (uint32_t i = 0; i < rma->npeers; i++)
-        if (erma_addr_eq(&rma->peers[i].addr, &addr))
-            return (int)i;
-    if (rma->npeers == rma->peers_cap) {
-        const uint32_t cap = rma->peers_cap ? 2 * rma->peers_cap : 16;
-        if (cap > 65536)
-            return ERMA_ENOSLOTS;
-        struct peer *p = realloc(rma->peers, cap * sizeof *p);
-        if (!p)
-            return ERMA_ENOMEM;
-        rma->peers = p;
-        rma->peers_cap = cap;
-    }
-    rma->peers[rma->npeers] = (struct peer){.addr = addr};
-    erma_paths_init(&rma->peers[rma->npeers].ps, rma->ep->npaths);
-    return (int)rma->npeers++;
 }

@@ -1,12 +1,16 @@
 /* rma/executor.c - transfers of any size as chunks of at most
  * ERMA_RMA_MAX_OP, issued as the 1RMA window CC allows, with bounded
- * per-chunk retries of transient failures. */
+ * per-chunk retries of transient failures. Chunks are the portal's
+ * commands; the portal tells the executor of their ends, of room for more
+ * and of the writes that fence its transfers through the hooks registered
+ * here (struct rma_portal_hooks). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "erma/clock.h"
-#include "internal.h"
+#include "executor.h"
+#include "portal.h"
 
 /* The windows' configuration from the transport's hints. */
 static struct erma_window_cfg default_window(const struct erma_rma *rma)
@@ -17,16 +21,6 @@ static struct erma_window_cfg default_window(const struct erma_rma *rma)
     return c;
 }
 
-int erma_exec_init(struct erma_rma *rma)
-{
-    rma->xfers = calloc(rma->cfg.transfers, sizeof *rma->xfers);
-    if (!rma->xfers)
-        return ERMA_ENOMEM;
-    const struct erma_window_cfg wc = rma->cfg.window ? *rma->cfg.window : default_window(rma);
-    rma->exec_wake_ns = UINT64_MAX;
-    return erma_window_init(&rma->wcc, &wc);
-}
-
 static void xfer_release(struct xfer *x)
 {
     free(x->redo);
@@ -35,15 +29,31 @@ static void xfer_release(struct xfer *x)
     x->tries = NULL;
 }
 
-void erma_exec_fini(struct erma_rma *rma)
+void erma__exec_fini(struct erma_rma *rma)
 {
-    if (!rma->xfers)
+    struct rma_exec *e = rma->exec;
+    if (!e)
         return;
-    for (uint32_t i = 0; i < rma->cfg.transfers; i++)
-        xfer_release(&rma->xfers[i]);
-    free(rma->xfers);
-    if (rma->wcc.remotes)
-        erma_window_destroy(&rma->wcc);
+    if (e->xfers)
+        for (uint32_t i = 0; i < rma->cfg.transfers; i++)
+            xfer_release(&e->xfers[i]);
+    free(e->xfers);
+    if (e->wcc.remotes)
+        erma_window_destroy(&e->wcc);
+    free(e);
+    rma->exec = NULL;
+}
+
+void erma__exec_release(struct erma_rma *rma, uint32_t id)
+{
+    rma->exec->xfers[id].state = XFER_FREE;
+}
+
+/* A slot, a window or a transfer may let a chunk go: the executor looks at
+ * its transfers again in the next poll. */
+static void wake(struct erma_rma *rma)
+{
+    rma->exec->wake_ns = 0;
 }
 
 static enum erma_window_dir dir_of(uint8_t op)
@@ -53,22 +63,23 @@ static enum erma_window_dir dir_of(uint8_t op)
 
 int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
 {
-    if (!rma || !t || !t->local || t->len == 0 || t->peer < 0 ||
-        (uint32_t)t->peer >= rma->npeers || t->priority >= ERMA_RMA_PRIORITIES ||
+    if (!rma || !t || !t->local || t->len == 0 || !erma__peer_known(rma, t->peer) ||
+        t->priority >= ERMA_RMA_PRIORITIES ||
         (t->op != ERMA_RMA_READ && t->op != ERMA_RMA_WRITE) ||
         (t->fence && t->op != ERMA_RMA_WRITE))
         return ERMA_EINVAL;
-    const int usable = erma_rkey_usable(rma, &t->rkey);
+    const int usable = erma__rkey_usable(rma, &t->rkey);
     if (usable != ERMA_OK)
         return usable;
+    struct rma_exec *e = rma->exec;
     for (uint32_t i = 0; i < rma->cfg.transfers; i++) {
-        struct xfer *x = &rma->xfers[i];
+        struct xfer *x = &e->xfers[i];
         if (x->state != XFER_FREE)
             continue;
         const uint64_t chunks = (t->len + ERMA_RMA_MAX_OP - 1) / ERMA_RMA_MAX_OP;
         /* A fenced transfer waits, holding no slot, for the WRITEs in
-         * progress now (portal.c, fences); then its chunks flow as any. */
-        const uint32_t wait = t->fence ? erma_fence_count(rma, t->peer, t->rkey.region) : 0;
+         * progress now (fence.c); then its chunks flow as any. */
+        const uint32_t wait = t->fence ? erma__fence_count(rma, t->peer, t->rkey.region) : 0;
         *x = (struct xfer){.state = XFER_ACTIVE, .op = (uint8_t)t->op, .prio = t->priority,
                            .peer = t->peer, .rkey = t->rkey, .offset = t->offset,
                            .local = t->local, .len = t->len, .max_retries = t->max_retries,
@@ -79,12 +90,12 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
             return ERMA_ENOMEM;
         }
         if (x->op == ERMA_RMA_WRITE)
-            x->wseq = ++rma->wseq;
+            x->wseq = erma__fence_number(rma);
         if (wait) {
-            rma->fenced_xfers++;
+            e->fenced++;
             rma->stats.fence_held++;
         }
-        erma_exec_wake(rma);
+        wake(rma);
         return (int)i;
     }
     return ERMA_ENOSLOTS;
@@ -103,12 +114,12 @@ static bool next_chunk(const struct xfer *x, uint64_t *off)
     return x->next_off < x->len;
 }
 
-static void chunk_done(struct erma_rma *rma, struct slot *s);
 static void xfer_complete(struct erma_rma *rma, struct xfer *x, uint32_t id);
 
 /* Submits one chunk of x if the windows allow; false when they do not. */
 static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint64_t off)
 {
+    struct rma_exec *e = rma->exec;
     const uint32_t n = x->len - off < ERMA_RMA_MAX_OP ? (uint32_t)(x->len - off)
                                                       : ERMA_RMA_MAX_OP;
     /* Once the windows let a chunk go it waits in the portal's queue, for
@@ -117,15 +128,15 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
      * (1RMA's Algorithm 1). Without CC nothing would act on it: READs the
      * solicitation window cannot take wait here instead. */
     if (rma->cfg.cc_off && x->op == ERMA_RMA_READ &&
-        rma->inbound + rma->queued_in + n > rma->cfg.inbound_window)
+        erma__portal_inbound(rma) + n > rma->cfg.inbound_window)
         return false;
     if (!rma->cfg.cc_off) {
         uint64_t at;
-        if (erma_window_next_issue(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now,
+        if (erma_window_next_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now,
                                    &at) != ERMA_OK)
             return false;
         if (at > rma->ep->now) {
-            rma->exec_wake_ns = at < rma->exec_wake_ns ? at : rma->exec_wake_ns;
+            e->wake_ns = at < e->wake_ns ? at : e->wake_ns;
             return false;
         }
     }
@@ -133,10 +144,10 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
                                    .offset = x->offset + off, .local = x->local + off,
                                    .len = n, .priority = x->prio, .tag = id,
                                    .fence = x->fence};
-    if (erma_portal_submit(rma, &c, chunk_done) < 0)
+    if (erma__portal_submit(rma, &c, true) < 0)
         return false;
     if (!rma->cfg.cc_off)
-        erma_window_on_issue(&rma->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now);
+        erma_window_on_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now);
     if (x->nredo && x->redo[x->nredo - 1] == off)
         x->nredo--;
     else
@@ -149,10 +160,11 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
  * direction; NULL before the flow's first op or with CC off). */
 static void find_windows(struct erma_rma *rma)
 {
+    struct rma_exec *e = rma->exec;
     for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
-        struct xfer *x = &rma->xfers[id];
+        struct xfer *x = &e->xfers[id];
         x->win = x->state == XFER_ACTIVE && !rma->cfg.cc_off
-                     ? erma_window_find(&rma->wcc, (uint64_t)x->peer, dir_of(x->op))
+                     ? erma_window_find(&e->wcc, (uint64_t)x->peer, dir_of(x->op))
                      : NULL;
     }
 }
@@ -164,15 +176,16 @@ static double flow_rate(const struct xfer *x)
     return x->win ? x->win->inflight * 1e9 / (double)x->win->srtt_ns : 0;
 }
 
-/* The transfer of priority p to serve next (see erma_exec_poll) and, in
+/* The transfer of priority p to serve next (see erma__exec_poll) and, in
  * *off, its next chunk; UINT32_MAX when none not yet tried in this call has
  * a chunk to issue. */
 static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen, uint64_t *off)
 {
+    const struct rma_exec *e = rma->exec;
     uint32_t best = UINT32_MAX;
     double least = INFINITY;
     for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
-        const struct xfer *x = &rma->xfers[id];
+        const struct xfer *x = &e->xfers[id];
         uint64_t o;
         if (x->prio != p || x->tried == gen || !next_chunk(x, &o))
             continue;
@@ -181,7 +194,7 @@ static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen, uint64_
          * each op's wait here let one flow win for an RTT, then the other */
         const double r = flow_rate(x), tie = x->win ? 0.5e9 / (double)x->win->srtt_ns : 0;
         if (best == UINT32_MAX || r < least - tie ||
-            (r <= least + tie && x->served < rma->xfers[best].served)) {
+            (r <= least + tie && x->served < e->xfers[best].served)) {
             least = r;
             best = id;
             *off = o;
@@ -194,26 +207,28 @@ static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen, uint64_
  * in this call. */
 static void flow_tried(struct erma_rma *rma, const struct xfer *x, uint64_t gen)
 {
+    struct rma_exec *e = rma->exec;
     for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
-        struct xfer *y = &rma->xfers[id];
+        struct xfer *y = &e->xfers[id];
         if (y->peer == x->peer && dir_of(y->op) == dir_of(x->op) && y->prio == x->prio)
             y->tried = gen;
     }
 }
 
-int erma_exec_poll(struct erma_rma *rma)
+int erma__exec_poll(struct erma_rma *rma)
 {
-    if (rma->exec_wake_ns > rma->ep->now)
+    struct rma_exec *e = rma->exec;
+    if (e->wake_ns > rma->ep->now)
         return 0;
-    rma->exec_wake_ns = UINT64_MAX;
+    e->wake_ns = UINT64_MAX;
     const uint32_t nx = rma->cfg.transfers;
     int work = 0;
-    /* Fenced transfers a failed write cancelled (portal.c, fences): they
+    /* Fenced transfers a failed write cancelled (fence.c): they
      * complete without a chunk sent. */
-    while (rma->fence_cancel) { /* a cancel may cancel another */
-        rma->fence_cancel = false;
+    while (e->fence_cancel) { /* a cancel may cancel another */
+        e->fence_cancel = false;
         for (uint32_t id = 0; id < nx; id++) {
-            struct xfer *x = &rma->xfers[id];
+            struct xfer *x = &e->xfers[id];
             if (x->state == XFER_ACTIVE && x->fence && !x->fence_wait &&
                 x->fence_status != ERMA_OK && x->status == ERMA_OK) {
                 x->status = x->fence_status;
@@ -225,7 +240,7 @@ int erma_exec_poll(struct erma_rma *rma)
     }
     unsigned present = 0; /* priorities with an active transfer */
     for (uint32_t id = 0; id < nx; id++)
-        present |= rma->xfers[id].state == XFER_ACTIVE ? 1u << rma->xfers[id].prio : 0;
+        present |= e->xfers[id].state == XFER_ACTIVE ? 1u << e->xfers[id].prio : 0;
     /* Priorities in order. Within one, each chunk goes to the transfer
      * whose flow (destination and direction) has the lowest rate, among
      * equals (within half an op per RTT) the one served longest ago: the
@@ -234,25 +249,25 @@ int erma_exec_poll(struct erma_rma *rma)
      * faster one), and the transfers of one flow take turns. A flow the
      * windows hold back is not tried again in this call: issuing more only
      * closes windows. */
-    const uint64_t gen = ++rma->exec_gen;
+    const uint64_t gen = ++e->gen;
     find_windows(rma);
     for (uint8_t p = 0; p < ERMA_RMA_PRIORITIES; p++)
-        while (present >> p & 1 && rma->free_slots >= 0) {
+        while (present >> p & 1 && erma__slot_any_free(rma)) {
             uint64_t off = 0;
             const uint32_t id = next_xfer(rma, p, gen, &off);
             if (id == UINT32_MAX)
                 break;
-            struct xfer *x = &rma->xfers[id];
+            struct xfer *x = &e->xfers[id];
             /* a flow's first op creates its window, which may take an idle
              * flow's: the pointers are found again */
             const bool first = !x->win && !rma->cfg.cc_off;
-            const uint64_t evictions = rma->wcc.evictions;
+            const uint64_t evictions = e->wcc.evictions;
             const bool issued = issue_chunk(rma, x, id, off);
-            if (first || rma->wcc.evictions != evictions)
+            if (first || e->wcc.evictions != evictions)
                 find_windows(rma);
             if (issued) {
                 work++;
-                x->served = ++rma->exec_served;
+                x->served = ++e->served;
             } else {
                 flow_tried(rma, x, gen);
             }
@@ -260,9 +275,9 @@ int erma_exec_poll(struct erma_rma *rma)
     return work;
 }
 
-uint64_t erma_exec_next_timer(const struct erma_rma *rma)
+uint64_t erma__exec_next_timer(const struct erma_rma *rma)
 {
-    return rma->exec_wake_ns;
+    return rma->exec->wake_ns;
 }
 
 static bool transient(int status)
@@ -294,27 +309,29 @@ static int redo_push(struct xfer *x, uint64_t off)
  * the hint's. */
 static void follow_base_rtt(struct erma_rma *rma, enum erma_window_dir dir, uint64_t sample)
 {
-    uint64_t *min = &rma->exec_min_rtt_ns[dir];
+    struct rma_exec *e = rma->exec;
+    uint64_t *min = &e->min_rtt_ns[dir];
     if (!sample || (*min && sample >= *min))
         return;
     *min = sample;
     /* one configuration for both directions: the slower one's base */
-    const uint64_t rtt = *min > rma->exec_min_rtt_ns[!dir] ? *min : rma->exec_min_rtt_ns[!dir];
+    const uint64_t rtt = *min > e->min_rtt_ns[!dir] ? *min : e->min_rtt_ns[!dir];
     const struct erma_window_cfg hint = default_window(rma);
-    struct erma_window_cfg *c = &rma->wcc.cfg;
+    struct erma_window_cfg *c = &e->wcc.cfg;
     c->base_rtt_ns = rtt > hint.base_rtt_ns ? rtt : hint.base_rtt_ns;
     c->remote_target_ns = rtt + rtt / 4 > hint.remote_target_ns ? rtt + rtt / 4
                                                                 : hint.remote_target_ns;
 }
 
-/* A chunk completed (the portal calls this for its slot). */
-static void chunk_done(struct erma_rma *rma, struct slot *s)
+/* A chunk ended (hooks.chunk_done). */
+static void chunk_done(struct erma_rma *rma, const struct rma_chunk_end *c)
 {
-    const uint32_t id = (uint32_t)s->tag;
-    struct xfer *x = &rma->xfers[id];
-    const uint64_t off = (uint64_t)(s->local - x->local);
-    const uint64_t issue_delay = s->issue_ns - s->submit_ns;
-    uint64_t remote = rma->ep->now - s->issue_ns;
+    struct rma_exec *e = rma->exec;
+    const uint32_t id = (uint32_t)c->tag;
+    struct xfer *x = &e->xfers[id];
+    const uint64_t off = (uint64_t)(c->local - x->local);
+    const uint64_t issue_delay = c->issue_ns - c->submit_ns;
+    uint64_t remote = rma->ep->now - c->issue_ns;
     /* A WRITE makes two round trips (request and solicitation, data and
      * completion); the window's targets are for one, so it sees the remote
      * delay per round trip. */
@@ -323,27 +340,27 @@ static void chunk_done(struct erma_rma *rma, struct slot *s)
     /* an op on a path pruned for standing out says nothing of the
      * destination's congestion: counted out, no signal (cc.h); a NACK is
      * the target's own */
-    const bool quiet = s->path_out && s->status != ERMA_ENACK;
+    const bool quiet = c->path_out && c->status != ERMA_ENACK;
     if (!rma->cfg.cc_off)
-        erma_window_on_complete(&rma->wcc, (uint64_t)x->peer, dir_of(x->op),
-                                quiet ? ERMA_ECANCELLED : s->status, issue_delay,
+        erma_window_on_complete(&e->wcc, (uint64_t)x->peer, dir_of(x->op),
+                                quiet ? ERMA_ECANCELLED : c->status, issue_delay,
                                 issue_delay + remote, rma->ep->now);
-    if (s->status == ERMA_OK && !rma->cfg.window)
+    if (c->status == ERMA_OK && !rma->cfg.window)
         follow_base_rtt(rma, dir_of(x->op), remote);
     x->inflight--;
-    erma_exec_wake(rma); /* a window or slot opened */
-    if (s->status != ERMA_OK && x->status == ERMA_OK) {
+    wake(rma); /* a window or slot opened */
+    if (c->status != ERMA_OK && x->status == ERMA_OK) {
         uint16_t *tries = x->tries ? &x->tries[off / ERMA_RMA_MAX_OP] : NULL;
         /* a DISPATCH_TIMEOUT sent nothing: again, without using a try (the
          * local window it cut keeps the next ones from waiting as long) */
-        const bool unsent = s->status == ERMA_EDISPATCH;
-        if (transient(s->status) && tries && (unsent || *tries < x->max_retries) &&
+        const bool unsent = c->status == ERMA_EDISPATCH;
+        if (transient(c->status) && tries && (unsent || *tries < x->max_retries) &&
             redo_push(x, off) == ERMA_OK) {
             *tries += !unsent;
             x->retries++;
             rma->stats.retries++;
         } else {
-            x->status = s->status;
+            x->status = c->status;
         }
     }
     if (x->inflight || (x->status == ERMA_OK && (x->nredo || x->next_off < x->len)))
@@ -358,19 +375,75 @@ static void xfer_complete(struct erma_rma *rma, struct xfer *x, uint32_t id)
                                           .total_delay_ns = rma->ep->now - x->start_ns};
     xfer_release(x);
     x->state = XFER_DONE;
-    erma_cq_push(rma, &c);
+    erma__cq_push(rma, &c);
     /* after its completion is queued: a fenced write it cancels completes later */
     if (x->op == ERMA_RMA_WRITE)
-        erma_fence_done(rma, x->peer, x->rkey.region, x->wseq, x->status);
+        erma__portal_write_done(rma, x->peer, x->rkey.region, x->wseq, x->status);
 }
 
 const struct erma_window *erma_rma_window(struct erma_rma *rma, int peer,
                                           enum erma_window_dir dir)
 {
-    return rma && peer >= 0 ? erma_window_find(&rma->wcc, (uint64_t)peer, dir) : NULL;
+    return rma && peer >= 0 ? erma_window_find(&rma->exec->wcc, (uint64_t)peer, dir) : NULL;
 }
 
 const struct erma_window *erma_rma_local_window(const struct erma_rma *rma)
 {
-    return &rma->wcc.local;
+    return &rma->exec->wcc.local;
+}
+
+/* ---- what the portal tells the executor (struct rma_portal_hooks) ---- */
+
+/* WRITE transfers in progress to (peer, region). */
+static uint32_t writes(const struct erma_rma *rma, int peer, uint32_t region)
+{
+    const struct rma_exec *e = rma->exec;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < rma->cfg.transfers; i++) {
+        const struct xfer *x = &e->xfers[i];
+        n += x->state == XFER_ACTIVE && x->op == ERMA_RMA_WRITE && x->peer == peer &&
+             x->rkey.region == region;
+    }
+    return n;
+}
+
+/* Write wseq ended: the fenced transfers after it wait for one less; those
+ * that wait no more issue their chunks, or complete cancelled in the next
+ * poll if a write they waited for failed. */
+static void write_done(struct erma_rma *rma, int peer, uint32_t region, uint64_t wseq,
+                       int status)
+{
+    struct rma_exec *e = rma->exec;
+    for (uint32_t i = 0; e->fenced && i < rma->cfg.transfers; i++) {
+        struct xfer *x = &e->xfers[i];
+        if (x->state != XFER_ACTIVE || !x->fence_wait || x->wseq <= wseq || x->peer != peer ||
+            x->rkey.region != region)
+            continue;
+        if (status != ERMA_OK)
+            x->fence_status = ERMA_ECANCELLED;
+        if (--x->fence_wait == 0) {
+            e->fenced--;
+            e->fence_cancel |= x->fence_status != ERMA_OK;
+            wake(rma);
+        }
+    }
+}
+
+int erma__exec_init(struct erma_rma *rma)
+{
+    struct rma_exec *e = rma->exec = calloc(1, sizeof *rma->exec);
+    if (!e)
+        return ERMA_ENOMEM;
+    e->xfers = calloc(rma->cfg.transfers, sizeof *e->xfers);
+    if (!e->xfers)
+        return ERMA_ENOMEM;
+    const struct erma_window_cfg wc = rma->cfg.window ? *rma->cfg.window : default_window(rma);
+    e->wake_ns = UINT64_MAX;
+    const int rc = erma_window_init(&e->wcc, &wc);
+    /* merged windows have no local window for the pacing to act on */
+    const struct rma_portal_hooks hooks = {.chunk_done = chunk_done, .room = wake,
+                                           .writes = writes, .write_done = write_done,
+                                           .paced = !rma->cfg.cc_off && !e->wcc.cfg.merged};
+    erma__portal_set_hooks(rma, &hooks);
+    return rc;
 }

@@ -7,7 +7,7 @@
 
 /* ---- op header codec ---- */
 
-void erma_rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p)
+void erma__rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p)
 {
     erma_put(&p, o->type, 1);
     erma_put(&p, o->status, 1);
@@ -27,7 +27,7 @@ void erma_rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p)
     erma_put(&p, o->nonce_ctr, 8);
 }
 
-void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
+void erma__rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
 {
     o->type = (uint8_t)erma_get(&p, 1);
     o->status = (uint8_t)erma_get(&p, 1);
@@ -49,7 +49,7 @@ void erma_rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
 
 /* ---- packets into the endpoint's TX batch ---- */
 
-void erma_rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rma_ophdr *h,
+void erma__rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rma_ophdr *h,
                    const uint8_t *kd, uint8_t cipher, uint8_t dir, const void *m, uint32_t plen)
 {
     const struct erma_hdr eh = {.proto = ERMA_PROTO_RMA};
@@ -59,9 +59,9 @@ void erma_rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rma
         p->path = RMA_PATH_OF(h->flags) < rma->ep->npaths ? RMA_PATH_OF(h->flags) : 0;
     h->nonce_ctr = ++rma->ctr;
     erma_hdr_encode(&eh, pkt);
-    erma_rma_ophdr_encode(h, pkt + ERMA_HDR_SIZE);
+    erma__rma_ophdr_encode(h, pkt + ERMA_HDR_SIZE);
     if (kd)
-        erma_rma_seal_as(kd, cipher, dir, h->nonce_ctr, pkt, m, plen);
+        erma__rma_seal_as(kd, cipher, dir, h->nonce_ctr, pkt, m, plen);
     else /* unsealed error: no payload, zero tag */
         memset(pkt + ERMA_HDR_SIZE + RMA_OPHDR, 0, RMA_TAG);
     erma_ep_tx_room_len(rma->ep, p, RMA_OVERHEAD + plen);

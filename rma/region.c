@@ -1,9 +1,10 @@
 /* rma/region.c - registered regions and their keys (the target side). */
 #include <sodium.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "erma/clock.h"
-#include "internal.h"
+#include "region.h"
 
 /* A region's id: generation << 16 | (index + 1), so that a deregistered id
  * never matches the slot's next tenant, and 0 is never an id. */
@@ -17,15 +18,38 @@ static uint32_t region_index(uint32_t id)
     return (id & 0xffff) - 1; /* UINT32_MAX for no index */
 }
 
-struct region *erma_region_find(struct erma_rma *rma, uint32_t id)
+int erma__regions_init(struct erma_rma *rma)
 {
-    const uint32_t i = region_index(id);
-    if (i >= rma->cfg.max_regions || rma->regions[i].id != id)
-        return NULL;
-    return &rma->regions[i];
+    rma->regions = calloc(1, sizeof *rma->regions);
+    if (!rma->regions)
+        return ERMA_ENOMEM;
+    rma->regions->table = calloc(rma->cfg.max_regions, sizeof *rma->regions->table);
+    return rma->regions->table ? ERMA_OK : ERMA_ENOMEM;
 }
 
-const uint8_t *erma_region_key(const struct region *r, uint32_t key_gen, uint64_t now)
+void erma__regions_fini(struct erma_rma *rma)
+{
+    if (!rma->regions)
+        return;
+    if (rma->regions->table)
+        for (uint32_t i = 0; i < rma->cfg.max_regions; i++)
+            if (rma->regions->table[i].id)
+                erma_region_deregister(rma, rma->regions->table[i].id);
+    free(rma->regions->table);
+    free(rma->regions);
+    rma->regions = NULL;
+}
+
+struct region *erma__region_find(struct erma_rma *rma, uint32_t id)
+{
+    struct region *table = rma->regions->table;
+    const uint32_t i = region_index(id);
+    if (i >= rma->cfg.max_regions || table[i].id != id)
+        return NULL;
+    return &table[i];
+}
+
+const uint8_t *erma__region_key(const struct region *r, uint32_t key_gen, uint64_t now)
 {
     if (key_gen == r->key_gen)
         return r->kr;
@@ -42,18 +66,18 @@ static uint64_t addr_hash(const struct erma_addr *a)
     return h;
 }
 
-const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
+const uint8_t *erma__region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
                               uint32_t key_gen, uint64_t identity,
                               const struct erma_addr *addr)
 {
     const uint64_t h = (identity ^ (uint64_t)r->id << 20 ^ key_gen ^ addr_hash(addr)) *
                        0x9e3779b97f4a7c15ull;
-    struct kd_entry *e = &rma->kd_cache[h >> 58]; /* 6 bits: RMA_KD_CACHE entries */
+    struct kd_entry *e = &rma->regions->kd_cache[h >> 58]; /* 6 bits: RMA_KD_CACHE entries */
     if (e->region != r->id || e->key_gen != key_gen || e->identity != identity ||
         !erma_addr_eq(&e->addr, addr)) {
         *e = (struct kd_entry){.region = r->id, .key_gen = key_gen, .identity = identity,
                                .addr = *addr};
-        erma_rma_kdf(kr, identity, addr, e->kd);
+        erma__rma_kdf(kr, identity, addr, e->kd);
     }
     return e->kd;
 }
@@ -61,12 +85,13 @@ const uint8_t *erma_region_kd(struct erma_rma *rma, const struct region *r, cons
 /* Forgets region id's derived keys (its id may come back 65536 tenants on). */
 static void kd_forget(struct erma_rma *rma, uint32_t id)
 {
+    struct kd_entry *cache = rma->regions->kd_cache;
     for (unsigned i = 0; i < RMA_KD_CACHE; i++)
-        if (rma->kd_cache[i].region == id)
-            sodium_memzero(&rma->kd_cache[i], sizeof rma->kd_cache[i]);
+        if (cache[i].region == id)
+            sodium_memzero(&cache[i], sizeof cache[i]);
 }
 
-void erma_region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now)
+void erma__region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now)
 {
     memcpy(r->old_kr, r->kr, sizeof r->kr);
     r->old_until_ns = grace_ns ? now + grace_ns : 0;
@@ -87,7 +112,7 @@ int erma_region_register_cipher(struct erma_rma *rma, void *addr, size_t len, un
     if (cipher == ERMA_RMA_AES256_GCM && !rma->aes)
         return ERMA_ENOTSUP;
     for (uint32_t i = 0; i < rma->cfg.max_regions; i++) {
-        struct region *r = &rma->regions[i];
+        struct region *r = &rma->regions->table[i];
         if (r->id)
             continue;
         const uint16_t gen = (uint16_t)(r->gen + 1);
@@ -112,7 +137,7 @@ int erma_region_register(struct erma_rma *rma, void *addr, size_t len, unsigned 
 
 int erma_region_deregister(struct erma_rma *rma, uint32_t region)
 {
-    struct region *r = rma ? erma_region_find(rma, region) : NULL;
+    struct region *r = rma ? erma__region_find(rma, region) : NULL;
     if (!r)
         return ERMA_ENOREGION;
     sodium_memzero(r->kr, sizeof r->kr);
@@ -128,7 +153,7 @@ int erma_region_export_addr(struct erma_rma *rma, uint32_t region, uint64_t iden
 {
     if (!initiator || initiator->len == 0 || initiator->len > ERMA_ADDR_MAX || !out)
         return ERMA_EINVAL;
-    struct region *r = rma ? erma_region_find(rma, region) : NULL;
+    struct region *r = rma ? erma__region_find(rma, region) : NULL;
     if (!r)
         return ERMA_ENOREGION;
     erma_rma_derive(r->kr, region, r->key_gen, r->cipher, identity, initiator, out);
@@ -148,10 +173,10 @@ int erma_region_export_uri(struct erma_rma *rma, uint32_t region, uint64_t ident
 int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
                       uint64_t grace_ns)
 {
-    struct region *r = rma ? erma_region_find(rma, region) : NULL;
+    struct region *r = rma ? erma__region_find(rma, region) : NULL;
     if (!r)
         return ERMA_ENOREGION;
-    erma_region_install(r, new_key, grace_ns, erma_ep_clock(rma->ep));
+    erma__region_install(r, new_key, grace_ns, erma_ep_clock(rma->ep));
     return ERMA_OK;
 }
 
@@ -160,5 +185,5 @@ void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint
                      const struct erma_addr *initiator, struct erma_rkey *out)
 {
     *out = (struct erma_rkey){.region = region, .key_gen = key_gen, .cipher = (uint8_t)cipher};
-    erma_rma_kdf(kr, identity, initiator, out->kd);
+    erma__rma_kdf(kr, identity, initiator, out->kd);
 }

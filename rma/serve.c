@@ -7,49 +7,52 @@
 #include <string.h>
 
 #include "erma/log.h"
-#include "internal.h"
+#include "region.h"
+#include "serve.h"
 
 struct key {
     const uint8_t *kd;
     uint8_t cipher;
 };
 
-int erma_serve_init(struct erma_rma *rma)
+int erma__serve_init(struct erma_rma *rma)
 {
     const struct erma_rma_cfg *c = &rma->cfg;
     uint32_t buckets = 1;
     while (buckets < 2 * c->solicits)
         buckets *= 2;
-    rma->regions = calloc(c->max_regions, sizeof *rma->regions);
-    rma->queue = malloc((size_t)c->nack_threshold * sizeof *rma->queue);
-    rma->sol = calloc(c->solicits, sizeof *rma->sol);
-    rma->sol_hash = malloc(buckets * sizeof *rma->sol_hash);
-    if (!rma->regions || !rma->queue || !rma->sol || !rma->sol_hash)
+    struct rma_target *t = rma->target = calloc(1, sizeof *rma->target);
+    if (!t)
         return ERMA_ENOMEM;
-    rma->sol_mask = buckets - 1;
+    t->queue = malloc((size_t)c->nack_threshold * sizeof *t->queue);
+    t->sol = calloc(c->solicits, sizeof *t->sol);
+    t->sol_hash = malloc(buckets * sizeof *t->sol_hash);
+    if (!t->queue || !t->sol || !t->sol_hash)
+        return ERMA_ENOMEM;
+    t->sol_mask = buckets - 1;
     for (uint32_t i = 0; i < buckets; i++)
-        rma->sol_hash[i] = -1;
-    rma->sol_free = -1;
+        t->sol_hash[i] = -1;
+    t->sol_free = -1;
     for (int32_t i = (int32_t)c->solicits - 1; i >= 0; i--) {
-        rma->sol[i].next_free = rma->sol_free;
-        rma->sol_free = i;
+        t->sol[i].next_free = t->sol_free;
+        t->sol_free = i;
     }
-    rma->sol_expiry_ns = UINT64_MAX;
-    randombytes_buf(rma->token_key, sizeof rma->token_key);
+    t->sol_expiry_ns = UINT64_MAX;
+    randombytes_buf(t->token_key, sizeof t->token_key);
     return ERMA_OK;
 }
 
-void erma_serve_fini(struct erma_rma *rma)
+void erma__serve_fini(struct erma_rma *rma)
 {
-    if (rma->regions)
-        for (uint32_t i = 0; i < rma->cfg.max_regions; i++)
-            if (rma->regions[i].id)
-                erma_region_deregister(rma, rma->regions[i].id);
-    free(rma->regions);
-    free(rma->queue);
-    free(rma->sol);
-    free(rma->sol_hash);
-    sodium_memzero(rma->token_key, sizeof rma->token_key);
+    struct rma_target *t = rma->target;
+    if (!t)
+        return;
+    free(t->queue);
+    free(t->sol);
+    free(t->sol_hash);
+    sodium_memzero(t->token_key, sizeof t->token_key);
+    free(t);
+    rma->target = NULL;
 }
 
 /* ---- answers ---- */
@@ -74,7 +77,7 @@ static void send_status(struct erma_rma *rma, const struct erma_addr *to,
     struct rma_ophdr a = answer_of(req, status ? RMA_ERROR : RMA_DONE);
     a.status = (uint8_t)-status;
     a.flags = k ? 0 : RMA_FLAG_PLAIN;
-    erma_rma_send(rma, to, &a, k ? k->kd : NULL, k ? k->cipher : 0, 1, NULL, 0);
+    erma__rma_send(rma, to, &a, k ? k->kd : NULL, k ? k->cipher : 0, 1, NULL, 0);
     if (status == ERMA_ENACK)
         rma->stats.nacks_sent++;
 }
@@ -86,7 +89,7 @@ static void send_read(struct erma_rma *rma, const struct erma_addr *to,
     for (uint32_t off = 0; off < req->len; off += rma->pkt_data, a.pkt_idx++) {
         const uint32_t n = req->len - off < rma->pkt_data ? req->len - off : rma->pkt_data;
         a.pkt_off = (uint16_t)off;
-        erma_rma_send(rma, to, &a, k->kd, k->cipher, 1, src + off, n);
+        erma__rma_send(rma, to, &a, k->kd, k->cipher, 1, src + off, n);
     }
 }
 
@@ -97,7 +100,7 @@ static void send_read(struct erma_rma *rma, const struct erma_addr *to,
  * request is dropped unanswered, and so is any replay of it. */
 static bool alive(struct erma_rma *rma, const struct rma_ophdr *h)
 {
-    const uint64_t now = rma_wire_now(rma), skew = rma->cfg.clock_skew_ns;
+    const uint64_t now = erma__rma_wire_now(rma), skew = rma->cfg.clock_skew_ns;
     if (h->deadline > now + skew + RMA_MAX_TTL_NS || now > h->deadline + skew) {
         rma->stats.expired++;
         return false;
@@ -109,23 +112,26 @@ static bool alive(struct erma_rma *rma, const struct rma_ophdr *h)
 
 static uint32_t sol_bucket(const struct erma_rma *rma, uint64_t identity, uint64_t init_ctr)
 {
+    const struct rma_target *t = rma->target;
     const uint64_t h = (identity ^ init_ctr * 0xff51afd7ed558ccdull) * 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(h >> 32) & rma->sol_mask;
+    return (uint32_t)(h >> 32) & t->sol_mask;
 }
 
 static struct solicit *sol_find(struct erma_rma *rma, uint32_t i, uint64_t token)
 {
-    if (i >= rma->cfg.solicits || token == 0 || rma->sol[i].token != token)
+    struct rma_target *t = rma->target;
+    if (i >= rma->cfg.solicits || token == 0 || t->sol[i].token != token)
         return NULL;
-    return &rma->sol[i];
+    return &t->sol[i];
 }
 
 /* A live solicitation for the same op (identity, request, source). */
 static bool sol_dup(struct erma_rma *rma, const struct erma_addr *src, const struct rma_ophdr *h)
 {
-    for (int32_t i = rma->sol_hash[sol_bucket(rma, h->identity, h->init_ctr)]; i >= 0;
-         i = rma->sol[i].next_hash) {
-        const struct solicit *s = &rma->sol[i];
+    struct rma_target *t = rma->target;
+    for (int32_t i = t->sol_hash[sol_bucket(rma, h->identity, h->init_ctr)]; i >= 0;
+         i = t->sol[i].next_hash) {
+        const struct solicit *s = &t->sol[i];
         if (s->req.identity == h->identity && s->req.init_ctr == h->init_ctr &&
             erma_addr_eq(&s->src, src))
             return true;
@@ -135,16 +141,17 @@ static bool sol_dup(struct erma_rma *rma, const struct erma_addr *src, const str
 
 static void sol_free(struct erma_rma *rma, struct solicit *s)
 {
-    const int32_t i = (int32_t)(s - rma->sol);
-    int32_t *p = &rma->sol_hash[sol_bucket(rma, s->req.identity, s->req.init_ctr)];
+    struct rma_target *t = rma->target;
+    const int32_t i = (int32_t)(s - t->sol);
+    int32_t *p = &t->sol_hash[sol_bucket(rma, s->req.identity, s->req.init_ctr)];
     while (*p != i)
-        p = &rma->sol[*p].next_hash;
+        p = &t->sol[*p].next_hash;
     *p = s->next_hash;
     s->token = 0;
-    rma->sol_bytes -= s->req.len;
-    rma->sol_used--;
-    s->next_free = rma->sol_free;
-    rma->sol_free = i;
+    t->sol_bytes -= s->req.len;
+    t->sol_used--;
+    s->next_free = t->sol_free;
+    t->sol_free = i;
 }
 
 /* Unpredictable (SipHash under a secret key) and, over 2^64 values, as
@@ -152,14 +159,15 @@ static void sol_free(struct erma_rma *rma, struct solicit *s)
  * after it was captured. */
 static uint64_t next_token(struct erma_rma *rma)
 {
+    struct rma_target *t = rma->target;
     uint8_t in[8], out[8];
-    uint64_t t;
+    uint64_t token;
     do {
-        erma_put_le(in, ++rma->token_ctr, 8);
-        crypto_shorthash(out, in, sizeof in, rma->token_key);
-        t = erma_get_le(out, 8);
-    } while (t == 0);
-    return t;
+        erma_put_le(in, ++t->token_ctr, 8);
+        crypto_shorthash(out, in, sizeof in, t->token_key);
+        token = erma_get_le(out, 8);
+    } while (token == 0);
+    return token;
 }
 
 /* How long the target waits for the data: until the initiator's deadline
@@ -167,7 +175,7 @@ static uint64_t next_token(struct erma_rma *rma)
  * the initiator reported TIMEOUT), and at most its own op timeout. */
 static uint64_t sol_lifetime(const struct erma_rma *rma, const struct rma_ophdr *req)
 {
-    const uint64_t now = rma_wire_now(rma), skew = rma->cfg.clock_skew_ns;
+    const uint64_t now = erma__rma_wire_now(rma), skew = rma->cfg.clock_skew_ns;
     const uint64_t own = rma->cfg.op_timeout_ns ? rma->cfg.op_timeout_ns
                                                 : rma->cfg.op_timeout_max_ns;
     if (req->deadline < skew || req->deadline - skew <= now)
@@ -191,14 +199,15 @@ static struct erma_addr owner_of(const struct erma_rma *rma, const struct erma_a
  * table is searched only once it holds more than one initiator's share. */
 static bool over_share(struct erma_rma *rma, const struct erma_addr *owner, uint32_t len)
 {
+    struct rma_target *t = rma->target;
     const struct erma_rma_cfg *c = &rma->cfg;
-    if (rma->sol_used < c->solicits_per_source &&
-        rma->sol_bytes + len <= c->solicit_window_per_source)
+    if (t->sol_used < c->solicits_per_source &&
+        t->sol_bytes + len <= c->solicit_window_per_source)
         return false;
     uint32_t n = 0;
     uint64_t bytes = len;
     for (uint32_t i = 0; i < c->solicits; i++) {
-        const struct solicit *s = &rma->sol[i];
+        const struct solicit *s = &t->sol[i];
         if (s->token && erma_addr_eq(&s->owner, owner)) {
             n++;
             bytes += s->req.len;
@@ -210,6 +219,7 @@ static bool over_share(struct erma_rma *rma, const struct erma_addr *owner, uint
 static void solicit(struct erma_rma *rma, const struct erma_addr *to,
                     const struct rma_ophdr *req, const struct key *k)
 {
+    struct rma_target *t = rma->target;
     const uint64_t life = sol_lifetime(rma, req);
     if (!life) {
         rma->stats.expired++;
@@ -219,7 +229,7 @@ static void solicit(struct erma_rma *rma, const struct erma_addr *to,
         rma->stats.duplicates++;
         return;
     }
-    if (rma->sol_free < 0 || rma->sol_bytes + req->len > rma->cfg.solicit_window) {
+    if (t->sol_free < 0 || t->sol_bytes + req->len > rma->cfg.solicit_window) {
         send_status(rma, to, req, ERMA_ENACK, k);
         return;
     }
@@ -229,9 +239,9 @@ static void solicit(struct erma_rma *rma, const struct erma_addr *to,
         send_status(rma, to, req, ERMA_ENACK, k);
         return;
     }
-    const int32_t i = rma->sol_free;
-    struct solicit *s = &rma->sol[i];
-    rma->sol_free = s->next_free;
+    const int32_t i = t->sol_free;
+    struct solicit *s = &t->sol[i];
+    t->sol_free = s->next_free;
     s->token = next_token(rma);
     s->op = req->type == RMA_WRITE_REQ ? ERMA_RMA_WRITE : ERMA_RMA_REKEY;
     s->cipher = k->cipher;
@@ -241,24 +251,25 @@ static void solicit(struct erma_rma *rma, const struct erma_addr *to,
     memcpy(s->kd, k->kd, sizeof s->kd);
     s->got = s->bytes = 0;
     s->deadline_ns = rma->ep->now + life;
-    if (s->deadline_ns < rma->sol_expiry_ns)
-        rma->sol_expiry_ns = s->deadline_ns;
-    int32_t *head = &rma->sol_hash[sol_bucket(rma, req->identity, req->init_ctr)];
+    if (s->deadline_ns < t->sol_expiry_ns)
+        t->sol_expiry_ns = s->deadline_ns;
+    int32_t *head = &t->sol_hash[sol_bucket(rma, req->identity, req->init_ctr)];
     s->next_hash = *head;
     *head = i;
-    rma->sol_bytes += req->len;
-    rma->sol_used++;
+    t->sol_bytes += req->len;
+    t->sol_used++;
     struct rma_ophdr a = answer_of(req, RMA_SOLICIT);
     a.sol = (uint32_t)i;
     a.token = s->token;
-    erma_rma_send(rma, to, &a, k->kd, k->cipher, 1, NULL, 0);
+    erma__rma_send(rma, to, &a, k->kd, k->cipher, 1, NULL, 0);
 }
 
 static void sol_expire(struct erma_rma *rma)
 {
+    struct rma_target *t = rma->target;
     uint64_t next = UINT64_MAX;
-    for (uint32_t i = 0; i < rma->cfg.solicits && rma->sol_used; i++) {
-        struct solicit *s = &rma->sol[i];
+    for (uint32_t i = 0; i < rma->cfg.solicits && t->sol_used; i++) {
+        struct solicit *s = &t->sol[i];
         if (!s->token)
             continue;
         if (s->deadline_ns <= rma->ep->now) {
@@ -268,7 +279,7 @@ static void sol_expire(struct erma_rma *rma)
             next = s->deadline_ns;
         }
     }
-    rma->sol_expiry_ns = next;
+    t->sol_expiry_ns = next;
 }
 
 /* ---- requests ---- */
@@ -287,18 +298,18 @@ static bool req_perm_ok(const struct region *r, uint8_t type)
 static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t *pkt,
                   uint32_t len, const struct erma_addr *src, struct region **rp, struct key *k)
 {
-    struct region *r = erma_region_find(rma, h->region);
+    struct region *r = erma__region_find(rma, h->region);
     if (!r)
         return ERMA_ENOREGION;
-    const uint8_t *kr = erma_region_key(r, h->key_gen, rma->ep->now);
+    const uint8_t *kr = erma__region_key(r, h->key_gen, rma->ep->now);
     struct erma_addr base;
     if (kr && erma_ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base) != ERMA_OK)
         kr = NULL;
     if (kr) {
-        k->kd = erma_region_kd(rma, r, kr, h->key_gen, h->identity, &base);
+        k->kd = erma__region_kd(rma, r, kr, h->key_gen, h->identity, &base);
         k->cipher = r->cipher;
     }
-    if (!kr || erma_rma_open_as(k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {
+    if (!kr || erma__rma_open_as(k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {
         rma->stats.auth_failed++;
         return ERMA_EAUTH;
     }
@@ -344,12 +355,12 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
         h->region != s->req.region || h->offset != s->req.offset || h->len != s->req.len ||
         h->key_gen != s->req.key_gen || h->deadline != s->req.deadline || h->pkt_idx >= 32 ||
         (s->got >> h->pkt_idx & 1) || plen == 0 || h->pkt_off + plen > s->req.len ||
-        erma_rma_open_as(s->kd, s->cipher, 0, h->nonce_ctr, pkt->data, pkt->len, rma->scratch)) {
+        erma__rma_open_as(s->kd, s->cipher, 0, h->nonce_ctr, pkt->data, pkt->len, rma->scratch)) {
         rma->stats.data_rejected++;
         return;
     }
     const struct key k = {s->kd, s->cipher};
-    struct region *r = erma_region_find(rma, s->req.region);
+    struct region *r = erma__region_find(rma, s->req.region);
     if (!r) { /* deregistered since */
         send_status(rma, &s->src, &s->req, ERMA_ENOREGION, &k);
         sol_free(rma, s);
@@ -364,7 +375,8 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
     if (s->bytes < s->req.len)
         return;
     if (s->op == ERMA_RMA_REKEY)
-        erma_region_install(r, s->rekey, erma_get_le(s->rekey + ERMA_RMA_KEY_BYTES, 8), rma->ep->now);
+        erma__region_install(r, s->rekey, erma_get_le(s->rekey + ERMA_RMA_KEY_BYTES, 8),
+                             rma->ep->now);
     send_status(rma, &s->src, &s->req, ERMA_OK, &k);
     sol_free(rma, s);
 }
@@ -373,22 +385,24 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
  * else is dropped, so that no one can draw a NACK for another's op. */
 static void refuse(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
 {
+    struct rma_target *t = rma->target;
     struct region *r;
     struct key k;
     if (verify(rma, h, pkt->data, pkt->len, &pkt->src, &r, &k) != ERMA_OK)
         return;
     send_status(rma, &pkt->src, h, ERMA_ENACK, &k);
-    if (rma->q_len < 4 && !rma->warned_nack) { /* once: a threshold this small is a mistake */
-        rma->warned_nack = true;
+    if (t->q_len < 4 && !t->warned_nack) { /* once: a threshold this small is a mistake */
+        t->warned_nack = true;
         ERMA_WARN("rma: NACKed a request with %u queued: NACK threshold %llu bytes (1RMA's "
                   "(TIMEOUT - RTT - DISPATCH_TIMEOUT) x bandwidth unless cfg.nack_bytes is set; "
                   "is dispatch_timeout_ns close to op_timeout_ns?)",
-                  rma->q_len, (unsigned long long)rma->cfg.nack_bytes);
+                  t->q_len, (unsigned long long)rma->cfg.nack_bytes);
     }
 }
 
-void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
+void erma__serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
 {
+    struct rma_target *t = rma->target;
     if (h->type == RMA_DATA) {
         data_rx(rma, h, pkt);
         return;
@@ -399,42 +413,44 @@ void erma_serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struct
     }
     if (!alive(rma, h))
         return;
-    if (rma->q_len >= rma->cfg.nack_threshold ||
-        (rma->q_len && rma->q_bytes + rma_work(h) > rma->cfg.nack_bytes)) {
+    if (t->q_len >= rma->cfg.nack_threshold ||
+        (t->q_len && t->q_bytes + erma__rma_work(h) > rma->cfg.nack_bytes)) {
         refuse(rma, h, pkt);
         return;
     }
-    struct queued_req *q = &rma->queue[(rma->q_head + rma->q_len) % rma->cfg.nack_threshold];
+    struct queued_req *q = &t->queue[(t->q_head + t->q_len) % rma->cfg.nack_threshold];
     q->src = pkt->src;
     q->h = *h;
     memcpy(q->pkt, pkt->data, RMA_OVERHEAD);
-    if (++rma->q_len > rma->stats.max_queue)
-        rma->stats.max_queue = rma->q_len;
-    rma->q_bytes += rma_work(h);
-    if (rma->q_bytes > rma->stats.max_queue_bytes)
-        rma->stats.max_queue_bytes = rma->q_bytes;
+    if (++t->q_len > rma->stats.max_queue)
+        rma->stats.max_queue = t->q_len;
+    t->q_bytes += erma__rma_work(h);
+    if (t->q_bytes > rma->stats.max_queue_bytes)
+        rma->stats.max_queue_bytes = t->q_bytes;
 }
 
-int erma_serve_poll(struct erma_rma *rma)
+int erma__serve_poll(struct erma_rma *rma)
 {
+    struct rma_target *t = rma->target;
     int work = 0;
-    for (; rma->q_len && work < (int)rma->cfg.serve_batch && rma->ep->now >= rma->busy_until_ns;
+    for (; t->q_len && work < (int)rma->cfg.serve_batch && rma->ep->now >= t->busy_until_ns;
          work++) {
         if (rma->cfg.serve_ns)
-            rma->busy_until_ns = rma->ep->now + rma->cfg.serve_ns;
-        rma->q_bytes -= rma_work(&rma->queue[rma->q_head].h);
-        serve_one(rma, &rma->queue[rma->q_head]);
-        rma->q_head = (rma->q_head + 1) % rma->cfg.nack_threshold;
-        rma->q_len--;
+            t->busy_until_ns = rma->ep->now + rma->cfg.serve_ns;
+        t->q_bytes -= erma__rma_work(&t->queue[t->q_head].h);
+        serve_one(rma, &t->queue[t->q_head]);
+        t->q_head = (t->q_head + 1) % rma->cfg.nack_threshold;
+        t->q_len--;
     }
-    if (rma->ep->now >= rma->sol_expiry_ns)
+    if (rma->ep->now >= t->sol_expiry_ns)
         sol_expire(rma);
     return work;
 }
 
-uint64_t erma_serve_next_timer(const struct erma_rma *rma)
+uint64_t erma__serve_next_timer(const struct erma_rma *rma)
 {
-    if (rma->q_len)
-        return rma->busy_until_ns > rma->ep->now ? rma->busy_until_ns : rma->ep->now;
-    return rma->sol_expiry_ns;
+    const struct rma_target *t = rma->target;
+    if (t->q_len)
+        return t->busy_until_ns > rma->ep->now ? t->busy_until_ns : rma->ep->now;
+    return t->sol_expiry_ns;
 }

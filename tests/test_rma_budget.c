@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "erma/wire.h"
-#include "rma/internal.h"
+#include "rma/serve.h"
 #include "rma_util.h"
 #include "rss.h"
 
@@ -109,8 +109,8 @@ static void test_write_data_never_comes(void **state)
     for (; round < 200 || (!on_sim && erma_now_ns() - t0 < 500000000 && round < 20000); round++) {
         attacked += attack(&w, peer[ATTACKER], &k[ATTACKER], src, &in_flight, &nacked);
         world_run(&w, 20000, NULL, NULL);
-        if (w.rma[TARGET]->sol_used > held_most)
-            held_most = w.rma[TARGET]->sol_used;
+        if (w.rma[TARGET]->target->sol_used > held_most)
+            held_most = w.rma[TARGET]->target->sol_used;
         memset(src, round, sizeof src);
         const uint64_t off = (uint64_t)(round % 32) * ERMA_RMA_MAX_OP;
         assert_int_equal(world_op(&w, CLIENT, cmd_of(ERMA_RMA_WRITE, peer[CLIENT], &k[CLIENT],
@@ -142,8 +142,8 @@ static void test_write_data_never_comes(void **state)
     struct erma_rma_cfg tc;
     erma_rma_get_cfg(w.rma[TARGET], &tc);
     world_run(&w, 2 * tc.op_timeout_max_ns, NULL, NULL);
-    assert_int_equal(w.rma[TARGET]->sol_used, 0);
-    assert_int_equal(w.rma[TARGET]->sol_bytes, 0);
+    assert_int_equal(w.rma[TARGET]->target->sol_used, 0);
+    assert_int_equal(w.rma[TARGET]->target->sol_bytes, 0);
     world_down(&w);
 }
 

@@ -1,8 +1,9 @@
 /*
  * fuzz_rma_serve: the one-sided engine's packet paths (rma/engine.c hook_rx,
  * rma/serve.c: the target's request queue, verification, READ responses,
- * solicitations and solicited data; rma/portal.c and rma/executor.c: the
- * initiator's answer matching and completions) on the sim fabric.
+ * solicitations and solicited data; rma/answer.c, complete.c and
+ * executor.c: the initiator's answer matching and completions) on the sim
+ * fabric.
  *
  * World, rebuilt for every input: host 0 a target with an RMA engine and
  * four regions: R1 8192 B read/write, R2 5096 B read-only, R3 256 B
@@ -59,7 +60,7 @@
  * and floods that fill the target's request queue and solicitation table.
  *
  * The harness uses rma/internal.h for the op header codec and
- * erma_rma_seal_as() (libsodium AEAD, as the engine seals).
+ * erma__rma_seal_as() (libsodium AEAD, as the engine seals).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +153,7 @@ static void note_live(const uint8_t *data, uint32_t len, bool from_init)
     if (len < RMA_OVERHEAD)
         return;
     struct rma_ophdr h;
-    erma_rma_ophdr_decode(data + ERMA_HDR_SIZE, &h);
+    erma__rma_ophdr_decode(data + ERMA_HDR_SIZE, &h);
     const bool request = h.type == RMA_READ_REQ || h.type == RMA_WRITE_REQ ||
                          h.type == RMA_REKEY_REQ;
     if (from_init && request && h.slot < SLOTS) {
@@ -379,10 +380,10 @@ static void prepare(struct fuzz_rec *r, bool to_target, uint16_t src_host, uint1
         return;
     uint8_t *op = r->pkt + ERMA_HDR_SIZE;
     struct rma_ophdr h;
-    erma_rma_ophdr_decode(op, &h);
+    erma__rma_ophdr_decode(op, &h);
     if (r->ctl & CTL_LIVE) {
         make_live(&h);
-        erma_rma_ophdr_encode(&h, op);
+        erma__rma_ophdr_encode(&h, op);
     }
     struct erma_rkey tmp;
     const struct erma_rkey *k =
@@ -392,7 +393,7 @@ static void prepare(struct fuzz_rec *r, bool to_target, uint16_t src_host, uint1
     static uint8_t plain[FUZZ_MAX_PKT];
     const uint32_t plen = r->len - RMA_OVERHEAD;
     memcpy(plain, op + RMA_OPHDR, plen);
-    erma_rma_seal_as(k->kd, k->cipher, to_target ? 0 : 1, h.nonce_ctr, r->pkt, plain, plen);
+    erma__rma_seal_as(k->kd, k->cipher, to_target ? 0 : 1, h.nonce_ctr, r->pkt, plain, plen);
     W.sealed_to_target = W.sealed_to_target || to_target;
 }
 
@@ -517,7 +518,7 @@ static void seed_recs(struct fuzz_out *o, int keep, int route, uint8_t extra, in
         const struct captured *c = &W.cap[i];
         struct rma_ophdr h = {0};
         if (c->len >= RMA_OVERHEAD)
-            erma_rma_ophdr_decode(c->data + ERMA_HDR_SIZE, &h);
+            erma__rma_ophdr_decode(c->data + ERMA_HDR_SIZE, &h);
         if ((keep >= 0 && c->route != keep) || (slot >= 0 && h.slot != slot))
             continue;
         uint64_t wait = c->t > t ? (c->t - t + 3999) / 4000 : 0;
@@ -534,7 +535,7 @@ static const struct captured *find(uint8_t type, uint16_t slot)
 {
     for (unsigned i = 0; i < W.ncap; i++) {
         struct rma_ophdr h;
-        erma_rma_ophdr_decode(W.cap[i].data + ERMA_HDR_SIZE, &h);
+        erma__rma_ophdr_decode(W.cap[i].data + ERMA_HDR_SIZE, &h);
         if (W.cap[i].len >= RMA_OVERHEAD && h.type == type && h.slot == slot)
             return &W.cap[i];
     }

@@ -125,8 +125,8 @@ static void check_ophdr(const uint8_t *data, size_t size)
         return;
     struct rma_ophdr o;
     uint8_t enc[RMA_OPHDR];
-    erma_rma_ophdr_decode(data + ERMA_HDR_SIZE, &o);
-    erma_rma_ophdr_encode(&o, enc);
+    erma__rma_ophdr_decode(data + ERMA_HDR_SIZE, &o);
+    erma__rma_ophdr_encode(&o, enc);
     FUZZ_CHECK(memcmp(enc, data + ERMA_HDR_SIZE, RMA_OPHDR) == 0, "op header round trip");
 }
 
@@ -168,7 +168,7 @@ int fuzz_write_seeds(const char *dir)
     struct rma_ophdr o = {.type = 1, .slot = 3, .region = 1 << 16 | 1, .key_gen = 1,
                           .offset = 4096, .identity = 1001, .init_ctr = 1ull << 60,
                           .len = 4096, .nonce_ctr = (1ull << 60) + 1};
-    erma_rma_ophdr_encode(&o, buf + ERMA_HDR_SIZE);
+    erma__rma_ophdr_encode(&o, buf + ERMA_HDR_SIZE);
     n += fuzz_save(dir, "rma_read_req", buf, sizeof buf);
     n += fuzz_save(dir, "short", buf, 9);
     return n;

@@ -1,0 +1,51 @@
+/* rma/region.h - the regions part: registered regions, their keys and a
+ * cache of derived keys (region.c). The target (serve.c) finds a region
+ * and its keys here; the record a lookup returns is read, never kept. */
+#ifndef ERMA_RMA_REGION_H
+#define ERMA_RMA_REGION_H
+
+#include "internal.h"
+
+struct region {
+    uint8_t *addr;
+    uint64_t len;
+    uint32_t id;        /* 0: free slot; else generation << 16 | index + 1 */
+    uint16_t gen;
+    uint8_t perms;
+    uint8_t cipher;     /* enum erma_rma_cipher, fixed at registration */
+    uint32_t key_gen;
+    uint8_t kr[ERMA_RMA_KEY_BYTES];
+    uint8_t old_kr[ERMA_RMA_KEY_BYTES];
+    uint64_t old_until_ns; /* old key verifies before this time */
+};
+
+/* A derived key the target computed lately. Only a cache: the target could
+ * derive Kd per packet as 1RMA's NIC does, but in software that BLAKE2b
+ * costs as much as the AEAD itself. (region id, key_gen) names one Kr. */
+#define RMA_KD_CACHE 64
+struct kd_entry {
+    uint32_t region, key_gen; /* region 0: empty */
+    uint64_t identity;
+    struct erma_addr addr;
+    uint8_t kd[ERMA_RMA_KEY_BYTES];
+};
+
+struct rma_regions {
+    struct region *table;      /* cfg.max_regions */
+    struct kd_entry kd_cache[RMA_KD_CACHE];
+};
+
+int erma__regions_init(struct erma_rma *rma);
+/* Deregisters what is left (its keys wiped) and frees the table. */
+void erma__regions_fini(struct erma_rma *rma);
+struct region *erma__region_find(struct erma_rma *rma, uint32_t id);
+/* The key request h verifies under: kr of its key generation, or NULL. */
+const uint8_t *erma__region_key(const struct region *r, uint32_t key_gen, uint64_t now);
+/* Kd for identity at addr under r's key of
+ * generation key_gen (kr), from the cache. */
+const uint8_t *erma__region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,
+                               uint32_t key_gen, uint64_t identity,
+                               const struct erma_addr *addr);
+void erma__region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now);
+
+#endif
