@@ -15,7 +15,7 @@
 #define URI_MAX 128
 
 struct op {
-    struct erma_raftkv_client *c;
+    struct raftkv_client *c;
     bool busy, inflight, waiting, completed;
     uint8_t type;
     unsigned server;
@@ -23,7 +23,7 @@ struct op {
     uint64_t sent_at; /* the try in flight: when it started */
     struct erma_msgbuf req, resp;
     bool have_bufs;
-    erma_raftkv_fn cb;
+    raftkv_fn cb;
     void *tag;
     uint64_t seq; /* writes: the op's number at this client; 0 for reads */
     int status;
@@ -41,12 +41,12 @@ struct server {
     uint64_t heard_at;   /* tries in flight: the last answer, or the first try */
 };
 
-struct erma_raftkv_client {
-    struct erma_raftkv_client_cfg cfg;
+struct raftkv_client {
+    struct raftkv_client_cfg cfg;
     struct erma_nexus *nx;
     struct erma_endpoint *ep;
     struct erma_rpc *rpc;
-    struct server srv[ERMA_RAFTKV_MAX_PEERS];
+    struct server srv[RAFTKV_MAX_PEERS];
     unsigned leader;
     uint64_t next_seq;
     struct op *ops;
@@ -56,13 +56,13 @@ struct erma_raftkv_client {
     uint32_t ended;   /* tries ended since the last poll (work: timers may have moved) */
     uint64_t srtt, rttvar, rtt_samples; /* of answered tries (RFC 6298) */
     bool destroying;
-    struct erma_raftkv_client_stats stats;
+    struct raftkv_client_stats stats;
 };
 
 /* How long a replica may stay silent while tries wait at it: from the
  * answers' round trips, srtt + 4 rttvar, at least try_min_ns, at most
  * failure_ns (also the whole try before any answer came). */
-static uint64_t try_ns(const struct erma_raftkv_client *c)
+static uint64_t try_ns(const struct raftkv_client *c)
 {
     if (!c->rtt_samples)
         return c->cfg.failure_ns;
@@ -72,7 +72,7 @@ static uint64_t try_ns(const struct erma_raftkv_client *c)
                                    : t;
 }
 
-static void rtt_sample(struct erma_raftkv_client *c, uint64_t r)
+static void rtt_sample(struct raftkv_client *c, uint64_t r)
 {
     if (c->rtt_samples++ == 0) {
         c->srtt = r;
@@ -85,7 +85,7 @@ static void rtt_sample(struct erma_raftkv_client *c, uint64_t r)
 }
 
 /* Replica i failed a try: so it stays until it answers again. */
-static void mark_failed(struct erma_raftkv_client *c, unsigned i, uint64_t now)
+static void mark_failed(struct raftkv_client *c, unsigned i, uint64_t now)
 {
     c->srv[i].failed = true;
     c->srv[i].failed_at = now;
@@ -95,7 +95,7 @@ static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int 
 {
     (void)rpc;
     (void)err;
-    struct erma_raftkv_client *c = ctx;
+    struct raftkv_client *c = ctx;
     const uint64_t now = erma_now_ns();
     for (unsigned i = 0; i < c->cfg.nservers; i++) {
         if (c->srv[i].sess != session)
@@ -130,7 +130,7 @@ static void complete(struct op *op, int status, const uint8_t *val, uint32_t vle
 
 /* The first replica after `from` that has not failed, else the first that
  * failed down_ns ago or more, else the next. */
-static unsigned next_server(struct erma_raftkv_client *c, unsigned from, uint64_t now)
+static unsigned next_server(struct raftkv_client *c, unsigned from, uint64_t now)
 {
     unsigned best = (from + 1) % c->cfg.nservers, best_rank = 0;
     for (unsigned i = 1; i <= c->cfg.nservers; i++) {
@@ -156,7 +156,7 @@ static void retry(struct op *op, unsigned server, uint64_t at)
 /* The try of op at its replica ended (answered or failed). */
 static void try_ended(struct op *op, bool answered, uint64_t now)
 {
-    struct erma_raftkv_client *c = op->c;
+    struct raftkv_client *c = op->c;
     struct server *s = &c->srv[op->server];
     op->inflight = false;
     s->tries--;
@@ -177,7 +177,7 @@ static void try_ended(struct op *op, bool answered, uint64_t now)
  * elected, or i again, which the op follows once i has answered. */
 static void follow(struct op *op, unsigned i, uint64_t now)
 {
-    struct erma_raftkv_client *c = op->c;
+    struct raftkv_client *c = op->c;
     const struct server *s = &c->srv[i];
     if (s->failed && s->tries + s->queued > 0) {
         retry(op, op->server, now + c->cfg.retry_ns);
@@ -191,7 +191,7 @@ static void follow(struct op *op, unsigned i, uint64_t now)
 static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
 {
     struct op *op = tag;
-    struct erma_raftkv_client *c = op->c;
+    struct raftkv_client *c = op->c;
     if (c->destroying) {
         op->inflight = false;
         erma_msgbuf_free(rpc, &op->req);
@@ -221,7 +221,7 @@ static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
     const int st = (int32_t)(uint32_t)erma_get_le(resp->data, 4);
     const uint32_t len = (uint32_t)erma_get_le(resp->data + 4, 4);
     const uint8_t *bytes = resp->data + 8;
-    if (st == ERMA_RAFTKV_REDIRECT) {
+    if (st == RAFTKV_REDIRECT) {
         c->stats.redirects++;
         for (unsigned i = 0; len && i < c->cfg.nservers; i++)
             if (strlen(c->srv[i].uri) == len && memcmp(c->srv[i].uri, bytes, len) == 0 &&
@@ -242,7 +242,7 @@ static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
 }
 
 /* The lowest seq whose answer the client still waits for. */
-static uint64_t floor_seq(const struct erma_raftkv_client *c)
+static uint64_t floor_seq(const struct raftkv_client *c)
 {
     uint64_t floor = c->next_seq;
     for (uint32_t i = 0; i < c->cfg.max_ops; i++)
@@ -253,7 +253,7 @@ static uint64_t floor_seq(const struct erma_raftkv_client *c)
 
 static void try_op(struct op *op, uint64_t now)
 {
-    struct erma_raftkv_client *c = op->c;
+    struct raftkv_client *c = op->c;
     struct server *s = &c->srv[op->server];
     set_waiting(op, false);
     if (op->seq)
@@ -287,7 +287,7 @@ static void try_op(struct op *op, uint64_t now)
 /* A replica silent for try_ns() while tries wait at it has stalled or
  * died: its session goes, and with it those tries (ERMA_ECANCELLED, in
  * the next pass: on_resp moves them on). */
-static int drop_silent(struct erma_raftkv_client *c, uint64_t now)
+static int drop_silent(struct raftkv_client *c, uint64_t now)
 {
     const uint64_t t = try_ns(c);
     int dropped = 0;
@@ -305,8 +305,8 @@ static int drop_silent(struct erma_raftkv_client *c, uint64_t now)
     return dropped;
 }
 
-static int start(struct erma_raftkv_client *c, uint8_t type, const void *key, uint32_t klen,
-                 const void *val, uint32_t vlen, erma_raftkv_fn cb, void *tag)
+static int start(struct raftkv_client *c, uint8_t type, const void *key, uint32_t klen,
+                 const void *val, uint32_t vlen, raftkv_fn cb, void *tag)
 {
     if (!c || !key || klen == 0 || (vlen && !val) || !cb)
         return ERMA_EINVAL;
@@ -316,7 +316,7 @@ static int start(struct erma_raftkv_client *c, uint8_t type, const void *key, ui
             op = &c->ops[i];
     if (!op)
         return ERMA_ENOSLOTS;
-    const bool write = type != ERMA_RAFTKV_GET && type != ERMA_RAFTKV_GET_LOCAL;
+    const bool write = type != RAFTKV_GET && type != RAFTKV_GET_LOCAL;
     const size_t origin = write ? 24 : 0, size = origin + 8 + (size_t)klen + vlen;
     int rc = erma_msgbuf_alloc(c->rpc, size, &op->req);
     if (rc != ERMA_OK)
@@ -330,12 +330,12 @@ static int start(struct erma_raftkv_client *c, uint8_t type, const void *key, ui
     struct erma_msgbuf kv = op->req;
     kv.data += origin;
     kv.max_size -= origin;
-    if (type == ERMA_RAFTKV_PUT)
-        rc = erma_kv_req_put(&kv, key, klen, val, vlen);
-    else if (type == ERMA_RAFTKV_DEL)
-        rc = erma_kv_req_del(&kv, key, klen);
+    if (type == RAFTKV_PUT)
+        rc = kv_req_put(&kv, key, klen, val, vlen);
+    else if (type == RAFTKV_DEL)
+        rc = kv_req_del(&kv, key, klen);
     else
-        rc = erma_kv_req_get(&kv, key, klen);
+        rc = kv_req_get(&kv, key, klen);
     if (rc != ERMA_OK) {
         erma_msgbuf_free(c->rpc, &op->req);
         erma_msgbuf_free(c->rpc, &op->resp);
@@ -363,29 +363,29 @@ static int start(struct erma_raftkv_client *c, uint8_t type, const void *key, ui
     return ERMA_OK;
 }
 
-int erma_raftkv_put(struct erma_raftkv_client *c, const void *key, uint32_t klen,
-                    const void *val, uint32_t vlen, erma_raftkv_fn cb, void *tag)
+int raftkv_put(struct raftkv_client *c, const void *key, uint32_t klen,
+               const void *val, uint32_t vlen, raftkv_fn cb, void *tag)
 {
-    return start(c, ERMA_RAFTKV_PUT, key, klen, val, vlen, cb, tag);
+    return start(c, RAFTKV_PUT, key, klen, val, vlen, cb, tag);
 }
 
-int erma_raftkv_del(struct erma_raftkv_client *c, const void *key, uint32_t klen,
-                    erma_raftkv_fn cb, void *tag)
+int raftkv_del(struct raftkv_client *c, const void *key, uint32_t klen,
+               raftkv_fn cb, void *tag)
 {
-    return start(c, ERMA_RAFTKV_DEL, key, klen, NULL, 0, cb, tag);
+    return start(c, RAFTKV_DEL, key, klen, NULL, 0, cb, tag);
 }
 
-int erma_raftkv_get(struct erma_raftkv_client *c, const void *key, uint32_t klen, bool stale,
-                    erma_raftkv_fn cb, void *tag)
+int raftkv_get(struct raftkv_client *c, const void *key, uint32_t klen, bool stale,
+               raftkv_fn cb, void *tag)
 {
-    return start(c, stale ? ERMA_RAFTKV_GET_LOCAL : ERMA_RAFTKV_GET, key, klen, NULL, 0, cb,
+    return start(c, stale ? RAFTKV_GET_LOCAL : RAFTKV_GET, key, klen, NULL, 0, cb,
                  tag);
 }
 
 /* Runs the callback of a completed op and frees its slot. */
 static void finish(struct op *op)
 {
-    struct erma_raftkv_client *c = op->c;
+    struct raftkv_client *c = op->c;
     c->completions--;
     c->pending--;
     op->status == ERMA_OK || op->status == ERMA_ENOENT ? c->stats.done++ : c->stats.failed++;
@@ -396,7 +396,7 @@ static void finish(struct op *op)
     op->busy = op->completed = false;
 }
 
-int erma_raftkv_client_poll(struct erma_raftkv_client *c)
+int raftkv_client_poll(struct raftkv_client *c)
 {
     int work = (int)c->ended;
     c->ended = 0;
@@ -423,7 +423,7 @@ int erma_raftkv_client_poll(struct erma_raftkv_client *c)
     return work;
 }
 
-uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c)
+uint64_t raftkv_client_next_timer(const struct raftkv_client *c)
 {
     if (c->completions)
         return 0;
@@ -444,41 +444,41 @@ uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c)
     return t;
 }
 
-int erma_raftkv_client_run_once(struct erma_raftkv_client *c)
+int raftkv_client_run_once(struct raftkv_client *c)
 {
     const int work = erma_endpoint_run_once(c->ep);
-    return work + erma_raftkv_client_poll(c);
+    return work + raftkv_client_poll(c);
 }
 
 static int poll_obj(void *c)
 {
-    return erma_raftkv_client_poll(c);
+    return raftkv_client_poll(c);
 }
 
 static uint64_t next_timer_obj(const void *c)
 {
-    return erma_raftkv_client_next_timer(c);
+    return raftkv_client_next_timer(c);
 }
 
-int erma_raftkv_client_run(struct erma_raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
-                           uint64_t timeout_ns)
+int raftkv_client_run(struct raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
+                      uint64_t timeout_ns)
 {
     return raftkv_run(c->ep, poll_obj, next_timer_obj, c, stop, ctx, timeout_ns);
 }
 
-int erma_raftkv_client_create(const struct erma_raftkv_client_cfg *cfg,
-                              struct erma_raftkv_client **out)
+int raftkv_client_create(const struct raftkv_client_cfg *cfg,
+                         struct raftkv_client **out)
 {
     if (!cfg || !out || !cfg->uri || !cfg->servers || cfg->nservers == 0 ||
-        cfg->nservers > ERMA_RAFTKV_MAX_PEERS)
+        cfg->nservers > RAFTKV_MAX_PEERS)
         return ERMA_EINVAL;
-    struct erma_raftkv_client *c = calloc(1, sizeof *c);
+    struct raftkv_client *c = calloc(1, sizeof *c);
     if (!c)
         return ERMA_ENOMEM;
     c->cfg = *cfg;
-    struct erma_raftkv_client_cfg *k = &c->cfg;
+    struct raftkv_client_cfg *k = &c->cfg;
     if (!k->type_base)
-        k->type_base = ERMA_RAFTKV_TYPE_BASE;
+        k->type_base = RAFTKV_TYPE_BASE;
     if (!k->max_ops)
         k->max_ops = 256;
     if (!k->op_timeout_ns)
@@ -527,14 +527,14 @@ int erma_raftkv_client_create(const struct erma_raftkv_client_cfg *cfg,
             c->srv[i].sess = -1;
     }
     if (rc != ERMA_OK) {
-        erma_raftkv_client_destroy(c);
+        raftkv_client_destroy(c);
         return rc;
     }
     *out = c;
     return ERMA_OK;
 }
 
-void erma_raftkv_client_destroy(struct erma_raftkv_client *c)
+void raftkv_client_destroy(struct raftkv_client *c)
 {
     if (!c)
         return;
@@ -559,28 +559,28 @@ void erma_raftkv_client_destroy(struct erma_raftkv_client *c)
     free(c);
 }
 
-struct erma_endpoint *erma_raftkv_client_endpoint(const struct erma_raftkv_client *c)
+struct erma_endpoint *raftkv_client_endpoint(const struct raftkv_client *c)
 {
     return c->ep;
 }
 
-unsigned erma_raftkv_client_leader(const struct erma_raftkv_client *c)
+unsigned raftkv_client_leader(const struct raftkv_client *c)
 {
     return c->leader;
 }
 
-uint32_t erma_raftkv_client_pending(const struct erma_raftkv_client *c)
+uint32_t raftkv_client_pending(const struct raftkv_client *c)
 {
     return c->pending;
 }
 
-void erma_raftkv_client_get_stats(const struct erma_raftkv_client *c,
-                                  struct erma_raftkv_client_stats *out)
+void raftkv_client_get_stats(const struct raftkv_client *c,
+                             struct raftkv_client_stats *out)
 {
     *out = c->stats;
 }
 
-unsigned erma_raftkv_split(char *list, const char **out, unsigned max)
+unsigned raftkv_split(char *list, const char **out, unsigned max)
 {
     unsigned n = 0;
     for (char *save = NULL, *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {

@@ -219,7 +219,7 @@ struct inmsg {
 
 struct rkio {
     struct raft_io *io;
-    struct erma_raftkv_io_cfg cfg;
+    struct raftkv_io_cfg cfg;
     char dir[PATH_MAX];
     struct erma_rpc *rpc;
     raft_id id;
@@ -247,13 +247,13 @@ struct rkio {
         uint64_t len;
     } snap;
     bool need_sync;
-    struct peer peers[ERMA_RAFTKV_MAX_PEERS];
+    struct peer peers[RAFTKV_MAX_PEERS];
     unsigned npeers;
     struct send_op inflight;     /* list head */
     struct send_op *done, **done_tail;
     struct later *later, **later_tail;
     struct inmsg *inbox, **inbox_tail;
-    struct erma_raftkv_io_stats stats;
+    struct raftkv_io_stats stats;
 };
 
 /* ---- files ---- */
@@ -791,7 +791,7 @@ static struct peer *peer_find(struct rkio *k, raft_id id, const char *addr)
     for (unsigned i = 0; i < k->npeers; i++)
         if (k->peers[i].id == id && (!addr || strcmp(k->peers[i].addr, addr) == 0))
             return &k->peers[i];
-    if (!addr || strlen(addr) >= ADDR_MAX || k->npeers == ERMA_RAFTKV_MAX_PEERS)
+    if (!addr || strlen(addr) >= ADDR_MAX || k->npeers == RAFTKV_MAX_PEERS)
         return NULL;
     for (unsigned i = 0; i < k->npeers; i++) /* an id that moved to another address */
         if (k->peers[i].id == id && k->peers[i].sess < 0) {
@@ -819,8 +819,8 @@ static void peer_connect(struct rkio *k, struct peer *p, uint64_t now)
     }
 }
 
-void erma_raftkv_io_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err,
-                       void *ctx)
+void raftkv_io_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err,
+                  void *ctx)
 {
     (void)rpc;
     (void)err;
@@ -839,7 +839,7 @@ void erma_raftkv_io_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev,
     }
 }
 
-int erma_raftkv_io_connect(struct raft_io *io, raft_id id, const char *address)
+int raftkv_io_connect(struct raft_io *io, raft_id id, const char *address)
 {
     struct rkio *k = io->impl;
     struct peer *p = peer_find(k, id, address);
@@ -1475,8 +1475,8 @@ static int m_random(struct raft_io *io, int min, int max)
 
 /* ---- the application's side ---- */
 
-int erma_raftkv_io_init(struct raft_io *io, struct erma_nexus *nx,
-                        const struct erma_raftkv_io_cfg *cfg)
+int raftkv_io_init(struct raft_io *io, struct erma_nexus *nx,
+                   const struct raftkv_io_cfg *cfg)
 {
     if (!io || !nx || !cfg || !cfg->dir || strlen(cfg->dir) >= PATH_MAX - 16)
         return ERMA_EINVAL;
@@ -1485,7 +1485,7 @@ int erma_raftkv_io_init(struct raft_io *io, struct erma_nexus *nx,
         return ERMA_ENOMEM;
     k->cfg = *cfg;
     if (!k->cfg.type_base)
-        k->cfg.type_base = ERMA_RAFTKV_TYPE_BASE;
+        k->cfg.type_base = RAFTKV_TYPE_BASE;
     if (!k->cfg.reconnect_ns)
         k->cfg.reconnect_ns = 20000000;
     if (!k->cfg.max_inflight)
@@ -1528,12 +1528,12 @@ int erma_raftkv_io_init(struct raft_io *io, struct erma_nexus *nx,
     return ERMA_OK;
 }
 
-void erma_raftkv_io_attach(struct raft_io *io, struct erma_rpc *rpc)
+void raftkv_io_attach(struct raft_io *io, struct erma_rpc *rpc)
 {
     ((struct rkio *)io->impl)->rpc = rpc;
 }
 
-int erma_raftkv_io_poll(struct raft_io *io)
+int raftkv_io_poll(struct raft_io *io)
 {
     struct rkio *k = io->impl;
     if (!k->started || k->closed)
@@ -1597,7 +1597,7 @@ int erma_raftkv_io_poll(struct raft_io *io)
     return work;
 }
 
-uint64_t erma_raftkv_io_next_timer(const struct raft_io *io)
+uint64_t raftkv_io_next_timer(const struct raft_io *io)
 {
     const struct rkio *k = io->impl;
     if (!k->started || k->closed)
@@ -1607,7 +1607,7 @@ uint64_t erma_raftkv_io_next_timer(const struct raft_io *io)
     return k->next_tick;
 }
 
-void erma_raftkv_io_destroy(struct raft_io *io)
+void raftkv_io_destroy(struct raft_io *io)
 {
     if (!io || !io->impl)
         return;
@@ -1645,7 +1645,7 @@ void erma_raftkv_io_destroy(struct raft_io *io)
     io->impl = NULL;
 }
 
-void erma_raftkv_io_get_stats(const struct raft_io *io, struct erma_raftkv_io_stats *out)
+void raftkv_io_get_stats(const struct raft_io *io, struct raftkv_io_stats *out)
 {
     *out = ((const struct rkio *)io->impl)->stats;
 }

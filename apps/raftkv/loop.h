@@ -4,8 +4,8 @@
  * next pass, not after an idle sleep), each call bounded by
  * next_timer(obj), so a sleeping endpoint still ticks on time. Runs until
  * stop(ctx) (may be NULL): ERMA_OK, or ERMA_ETIMEDOUT after timeout_ns. */
-#ifndef ERMA_RAFTKV_LOOP_H
-#define ERMA_RAFTKV_LOOP_H
+#ifndef RAFTKV_LOOP_H
+#define RAFTKV_LOOP_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -95,24 +95,24 @@ static bool one_finished(void *ctx)
     return ((struct one *)ctx)->done;
 }
 
-static int one(struct erma_raftkv_client *c, int argc, char **argv, bool stale)
+static int one(struct raftkv_client *c, int argc, char **argv, bool stale)
 {
     const char *cmd = argv[0];
     struct one o = {0};
     int rc = ERMA_EINVAL;
     if (strcmp(cmd, "put") == 0 && argc == 3)
-        rc = erma_raftkv_put(c, argv[1], (uint32_t)strlen(argv[1]), argv[2],
-                             (uint32_t)strlen(argv[2]), one_done, &o);
+        rc = raftkv_put(c, argv[1], (uint32_t)strlen(argv[1]), argv[2],
+                        (uint32_t)strlen(argv[2]), one_done, &o);
     else if (strcmp(cmd, "get") == 0 && argc == 2)
-        rc = erma_raftkv_get(c, argv[1], (uint32_t)strlen(argv[1]), stale, one_done, &o);
+        rc = raftkv_get(c, argv[1], (uint32_t)strlen(argv[1]), stale, one_done, &o);
     else if (strcmp(cmd, "del") == 0 && argc == 2)
-        rc = erma_raftkv_del(c, argv[1], (uint32_t)strlen(argv[1]), one_done, &o);
+        rc = raftkv_del(c, argv[1], (uint32_t)strlen(argv[1]), one_done, &o);
     else if (strcmp(cmd, "leader") == 0 && argc == 1)
-        rc = erma_raftkv_get(c, "raftkv_client:leader", 20, false, one_done, &o);
+        rc = raftkv_get(c, "raftkv_client:leader", 20, false, one_done, &o);
     else
         return usage(stderr, 2);
     if (rc == ERMA_OK)
-        erma_raftkv_client_run(c, one_finished, &o, OP_TIMEOUT_NS + 1000000000ull);
+        raftkv_client_run(c, one_finished, &o, OP_TIMEOUT_NS + 1000000000ull);
     rc = rc != ERMA_OK ? rc : o.done ? o.status : ERMA_ETIMEDOUT;
     if (rc == ERMA_ENOENT && strcmp(cmd, "leader") != 0) {
         printf("(none)\n");
@@ -124,7 +124,7 @@ static int one(struct erma_raftkv_client *c, int argc, char **argv, bool stale)
         return 1;
     }
     if (strcmp(cmd, "leader") == 0)
-        printf("%u\n", erma_raftkv_client_leader(c) + 1);
+        printf("%u\n", raftkv_client_leader(c) + 1);
     else
         printf("%s\n", strcmp(cmd, "get") == 0 ? o.val : "ok");
     return 0;
@@ -146,7 +146,7 @@ struct gap {
 };
 
 struct load {
-    struct erma_raftkv_client *c;
+    struct raftkv_client *c;
     struct key_state *keys;
     uint32_t nkeys, inflight, busy, next_key;
     uint64_t start, end, writes, acked, failed, last_ack, first_ack, longest_gap, late_acks;
@@ -246,7 +246,7 @@ static void history_reads(struct load *l)
         key_of(r->key, key);
         r->invoke = erma_mono_ns();
         r->busy = true;
-        if (erma_raftkv_get(l->c, key, (uint32_t)strlen(key), false, history_read_done, r) !=
+        if (raftkv_get(l->c, key, (uint32_t)strlen(key), false, history_read_done, r) !=
             ERMA_OK)
             r->busy = false;
     }
@@ -289,7 +289,7 @@ static int history_close(struct load *l, const char *path)
         return 0;
     int rc = 0;
     if (h->f) {
-        erma_raftkv_client_run(l->c, history_reads_done, h, OP_TIMEOUT_NS + 1000000000ull);
+        raftkv_client_run(l->c, history_reads_done, h, OP_TIMEOUT_NS + 1000000000ull);
         printf("raftkv_client load: history: %llu ops, %llu of unknown outcome, in %s\n",
                (unsigned long long)h->ops, (unsigned long long)h->unknown, path);
         if (ferror(h->f) | fclose(h->f)) {
@@ -320,8 +320,8 @@ static void write_next(struct load *l)
         ks->wrote = l->writes;
         ks->start = erma_now_ns();
         history_put_sent(l, k);
-        if (erma_raftkv_put(l->c, key, (uint32_t)strlen(key), val, (uint32_t)strlen(val),
-                            written, ks) != ERMA_OK)
+        if (raftkv_put(l->c, key, (uint32_t)strlen(key), val, (uint32_t)strlen(val),
+                       written, ks) != ERMA_OK)
             return;
         ks->busy = true;
         l->busy++;
@@ -429,8 +429,8 @@ static bool reads_step(void *ctx)
     while (l->next_key < l->nkeys && l->busy < l->inflight) {
         char key[32];
         key_of(l->next_key, key);
-        if (erma_raftkv_get(l->c, key, (uint32_t)strlen(key), false, read_back,
-                            &l->keys[l->next_key]) != ERMA_OK)
+        if (raftkv_get(l->c, key, (uint32_t)strlen(key), false, read_back,
+                       &l->keys[l->next_key]) != ERMA_OK)
             break;
         l->next_key++;
         l->busy++;
@@ -470,7 +470,7 @@ static int load_report(struct load *l, double seconds)
     return 0;
 }
 
-static int load(struct erma_raftkv_client *c, int argc, char **argv)
+static int load(struct raftkv_client *c, int argc, char **argv)
 {
     static const struct option opts[] = {{"seconds", required_argument, NULL, 's'},
                                          {"keys", required_argument, NULL, 'k'},
@@ -514,12 +514,12 @@ static int load(struct erma_raftkv_client *c, int argc, char **argv)
     l.start = start;
     l.end = start + (uint64_t)(seconds * 1e9);
     l.quarter = l.end - (uint64_t)(seconds * 0.25e9);
-    erma_raftkv_client_run(c, load_step, &l, (uint64_t)(seconds * 1e9) + 2 * OP_TIMEOUT_NS);
+    raftkv_client_run(c, load_step, &l, (uint64_t)(seconds * 1e9) + 2 * OP_TIMEOUT_NS);
     const double ran = (double)(erma_now_ns() - start) / 1e9;
     const int hrc = history_close(&l, history);
     l.next_key = 0;
     l.busy = 0;
-    erma_raftkv_client_run(c, reads_step, &l, (uint64_t)l.nkeys * OP_TIMEOUT_NS);
+    raftkv_client_run(c, reads_step, &l, (uint64_t)l.nkeys * OP_TIMEOUT_NS);
     const int rc = load_report(&l, ran);
     free(l.keys);
     free(l.lat_us);
@@ -548,14 +548,14 @@ int main(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {"op-timeout-ms", required_argument, NULL, 'T'},
                                          {NULL, 0, NULL, 0}};
-    const char *servers[ERMA_RAFTKV_MAX_PEERS];
-    struct erma_raftkv_client_cfg cfg = {.uri = "udp://127.0.0.1:0", .servers = servers,
-                                         .op_timeout_ns = OP_TIMEOUT_NS};
+    const char *servers[RAFTKV_MAX_PEERS];
+    struct raftkv_client_cfg cfg = {.uri = "udp://127.0.0.1:0", .servers = servers,
+                                    .op_timeout_ns = OP_TIMEOUT_NS};
     bool stale = false;
     /* "+": stop at the command, whose own options follow it */
     for (int o; (o = getopt_long(argc, argv, "+", opts, NULL)) != -1;) {
         if (o == 's')
-            cfg.nservers = erma_raftkv_split(optarg, servers, ERMA_RAFTKV_MAX_PEERS);
+            cfg.nservers = raftkv_split(optarg, servers, RAFTKV_MAX_PEERS);
         else if (o == 'u')
             cfg.uri = optarg;
         else if (o == 'S')
@@ -567,10 +567,10 @@ int main(int argc, char **argv)
         else
             return usage(stderr, 2);
     }
-    if (optind >= argc || cfg.nservers == 0 || cfg.nservers > ERMA_RAFTKV_MAX_PEERS)
+    if (optind >= argc || cfg.nservers == 0 || cfg.nservers > RAFTKV_MAX_PEERS)
         return usage(stderr, 2);
-    struct erma_raftkv_client *c;
-    int rc = erma_raftkv_client_create(&cfg, &c);
+    struct raftkv_client *c;
+    int rc = raftkv_client_create(&cfg, &c);
     if (rc != ERMA_OK) {
         fprintf(stderr, "raftkv_client: cannot open %s: %s\n", cfg.uri, erma_strerror(rc));
         return 1;
@@ -578,6 +578,6 @@ int main(int argc, char **argv)
     argc -= optind;
     argv += optind;
     rc = strcmp(argv[0], "load") == 0 ? load(c, argc, argv) : one(c, argc, argv, stale);
-    erma_raftkv_client_destroy(c);
+    raftkv_client_destroy(c);
     return rc;
 }

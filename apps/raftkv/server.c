@@ -28,7 +28,7 @@ struct link {
 /* A client request waiting for raft (an apply or a barrier). */
 struct pending {
     struct link link; /* first: a link is its pending */
-    struct erma_raftkv_server *s;
+    struct raftkv_server *s;
     struct erma_req *req;
     enum pend_kind kind;
     union {
@@ -39,10 +39,10 @@ struct pending {
     uint8_t key[];
 };
 
-struct erma_raftkv_server {
-    struct erma_raftkv_server_cfg cfg;
-    char peers[ERMA_RAFTKV_MAX_PEERS][URI_MAX];
-    const char *peer_ptrs[ERMA_RAFTKV_MAX_PEERS];
+struct raftkv_server {
+    struct raftkv_server_cfg cfg;
+    char peers[RAFTKV_MAX_PEERS][URI_MAX];
+    const char *peer_ptrs[RAFTKV_MAX_PEERS];
     char dir[PATH_MAX];
     bool own_dir;
     struct erma_nexus *nx;
@@ -54,7 +54,7 @@ struct erma_raftkv_server {
     bool io_inited, fsm_inited, raft_inited, closed;
     struct link pend; /* the pending requests */
     uint8_t *val;        /* a GET's value */
-    struct erma_raftkv_server_stats stats;
+    struct raftkv_server_stats stats;
 };
 
 /* [i32 status][u32 len][bytes] */
@@ -78,7 +78,7 @@ static void answer(struct erma_req *req, int status, const void *bytes, uint32_t
 }
 
 /* Not the leader: where it is, if known. */
-static void redirect(struct erma_raftkv_server *s, struct erma_req *req)
+static void redirect(struct raftkv_server *s, struct erma_req *req)
 {
     raft_id id = 0;
     const char *addr = NULL;
@@ -86,7 +86,7 @@ static void redirect(struct erma_raftkv_server *s, struct erma_req *req)
     s->stats.redirects++;
     if (!addr || id == s->cfg.id)
         addr = "";
-    answer(req, ERMA_RAFTKV_REDIRECT, addr, (uint32_t)strlen(addr));
+    answer(req, RAFTKV_REDIRECT, addr, (uint32_t)strlen(addr));
 }
 
 #define ORIGIN 24 /* a write's [u64 client][u64 seq][u64 floor] */
@@ -114,7 +114,7 @@ static int parse(struct erma_req *req, size_t skip, bool with_value, const uint8
 
 /* Parses req and checks that this replica, as the leader, takes it; false
  * when it has answered already (malformed, shutting down, or a redirect). */
-static bool admit(struct erma_raftkv_server *s, struct erma_req *req, size_t skip,
+static bool admit(struct raftkv_server *s, struct erma_req *req, size_t skip,
                   bool with_value, const uint8_t **key, uint32_t *klen, const uint8_t **val,
                   uint32_t *vlen)
 {
@@ -134,7 +134,7 @@ static bool admit(struct erma_raftkv_server *s, struct erma_req *req, size_t ski
     return true;
 }
 
-static struct pending *pend_new(struct erma_raftkv_server *s, struct erma_req *req,
+static struct pending *pend_new(struct raftkv_server *s, struct erma_req *req,
                                 enum pend_kind kind, const void *key, uint32_t klen)
 {
     struct pending *p = calloc(1, sizeof *p + klen);
@@ -175,18 +175,18 @@ static void applied(struct raft_apply *a, int status, void *result)
 
 static void write_req(struct erma_req *req, void *ctx, bool del)
 {
-    struct erma_raftkv_server *s = ctx;
+    struct raftkv_server *s = ctx;
     const uint8_t *key, *val;
     uint32_t klen, vlen;
     if (!admit(s, req, ORIGIN, !del, &key, &klen, &val, &vlen))
         return;
     del ? s->stats.dels++ : s->stats.puts++;
     const uint8_t *o = erma_req_data(req);
-    const struct erma_raftkv_origin origin = {erma_get_le(o, 8), erma_get_le(o + 8, 8),
-                                              erma_get_le(o + 16, 8)};
+    const struct raftkv_origin origin = {erma_get_le(o, 8), erma_get_le(o + 8, 8),
+                                         erma_get_le(o + 16, 8)};
     struct raft_buffer buf;
-    int rc = del ? erma_raftkv_cmd_del(&buf, &origin, key, klen)
-             : erma_raftkv_cmd_put(&buf, &origin, key, klen, val, vlen);
+    int rc = del ? raftkv_cmd_del(&buf, &origin, key, klen)
+             : raftkv_cmd_put(&buf, &origin, key, klen, val, vlen);
     if (rc != ERMA_OK) {
         answer(req, rc, NULL, 0);
         return;
@@ -219,12 +219,12 @@ static void on_del(struct erma_req *req, void *ctx)
     write_req(req, ctx, true);
 }
 
-static void read_local(struct erma_raftkv_server *s, struct erma_req *req, const void *key,
+static void read_local(struct raftkv_server *s, struct erma_req *req, const void *key,
                        uint32_t klen)
 {
     uint32_t vlen = 0;
-    const int rc = erma_kv_get(erma_raftkv_fsm_kv(&s->fsm), key, klen, s->val,
-                               ERMA_KV_MAX_ITEM, &vlen);
+    const int rc = kv_get(raftkv_fsm_kv(&s->fsm), key, klen, s->val,
+                          KV_MAX_ITEM, &vlen);
     answer(req, rc, rc == ERMA_OK ? s->val : NULL, rc == ERMA_OK ? vlen : 0);
 }
 
@@ -244,7 +244,7 @@ static void barrier_done(struct raft_barrier *b, int status)
 
 static void on_get(struct erma_req *req, void *ctx)
 {
-    struct erma_raftkv_server *s = ctx;
+    struct raftkv_server *s = ctx;
     const uint8_t *key, *val;
     uint32_t klen, vlen;
     if (!admit(s, req, 0, false, &key, &klen, &val, &vlen))
@@ -268,7 +268,7 @@ static void on_get(struct erma_req *req, void *ctx)
 
 static void on_get_local(struct erma_req *req, void *ctx)
 {
-    struct erma_raftkv_server *s = ctx;
+    struct raftkv_server *s = ctx;
     const uint8_t *key, *val;
     uint32_t klen, vlen;
     const int rc = parse(req, 0, false, &key, &klen, &val, &vlen);
@@ -299,7 +299,7 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-static int make_dir(struct erma_raftkv_server *s)
+static int make_dir(struct raftkv_server *s)
 {
     if (s->cfg.data_dir) {
         if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", s->cfg.data_dir) >= sizeof s->dir)
@@ -325,13 +325,13 @@ static int make_dir(struct erma_raftkv_server *s)
 
 static void raft_closed(struct raft *r)
 {
-    struct erma_raftkv_server *s = r->data;
+    struct raftkv_server *s = r->data;
     s->closed = true;
 }
 
-static int start_raft(struct erma_raftkv_server *s)
+static int start_raft(struct raftkv_server *s)
 {
-    const struct erma_raftkv_server_cfg *c = &s->cfg;
+    const struct raftkv_server_cfg *c = &s->cfg;
     int rc = raft_init(&s->raft, &s->io, &s->fsm, c->id, s->peers[c->id - 1]);
     if (rc != 0) {
         ERMA_ERROR("raftkv %llu: raft_init: %s (%s)", (unsigned long long)c->id,
@@ -368,21 +368,21 @@ static int start_raft(struct erma_raftkv_server *s)
     }
     for (unsigned i = 0; i < c->npeers; i++)
         if (i + 1 != c->id)
-            erma_raftkv_io_connect(&s->io, i + 1, s->peers[i]);
+            raftkv_io_connect(&s->io, i + 1, s->peers[i]);
     return ERMA_OK;
 }
 
-int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
-                              struct erma_raftkv_server **out)
+int raftkv_server_create(const struct raftkv_server_cfg *cfg,
+                         struct raftkv_server **out)
 {
     if (!cfg || !out || !cfg->peers || cfg->npeers == 0 ||
-        cfg->npeers > ERMA_RAFTKV_MAX_PEERS || cfg->id == 0 || cfg->id > cfg->npeers)
+        cfg->npeers > RAFTKV_MAX_PEERS || cfg->id == 0 || cfg->id > cfg->npeers)
         return ERMA_EINVAL;
-    struct erma_raftkv_server *s = calloc(1, sizeof *s);
+    struct raftkv_server *s = calloc(1, sizeof *s);
     if (!s)
         return ERMA_ENOMEM;
     s->cfg = *cfg;
-    struct erma_raftkv_server_cfg *c = &s->cfg;
+    struct raftkv_server_cfg *c = &s->cfg;
     for (unsigned i = 0; i < c->npeers; i++) {
         if (!cfg->peers[i] ||
             (size_t)snprintf(s->peers[i], URI_MAX, "%s", cfg->peers[i]) >= URI_MAX) {
@@ -393,7 +393,7 @@ int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
     }
     c->peers = s->peer_ptrs;
     if (!c->type_base)
-        c->type_base = ERMA_RAFTKV_TYPE_BASE;
+        c->type_base = RAFTKV_TYPE_BASE;
     if (!c->heartbeat_ms)
         c->heartbeat_ms = 50;
     if (!c->election_ms)
@@ -411,27 +411,27 @@ int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
     if (!c->failure_ns)
         c->failure_ns = 200000000;
     s->pend.next = s->pend.prev = &s->pend;
-    s->val = malloc(ERMA_KV_MAX_ITEM);
+    s->val = malloc(KV_MAX_ITEM);
     int rc = s->val ? make_dir(s) : ERMA_ENOMEM;
     if (rc == ERMA_OK)
         rc = erma_nexus_create(NULL, &s->nx);
     const uint8_t b = c->type_base;
     if (rc == ERMA_OK)
-        rc = erma_handler_register(s->nx, b + ERMA_RAFTKV_PUT, on_put, ERMA_DISPATCH, s);
+        rc = erma_handler_register(s->nx, b + RAFTKV_PUT, on_put, ERMA_DISPATCH, s);
     if (rc == ERMA_OK)
-        rc = erma_handler_register(s->nx, b + ERMA_RAFTKV_DEL, on_del, ERMA_DISPATCH, s);
+        rc = erma_handler_register(s->nx, b + RAFTKV_DEL, on_del, ERMA_DISPATCH, s);
     if (rc == ERMA_OK)
-        rc = erma_handler_register(s->nx, b + ERMA_RAFTKV_GET, on_get, ERMA_DISPATCH, s);
+        rc = erma_handler_register(s->nx, b + RAFTKV_GET, on_get, ERMA_DISPATCH, s);
     if (rc == ERMA_OK)
-        rc = erma_handler_register(s->nx, b + ERMA_RAFTKV_GET_LOCAL, on_get_local,
+        rc = erma_handler_register(s->nx, b + RAFTKV_GET_LOCAL, on_get_local,
                                    ERMA_DISPATCH, s);
-    if (rc == ERMA_OK && (rc = erma_raftkv_fsm_init(&s->fsm, c->kv_buckets, c->kv_log_bytes)) ==
-                             ERMA_OK)
+    if (rc == ERMA_OK &&
+        (rc = raftkv_fsm_init(&s->fsm, c->kv_buckets, c->kv_log_bytes)) == ERMA_OK)
         s->fsm_inited = true;
     if (rc == ERMA_OK) {
-        const struct erma_raftkv_io_cfg icfg = {.dir = s->dir, .type_base = b,
-                                                .no_fsync = c->no_fsync, .seed = c->seed};
-        if ((rc = erma_raftkv_io_init(&s->io, s->nx, &icfg)) == ERMA_OK)
+        const struct raftkv_io_cfg icfg = {.dir = s->dir, .type_base = b,
+                                           .no_fsync = c->no_fsync, .seed = c->seed};
+        if ((rc = raftkv_io_init(&s->io, s->nx, &icfg)) == ERMA_OK)
             s->io_inited = true;
     }
     if (rc == ERMA_OK)
@@ -444,23 +444,23 @@ int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
                                            * replica must not reuse its last life's (a
                                            * peer would take its requests for stale) */
                                           .seed = 0,
-                                          .sm_handler = erma_raftkv_io_sm,
+                                          .sm_handler = raftkv_io_sm,
                                           .sm_ctx = &s->io};
         rc = erma_rpc_create(s->nx, s->ep, &rcfg, &s->rpc);
     }
     if (rc == ERMA_OK) {
-        erma_raftkv_io_attach(&s->io, s->rpc);
+        raftkv_io_attach(&s->io, s->rpc);
         rc = start_raft(s);
     }
     if (rc != ERMA_OK) {
-        erma_raftkv_server_destroy(s);
+        raftkv_server_destroy(s);
         return rc;
     }
     *out = s;
     return ERMA_OK;
 }
 
-void erma_raftkv_server_destroy(struct erma_raftkv_server *s)
+void raftkv_server_destroy(struct raftkv_server *s)
 {
     if (!s)
         return;
@@ -468,7 +468,7 @@ void erma_raftkv_server_destroy(struct erma_raftkv_server *s)
         raft_close(&s->raft, raft_closed);
         /* the io completes its close at once; a bounded wait all the same */
         for (int i = 0; i < 1000 && !s->closed; i++)
-            erma_raftkv_io_poll(&s->io);
+            raftkv_io_poll(&s->io);
     }
     s->closed = true;
     /* requests raft never answered: their erma_reqs go with the rpc */
@@ -481,79 +481,79 @@ void erma_raftkv_server_destroy(struct erma_raftkv_server *s)
     erma_endpoint_destroy(s->ep);
     erma_nexus_destroy(s->nx);
     if (s->io_inited)
-        erma_raftkv_io_destroy(&s->io);
+        raftkv_io_destroy(&s->io);
     if (s->fsm_inited)
-        erma_raftkv_fsm_close(&s->fsm);
+        raftkv_fsm_close(&s->fsm);
     if (s->own_dir)
         remove_dir(s->dir);
     free(s->val);
     free(s);
 }
 
-struct erma_endpoint *erma_raftkv_server_endpoint(const struct erma_raftkv_server *s)
+struct erma_endpoint *raftkv_server_endpoint(const struct raftkv_server *s)
 {
     return s->ep;
 }
 
-struct raft *erma_raftkv_server_raft(struct erma_raftkv_server *s)
+struct raft *raftkv_server_raft(struct raftkv_server *s)
 {
     return &s->raft;
 }
 
-const struct raft_fsm *erma_raftkv_server_fsm(const struct erma_raftkv_server *s)
+const struct raft_fsm *raftkv_server_fsm(const struct raftkv_server *s)
 {
     return &s->fsm;
 }
 
-const struct raft_io *erma_raftkv_server_io(const struct erma_raftkv_server *s)
+const struct raft_io *raftkv_server_io(const struct raftkv_server *s)
 {
     return &s->io;
 }
 
-const char *erma_raftkv_server_dir(const struct erma_raftkv_server *s)
+const char *raftkv_server_dir(const struct raftkv_server *s)
 {
     return s->dir;
 }
 
-int erma_raftkv_server_state(const struct erma_raftkv_server *s)
+int raftkv_server_state(const struct raftkv_server *s)
 {
     return raft_state((struct raft *)&s->raft);
 }
 
-void erma_raftkv_server_get_stats(const struct erma_raftkv_server *s,
-                                  struct erma_raftkv_server_stats *out)
+void raftkv_server_get_stats(const struct raftkv_server *s,
+                             struct raftkv_server_stats *out)
 {
     *out = s->stats;
 }
 
-int erma_raftkv_server_poll(struct erma_raftkv_server *s)
+int raftkv_server_poll(struct raftkv_server *s)
 {
-    return s->closed ? 0 : erma_raftkv_io_poll(&s->io);
+    return s->closed ? 0 : raftkv_io_poll(&s->io);
 }
 
-uint64_t erma_raftkv_server_next_timer(const struct erma_raftkv_server *s)
+uint64_t raftkv_server_next_timer(const struct raftkv_server *s)
 {
-    return s->closed ? UINT64_MAX : erma_raftkv_io_next_timer(&s->io);
+    return s->closed ? UINT64_MAX : raftkv_io_next_timer(&s->io);
 }
 
-int erma_raftkv_server_run_once(struct erma_raftkv_server *s)
+int raftkv_server_run_once(struct raftkv_server *s)
 {
     const int work = erma_endpoint_run_once(s->ep);
-    return work + erma_raftkv_server_poll(s);
+    return work + raftkv_server_poll(s);
 }
 
 static int poll_obj(void *s)
 {
-    return erma_raftkv_server_poll(s);
+    return raftkv_server_poll(s);
 }
 
 static uint64_t next_timer_obj(const void *s)
 {
-    return erma_raftkv_server_next_timer(s);
+    return raftkv_server_next_timer(s);
 }
 
-int erma_raftkv_server_run(struct erma_raftkv_server *s, bool (*stop)(void *ctx), void *ctx,
-                           uint64_t timeout_ns)
+int raftkv_server_run(struct raftkv_server *s, bool (*stop)(void *ctx), void *ctx,
+                      uint64_t timeout_ns)
 {
     return raftkv_run(s->ep, poll_obj, next_timer_obj, s, stop, ctx, timeout_ns);
 }
@@ -561,8 +561,8 @@ int erma_raftkv_server_run(struct erma_raftkv_server *s, bool (*stop)(void *ctx)
 /* ---- the sim fabric ---- */
 
 struct sim_hook {
-    struct erma_raftkv_server *const *servers;
-    struct erma_raftkv_client *const *clients;
+    struct raftkv_server *const *servers;
+    struct raftkv_client *const *clients;
     unsigned ns, nc;
     bool (*done)(void *ctx);
     void *ctx;
@@ -582,20 +582,20 @@ static bool sim_hook(void *ctx)
     int work = 0;
     for (unsigned i = 0; i < h->ns; i++)
         if (h->servers[i])
-            work += erma_raftkv_server_poll(h->servers[i]);
+            work += raftkv_server_poll(h->servers[i]);
     for (unsigned i = 0; i < h->nc; i++)
         if (h->clients[i])
-            work += erma_raftkv_client_poll(h->clients[i]);
+            work += raftkv_client_poll(h->clients[i]);
     h->finished = h->done && h->done(h->ctx);
     return h->finished || work > 0;
 }
 
-int erma_raftkv_sim_run(struct erma_sim *sim, struct erma_raftkv_server *const *servers,
-                        unsigned nservers, struct erma_raftkv_client *const *clients,
-                        unsigned nclients, uint64_t duration_ns, bool (*done)(void *ctx),
-                        void *ctx)
+int raftkv_sim_run(struct erma_sim *sim, struct raftkv_server *const *servers,
+                   unsigned nservers, struct raftkv_client *const *clients,
+                   unsigned nclients, uint64_t duration_ns, bool (*done)(void *ctx),
+                   void *ctx)
 {
-    struct erma_endpoint *eps[2 * ERMA_RAFTKV_MAX_PEERS + 64];
+    struct erma_endpoint *eps[2 * RAFTKV_MAX_PEERS + 64];
     unsigned n = 0;
     if (nservers + nclients > sizeof eps / sizeof eps[0])
         return ERMA_EINVAL;
@@ -604,7 +604,7 @@ int erma_raftkv_sim_run(struct erma_sim *sim, struct erma_raftkv_server *const *
             eps[n++] = servers[i]->ep;
     for (unsigned i = 0; i < nclients; i++)
         if (clients[i])
-            eps[n++] = erma_raftkv_client_endpoint(clients[i]);
+            eps[n++] = raftkv_client_endpoint(clients[i]);
     erma_sim_use_clock(sim);
     const uint64_t end = erma_sim_now(sim) + duration_ns;
     struct sim_hook h = {servers, clients, nservers, nclients, done, ctx, false, false};
@@ -617,12 +617,12 @@ int erma_raftkv_sim_run(struct erma_sim *sim, struct erma_raftkv_server *const *
         uint64_t until = end;
         for (unsigned i = 0; i < nservers; i++)
             if (servers[i]) {
-                const uint64_t t = erma_raftkv_server_next_timer(servers[i]);
+                const uint64_t t = raftkv_server_next_timer(servers[i]);
                 until = t < until ? t : until;
             }
         for (unsigned i = 0; i < nclients; i++)
             if (clients[i]) {
-                const uint64_t t = erma_raftkv_client_next_timer(clients[i]);
+                const uint64_t t = raftkv_client_next_timer(clients[i]);
                 until = t < until ? t : until;
             }
         h.first = true;
