@@ -5,7 +5,8 @@
  *
  * Three pieces, each usable alone:
  *
- * raft_io over erma (io.c)
+ * raft_io over erma (io.c; net.c the network, msg.c its messages, store*.c
+ * the directory)
  *   raftkv_io_init() fills a struct raft_io whose messages travel as
  *   erma RPCs on one endpoint and whose state lives in a directory.
  *   Network. One request type per raft message kind, type_base +
@@ -43,7 +44,8 @@
  *   sim fabric), checked by each poll; time() is erma_now_ns() in ms,
  *   random() a seeded xoshiro256**.
  *   no_fsync skips every fsync (benchmarks only: a crash may lose
- *   acknowledged writes).
+ *   acknowledged writes). Every integer in messages and files is
+ *   little-endian.
  *
  * The state machine (fsm.c)
  *   raftkv_fsm_init() fills a struct raft_fsm over a kv table
