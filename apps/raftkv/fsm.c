@@ -283,11 +283,10 @@ static int snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *
         raft_free(data);
         return RAFT_NOMEM;
     }
-    const uint64_t magic = SNAP_MAGIC;
-    memcpy(data, &magic, 8);
+    erma_put_le(data, SNAP_MAGIC, 8);
     w = (struct walk){.f = f, .out = data, .size = 16};
     kv_index_walk(f->ix, "", 0, UINT32_MAX, snap_one, &w);
-    memcpy(data + 8, &w.count, 8);
+    erma_put_le(data + 8, w.count, 8);
     b->base = data;
     b->len = (size_t)(clients_put(f, data + items) - data);
     *bufs = b;
@@ -300,11 +299,9 @@ static int restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     struct fsm *f = fsm->data;
     const uint8_t *p = buf->base;
     size_t left = buf->len;
-    uint64_t magic, count;
     if (left < 16)
         return RAFT_MALFORMED;
-    memcpy(&magic, p, 8);
-    memcpy(&count, p + 8, 8);
+    const uint64_t magic = erma_get_le(p, 8), count = erma_get_le(p + 8, 8);
     if (magic != SNAP_MAGIC)
         return RAFT_MALFORMED;
     if (table_new(f) != ERMA_OK)
