@@ -69,7 +69,7 @@
  *   byte-identical tables; one restored from a snapshot holds the same
  *   keys and values in another layout.
  *
- * The service (server.c, client.c)
+ * The service (server.c and service.c; client.c and client_tries.c)
  *   A server (raftkv_server_create) is one replica: a nexus, an
  *   endpoint at peers[id - 1] (thread 0), the raft io and fsm above, and
  *   libraft's struct raft. A fresh directory is bootstrapped with the
@@ -122,18 +122,18 @@
  *   effect once however often it is tried: PUT, DEL and the linearizable
  *   GET are linearizable; GET with stale set is not.
  *
- * Event loop. Each server and client is driven by its endpoint's loop plus
- * its own poll (deferred callbacks, received messages, ticks, retries),
- * which must follow every endpoint pass: raftkv_server_run_once() is
- * one pass then a poll; raftkv_server_run() runs
- * erma_endpoint_run_until() with the poll in its done() hook, returning
- * to it whenever a poll did work (so what the poll queued leaves with the
- * next pass, not after an idle sleep) and bounding each call by the next
- * tick, so a sleeping endpoint still ticks on time. On the sim fabric,
- * raftkv_sim_run() steps servers and clients through erma_sim_run()
+ * Event loop (loop.c, sim.c). Each server and client is driven by its
+ * endpoint's loop plus its own poll (deferred callbacks, received messages,
+ * ticks, retries), which must follow every endpoint pass:
+ * raftkv_server_run_once() is one pass then a poll; raftkv_server_run()
+ * runs erma_endpoint_run_until() with the poll in its done() hook,
+ * returning to it whenever a poll did work (so what the poll queued leaves
+ * with the next pass, not after an idle sleep) and bounding each call by
+ * the next tick, so a sleeping endpoint still ticks on time. On the sim
+ * fabric, raftkv_sim_run() steps servers and clients through erma_sim_run()
  * in slices that end at the next tick or client timer (the fabric only
- * knows the endpoints' own timers), its done() hook polling them after
- * each round of passes; a run with the same seeds is the same run.
+ * knows the endpoints' own timers), its done() hook polling them after each
+ * round of passes; a run with the same seeds is the same run.
  *
  * Nothing here is thread-safe: one thread drives a server or client.
  * Functions return ERMA_OK or a negative erma_err code unless noted.
