@@ -189,7 +189,7 @@ static uint64_t next_timer_obj(const void *c)
 int raftkv_client_run(struct raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
                       uint64_t timeout_ns)
 {
-    return raftkv_run(c->ep, poll_obj, next_timer_obj, c, stop, ctx, timeout_ns);
+    return raftkv__run(c->ep, poll_obj, next_timer_obj, c, stop, ctx, timeout_ns);
 }
 
 int raftkv_client_create(const struct raftkv_client_cfg *cfg,

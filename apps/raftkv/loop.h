@@ -12,8 +12,8 @@
 
 #include "erma/endpoint.h"
 
-int raftkv_run(struct erma_endpoint *ep, int (*poll)(void *obj),
-               uint64_t (*next_timer)(const void *obj), void *obj, bool (*stop)(void *ctx),
-               void *ctx, uint64_t timeout_ns);
+int raftkv__run(struct erma_endpoint *ep, int (*poll)(void *obj),
+                uint64_t (*next_timer)(const void *obj), void *obj, bool (*stop)(void *ctx),
+                void *ctx, uint64_t timeout_ns);
 
 #endif

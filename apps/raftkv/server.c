@@ -277,5 +277,5 @@ static uint64_t next_timer_obj(const void *s)
 int raftkv_server_run(struct raftkv_server *s, bool (*stop)(void *ctx), void *ctx,
                       uint64_t timeout_ns)
 {
-    return raftkv_run(s->ep, poll_obj, next_timer_obj, s, stop, ctx, timeout_ns);
+    return raftkv__run(s->ep, poll_obj, next_timer_obj, s, stop, ctx, timeout_ns);
 }
