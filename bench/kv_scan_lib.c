@@ -24,15 +24,15 @@ int bench_kv_scan_server(const char *uri, uint64_t max_ns, bool busy_poll)
     struct erma_nexus *nx = NULL;
     struct erma_endpoint *ep = NULL;
     struct erma_rpc *rpc = NULL;
-    struct erma_kv *kv = NULL;
-    struct erma_kv_server *srv = NULL;
+    struct kv *kv = NULL;
+    struct kv_server *srv = NULL;
     const struct erma_nexus_cfg ncfg = {.workers = 1};
     const struct erma_endpoint_cfg cfg = {.busy_poll = busy_poll};
-    int rc = erma_kv_create(1 << 16, 64u << 20, &kv);
+    int rc = kv_create(1 << 16, 64u << 20, &kv);
     if (rc == ERMA_OK)
         rc = erma_nexus_create(&ncfg, &nx);
     if (rc == ERMA_OK)
-        rc = erma_kv_serve(nx, KV_BASE, kv, &srv);
+        rc = kv_serve(nx, KV_BASE, kv, &srv);
     if (rc == ERMA_OK)
         rc = erma_endpoint_create(uri, 0, &cfg, &ep);
     if (rc == ERMA_OK)
@@ -45,9 +45,9 @@ int bench_kv_scan_server(const char *uri, uint64_t max_ns, bool busy_poll)
     if (rpc)
         erma_rpc_destroy(rpc);
     erma_endpoint_destroy(ep);
-    erma_kv_server_destroy(srv);
+    kv_server_destroy(srv);
     erma_nexus_destroy(nx);
-    erma_kv_destroy(kv);
+    kv_destroy(kv);
     return rc;
 }
 
@@ -135,8 +135,8 @@ static int load(struct client *cl)
             struct call *c = &cl->put[i];
             if (c->busy)
                 continue;
-            if (c->start && (c->status != ERMA_OK || erma_kv_resp(&c->resp, NULL, NULL) != ERMA_OK)) {
-                const int rc = c->status != ERMA_OK ? c->status : erma_kv_resp(&c->resp, NULL, NULL);
+            if (c->start && (c->status != ERMA_OK || kv_resp(&c->resp, NULL, NULL) != ERMA_OK)) {
+                const int rc = c->status != ERMA_OK ? c->status : kv_resp(&c->resp, NULL, NULL);
                 fprintf(stderr, "kv_scan: loading keys: PUT k%06u: %s\n", c->key, erma_strerror(rc));
                 return rc;
             }
@@ -146,10 +146,10 @@ static int load(struct client *cl)
             if (next == cl->o->keys)
                 continue;
             const uint32_t kl = make_key(next, key), vl = make_val(next, cl->o->value_size, val);
-            int rc = erma_kv_req_put(&c->req, key, kl, val, vl);
+            int rc = kv_req_put(&c->req, key, kl, val, vl);
             c->key = next;
             if (rc == ERMA_OK)
-                rc = issue(cl, cl->get_sess, ERMA_KV_PUT, c);
+                rc = issue(cl, cl->get_sess, KV_PUT, c);
             if (rc != ERMA_OK)
                 return rc;
             next++;
@@ -166,8 +166,8 @@ static int start_get(struct client *cl, struct erma_rand *r)
 {
     char key[16];
     cl->get.key = (uint32_t)erma_rand_below(r, cl->o->keys);
-    const int rc = erma_kv_req_get(&cl->get.req, key, make_key(cl->get.key, key));
-    return rc == ERMA_OK ? issue(cl, cl->get_sess, ERMA_KV_GET, &cl->get) : rc;
+    const int rc = kv_req_get(&cl->get.req, key, make_key(cl->get.key, key));
+    return rc == ERMA_OK ? issue(cl, cl->get_sess, KV_GET, &cl->get) : rc;
 }
 
 static void check_get(struct client *cl)
@@ -182,9 +182,9 @@ static void check_get(struct client *cl)
         return;
     }
     const uint32_t wl = make_val(cl->get.key, cl->o->value_size, want);
-    if (erma_kv_resp(&cl->get.resp, &v, &vl) != ERMA_OK || vl != wl || memcmp(v, want, wl) != 0) {
+    if (kv_resp(&cl->get.resp, &v, &vl) != ERMA_OK || vl != wl || memcmp(v, want, wl) != 0) {
         fprintf(stderr, "kv_scan: GET k%06u: wrong answer (%s, %u B)\n", cl->get.key,
-                erma_strerror(erma_kv_resp(&cl->get.resp, &v, &vl)), vl);
+                erma_strerror(kv_resp(&cl->get.resp, &v, &vl)), vl);
         cl->wrong++;
     }
 }
@@ -193,8 +193,8 @@ static int start_scan(struct client *cl, struct erma_rand *r)
 {
     char key[16];
     const uint32_t from = (uint32_t)erma_rand_below(r, cl->o->keys - cl->o->scan_count + 1);
-    const int rc = erma_kv_req_scan(&cl->scan.req, key, make_key(from, key), cl->o->scan_count);
-    return rc == ERMA_OK ? issue(cl, cl->scan_sess, ERMA_KV_SCAN, &cl->scan) : rc;
+    const int rc = kv_req_scan(&cl->scan.req, key, make_key(from, key), cl->o->scan_count);
+    return rc == ERMA_OK ? issue(cl, cl->scan_sess, KV_SCAN, &cl->scan) : rc;
 }
 
 /* A scan must return scan_count keys in order, each with its value. */
@@ -209,7 +209,7 @@ static void check_scan(struct client *cl)
         cl->failed++;
         return;
     }
-    while (erma_kv_resp_scan(&cl->scan.resp, &cursor, &kp, &klen, &vp, &vlen) == ERMA_OK) {
+    while (kv_resp_scan(&cl->scan.resp, &cursor, &kp, &klen, &vp, &vlen) == ERMA_OK) {
         char key[8] = {0};
         memcpy(key, kp, klen == 7 ? 7 : 0);
         const uint32_t k = (uint32_t)strtoul(key + 1, NULL, 10);

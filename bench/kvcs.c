@@ -87,12 +87,12 @@ struct opts {
     double seconds, kill_at, load, idle_wait_us, attempt_ms;
     const char *loads, *role, *uri, *server_list;
     int base_port;
-    enum erma_kvcs_method method;
+    enum kvcs_method method;
 };
 
 struct run {
     const struct opts *o;
-    struct erma_kvcs_client *c;
+    struct kvcs_client *c;
     uint64_t *lat, nlat, cap;
     uint64_t failed, wrong, done, started;
     uint64_t start_ns;
@@ -125,27 +125,27 @@ static void value_of(uint32_t k, uint32_t len, uint8_t *out)
         out[i] = (uint8_t)(k * 31 + i);
 }
 
-static const char *method_name(enum erma_kvcs_method m)
+static const char *method_name(enum kvcs_method m)
 {
-    return m == ERMA_KVCS_READ ? "read" : "rpc";
+    return m == KVCS_READ ? "read" : "rpc";
 }
 
 /* Runs one kvcs server here until the parent dies (forked: getppid() == 1)
  * or, with forever, until killed. */
 static int server_run(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes, bool forever)
 {
-    struct erma_kvcs_server *s;
-    const struct erma_kvcs_server_cfg cfg = {.uri = uri, .buckets = 1u << 14,
-                                             .log_bytes = log_bytes,
-                                             .idle_wait_ns = idle_wait_ns};
-    const int rc = erma_kvcs_server_create(&cfg, &s);
+    struct kvcs_server *s;
+    const struct kvcs_server_cfg cfg = {.uri = uri, .buckets = 1u << 14,
+                                        .log_bytes = log_bytes,
+                                        .idle_wait_ns = idle_wait_ns};
+    const int rc = kvcs_server_create(&cfg, &s);
     if (rc != ERMA_OK) {
         fprintf(stderr, "kvcs: server on %s: %s\n", uri, erma_strerror(rc));
         return 1;
     }
     while (forever || getppid() != 1)
-        erma_kvcs_server_run(s, 100000000);
-    erma_kvcs_server_destroy(s);
+        kvcs_server_run(s, 100000000);
+    kvcs_server_destroy(s);
     return 0;
 }
 
@@ -224,9 +224,9 @@ static void on_get(void *tag, int status, const uint8_t *val, uint32_t vlen)
  * the status of the last of them. */
 static uint32_t replicas_missed(const struct run *r, int *why)
 {
-    struct erma_kvcs_op_info info;
+    struct kvcs_op_info info;
     uint32_t missed = 0;
-    if (erma_kvcs_op_info(r->c, &info) == ERMA_OK)
+    if (kvcs_op_info(r->c, &info) == ERMA_OK)
         for (uint32_t i = 0; i < info.nreplicas; i++)
             if (info.status[i] != ERMA_OK) {
                 missed++;
@@ -266,7 +266,7 @@ static int put_key(struct run *r, uint32_t key)
     *p = (struct pending){r, 0, key};
     key_of(key, k);
     value_of(key, r->o->value, v);
-    const int rc = erma_kvcs_put(r->c, k, (uint32_t)strlen(k), v, r->o->value, on_put, p);
+    const int rc = kvcs_put(r->c, k, (uint32_t)strlen(k), v, r->o->value, on_put, p);
     if (rc != ERMA_OK)
         free(p);
     return rc;
@@ -290,7 +290,7 @@ static int load_pass(struct run *r, const uint32_t *list, uint32_t n, uint64_t e
                                                               ERMA_OK)
             next++;
         /* nothing to do but wait: leave the CPU to the servers */
-        if (erma_kvcs_client_run_once(r->c) == 0 && next - r->done == PUT_WINDOW)
+        if (kvcs_client_run_once(r->c) == 0 && next - r->done == PUT_WINDOW)
             nap(20000);
         if (erma_now_ns() > end)
             return ERMA_ETIMEDOUT;
@@ -313,7 +313,7 @@ static int load_keys(struct run *r)
             memcpy(r->list, r->again, n * sizeof *r->list);
             for (uint64_t t = erma_now_ns() + 200000000ull * (unsigned)(pass - 1);
                  erma_now_ns() < t;)
-                if (erma_kvcs_client_run_once(r->c) == 0)
+                if (kvcs_client_run_once(r->c) == 0)
                     nap(1000000);
         }
         const uint32_t tried = n;
@@ -330,8 +330,8 @@ static int load_keys(struct run *r)
         fprintf(stderr, "kvcs: loading keys, pass %d of %d: %u of %u keys missed a replica, "
                 "%u of them every replica; the last, %s: %s%s\n", pass, PUT_TRIES, n, tried,
                 (unsigned)r->failed, k,
-                r->last_fail == ERMA_KVCS_NOT_TRIED ? "replica marked down, not waited for"
-                                                    : erma_strerror(r->last_fail),
+                r->last_fail == KVCS_NOT_TRIED ? "replica marked down, not waited for"
+                                               : erma_strerror(r->last_fail),
                 pass < PUT_TRIES ? "; PUTting them again" : "");
     }
     if (rc == ERMA_OK && r->failed)
@@ -364,7 +364,7 @@ static void drive(struct run *r, double load, double seconds, double kill_at, pi
             *p = (struct pending){r, next, (uint32_t)erma_rand_below(&rng, r->o->keys)};
             char k[16];
             key_of(p->key, k);
-            if (erma_kvcs_get(r->c, k, (uint32_t)strlen(k), on_get, p) != ERMA_OK) {
+            if (kvcs_get(r->c, k, (uint32_t)strlen(k), on_get, p) != ERMA_OK) {
                 free(p); /* no free op slot: the arrival waits, its latency grows */
                 break;
             }
@@ -372,11 +372,11 @@ static void drive(struct run *r, double load, double seconds, double kill_at, pi
             const double u = (double)(erma_rand_u64(&rng) >> 11) / 9007199254740992.0;
             next += (uint64_t)(-log(1 - u) / load * 1e9);
         }
-        erma_kvcs_client_run_once(r->c);
+        kvcs_client_run_once(r->c);
     }
     const uint64_t stop = erma_now_ns() + 2000000000ull;
     while (r->done < r->started && erma_now_ns() < stop)
-        erma_kvcs_client_run_once(r->c);
+        kvcs_client_run_once(r->c);
 }
 
 static void run_reset(struct run *r)
@@ -414,9 +414,9 @@ static int sweep(struct run *r, const struct bench_table *t)
         const double load = atof(tok);
         struct bench_lat l[2] = {{0}};
         for (int m = 0; m < 2; m++) {
-            const enum erma_kvcs_method meth = m == 0 ? ERMA_KVCS_READ : ERMA_KVCS_RPC;
+            const enum kvcs_method meth = m == 0 ? KVCS_READ : KVCS_RPC;
             run_reset(r);
-            erma_kvcs_client_set_method(r->c, meth);
+            kvcs_client_set_method(r->c, meth);
             drive(r, load, o->seconds, 0, 0);
             char phase[96];
             snprintf(phase, sizeof phase, "sweep at %.0f GETs/s by %s, %u B values", load,
@@ -485,7 +485,7 @@ static int failure(struct run *r, pid_t victim, bool csv)
     const struct opts *o = r->o;
     run_reset(r);
     r->timeline = true;
-    erma_kvcs_client_set_method(r->c, o->method);
+    kvcs_client_set_method(r->c, o->method);
     drive(r, o->load, o->seconds, o->kill_at, victim);
     char phase[96];
     snprintf(phase, sizeof phase, "failure run by %s at %.0f GETs/s, %u B values",
@@ -527,7 +527,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'm':
             if (strcmp(optarg, "rpc") && strcmp(optarg, "read"))
                 bench_cli_fail(cli, "unknown method '%s'", optarg);
-            o->method = strcmp(optarg, "rpc") == 0 ? ERMA_KVCS_RPC : ERMA_KVCS_READ;
+            o->method = strcmp(optarg, "rpc") == 0 ? KVCS_RPC : KVCS_READ;
             break;
         case 'L': o->load = bench_cli_real(cli, optarg); break;
         case 'i': o->idle_wait_us = bench_cli_real(cli, optarg); break;
@@ -561,11 +561,11 @@ static void check(const struct bench_cli *cli, const struct opts *o)
 
 /* Connects the client, three tries (a server on a loaded host may be slow
  * to start). */
-static int client_up(struct run *r, const struct erma_kvcs_client_cfg *cc)
+static int client_up(struct run *r, const struct kvcs_client_cfg *cc)
 {
     int rc = ERMA_OK;
     for (int a = 1; a <= 3; a++) {
-        if ((rc = erma_kvcs_client_create(cc, &r->c)) == ERMA_OK)
+        if ((rc = kvcs_client_create(cc, &r->c)) == ERMA_OK)
             return rc;
         fprintf(stderr, "kvcs: connecting %s to %u servers (%s, ...): %s (attempt %d of 3)\n",
                 cc->uri, cc->nservers, cc->servers[0], erma_strerror(rc), a);
@@ -596,7 +596,7 @@ int main(int argc, char **argv)
     struct opts o = {.servers = 3, .replicas = 3, .keys = 10000, .seconds = 2,
                      .loads = "5000,20000,50000,100000", .base_port = 42100, .load = 10000,
                      .idle_wait_us = 20, .attempt_ms = 10, .role = "both",
-                     .method = ERMA_KVCS_READ};
+                     .method = KVCS_READ};
     struct bench_cli cli;
     parse(&cli, &o, argc, argv);
     check(&cli, &o);
@@ -623,7 +623,7 @@ int main(int argc, char **argv)
         }
     }
     snprintf(me, sizeof me, "udp://127.0.0.1:%d", o.base_port + (int)(o.servers * 8));
-    const struct erma_kvcs_client_cfg cc = {
+    const struct kvcs_client_cfg cc = {
         .uri = o.uri ? o.uri : me, .servers = srv, .nservers = o.servers,
         .replicas = o.replicas, .max_ops = 1024,
         .attempt_timeout_ns = (uint64_t)(o.attempt_ms * 1e6), .cc_off = true};
@@ -643,7 +643,7 @@ int main(int argc, char **argv)
     if (rc != ERMA_OK && rc != ERMA_EBADPKT)
         fprintf(stderr, "kvcs: ended: %s\n", erma_strerror(rc));
     if (r && r->c)
-        erma_kvcs_client_destroy(r->c);
+        kvcs_client_destroy(r->c);
     if (r) {
         for (unsigned b = 0; b < MAX_BINS; b++)
             free(r->bin_lat[b]);

@@ -90,7 +90,7 @@ struct cluster {
     char uri[R][64];
     const char *uris[R];
     char dir[512];
-    struct erma_raftkv_client *c;
+    struct raftkv_client *c;
 };
 
 static const struct bench_cli *the_cli;
@@ -112,18 +112,18 @@ static bool server_stopped(void *ctx)
 }
 
 /* Replica i of the cluster, in a forked child (on failure the child exits 1). */
-static struct erma_raftkv_server *replica(struct cluster *cl, unsigned i, bool fsync, bool poll)
+static struct raftkv_server *replica(struct cluster *cl, unsigned i, bool fsync, bool poll)
 {
     const struct sigaction sa = {.sa_handler = on_term};
     sigaction(SIGTERM, &sa, NULL);
     char dir[600];
     snprintf(dir, sizeof dir, "%s/r%u", cl->dir, i + 1);
     const struct erma_endpoint_cfg ep = {.busy_poll = poll};
-    const struct erma_raftkv_server_cfg cfg = {.id = i + 1, .peers = cl->uris, .npeers = R,
-                                               .data_dir = dir, .no_fsync = !fsync,
-                                               .ep_cfg = &ep};
-    struct erma_raftkv_server *s;
-    if (erma_raftkv_server_create(&cfg, &s) != ERMA_OK) {
+    const struct raftkv_server_cfg cfg = {.id = i + 1, .peers = cl->uris, .npeers = R,
+                                          .data_dir = dir, .no_fsync = !fsync,
+                                          .ep_cfg = &ep};
+    struct raftkv_server *s;
+    if (raftkv_server_create(&cfg, &s) != ERMA_OK) {
         fprintf(stderr, "raftkv: replica %u cannot start on %s\n", i + 1, cl->uri[i]);
         _exit(1);
     }
@@ -132,10 +132,10 @@ static struct erma_raftkv_server *replica(struct cluster *cl, unsigned i, bool f
 
 static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll)
 {
-    struct erma_raftkv_server *s = replica(cl, i, fsync, poll);
+    struct raftkv_server *s = replica(cl, i, fsync, poll);
     while (!stop_server)
-        erma_raftkv_server_run(s, server_stopped, NULL, 100000000);
-    erma_raftkv_server_destroy(s);
+        raftkv_server_run(s, server_stopped, NULL, 100000000);
+    raftkv_server_destroy(s);
     _exit(0);
 }
 
@@ -143,14 +143,14 @@ static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll)
  * endpoints in turn: no wake-ups, no process switches, one core. */
 static void serve_all(struct cluster *cl)
 {
-    struct erma_raftkv_server *s[R];
+    struct raftkv_server *s[R];
     for (unsigned i = 0; i < R; i++)
         s[i] = replica(cl, i, false, true);
     while (!stop_server)
         for (unsigned i = 0; i < R; i++)
-            erma_raftkv_server_run_once(s[i]);
+            raftkv_server_run_once(s[i]);
     for (unsigned i = 0; i < R; i++)
-        erma_raftkv_server_destroy(s[i]);
+        raftkv_server_destroy(s[i]);
     _exit(0);
 }
 
@@ -178,21 +178,21 @@ static void one_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
     o->status = status;
 }
 
-static int wait_one(struct erma_raftkv_client *c, struct one *o)
+static int wait_one(struct raftkv_client *c, struct one *o)
 {
     const uint64_t end = erma_now_ns() + OP_WAIT_NS;
     while (!o->done && erma_now_ns() < end)
-        erma_raftkv_client_run_once(c);
+        raftkv_client_run_once(c);
     return o->done ? o->status : ERMA_ETIMEDOUT;
 }
 
-static int op(struct erma_raftkv_client *c, bool put, const char *key, const uint8_t *val,
+static int op(struct raftkv_client *c, bool put, const char *key, const uint8_t *val,
               uint32_t vlen)
 {
     struct one o = {0};
     const uint32_t klen = (uint32_t)strlen(key);
-    const int rc = put ? erma_raftkv_put(c, key, klen, val, vlen, one_done, &o)
-                       : erma_raftkv_get(c, key, klen, true, one_done, &o);
+    const int rc = put ? raftkv_put(c, key, klen, val, vlen, one_done, &o)
+                       : raftkv_get(c, key, klen, true, one_done, &o);
     return rc != ERMA_OK ? rc : wait_one(c, &o);
 }
 
@@ -220,10 +220,10 @@ static int cluster_start(struct cluster *cl, const struct opts *o, enum mode m, 
         }
     }
     const struct erma_endpoint_cfg ep = {.busy_poll = true};
-    const struct erma_raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = cl->uris,
-                                              .nservers = R, .ep_cfg = &ep,
-                                              .op_timeout_ns = 10000000000ull};
-    int rc = erma_raftkv_client_create(&cc, &cl->c);
+    const struct raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = cl->uris,
+                                         .nservers = R, .ep_cfg = &ep,
+                                         .op_timeout_ns = 10000000000ull};
+    int rc = raftkv_client_create(&cc, &cl->c);
     /* a leader: a PUT that succeeds */
     const uint64_t end = erma_now_ns() + LEADER_WAIT_NS;
     while (rc == ERMA_OK && erma_now_ns() < end &&
@@ -234,7 +234,7 @@ static int cluster_start(struct cluster *cl, const struct opts *o, enum mode m, 
 
 static void cluster_stop(struct cluster *cl)
 {
-    erma_raftkv_client_destroy(cl->c);
+    raftkv_client_destroy(cl->c);
     for (unsigned i = 0; i < R; i++)
         if (cl->pid[i] > 0)
             kill(cl->pid[i], SIGTERM);
@@ -275,11 +275,11 @@ static int latency(struct cluster *cl, const struct opts *o, struct result *r)
 }
 
 struct load {
-    struct erma_raftkv_client *c;
+    struct raftkv_client *c;
     uint32_t inflight, busy, size, next;
     uint64_t acked, failed, first_after; /* first_after: first ack after kill_at */
     uint64_t kill_at;
-    uint8_t val[ERMA_KV_MAX_ITEM];
+    uint8_t val[KV_MAX_ITEM];
 };
 
 static void load_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
@@ -303,7 +303,7 @@ static void load_fill(struct load *l)
     while (l->busy < l->inflight) {
         char key[32];
         snprintf(key, sizeof key, "t%u", l->next++ % 100000);
-        if (erma_raftkv_put(l->c, key, (uint32_t)strlen(key), l->val, l->size, load_done, l) !=
+        if (raftkv_put(l->c, key, (uint32_t)strlen(key), l->val, l->size, load_done, l) !=
             ERMA_OK)
             return;
         l->busy++;
@@ -315,11 +315,11 @@ static void load_run(struct load *l, uint64_t end)
 {
     while (erma_now_ns() < end) {
         load_fill(l);
-        erma_raftkv_client_run_once(l->c);
+        raftkv_client_run_once(l->c);
     }
     const uint64_t drain = erma_now_ns() + OP_WAIT_NS;
     while (l->busy && erma_now_ns() < drain)
-        erma_raftkv_client_run_once(l->c);
+        raftkv_client_run_once(l->c);
 }
 
 static struct load *load_new(struct cluster *cl, const struct opts *o)
@@ -354,7 +354,7 @@ static int failover(struct cluster *cl, const struct opts *o, struct result *r)
         return ERMA_ENOMEM;
     const uint64_t start = erma_now_ns();
     load_run(l, start + 500000000ull);
-    const unsigned leader = erma_raftkv_client_leader(cl->c);
+    const unsigned leader = raftkv_client_leader(cl->c);
     l->kill_at = erma_now_ns();
     kill(cl->pid[leader], SIGKILL);
     waitpid(cl->pid[leader], NULL, 0);
@@ -362,7 +362,7 @@ static int failover(struct cluster *cl, const struct opts *o, struct result *r)
     const uint64_t end = l->kill_at + 15000000000ull;
     while (!l->first_after && erma_now_ns() < end) {
         load_fill(l);
-        erma_raftkv_client_run_once(l->c);
+        raftkv_client_run_once(l->c);
     }
     load_run(l, erma_now_ns() + 200000000ull);
     r->failover_ms = l->first_after ? (double)(l->first_after - l->kill_at) / 1e6 : -1;

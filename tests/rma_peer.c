@@ -154,7 +154,7 @@ static int serve(const char *uri)
     struct erma_nexus *nx = NULL;
     struct erma_endpoint *ep = NULL;
     struct erma_rpc *rpc = NULL;
-    struct erma_kvcs_server *kv[KVCS_SERVERS] = {0};
+    struct kvcs_server *kv[KVCS_SERVERS] = {0};
     uint8_t *mem = malloc(REGION_LEN);
     const struct erma_rpc_cfg rcfg = {.failure_ns = 30000000000ull};
     int rc = mem ? erma_nexus_create(NULL, &nx) : ERMA_ENOMEM;
@@ -183,9 +183,9 @@ static int serve(const char *uri)
     const unsigned nkv = peer_pair.on ? 0 : KVCS_SERVERS;
     for (unsigned i = 0; rc == ERMA_OK && i < nkv; i++) {
         rc = uri_plus(uri, i + 1, false, kuri[i], sizeof kuri[i]);
-        const struct erma_kvcs_server_cfg kc = {.uri = kuri[i], .buckets = 1024,
-                                                .log_bytes = 4u << 20};
-        if (rc == ERMA_OK && (rc = erma_kvcs_server_create(&kc, &kv[i])) != ERMA_OK)
+        const struct kvcs_server_cfg kc = {.uri = kuri[i], .buckets = 1024,
+                                           .log_bytes = 4u << 20};
+        if (rc == ERMA_OK && (rc = kvcs_server_create(&kc, &kv[i])) != ERMA_OK)
             fprintf(stderr, "server: kvcs server on %s: %s\n", kuri[i], erma_strerror(rc));
     }
     if (rc == ERMA_OK) {
@@ -199,7 +199,7 @@ static int serve(const char *uri)
              now = erma_now_ns()) {
             erma_endpoint_run_once(ep);
             for (unsigned i = 0; i < nkv; i++)
-                erma_kvcs_server_run(kv[i], 0);
+                kvcs_server_run(kv[i], 0);
         }
         struct erma_rma_stats st;
         erma_rma_get_stats(s.rma, &st);
@@ -213,7 +213,7 @@ static int serve(const char *uri)
         fprintf(stderr, "server: %s\n", erma_strerror(rc));
     }
     for (unsigned i = 0; i < KVCS_SERVERS; i++)
-        erma_kvcs_server_destroy(kv[i]);
+        kvcs_server_destroy(kv[i]);
     if (s.rma)
         erma_rma_destroy(s.rma);
     if (rpc)
@@ -568,14 +568,14 @@ static void one_sided(struct client *c, struct erma_rkey k, uint64_t len, uint8_
 
 /* ---- kvcs ---- */
 
-struct kv_op {
+struct kvcs_get_op {
     struct client *c;
     unsigned key;
     int status;
     bool done, exact;
     uint32_t answered;
-    struct erma_kvcs_op_info info;
-    struct erma_kvcs_client *kc;
+    struct kvcs_op_info info;
+    struct kvcs_client *kc;
 };
 
 static unsigned kv_pending;
@@ -597,7 +597,7 @@ static void key_of(unsigned i, char *key, uint32_t *klen)
 
 static void on_kv(void *tag, int status, const uint8_t *val, uint32_t vlen)
 {
-    struct kv_op *o = tag;
+    struct kvcs_get_op *o = tag;
     o->status = status;
     o->done = true;
     o->exact = false;
@@ -607,23 +607,23 @@ static void on_kv(void *tag, int status, const uint8_t *val, uint32_t vlen)
             same = val[j] == value_byte(o->key, j);
         o->exact = same;
     }
-    erma_kvcs_op_info(o->kc, &o->info);
+    kvcs_op_info(o->kc, &o->info);
     kv_pending--;
 }
 
 /* Runs the kvcs client (and the client's own endpoint) until no op is
  * pending, WAIT_NS at most. */
-static bool kv_wait(struct client *c, struct erma_kvcs_client *kc)
+static bool kv_wait(struct client *c, struct kvcs_client *kc)
 {
     const uint64_t end = erma_now_ns() + WAIT_NS;
     while (kv_pending && erma_now_ns() < end) {
-        erma_kvcs_client_run_once(kc);
+        kvcs_client_run_once(kc);
         erma_endpoint_run_once(c->ep);
     }
     return kv_pending == 0;
 }
 
-static void kvcs_gets(struct client *c, struct erma_kvcs_client *kc, struct kv_op *ops,
+static void kvcs_gets(struct client *c, struct kvcs_client *kc, struct kvcs_get_op *ops,
                       const char *how)
 {
     char key[32];
@@ -631,9 +631,9 @@ static void kvcs_gets(struct client *c, struct erma_kvcs_client *kc, struct kv_o
     unsigned started = 0, exact = 0, from[KVCS_SERVERS] = {0};
     int last = ERMA_OK;
     for (unsigned i = 0; i < NKEYS; i++) {
-        ops[i] = (struct kv_op){.c = c, .key = i, .kc = kc};
+        ops[i] = (struct kvcs_get_op){.c = c, .key = i, .kc = kc};
         key_of(i, key, &klen);
-        const int rc = erma_kvcs_get(kc, key, klen, on_kv, &ops[i]);
+        const int rc = kvcs_get(kc, key, klen, on_kv, &ops[i]);
         if (rc == ERMA_OK) {
             started++;
             kv_pending++;
@@ -654,8 +654,8 @@ static void kvcs_gets(struct client *c, struct erma_kvcs_client *kc, struct kv_o
           NKEYS, how, exact, NKEYS, from[0], from[1], from[2], last != ERMA_OK ? "; a failure: " : "",
           last != ERMA_OK ? erma_strerror(last) : "");
     /* a key never PUT is a miss */
-    struct kv_op miss = {.c = c, .key = 9999, .kc = kc};
-    int rc = erma_kvcs_get(kc, "rma_peer-no-such-key", 20, on_kv, &miss);
+    struct kvcs_get_op miss = {.c = c, .key = 9999, .kc = kc};
+    int rc = kvcs_get(kc, "rma_peer-no-such-key", 20, on_kv, &miss);
     if (rc == ERMA_OK) {
         kv_pending++;
         rc = kv_wait(c, kc) ? miss.status : ERMA_ETIMEDOUT;
@@ -680,19 +680,19 @@ static void kvcs(struct client *c, const char *uri, const char *server)
     }
     /* Generous bounds: a loaded 2-core machine (ASan, another process) must
      * not turn scheduling delays into failed tries. */
-    const struct erma_kvcs_client_cfg cfg = {.uri = me, .servers = servers,
-                                             .nservers = KVCS_SERVERS, .replicas = 2,
-                                             .method = ERMA_KVCS_RPC, .max_ops = 64,
-                                             .attempt_timeout_ns = 1000000000ull,
-                                             .connect_timeout_ns = 20000000000ull,
-                                             .failure_ns = 5000000000ull, .cc_off = true};
-    struct erma_kvcs_client *kc = NULL;
-    rc = erma_kvcs_client_create(&cfg, &kc);
+    const struct kvcs_client_cfg cfg = {.uri = me, .servers = servers,
+                                        .nservers = KVCS_SERVERS, .replicas = 2,
+                                        .method = KVCS_RPC, .max_ops = 64,
+                                        .attempt_timeout_ns = 1000000000ull,
+                                        .connect_timeout_ns = 20000000000ull,
+                                        .failure_ns = 5000000000ull, .cc_off = true};
+    struct kvcs_client *kc = NULL;
+    rc = kvcs_client_create(&cfg, &kc);
     check(c, rc == ERMA_OK, "kvcs: client on %s over %s %s %s, 2 replicas: %s", me, srv[0],
           srv[1], srv[2], erma_strerror(rc));
     if (rc != ERMA_OK)
         return;
-    static struct kv_op ops[NKEYS];
+    static struct kvcs_get_op ops[NKEYS];
     static uint8_t val[9001];
     char key[32];
     uint32_t klen;
@@ -700,11 +700,11 @@ static void kvcs(struct client *c, const char *uri, const char *server)
     int last = ERMA_OK;
     kv_pending = 0;
     for (unsigned i = 0; i < NKEYS; i++) {
-        ops[i] = (struct kv_op){.c = c, .key = i, .kc = kc};
+        ops[i] = (struct kvcs_get_op){.c = c, .key = i, .kc = kc};
         key_of(i, key, &klen);
         for (uint32_t j = 0; j < value_len(i); j++)
             val[j] = value_byte(i, j);
-        rc = erma_kvcs_put(kc, key, klen, val, value_len(i), on_kv, &ops[i]);
+        rc = kvcs_put(kc, key, klen, val, value_len(i), on_kv, &ops[i]);
         if (rc == ERMA_OK) {
             started++;
             kv_pending++;
@@ -725,15 +725,15 @@ static void kvcs(struct client *c, const char *uri, const char *server)
           "kvcs: %u PUTs of 1 B to 9 KB: %u ok, %u stored on both replicas%s%s", NKEYS, ok, two,
           last != ERMA_OK ? "; a failure: " : "", last != ERMA_OK ? erma_strerror(last) : "");
     kvcs_gets(c, kc, ops, "RPC");
-    erma_kvcs_client_set_method(kc, ERMA_KVCS_READ);
+    kvcs_client_set_method(kc, KVCS_READ);
     kvcs_gets(c, kc, ops, "READ");
-    struct erma_kvcs_client_stats st;
-    erma_kvcs_client_get_stats(kc, &st);
+    struct kvcs_client_stats st;
+    kvcs_client_get_stats(kc, &st);
     check(c, st.rpc_gets == NKEYS + 1 && st.read_gets == NKEYS + 1 && st.failed == 0,
           "kvcs: %" PRIu64 " GETs by RPC, %" PRIu64 " by READ, %" PRIu64 " failed, %" PRIu64
           " failovers",
           st.rpc_gets, st.read_gets, st.failed, st.failovers);
-    erma_kvcs_client_destroy(kc);
+    kvcs_client_destroy(kc);
 }
 
 static int client(const char *uri, const char *server)

@@ -31,23 +31,23 @@ static void make_val(uint32_t k, uint32_t version, uint32_t len, uint8_t *v)
 }
 
 /* A one-sided reader's GET on copies of the table's bytes. */
-static int remote_get(const struct erma_kv *kv, const char *key, uint32_t klen, uint8_t *out,
+static int remote_get(const struct kv *kv, const char *key, uint32_t klen, uint8_t *out,
                       uint32_t *vlen)
 {
     size_t len;
-    const uint8_t *mem = erma_kv_memory(kv, &len);
+    const uint8_t *mem = kv_memory(kv, &len);
     uint64_t boff;
     uint32_t blen;
-    erma_kv_bucket_of(erma_kv_nbuckets(kv), key, klen, &boff, &blen);
-    uint8_t bucket[ERMA_KV_BUCKET];
+    kv_bucket_of(kv_nbuckets(kv), key, klen, &boff, &blen);
+    uint8_t bucket[KV_BUCKET];
     memcpy(bucket, mem + boff, blen);
-    struct erma_kv_ref refs[ERMA_KV_SLOTS];
-    const int n = erma_kv_bucket_find(bucket, erma_kv_nbuckets(kv), erma_kv_log_bytes(kv), key,
-                                      klen, refs, ERMA_KV_SLOTS);
+    struct kv_ref refs[KV_SLOTS];
+    const int n = kv_bucket_find(bucket, kv_nbuckets(kv), kv_log_bytes(kv), key,
+                                 klen, refs, KV_SLOTS);
     for (int i = 0; i < n; i++) {
         assert_true(refs[i].off + refs[i].len <= len);
         const uint8_t *val;
-        const int rc = erma_kv_item_check(mem + refs[i].off, &refs[i], key, klen, &val, vlen);
+        const int rc = kv_item_check(mem + refs[i].off, &refs[i], key, klen, &val, vlen);
         if (rc == ERMA_OK) {
             memcpy(out, val, *vlen);
             return ERMA_OK;
@@ -60,8 +60,8 @@ static int remote_get(const struct erma_kv *kv, const char *key, uint32_t klen, 
 static void test_agrees_with_model(void **state)
 {
     (void)state;
-    struct erma_kv *kv;
-    assert_int_equal(erma_kv_create(4096, 64u << 20, &kv), ERMA_OK);
+    struct kv *kv;
+    assert_int_equal(kv_create(4096, 64u << 20, &kv), ERMA_OK);
     static struct model m;
     memset(&m, 0, sizeof m);
     struct erma_rand r;
@@ -76,13 +76,13 @@ static void test_agrees_with_model(void **state)
             const uint32_t len = (uint32_t)erma_rand_below(&r, 1500);
             make_val(k, ++m.version[k], len, val);
             m.vlen[k] = len;
-            assert_int_equal(erma_kv_put(kv, key, kl, val, len), ERMA_OK);
+            assert_int_equal(kv_put(kv, key, kl, val, len), ERMA_OK);
         } else if (what < 5) { /* delete */
-            assert_int_equal(erma_kv_delete(kv, key, kl), m.version[k] ? ERMA_OK : ERMA_ENOENT);
+            assert_int_equal(kv_delete(kv, key, kl), m.version[k] ? ERMA_OK : ERMA_ENOENT);
             m.version[k] = 0;
         } else { /* get, locally and as a remote reader */
             uint32_t vlen;
-            const int rc = erma_kv_get(kv, key, kl, got, sizeof got, &vlen);
+            const int rc = kv_get(kv, key, kl, got, sizeof got, &vlen);
             gets++;
             if (!m.version[k]) {
                 assert_int_equal(rc, ERMA_ENOENT);
@@ -102,15 +102,15 @@ static void test_agrees_with_model(void **state)
     }
     print_message("  100000 ops on %d keys: %u gets, %u hits, all equal to the model\n", KEYS,
                   gets, hits);
-    erma_kv_destroy(kv);
+    kv_destroy(kv);
 }
 
 /* A small lossy table: every answer is the latest value or absent, never wrong. */
 static void test_lossy_never_wrong(void **state)
 {
     (void)state;
-    struct erma_kv *kv;
-    assert_int_equal(erma_kv_create(64, 65536, &kv), ERMA_OK);
+    struct kv *kv;
+    assert_int_equal(kv_create(64, 65536, &kv), ERMA_OK);
     static struct model m;
     memset(&m, 0, sizeof m);
     struct erma_rand r;
@@ -124,11 +124,11 @@ static void test_lossy_never_wrong(void **state)
             const uint32_t len = (uint32_t)erma_rand_below(&r, 1000);
             make_val(k, ++m.version[k], len, val);
             m.vlen[k] = len;
-            assert_int_equal(erma_kv_put(kv, key, kl, val, len), ERMA_OK);
+            assert_int_equal(kv_put(kv, key, kl, val, len), ERMA_OK);
             continue;
         }
         uint32_t vlen;
-        const int local = erma_kv_get(kv, key, kl, got, sizeof got, &vlen);
+        const int local = kv_get(kv, key, kl, got, sizeof got, &vlen);
         if (local == ERMA_OK) {
             make_val(k, m.version[k], m.vlen[k], want);
             assert_int_equal(vlen, m.vlen[k]);
@@ -144,7 +144,7 @@ static void test_lossy_never_wrong(void **state)
     }
     print_message("  small table: %u of the gets missed (evicted or wrapped over)\n", misses);
     assert_true(misses > 0);
-    erma_kv_destroy(kv);
+    kv_destroy(kv);
 }
 
 /* A reader that read the bucket, then the item after the log wrapped over
@@ -152,69 +152,69 @@ static void test_lossy_never_wrong(void **state)
 static void test_torn_reads(void **state)
 {
     (void)state;
-    struct erma_kv *kv;
-    assert_int_equal(erma_kv_create(1024, 65536, &kv), ERMA_OK);
+    struct kv *kv;
+    assert_int_equal(kv_create(1024, 65536, &kv), ERMA_OK);
     size_t len;
-    const uint8_t *mem = erma_kv_memory(kv, &len);
+    const uint8_t *mem = kv_memory(kv, &len);
     static uint8_t val[4000];
     memset(val, 0xaa, sizeof val);
-    assert_int_equal(erma_kv_put(kv, "target", 6, val, 100), ERMA_OK);
+    assert_int_equal(kv_put(kv, "target", 6, val, 100), ERMA_OK);
     uint64_t boff;
     uint32_t blen;
-    erma_kv_bucket_of(erma_kv_nbuckets(kv), "target", 6, &boff, &blen);
-    uint8_t bucket[ERMA_KV_BUCKET];
+    kv_bucket_of(kv_nbuckets(kv), "target", 6, &boff, &blen);
+    uint8_t bucket[KV_BUCKET];
     memcpy(bucket, mem + boff, blen);
-    struct erma_kv_ref ref;
-    assert_int_equal(erma_kv_bucket_find(bucket, erma_kv_nbuckets(kv), erma_kv_log_bytes(kv),
-                                         "target", 6, &ref, 1),
+    struct kv_ref ref;
+    assert_int_equal(kv_bucket_find(bucket, kv_nbuckets(kv), kv_log_bytes(kv),
+                                    "target", 6, &ref, 1),
                      1);
-    static uint8_t item[ERMA_KV_MAX_ITEM];
+    static uint8_t item[KV_MAX_ITEM];
     const uint8_t *v;
     uint32_t vlen;
     memcpy(item, mem + ref.off, ref.len);
-    assert_int_equal(erma_kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_OK);
+    assert_int_equal(kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_OK);
     assert_int_equal(vlen, 100);
     /* a half-written copy: every single byte flipped is caught */
     for (uint32_t i = 0; i < ref.len; i++) {
         memcpy(item, mem + ref.off, ref.len);
         item[i] ^= 0x40;
-        assert_int_not_equal(erma_kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_OK);
+        assert_int_not_equal(kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_OK);
     }
     /* a copy that is half the old item and half a new one (read in pieces) */
     memcpy(item, mem + ref.off, ref.len);
     memset(item + 40, 0x55, 30);
-    assert_int_equal(erma_kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_EAGAIN);
+    assert_int_equal(kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_EAGAIN);
     /* the log wraps over it (other keys, 70 kB), then the reader reads the item */
     char key[32];
     for (uint32_t k = 0; k < 20; k++)
-        assert_int_equal(erma_kv_put(kv, key, make_key(k, key), val, 3500), ERMA_OK);
+        assert_int_equal(kv_put(kv, key, make_key(k, key), val, 3500), ERMA_OK);
     memcpy(item, mem + ref.off, ref.len);
-    assert_int_equal(erma_kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_ENOENT);
+    assert_int_equal(kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_ENOENT);
     /* a bucket copied while its version is odd says read again */
     memcpy(bucket, mem + boff, blen);
     bucket[0] |= 1;
-    assert_int_equal(erma_kv_bucket_find(bucket, erma_kv_nbuckets(kv), erma_kv_log_bytes(kv),
-                                         "target", 6, &ref, 1),
+    assert_int_equal(kv_bucket_find(bucket, kv_nbuckets(kv), kv_log_bytes(kv),
+                                    "target", 6, &ref, 1),
                      ERMA_EAGAIN);
-    erma_kv_destroy(kv);
+    kv_destroy(kv);
 }
 
 static void test_bad_input(void **state)
 {
     (void)state;
-    struct erma_kv *kv;
-    assert_int_equal(erma_kv_create(0, 65536, &kv), ERMA_EINVAL);
-    assert_int_equal(erma_kv_create(16, 65536, &kv), ERMA_OK);
-    static uint8_t big[ERMA_KV_MAX_ITEM];
-    assert_int_equal(erma_kv_put(kv, "", 0, big, 1), ERMA_EINVAL);
-    assert_int_equal(erma_kv_put(kv, "k", 1, big, ERMA_KV_MAX_ITEM), ERMA_E2BIG);
-    assert_int_equal(erma_kv_put(kv, "k", 1, big, ERMA_KV_MAX_ITEM - 40), ERMA_OK);
+    struct kv *kv;
+    assert_int_equal(kv_create(0, 65536, &kv), ERMA_EINVAL);
+    assert_int_equal(kv_create(16, 65536, &kv), ERMA_OK);
+    static uint8_t big[KV_MAX_ITEM];
+    assert_int_equal(kv_put(kv, "", 0, big, 1), ERMA_EINVAL);
+    assert_int_equal(kv_put(kv, "k", 1, big, KV_MAX_ITEM), ERMA_E2BIG);
+    assert_int_equal(kv_put(kv, "k", 1, big, KV_MAX_ITEM - 40), ERMA_OK);
     uint32_t vlen;
-    assert_int_equal(erma_kv_get(kv, "k", 1, big, 10, &vlen), ERMA_E2BIG);
-    assert_int_equal(vlen, ERMA_KV_MAX_ITEM - 40);
-    assert_int_equal(erma_kv_get(kv, "nope", 4, big, 10, &vlen), ERMA_ENOENT);
-    assert_int_equal(erma_kv_delete(kv, "nope", 4), ERMA_ENOENT);
-    erma_kv_destroy(kv);
+    assert_int_equal(kv_get(kv, "k", 1, big, 10, &vlen), ERMA_E2BIG);
+    assert_int_equal(vlen, KV_MAX_ITEM - 40);
+    assert_int_equal(kv_get(kv, "nope", 4, big, 10, &vlen), ERMA_ENOENT);
+    assert_int_equal(kv_delete(kv, "nope", 4), ERMA_ENOENT);
+    kv_destroy(kv);
 }
 
 int main(void)

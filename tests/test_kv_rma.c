@@ -55,10 +55,10 @@ struct world_ {
     struct erma_endpoint *ep[3]; /* server, writer, reader */
     struct erma_rpc *rpc[3];
     struct erma_rma *rma[3];
-    struct erma_kv *kv;
-    struct erma_kv_server *srv;
-    struct erma_kv_reader *reader;
-    struct erma_kv_remote remote;
+    struct kv *kv;
+    struct kv_server *srv;
+    struct kv_reader *reader;
+    struct kv_remote remote;
     int sess[3];
     uint64_t clock;           /* logical time: every start and end */
     struct history h[KEYS];
@@ -157,8 +157,8 @@ static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgb
     const uint8_t *val = NULL;
     uint32_t vlen = 0;
     const int rc = status != ERMA_OK ? status
-                   : o->write        ? erma_kv_resp(resp, NULL, NULL)
-                                     : erma_kv_resp(resp, &val, &vlen);
+                   : o->write        ? kv_resp(resp, NULL, NULL)
+                                     : kv_resp(resp, &val, &vlen);
     if (!o->write) {
         get_done(w, o, rc, val, vlen);
         return;
@@ -194,15 +194,15 @@ static void start_write(struct world_ *w, struct op *o)
     uint8_t val[256];
     key_of(k, key);
     if (del) {
-        assert_int_equal(erma_kv_req_del(&o->req, key, 8), ERMA_OK);
+        assert_int_equal(kv_req_del(&o->req, key, 8), ERMA_OK);
     } else {
         const uint32_t vlen = make_val(k, version, val);
-        assert_int_equal(erma_kv_req_put(&o->req, key, 8, val, vlen), ERMA_OK);
+        assert_int_equal(kv_req_put(&o->req, key, 8, val, vlen), ERMA_OK);
     }
     h->w[h->n++] = (struct write){version, del, ++w->clock, 0};
     h->busy = true;
     *o = (struct op){w, k, true, false, true, 0, o->req, o->resp};
-    assert_int_equal(erma_rpc_call(w->rpc[1], w->sess[1], BASE + (del ? ERMA_KV_DEL : ERMA_KV_PUT),
+    assert_int_equal(erma_rpc_call(w->rpc[1], w->sess[1], BASE + (del ? KV_DEL : KV_PUT),
                                    &o->req, &o->resp, on_rpc, o),
                      ERMA_OK);
     w->started++;
@@ -237,13 +237,13 @@ static void on_scan(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
     w->sop.live = false;
     w->finished++;
     w->scans++;
-    if (status != ERMA_OK || erma_kv_resp(resp, NULL, NULL) != ERMA_OK) {
+    if (status != ERMA_OK || kv_resp(resp, NULL, NULL) != ERMA_OK) {
         scan_bad(w, "failed", w->sop.from);
         return;
     }
     uint32_t cursor = 0, klen, vlen, next = w->sop.from, n = 0;
     const uint8_t *kp, *vp;
-    while (erma_kv_resp_scan(resp, &cursor, &kp, &klen, &vp, &vlen) == ERMA_OK) {
+    while (kv_resp_scan(resp, &cursor, &kp, &klen, &vp, &vlen) == ERMA_OK) {
         char key[16] = {0};
         memcpy(key, kp, klen < 15 ? klen : 15);
         const uint32_t k = (uint32_t)strtoul(key + 3, NULL, 10);
@@ -272,10 +272,10 @@ static void start_scan(struct world_ *w)
     char key[16];
     s->from = (uint32_t)erma_rand_below(&w->rng, KEYS);
     key_of(s->from, key);
-    assert_int_equal(erma_kv_req_scan(&s->req, key, 8, SCAN_COUNT), ERMA_OK);
+    assert_int_equal(kv_req_scan(&s->req, key, 8, SCAN_COUNT), ERMA_OK);
     s->live = true;
     s->start = ++w->clock;
-    assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + ERMA_KV_SCAN, &s->req,
+    assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + KV_SCAN, &s->req,
                                    &s->resp, on_scan, w),
                      ERMA_OK);
     w->started++;
@@ -289,10 +289,10 @@ static void start_read(struct world_ *w, struct op *o)
     key_of(k, key);
     *o = (struct op){w, k, false, one_sided, true, ++w->clock, o->req, o->resp};
     if (one_sided) {
-        assert_int_equal(erma_kv_rget(w->reader, &w->remote, key, 8, on_rget, o), ERMA_OK);
+        assert_int_equal(kv_rget(w->reader, &w->remote, key, 8, on_rget, o), ERMA_OK);
     } else {
-        assert_int_equal(erma_kv_req_get(&o->req, key, 8), ERMA_OK);
-        assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + ERMA_KV_GET,
+        assert_int_equal(kv_req_get(&o->req, key, 8), ERMA_OK);
+        assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + KV_GET,
                                        &o->req, &o->resp, on_rpc, o),
                          ERMA_OK);
     }
@@ -303,7 +303,7 @@ static void run_once(struct world_ *w)
 {
     for (int i = 0; i < 3; i++)
         erma_endpoint_run_once(w->ep[i]);
-    erma_kv_reader_poll(w->reader);
+    kv_reader_poll(w->reader);
 }
 
 static void on_sync(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
@@ -326,15 +326,15 @@ static void connect_all(struct world_ *w, char uri[3][64])
     /* the reader asks the server for the table's region and its key */
     struct op *o = &w->rops[0];
     int done = 0;
-    assert_int_equal(erma_kv_req_region(&o->req, erma_rma_identity(w->rma[2])), ERMA_OK);
-    assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + ERMA_KV_REGION, &o->req,
+    assert_int_equal(kv_req_region(&o->req, erma_rma_identity(w->rma[2])), ERMA_OK);
+    assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + KV_REGION, &o->req,
                                    &o->resp, on_sync, &done),
                      ERMA_OK);
     const uint64_t end = erma_now_ns() + 5000000000ull;
     while (!done && erma_now_ns() < end)
         run_once(w);
     assert_int_equal(done, 1);
-    assert_int_equal(erma_kv_resp_region(&o->resp, &w->remote), ERMA_OK);
+    assert_int_equal(kv_resp_region(&o->resp, &w->remote), ERMA_OK);
     w->remote.peer = erma_rma_peer(w->rma[2], uri[0], 0);
     assert_true(w->remote.peer >= 0);
 }
@@ -348,12 +348,12 @@ static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes)
     const int base = test_port_base(16) + 4 * (seq++ % 4);
     for (int i = 0; i < 3; i++)
         snprintf(uri[i], sizeof uri[i], "udp://127.0.0.1:%d", base + i);
-    assert_int_equal(erma_kv_create(buckets, log_bytes, &w->kv), ERMA_OK);
+    assert_int_equal(kv_create(buckets, log_bytes, &w->kv), ERMA_OK);
     const struct erma_nexus_cfg ncfg = {.workers = 1};
     for (int i = 0; i < 3; i++) {
         assert_int_equal(erma_nexus_create(i == 0 ? &ncfg : NULL, &w->nx[i]), ERMA_OK);
         if (i == 0)
-            assert_int_equal(erma_kv_serve(w->nx[0], BASE, w->kv, &w->srv), ERMA_OK);
+            assert_int_equal(kv_serve(w->nx[0], BASE, w->kv, &w->srv), ERMA_OK);
         assert_int_equal(erma_endpoint_create(uri[i], 0, NULL, &w->ep[i]), ERMA_OK);
         assert_int_equal(erma_rpc_create(w->nx[i], w->ep[i], NULL, &w->rpc[i]), ERMA_OK);
         /* This test checks values, not congestion control. Generous
@@ -369,8 +369,8 @@ static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes)
                                         .cc_off = true};
         assert_int_equal(erma_rma_create(w->ep[i], &rc, &w->rma[i]), ERMA_OK);
     }
-    assert_int_equal(erma_kv_server_rma(w->srv, w->rma[0]), ERMA_OK);
-    assert_int_equal(erma_kv_reader_create(w->rma[2], READ_DEPTH, 0, &w->reader), ERMA_OK);
+    assert_int_equal(kv_server_rma(w->srv, w->rma[0]), ERMA_OK);
+    assert_int_equal(kv_reader_create(w->rma[2], READ_DEPTH, 0, &w->reader), ERMA_OK);
     for (int i = 0; i < WRITE_DEPTH; i++) {
         assert_int_equal(erma_msgbuf_alloc(w->rpc[1], 512, &w->wops[i].req), ERMA_OK);
         assert_int_equal(erma_msgbuf_alloc(w->rpc[1], 512, &w->wops[i].resp), ERMA_OK);
@@ -386,15 +386,15 @@ static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes)
 
 static void world_down_kv(struct world_ *w)
 {
-    erma_kv_reader_destroy(w->reader);
+    kv_reader_destroy(w->reader);
     for (int i = 2; i >= 0; i--) {
         erma_rma_destroy(w->rma[i]);
         erma_rpc_destroy(w->rpc[i]); /* frees the msgbufs' pool */
         erma_endpoint_destroy(w->ep[i]);
         erma_nexus_destroy(w->nx[i]);
     }
-    erma_kv_server_destroy(w->srv);
-    erma_kv_destroy(w->kv);
+    kv_server_destroy(w->srv);
+    kv_destroy(w->kv);
     for (int k = 0; k < KEYS; k++)
         free(w->h[k].w);
 }
@@ -425,8 +425,8 @@ static void test_model(void **state)
     world_up_kv(&w, 1 << 14, 64u << 20);
     w.scan = true;
     workload(&w, OPS);
-    struct erma_kv_reader_stats rs;
-    erma_kv_reader_get_stats(w.reader, &rs);
+    struct kv_reader_stats rs;
+    kv_reader_get_stats(w.reader, &rs);
     print_message("  %lu ops: GET ok by RPC %lu, by READ %lu, absent %lu; %lu SCANs of %lu "
                   "keys; %lu READs, %lu retries; %lu failed; inconsistent %lu\n",
                   (unsigned long)w.finished, (unsigned long)w.ok_rpc, (unsigned long)w.ok_rma,
@@ -448,8 +448,8 @@ static void test_wrapping_log(void **state)
     world_up_kv(&w, 1 << 10, 64u << 10);
     w.lossy = true;
     workload(&w, 30000);
-    struct erma_kv_reader_stats rs;
-    erma_kv_reader_get_stats(w.reader, &rs);
+    struct kv_reader_stats rs;
+    kv_reader_get_stats(w.reader, &rs);
     print_message("  wrapping log: GET ok by READ %lu, absent %lu, retries %lu, failed %lu, "
                   "inconsistent %lu\n",
                   (unsigned long)w.ok_rma, (unsigned long)w.absent, (unsigned long)rs.retries,
@@ -496,7 +496,7 @@ static void *torn_writer(void *arg)
         const uint32_t k = v % TORN_KEYS;
         key_of(k, key);
         atomic_store(&t->max_version[k], v);
-        if (erma_kv_put(t->w->kv, key, 8, val, big_val(k, v, val)) != ERMA_OK)
+        if (kv_put(t->w->kv, key, 8, val, big_val(k, v, val)) != ERMA_OK)
             break;
     }
     return NULL;
@@ -544,10 +544,10 @@ static void test_torn(void **state)
     const uint64_t t0 = erma_now_ns(), stop = t0 + 1500000000ull, last = t0 + 30000000000ull;
     const uint64_t end = last + 15000000000ull;
     uint64_t started = 0;
-    struct erma_kv_reader_stats rs = {0};
+    struct kv_reader_stats rs = {0};
     for (bool more = true; (more || atomic_load(&t.done) < started) && erma_now_ns() < end;) {
         const uint64_t now = erma_now_ns();
-        erma_kv_reader_get_stats(w.reader, &rs);
+        kv_reader_get_stats(w.reader, &rs);
         more = started < 20000 &&
                (now < stop || (now < last && (t.ok <= 200 || rs.retries == 0)));
         for (int i = 0; i < READ_DEPTH && started < 20000 && more; i++) {
@@ -558,7 +558,7 @@ static void test_torn(void **state)
             key_of(k, key);
             ops[i].key = k;
             ops[i].live = true;
-            assert_int_equal(erma_kv_rget(w.reader, &w.remote, key, 8, on_torn_get, &ops[i]),
+            assert_int_equal(kv_rget(w.reader, &w.remote, key, 8, on_torn_get, &ops[i]),
                              ERMA_OK);
             started++;
         }
@@ -566,7 +566,7 @@ static void test_torn(void **state)
     }
     atomic_store(&t.stop, true);
     pthread_join(th, NULL);
-    erma_kv_reader_get_stats(w.reader, &rs);
+    kv_reader_get_stats(w.reader, &rs);
     print_message("  torn: %lu GETs by READ: %lu whole values, %lu absent, %lu gave up, %lu "
                   "failed; %lu re-reads after a torn or changing read; %lu wrong\n",
                   (unsigned long)atomic_load(&t.done), (unsigned long)t.ok, (unsigned long)t.absent,

@@ -27,14 +27,14 @@ static void server_main(void)
     struct erma_nexus *nx;
     struct erma_endpoint *ep;
     struct erma_rpc *rpc;
-    struct erma_kv *kv;
-    struct erma_kv_server *srv;
+    struct kv *kv;
+    struct kv_server *srv;
     const struct erma_nexus_cfg ncfg = {.workers = 1};
-    int rc = erma_kv_create(1 << 15, 64u << 20, &kv);
+    int rc = kv_create(1 << 15, 64u << 20, &kv);
     if (rc == ERMA_OK)
         rc = erma_nexus_create(&ncfg, &nx);
     if (rc == ERMA_OK)
-        rc = erma_kv_serve(nx, BASE, kv, &srv);
+        rc = kv_serve(nx, BASE, kv, &srv);
     if (rc == ERMA_OK)
         rc = erma_endpoint_create(server_uri, 0, NULL, &ep);
     if (rc == ERMA_OK)
@@ -88,7 +88,7 @@ static void client_up(struct client *c)
 }
 
 /* Sends c->req as op and waits; returns the server's status. */
-static int call(struct client *c, enum erma_kv_op op)
+static int call(struct client *c, enum kv_op op)
 {
     c->done = 0;
     assert_int_equal(erma_rpc_call(c->rpc, c->sess, BASE + op, &c->req, &c->resp, on_done, c),
@@ -98,7 +98,7 @@ static int call(struct client *c, enum erma_kv_op op)
         erma_endpoint_run_once(c->ep);
     assert_int_equal(c->done, 1);
     assert_int_equal(c->status, ERMA_OK);
-    return erma_kv_resp(&c->resp, NULL, NULL);
+    return kv_resp(&c->resp, NULL, NULL);
 }
 
 static uint32_t make_key(uint32_t k, char *key)
@@ -119,12 +119,12 @@ static uint32_t version[KEYS]; /* 0: absent */
 static void check_scan(struct client *c, uint32_t from, uint32_t count)
 {
     char key[32];
-    assert_int_equal(erma_kv_req_scan(&c->req, key, make_key(from, key), count), ERMA_OK);
-    assert_int_equal(call(c, ERMA_KV_SCAN), ERMA_OK);
+    assert_int_equal(kv_req_scan(&c->req, key, make_key(from, key), count), ERMA_OK);
+    assert_int_equal(call(c, KV_SCAN), ERMA_OK);
     uint32_t cursor = 0, k = from, n = 0, klen, vlen;
     const uint8_t *kp, *vp;
     uint8_t want[256];
-    while (erma_kv_resp_scan(&c->resp, &cursor, &kp, &klen, &vp, &vlen) == ERMA_OK) {
+    while (kv_resp_scan(&c->resp, &cursor, &kp, &klen, &vp, &vlen) == ERMA_OK) {
         while (k < KEYS && !version[k])
             k++;
         assert_true(k < KEYS);
@@ -156,22 +156,22 @@ static void test_agrees_with_model(void **state)
         const uint64_t what = erma_rand_below(&r, 10);
         if (what < 5) {
             const uint32_t vl = make_val(k, ++version[k], val);
-            assert_int_equal(erma_kv_req_put(&c.req, key, kl, val, vl), ERMA_OK);
-            assert_int_equal(call(&c, ERMA_KV_PUT), ERMA_OK);
+            assert_int_equal(kv_req_put(&c.req, key, kl, val, vl), ERMA_OK);
+            assert_int_equal(call(&c, KV_PUT), ERMA_OK);
         } else if (what < 6) {
-            assert_int_equal(erma_kv_req_del(&c.req, key, kl), ERMA_OK);
-            assert_int_equal(call(&c, ERMA_KV_DEL), version[k] ? ERMA_OK : ERMA_ENOENT);
+            assert_int_equal(kv_req_del(&c.req, key, kl), ERMA_OK);
+            assert_int_equal(call(&c, KV_DEL), version[k] ? ERMA_OK : ERMA_ENOENT);
             version[k] = 0;
         } else {
-            assert_int_equal(erma_kv_req_get(&c.req, key, kl), ERMA_OK);
-            const int rc = call(&c, ERMA_KV_GET);
+            assert_int_equal(kv_req_get(&c.req, key, kl), ERMA_OK);
+            const int rc = call(&c, KV_GET);
             if (!version[k]) {
                 assert_int_equal(rc, ERMA_ENOENT);
                 continue;
             }
             const uint8_t *v;
             uint32_t vl;
-            assert_int_equal(erma_kv_resp(&c.resp, &v, &vl), ERMA_OK);
+            assert_int_equal(kv_resp(&c.resp, &v, &vl), ERMA_OK);
             assert_int_equal(vl, make_val(k, version[k], want));
             assert_memory_equal(v, want, vl);
         }
@@ -182,9 +182,9 @@ static void test_agrees_with_model(void **state)
     /* malformed requests get a precise error, not a crash */
     memset(c.req.data, 0xff, 16);
     c.req.size = 16;
-    assert_int_equal(call(&c, ERMA_KV_GET), ERMA_EBADPKT);
-    assert_int_equal(call(&c, ERMA_KV_PUT), ERMA_EBADPKT);
-    assert_int_equal(call(&c, ERMA_KV_SCAN), ERMA_EBADPKT);
+    assert_int_equal(call(&c, KV_GET), ERMA_EBADPKT);
+    assert_int_equal(call(&c, KV_PUT), ERMA_EBADPKT);
+    assert_int_equal(call(&c, KV_SCAN), ERMA_EBADPKT);
     erma_rpc_destroy(c.rpc);
     erma_endpoint_destroy(c.ep);
     erma_nexus_destroy(c.nx);

@@ -36,37 +36,37 @@ static void key_name(uint32_t k, char key[16])
 static void test_ring(void **state)
 {
     (void)state;
-    struct erma_kvcs_ring *r5, *r5b, *r6;
-    assert_int_equal(erma_kvcs_ring_create(5, 64, &r5), ERMA_OK);
-    assert_int_equal(erma_kvcs_ring_create(5, 64, &r5b), ERMA_OK);
-    assert_int_equal(erma_kvcs_ring_create(6, 64, &r6), ERMA_OK);
-    assert_int_equal(erma_kvcs_ring_create(0, 64, &r6), ERMA_EINVAL);
+    struct kvcs_ring *r5, *r5b, *r6;
+    assert_int_equal(kvcs_ring_create(5, 64, &r5), ERMA_OK);
+    assert_int_equal(kvcs_ring_create(5, 64, &r5b), ERMA_OK);
+    assert_int_equal(kvcs_ring_create(6, 64, &r6), ERMA_OK);
+    assert_int_equal(kvcs_ring_create(0, 64, &r6), ERMA_EINVAL);
     uint32_t per[6] = {0}, moved = 0, rep[8], rep_b[8], rep6[8];
     char key[16];
     const uint32_t n = 100000;
     for (uint32_t k = 0; k < n; k++) {
         key_name(k, key);
-        assert_int_equal(erma_kvcs_ring_replicas(r5, key, 9, rep, 3), 3);
+        assert_int_equal(kvcs_ring_replicas(r5, key, 9, rep, 3), 3);
         assert_true(rep[0] != rep[1] && rep[0] != rep[2] && rep[1] != rep[2]);
         assert_true(rep[0] < 5 && rep[1] < 5 && rep[2] < 5);
-        assert_int_equal(erma_kvcs_ring_replicas(r5b, key, 9, rep_b, 3), 3);
+        assert_int_equal(kvcs_ring_replicas(r5b, key, 9, rep_b, 3), 3);
         assert_memory_equal(rep, rep_b, 3 * sizeof *rep);
-        assert_int_equal(erma_kvcs_ring_replicas(r6, key, 9, rep6, 1), 1);
+        assert_int_equal(kvcs_ring_replicas(r6, key, 9, rep6, 1), 1);
         assert_true(rep6[0] == rep[0] || rep6[0] == 5); /* only keys of the new server move */
         moved += rep6[0] == 5;
         per[rep[0]]++;
     }
-    assert_int_equal(erma_kvcs_ring_replicas(r5, "x", 1, rep, 8), 5);
-    assert_int_equal(erma_kvcs_ring_replicas(r5, "x", 0, rep, 3), ERMA_EINVAL);
+    assert_int_equal(kvcs_ring_replicas(r5, "x", 1, rep, 8), 5);
+    assert_int_equal(kvcs_ring_replicas(r5, "x", 0, rep, 3), ERMA_EINVAL);
     print_message("  primaries of 10^5 keys on 5 servers x 64 vnodes: %u %u %u %u %u; "
                   "%u moved to a 6th server\n",
                   per[0], per[1], per[2], per[3], per[4], moved);
     for (int s = 0; s < 5; s++)
         assert_true(per[s] > n / 5 * 3 / 4 && per[s] < n / 5 * 5 / 4);
     assert_true(moved > n / 6 / 2 && moved < n / 6 * 3 / 2);
-    erma_kvcs_ring_destroy(r5);
-    erma_kvcs_ring_destroy(r5b);
-    erma_kvcs_ring_destroy(r6);
+    kvcs_ring_destroy(r5);
+    kvcs_ring_destroy(r5b);
+    kvcs_ring_destroy(r6);
 }
 
 /* ---- servers in child processes ---- */
@@ -85,15 +85,15 @@ static void server_main(const char *uri)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
     /* three servers and the client share two cores: servers sleep when idle */
-    const struct erma_kvcs_server_cfg cfg = {.uri = uri, .buckets = 1 << 14,
-                                             .log_bytes = 32u << 20, .idle_wait_ns = 20000};
-    struct erma_kvcs_server *srv;
-    if (erma_kvcs_server_create(&cfg, &srv) != ERMA_OK)
+    const struct kvcs_server_cfg cfg = {.uri = uri, .buckets = 1 << 14,
+                                        .log_bytes = 32u << 20, .idle_wait_ns = 20000};
+    struct kvcs_server *srv;
+    if (kvcs_server_create(&cfg, &srv) != ERMA_OK)
         _exit(2);
     const uint64_t end = erma_now_ns() + 120 * SEC;
     while (erma_now_ns() < end && getppid() != 1)
-        erma_kvcs_server_run(srv, 10000000);
-    erma_kvcs_server_destroy(srv);
+        kvcs_server_run(srv, 10000000);
+    kvcs_server_destroy(srv);
     _exit(0);
 }
 
@@ -155,11 +155,11 @@ static uint32_t version_of(uint32_t k, const uint8_t *val, uint32_t vlen)
 /* ---- driving a client ---- */
 
 struct rec {
-    struct erma_kvcs_client *c;
+    struct kvcs_client *c;
     uint32_t key, version;
     int status, calls;
     bool value_ok;
-    struct erma_kvcs_op_info info;
+    struct kvcs_op_info info;
 };
 
 static void on_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
@@ -168,16 +168,16 @@ static void on_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
     r->calls++;
     r->status = status;
     r->value_ok = status == ERMA_OK && val && version_of(r->key, val, vlen) == r->version;
-    assert_int_equal(erma_kvcs_op_info(r->c, &r->info), ERMA_OK);
+    assert_int_equal(kvcs_op_info(r->c, &r->info), ERMA_OK);
 }
 
 /* Runs the client until every rec in recs[0..n) has its callback. */
-static void wait_all(struct erma_kvcs_client *c, struct rec *recs, uint32_t n)
+static void wait_all(struct kvcs_client *c, struct rec *recs, uint32_t n)
 {
     const uint64_t end = erma_now_ns() + 10 * SEC;
     uint32_t done = 0, completed = 0; /* as run_once counts them */
     while (done < n && erma_now_ns() < end) {
-        completed += (uint32_t)erma_kvcs_client_run_once(c);
+        completed += (uint32_t)kvcs_client_run_once(c);
         while (done < n && recs[done].calls)
             done++;
     }
@@ -189,21 +189,21 @@ static void wait_all(struct erma_kvcs_client *c, struct rec *recs, uint32_t n)
     }
 }
 
-static struct erma_kvcs_client *client_up(struct servers *s, uint32_t replicas,
-                                          uint64_t attempt_ns)
+static struct kvcs_client *client_up(struct servers *s, uint32_t replicas,
+                                     uint64_t attempt_ns)
 {
-    const struct erma_kvcs_client_cfg cfg = {.uri = s->client_uri, .servers = s->uris,
-                                             .nservers = s->n, .replicas = replicas,
-                                             .attempt_timeout_ns = attempt_ns,
-                                             .failure_ns = 10 * attempt_ns, .cc_off = true};
-    struct erma_kvcs_client *c;
-    assert_int_equal(erma_kvcs_client_create(&cfg, &c), ERMA_OK);
+    const struct kvcs_client_cfg cfg = {.uri = s->client_uri, .servers = s->uris,
+                                        .nservers = s->n, .replicas = replicas,
+                                        .attempt_timeout_ns = attempt_ns,
+                                        .failure_ns = 10 * attempt_ns, .cc_off = true};
+    struct kvcs_client *c;
+    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
     return c;
 }
 
 /* Issues op(i) for i in [0, n), at most depth at a time, and waits for all. */
-static void batch(struct erma_kvcs_client *c, struct rec *recs, uint32_t n, uint32_t depth,
-                  int (*op)(struct erma_kvcs_client *, struct rec *))
+static void batch(struct kvcs_client *c, struct rec *recs, uint32_t n, uint32_t depth,
+                  int (*op)(struct kvcs_client *, struct rec *))
 {
     for (uint32_t i = 0; i < n; i += depth) {
         const uint32_t m = n - i < depth ? n - i : depth;
@@ -213,29 +213,29 @@ static void batch(struct erma_kvcs_client *c, struct rec *recs, uint32_t n, uint
     }
 }
 
-static int put_rec(struct erma_kvcs_client *c, struct rec *r)
+static int put_rec(struct kvcs_client *c, struct rec *r)
 {
     static uint8_t val[8192];
     char key[16];
     key_name(r->key, key);
-    return erma_kvcs_put(c, key, 9, val, make_val(r->key, r->version, val), on_done, r);
+    return kvcs_put(c, key, 9, val, make_val(r->key, r->version, val), on_done, r);
 }
 
-static int get_rec(struct erma_kvcs_client *c, struct rec *r)
+static int get_rec(struct kvcs_client *c, struct rec *r)
 {
     char key[16];
     key_name(r->key, key);
-    return erma_kvcs_get(c, key, 9, on_done, r);
+    return kvcs_get(c, key, 9, on_done, r);
 }
 
-static int del_rec(struct erma_kvcs_client *c, struct rec *r)
+static int del_rec(struct kvcs_client *c, struct rec *r)
 {
     char key[16];
     key_name(r->key, key);
-    return erma_kvcs_del(c, key, 9, on_done, r);
+    return kvcs_del(c, key, 9, on_done, r);
 }
 
-static void recs_reset(struct rec *recs, uint32_t n, struct erma_kvcs_client *c,
+static void recs_reset(struct rec *recs, uint32_t n, struct kvcs_client *c,
                        uint32_t first_key)
 {
     for (uint32_t i = 0; i < n; i++)
@@ -256,7 +256,7 @@ static bool stored_everywhere(const struct rec *r)
  * returns how many. Under ASan on a 2-core VM an RPC session now and then
  * spends seconds in go-back-N rounds (its server's socket overflows, 10^5
  * retransmissions in a run), and its requests time out. */
-static uint32_t put_again(struct erma_kvcs_client *c, struct rec *recs, uint32_t n)
+static uint32_t put_again(struct kvcs_client *c, struct rec *recs, uint32_t n)
 {
     uint32_t again = 0;
     for (int round = 0; round < 5; round++)
@@ -273,9 +273,9 @@ static uint32_t put_again(struct erma_kvcs_client *c, struct rec *recs, uint32_t
     return again;
 }
 
-static void check_gets(struct erma_kvcs_client *c, struct rec *recs, enum erma_kvcs_method m)
+static void check_gets(struct kvcs_client *c, struct rec *recs, enum kvcs_method m)
 {
-    erma_kvcs_client_set_method(c, m);
+    kvcs_client_set_method(c, m);
     recs_reset(recs, KEYS, c, 0);
     batch(c, recs, KEYS, 128, get_rec);
     /* GETs whose every try timed out (RPC sessions stuck in go-back-N
@@ -297,8 +297,8 @@ static void check_gets(struct erma_kvcs_client *c, struct rec *recs, enum erma_k
 }
 
 /* 16 ops on keys from first_key, 16 at a time: each must end with status. */
-static void expect_all(struct erma_kvcs_client *c, struct rec *recs, uint32_t first_key,
-                       int (*op)(struct erma_kvcs_client *, struct rec *), int status)
+static void expect_all(struct kvcs_client *c, struct rec *recs, uint32_t first_key,
+                       int (*op)(struct kvcs_client *, struct rec *), int status)
 {
     recs_reset(recs, 16, c, first_key);
     batch(c, recs, 16, 16, op);
@@ -306,43 +306,43 @@ static void expect_all(struct erma_kvcs_client *c, struct rec *recs, uint32_t fi
         assert_int_equal(recs[i].status, status);
 }
 
-static void check_missing(struct erma_kvcs_client *c, struct rec *recs)
+static void check_missing(struct kvcs_client *c, struct rec *recs)
 {
     for (int m = 0; m < 2; m++) {
-        erma_kvcs_client_set_method(c, m ? ERMA_KVCS_READ : ERMA_KVCS_RPC);
+        kvcs_client_set_method(c, m ? KVCS_READ : KVCS_RPC);
         expect_all(c, recs, 900000, get_rec, ERMA_ENOENT);
     }
     /* delete 16 keys: gone by both methods, a second delete finds nothing */
     expect_all(c, recs, 100, del_rec, ERMA_OK);
     expect_all(c, recs, 100, get_rec, ERMA_ENOENT);
-    erma_kvcs_client_set_method(c, ERMA_KVCS_RPC);
+    kvcs_client_set_method(c, KVCS_RPC);
     expect_all(c, recs, 100, get_rec, ERMA_ENOENT);
     expect_all(c, recs, 100, del_rec, ERMA_ENOENT);
 }
 
-static void check_refused(struct erma_kvcs_client *c, struct rec *recs)
+static void check_refused(struct kvcs_client *c, struct rec *recs)
 {
-    static uint8_t big[ERMA_KV_MAX_ITEM];
-    uint8_t key[ERMA_KVCS_MAX_KEY + 1] = {0};
-    struct erma_kvcs_op_info info;
-    assert_int_equal(erma_kvcs_get(c, key, 0, on_done, recs), ERMA_EINVAL);
-    assert_int_equal(erma_kvcs_put(c, key, 0, big, 8, on_done, recs), ERMA_EINVAL);
-    assert_int_equal(erma_kvcs_del(c, key, 0, on_done, recs), ERMA_EINVAL);
-    assert_int_equal(erma_kvcs_get(c, NULL, 4, on_done, recs), ERMA_EINVAL);
-    assert_int_equal(erma_kvcs_get(c, key, 4, NULL, recs), ERMA_EINVAL);
-    assert_int_equal(erma_kvcs_put(c, key, 4, NULL, 8, on_done, recs), ERMA_EINVAL);
-    assert_int_equal(erma_kvcs_get(c, key, sizeof key, on_done, recs), ERMA_E2BIG);
-    assert_int_equal(erma_kvcs_put(c, key, sizeof key, big, 8, on_done, recs), ERMA_E2BIG);
-    assert_int_equal(erma_kvcs_put(c, key, 8, big, sizeof big, on_done, recs), ERMA_E2BIG);
-    assert_int_equal(erma_kvcs_op_info(c, &info), ERMA_EINVAL);
+    static uint8_t big[KV_MAX_ITEM];
+    uint8_t key[KVCS_MAX_KEY + 1] = {0};
+    struct kvcs_op_info info;
+    assert_int_equal(kvcs_get(c, key, 0, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(kvcs_put(c, key, 0, big, 8, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(kvcs_del(c, key, 0, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(kvcs_get(c, NULL, 4, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(kvcs_get(c, key, 4, NULL, recs), ERMA_EINVAL);
+    assert_int_equal(kvcs_put(c, key, 4, NULL, 8, on_done, recs), ERMA_EINVAL);
+    assert_int_equal(kvcs_get(c, key, sizeof key, on_done, recs), ERMA_E2BIG);
+    assert_int_equal(kvcs_put(c, key, sizeof key, big, 8, on_done, recs), ERMA_E2BIG);
+    assert_int_equal(kvcs_put(c, key, 8, big, sizeof big, on_done, recs), ERMA_E2BIG);
+    assert_int_equal(kvcs_op_info(c, &info), ERMA_EINVAL);
     /* the largest value that fits a kv item is stored and read back */
-    const uint32_t most = ERMA_KV_MAX_ITEM - 16 - 8 - 7 - 8;
+    const uint32_t most = KV_MAX_ITEM - 16 - 8 - 7 - 8;
     memset(big, 0xab, most);
     recs_reset(recs, 1, c, 0);
-    assert_int_equal(erma_kvcs_put(c, key, 8, big, most, on_done, recs), ERMA_OK);
+    assert_int_equal(kvcs_put(c, key, 8, big, most, on_done, recs), ERMA_OK);
     wait_all(c, recs, 1);
     assert_int_equal(recs[0].status, ERMA_OK);
-    assert_int_equal(erma_kvcs_put(c, key, 8, big, most + 1, on_done, recs), ERMA_E2BIG);
+    assert_int_equal(kvcs_put(c, key, 8, big, most + 1, on_done, recs), ERMA_E2BIG);
     /* every op slot taken: ENOSLOTS, then all 256 complete */
     recs_reset(recs, 257, c, 900000);
     for (int i = 0; i < 256; i++)
@@ -360,7 +360,7 @@ static void test_methods(void **state)
     servers_up(&s, 0);
     uint64_t t[4] = {erma_now_ns()};
     /* generous timeouts: this test checks values, not failover */
-    struct erma_kvcs_client *c = client_up(&s, 2, 3 * SEC);
+    struct kvcs_client *c = client_up(&s, 2, 3 * SEC);
     recs_reset(recs, KEYS, c, 0);
     t[1] = erma_now_ns();
     batch(c, recs, KEYS, 128, put_rec);
@@ -372,24 +372,24 @@ static void test_methods(void **state)
         assert_int_equal(recs[i].info.status[0], ERMA_OK);
         assert_int_equal(recs[i].info.status[1], ERMA_OK);
     }
-    check_gets(c, recs, ERMA_KVCS_RPC);
+    check_gets(c, recs, KVCS_RPC);
     t[3] = erma_now_ns();
-    check_gets(c, recs, ERMA_KVCS_READ);
+    check_gets(c, recs, KVCS_READ);
     print_message("  connected in %.0f ms; %u PUTs in %.0f ms (%u made again), GETs by RPC in "
                   "%.0f ms, by READ in %.0f ms\n",
                   (t[1] - t[0]) / 1e6, KEYS, (t[2] - t[1]) / 1e6, again, (t[3] - t[2]) / 1e6,
                   (erma_now_ns() - t[3]) / 1e6);
     check_missing(c, recs);
     check_refused(c, recs);
-    struct erma_kvcs_client_stats st;
-    erma_kvcs_client_get_stats(c, &st);
+    struct kvcs_client_stats st;
+    kvcs_client_get_stats(c, &st);
     print_message("  %lu GETs (%lu by RPC, %lu by READ), %lu PUTs, %lu DELs, %lu failed, "
                   "%lu failovers\n",
                   (unsigned long)st.gets, (unsigned long)st.rpc_gets,
                   (unsigned long)st.read_gets, (unsigned long)st.puts, (unsigned long)st.dels,
                   (unsigned long)st.failed, (unsigned long)st.failovers);
     assert_true(st.failed <= again + 3 * KEYS); /* PUTs and GETs made again */
-    erma_kvcs_client_destroy(c);
+    kvcs_client_destroy(c);
     servers_down(&s);
 }
 
@@ -413,7 +413,7 @@ struct fop {
 };
 
 struct fail_run {
-    struct erma_kvcs_client *c;
+    struct kvcs_client *c;
     struct key_state keys[FKEYS];
     struct fop ops[DEPTH];
     struct erma_rand rng;
@@ -442,7 +442,7 @@ static void wrong(struct fail_run *r, const struct fop *o, const char *why, uint
 }
 
 static void put_finished(struct fail_run *r, struct fop *o, int status,
-                         const struct erma_kvcs_op_info *info)
+                         const struct kvcs_op_info *info)
 {
     struct key_state *k = &r->keys[o->key];
     k->busy = false;
@@ -460,7 +460,7 @@ static void put_finished(struct fail_run *r, struct fop *o, int status,
  * answering replica acknowledged before the GET started, not newer than the
  * last PUT issued. */
 static void get_finished(struct fail_run *r, struct fop *o, int status, const uint8_t *val,
-                         uint32_t vlen, const struct erma_kvcs_op_info *info)
+                         uint32_t vlen, const struct kvcs_op_info *info)
 {
     const uint32_t s = info->answered;
     if (status == ERMA_ENOENT) {
@@ -487,8 +487,8 @@ static void on_fop(void *tag, int status, const uint8_t *val, uint32_t vlen)
         r->extra_calls++;
         return;
     }
-    struct erma_kvcs_op_info info;
-    assert_int_equal(erma_kvcs_op_info(r->c, &info), ERMA_OK);
+    struct kvcs_op_info info;
+    assert_int_equal(kvcs_op_info(r->c, &info), ERMA_OK);
     o->live = false;
     r->done++;
     status == ERMA_OK ? r->ok++ : status == ERMA_ENOENT ? r->miss++ : r->failed++;
@@ -525,10 +525,10 @@ static void start_fop(struct fail_run *r, struct fop *o)
     if (put) {
         o->version = ++ks->issued;
         ks->busy = true;
-        rc = erma_kvcs_put(r->c, key, 9, val, make_val(k, o->version, val), on_fop, o);
+        rc = kvcs_put(r->c, key, 9, val, make_val(k, o->version, val), on_fop, o);
     } else {
-        erma_kvcs_client_set_method(r->c, r->started % 2 ? ERMA_KVCS_READ : ERMA_KVCS_RPC);
-        rc = erma_kvcs_get(r->c, key, 9, on_fop, o);
+        kvcs_client_set_method(r->c, r->started % 2 ? KVCS_READ : KVCS_RPC);
+        rc = kvcs_get(r->c, key, 9, on_fop, o);
     }
     assert_int_equal(rc, ERMA_OK);
     r->started++;
@@ -559,7 +559,7 @@ static void load_keys(struct fail_run *r)
  * after ns more; then drains. The victim is reaped later: waiting for a
  * big (ASan) process to go took a second at times. */
 static void fail_workload(struct fail_run *r, struct servers *s, uint64_t kill_at, uint64_t after,
-                          struct erma_kvcs_client_stats *at_kill)
+                          struct kvcs_client_stats *at_kill)
 {
     const uint64_t t0 = erma_now_ns(), end = t0 + kill_at + after + 10 * SEC;
     uint64_t stop = UINT64_MAX;
@@ -567,14 +567,14 @@ static void fail_workload(struct fail_run *r, struct servers *s, uint64_t kill_a
         const uint64_t now = erma_now_ns();
         if (!r->killed && now >= t0 + kill_at) {
             kill(s->pid[r->victim], SIGKILL);
-            erma_kvcs_client_get_stats(r->c, at_kill);
+            kvcs_client_get_stats(r->c, at_kill);
             r->killed = true;
             stop = erma_now_ns() + after;
         }
         for (int i = 0; i < DEPTH && now < stop && r->started < MAX_OPS3; i++)
             if (!r->ops[i].live)
                 start_fop(r, &r->ops[i]);
-        erma_kvcs_client_run_once(r->c);
+        kvcs_client_run_once(r->c);
     }
 }
 
@@ -602,7 +602,7 @@ static void check_rejoin(struct fail_run *r, struct servers *s)
         server_main(s->uri[r->victim]);
     const uint64_t t0 = erma_now_ns();
     uint64_t put_back = 0, read_back = 0;
-    erma_kvcs_client_set_method(r->c, ERMA_KVCS_READ);
+    kvcs_client_set_method(r->c, KVCS_READ);
     /* 10 s: 10x a probe period (down_ns) and a failed probe (failure_ns) */
     for (uint32_t k = 0; !read_back && erma_now_ns() < t0 + 10 * SEC; k++) {
         if (!put_on(r, r->victim, k, &rec))
@@ -631,16 +631,16 @@ static void replica_failure(uint32_t replicas, int slot, unsigned victim)
     erma_rand_seed(&r.rng, 23 + replicas);
     r.victim = victim;
     servers_up(&s, slot);
-    const struct erma_kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
-                                             .nservers = s.n, .replicas = replicas,
-                                             .attempt_timeout_ns = 50000000,
-                                             .down_ns = 200000000, .cc_off = true};
-    assert_int_equal(erma_kvcs_client_create(&cfg, &r.c), ERMA_OK);
+    const struct kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
+                                        .nservers = s.n, .replicas = replicas,
+                                        .attempt_timeout_ns = 50000000,
+                                        .down_ns = 200000000, .cc_off = true};
+    assert_int_equal(kvcs_client_create(&cfg, &r.c), ERMA_OK);
     load_keys(&r);
-    struct erma_kvcs_client_stats k, st;
+    struct kvcs_client_stats k, st;
     memset(&k, 0, sizeof k);
     fail_workload(&r, &s, 500000000, 1000000000, &k);
-    erma_kvcs_client_get_stats(r.c, &st);
+    kvcs_client_get_stats(r.c, &st);
     print_message("  R = %u: %lu ops (%lu GETs: %lu by RPC, %lu by READ; %lu PUTs): %lu ok, %lu "
                   "absent, %lu failed, %lu wrong; after the kill %lu of %lu ok, slowest GET "
                   "%.1f ms, %lu failovers (%lu before), %lu GETs passed a down replica, %lu "
@@ -662,7 +662,7 @@ static void replica_failure(uint32_t replicas, int slot, unsigned victim)
     assert_true(r.after_kill_ok > r.after_kill_done / 2);
     if (replicas == 3)
         check_rejoin(&r, &s);
-    erma_kvcs_client_destroy(r.c);
+    kvcs_client_destroy(r.c);
     servers_down(&s);
 }
 
@@ -684,7 +684,7 @@ static void on_lone(void *tag, int status, const uint8_t *val, uint32_t vlen)
 
 /* Closed-loop GETs with 200 us of application work per pass for ns; true
  * once one got an answer (the value or a miss). */
-static bool lone_gets(struct erma_kvcs_client *c, struct lone *l, uint64_t ns, bool until_ok)
+static bool lone_gets(struct kvcs_client *c, struct lone *l, uint64_t ns, bool until_ok)
 {
     const uint64_t end = erma_now_ns() + ns;
     while (erma_now_ns() < end) {
@@ -694,9 +694,9 @@ static bool lone_gets(struct erma_kvcs_client *c, struct lone *l, uint64_t ns, b
         if (!l->busy) {
             if (until_ok && (l->status == ERMA_OK || l->status == ERMA_ENOENT))
                 return true;
-            l->busy = erma_kvcs_get(c, "k", 1, on_lone, l) == ERMA_OK;
+            l->busy = kvcs_get(c, "k", 1, on_lone, l) == ERMA_OK;
         }
-        erma_kvcs_client_run_once(c);
+        kvcs_client_run_once(c);
     }
     return false;
 }
@@ -709,13 +709,13 @@ static void test_lone_replica_rejoins(void **state)
     (void)state;
     static struct servers s;
     servers_up(&s, 2);
-    const struct erma_kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
-                                             .nservers = 1, .replicas = 1,
-                                             .attempt_timeout_ns = 10000000,
-                                             .down_ns = 100000000, .failure_ns = 100000000,
-                                             .cc_off = true};
-    struct erma_kvcs_client *c;
-    assert_int_equal(erma_kvcs_client_create(&cfg, &c), ERMA_OK);
+    const struct kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
+                                        .nservers = 1, .replicas = 1,
+                                        .attempt_timeout_ns = 10000000,
+                                        .down_ns = 100000000, .failure_ns = 100000000,
+                                        .cc_off = true};
+    struct kvcs_client *c;
+    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
     struct lone l = {0};
     server_kill(&s, 0);
     lone_gets(c, &l, 400000000, false);
@@ -729,7 +729,7 @@ static void test_lone_replica_rejoins(void **state)
     print_message("  a lone replica answered again %.0f ms after its restart\n",
                   back ? (erma_now_ns() - t0) / 1e6 : -1.0);
     assert_true(back);
-    erma_kvcs_client_destroy(c);
+    kvcs_client_destroy(c);
     servers_down(&s);
 }
 
@@ -747,14 +747,14 @@ static void test_all_replicas_down(void **state)
     static struct servers s;
     static struct rec rec;
     servers_up(&s, 3);
-    const struct erma_kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
-                                             .nservers = s.n, .replicas = 3,
-                                             .method = ERMA_KVCS_READ,
-                                             .attempt_timeout_ns = 20000000,
-                                             .down_ns = 50000000, .failure_ns = 200000000,
-                                             .cc_off = true};
-    struct erma_kvcs_client *c;
-    assert_int_equal(erma_kvcs_client_create(&cfg, &c), ERMA_OK);
+    const struct kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
+                                        .nservers = s.n, .replicas = 3,
+                                        .method = KVCS_READ,
+                                        .attempt_timeout_ns = 20000000,
+                                        .down_ns = 50000000, .failure_ns = 200000000,
+                                        .cc_off = true};
+    struct kvcs_client *c;
+    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
     servers_down(&s);
     const uint64_t end = erma_now_ns() + 10 * SEC;
     bool tried = true;
@@ -780,10 +780,10 @@ static void test_all_replicas_down(void **state)
         const int why = rec.info.down_err[i];
         assert_true(why == ERMA_ETIMEDOUT || why == ERMA_EPEERFAILED || why == ERMA_EREFUSED);
     }
-    struct erma_kvcs_client_stats st;
-    erma_kvcs_client_get_stats(c, &st);
+    struct kvcs_client_stats st;
+    kvcs_client_get_stats(c, &st);
     assert_int_equal(st.failed, gets);
-    erma_kvcs_client_destroy(c);
+    kvcs_client_destroy(c);
 }
 
 static void test_replica_failure(void **state)

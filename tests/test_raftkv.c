@@ -35,12 +35,12 @@
 
 struct cluster {
     struct erma_sim *sim;
-    struct erma_raftkv_server *srv[N];
-    struct erma_raftkv_client *cli;
+    struct raftkv_server *srv[N];
+    struct raftkv_client *cli;
     char uri[N][64];
     const char *uris[N];
     char dir[N][PATH_MAX];
-    struct erma_raftkv_server_cfg cfg; /* what every replica starts with */
+    struct raftkv_server_cfg cfg; /* what every replica starts with */
 };
 
 /* The directories of the cluster a test runs, removed by the teardown
@@ -64,25 +64,25 @@ static const char *scratch_dir(void)
 
 static void server_up(struct cluster *c, unsigned i)
 {
-    struct erma_raftkv_server_cfg cfg = c->cfg;
+    struct raftkv_server_cfg cfg = c->cfg;
     cfg.id = i + 1;
     cfg.peers = c->uris;
     cfg.npeers = N;
     cfg.data_dir = c->dir[i];
     cfg.seed = 1000 + i;
-    assert_int_equal(erma_raftkv_server_create(&cfg, &c->srv[i]), ERMA_OK);
+    assert_int_equal(raftkv_server_create(&cfg, &c->srv[i]), ERMA_OK);
 }
 
 static void server_down(struct cluster *c, unsigned i)
 {
-    erma_raftkv_server_destroy(c->srv[i]);
+    raftkv_server_destroy(c->srv[i]);
     c->srv[i] = NULL;
 }
 
 /* A cluster of replicas started with cfg (id, peers, data_dir and seed
  * their own) and a client whose failure_ns is client_failure_ns. */
 static void cluster_start(struct cluster *c, const char *name,
-                          const struct erma_raftkv_server_cfg *cfg, uint64_t client_failure_ns)
+                          const struct raftkv_server_cfg *cfg, uint64_t client_failure_ns)
 {
     memset(c, 0, sizeof *c);
     struct erma_sim_cfg sc;
@@ -103,9 +103,9 @@ static void cluster_start(struct cluster *c, const char *name,
         server_up(c, i);
     char curi[64];
     snprintf(curi, sizeof curi, "sim://%s/%u:0", name, N);
-    const struct erma_raftkv_client_cfg cc = {.uri = curi, .servers = c->uris, .nservers = N,
-                                              .max_ops = 256, .failure_ns = client_failure_ns};
-    assert_int_equal(erma_raftkv_client_create(&cc, &c->cli), ERMA_OK);
+    const struct raftkv_client_cfg cc = {.uri = curi, .servers = c->uris, .nservers = N,
+                                         .max_ops = 256, .failure_ns = client_failure_ns};
+    assert_int_equal(raftkv_client_create(&cc, &c->cli), ERMA_OK);
 }
 
 /* Fast raft timers (a 20 ms heartbeat, 200 ms elections) and failure
@@ -113,7 +113,7 @@ static void cluster_start(struct cluster *c, const char *name,
 static void cluster_up(struct cluster *c, const char *name, unsigned snapshot_threshold,
                        unsigned snapshot_trailing)
 {
-    const struct erma_raftkv_server_cfg cfg = {
+    const struct raftkv_server_cfg cfg = {
         .heartbeat_ms = 20, .election_ms = 200, .failure_ns = 100 * MS,
         .snapshot_threshold = snapshot_threshold, .snapshot_trailing = snapshot_trailing,
         .kv_buckets = 1u << 14, .kv_log_bytes = 8u << 20};
@@ -145,7 +145,7 @@ static int remove_test_dirs(void **state)
 
 static void cluster_down(struct cluster *c)
 {
-    erma_raftkv_client_destroy(c->cli);
+    raftkv_client_destroy(c->cli);
     for (unsigned i = 0; i < N; i++)
         if (c->srv[i])
             server_down(c, i);
@@ -157,7 +157,7 @@ static void cluster_down(struct cluster *c)
 
 /* ---- watching every replica's raft state (test 5) ----
  * While a watch is set, run() looks at every live replica after each
- * round of polls (erma_raftkv_sim_run's done() hook): the replicas seen
+ * round of polls (raftkv_sim_run's done() hook): the replicas seen
  * leading each term, those seen committing (commit index advanced) while
  * leading, and each follower's commit advancing under a leader it names. */
 
@@ -187,7 +187,7 @@ static void watch_look(struct watch *w)
     for (unsigned i = 0; i < N; i++) {
         if (!w->c->srv[i])
             continue;
-        struct raft *r = erma_raftkv_server_raft(w->c->srv[i]);
+        struct raft *r = raftkv_server_raft(w->c->srv[i]);
         const raft_term t = r->current_term;
         if (t >= WATCH_TERMS) {
             w->violations++;
@@ -241,12 +241,12 @@ static int run(struct cluster *c, uint64_t ns, bool (*done)(void *ctx), void *ct
         void *const ctx0 = w->ctx;
         w->done = done;
         w->ctx = ctx;
-        const int rc = erma_raftkv_sim_run(c->sim, c->srv, N, &c->cli, 1, ns, watch_done, w);
+        const int rc = raftkv_sim_run(c->sim, c->srv, N, &c->cli, 1, ns, watch_done, w);
         w->done = done0;
         w->ctx = ctx0;
         return rc;
     }
-    return erma_raftkv_sim_run(c->sim, c->srv, N, &c->cli, 1, ns, done, ctx);
+    return raftkv_sim_run(c->sim, c->srv, N, &c->cli, 1, ns, done, ctx);
 }
 
 /* The one live leader, or -1. */
@@ -254,7 +254,7 @@ static int leader(const struct cluster *c)
 {
     int l = -1;
     for (unsigned i = 0; i < N; i++)
-        if (c->srv[i] && erma_raftkv_server_state(c->srv[i]) == RAFT_LEADER) {
+        if (c->srv[i] && raftkv_server_state(c->srv[i]) == RAFT_LEADER) {
             if (l >= 0)
                 return -1;
             l = (int)i;
@@ -323,8 +323,8 @@ static bool load_step(void *ctx)
         key_of(l->next, key);
         const uint32_t vlen = val_of(l->next, l->round, val);
         tags[l->next] = (struct put_tag){l, l->next};
-        if (erma_raftkv_put(l->c->cli, key, (uint32_t)strlen(key), val, vlen, put_done,
-                            &tags[l->next]) != ERMA_OK)
+        if (raftkv_put(l->c->cli, key, (uint32_t)strlen(key), val, vlen, put_done,
+                       &tags[l->next]) != ERMA_OK)
             break;
         l->next++;
         l->inflight++;
@@ -352,17 +352,17 @@ static bool applied_equal(void *ctx)
     const int l = leader(c);
     if (l < 0)
         return false;
-    want = raft_last_applied(erma_raftkv_server_raft(c->srv[l]));
+    want = raft_last_applied(raftkv_server_raft(c->srv[l]));
     for (unsigned i = 0; i < N; i++)
-        if (c->srv[i] && raft_last_applied(erma_raftkv_server_raft(c->srv[i])) != want)
+        if (c->srv[i] && raft_last_applied(raftkv_server_raft(c->srv[i])) != want)
             return false;
     return true;
 }
 
 struct cmp {
-    const struct erma_kv *other;
+    const struct kv *other;
     uint64_t n, bad;
-    uint8_t buf[ERMA_KV_MAX_ITEM];
+    uint8_t buf[KV_MAX_ITEM];
 };
 
 static int cmp_one(void *ctx, const void *key, uint32_t klen, const void *val, uint32_t vlen)
@@ -370,7 +370,7 @@ static int cmp_one(void *ctx, const void *key, uint32_t klen, const void *val, u
     struct cmp *m = ctx;
     uint32_t olen = 0;
     m->n++;
-    if (!val || erma_kv_get(m->other, key, klen, m->buf, sizeof m->buf, &olen) != ERMA_OK ||
+    if (!val || kv_get(m->other, key, klen, m->buf, sizeof m->buf, &olen) != ERMA_OK ||
         olen != vlen || memcmp(m->buf, val, vlen) != 0)
         m->bad++;
     return 0;
@@ -385,9 +385,9 @@ static void replicas_equal(struct cluster *c, uint64_t keys)
         for (unsigned i = 0; i < N; i++) {
             if (!c->srv[i])
                 continue;
-            struct raft *r = erma_raftkv_server_raft(c->srv[i]);
-            struct erma_raftkv_io_stats io;
-            erma_raftkv_io_get_stats(erma_raftkv_server_io(c->srv[i]), &io);
+            struct raft *r = raftkv_server_raft(c->srv[i]);
+            struct raftkv_io_stats io;
+            raftkv_io_get_stats(raftkv_server_io(c->srv[i]), &io);
             print_message("  replica %u: state %d term %llu last index %llu applied %llu; "
                           "io sent %llu (%llu failed, %llu acked) received %llu entries %llu "
                           "snapshots put %llu installed %llu sent %llu\n",
@@ -407,16 +407,16 @@ static void replicas_equal(struct cluster *c, uint64_t keys)
     for (unsigned i = 0; i < N && a < 0; i++)
         if (c->srv[i])
             a = (int)i;
-    const struct raft_fsm *fa = erma_raftkv_server_fsm(c->srv[a]);
-    assert_int_equal(erma_raftkv_fsm_keys(fa), keys);
+    const struct raft_fsm *fa = raftkv_server_fsm(c->srv[a]);
+    assert_int_equal(raftkv_fsm_keys(fa), keys);
     for (unsigned i = 0; i < N; i++) {
         if (!c->srv[i] || (int)i == a)
             continue;
-        const struct raft_fsm *fi = erma_raftkv_server_fsm(c->srv[i]);
-        assert_int_equal(erma_raftkv_fsm_keys(fi), keys);
+        const struct raft_fsm *fi = raftkv_server_fsm(c->srv[i]);
+        assert_int_equal(raftkv_fsm_keys(fi), keys);
         memset(&cmp_state, 0, sizeof cmp_state);
-        cmp_state.other = erma_raftkv_fsm_kv(fi);
-        erma_raftkv_fsm_walk(fa, cmp_one, &cmp_state);
+        cmp_state.other = raftkv_fsm_kv(fi);
+        raftkv_fsm_walk(fa, cmp_one, &cmp_state);
         assert_int_equal(cmp_state.n, keys);
         assert_int_equal(cmp_state.bad, 0);
     }
@@ -425,7 +425,7 @@ static void replicas_equal(struct cluster *c, uint64_t keys)
 /* Every acked key of l holds its value on replica i. */
 static void holds_acked(struct cluster *c, unsigned i, const struct load *l)
 {
-    const struct erma_kv *kv = erma_raftkv_fsm_kv(erma_raftkv_server_fsm(c->srv[i]));
+    const struct kv *kv = raftkv_fsm_kv(raftkv_server_fsm(c->srv[i]));
     uint32_t n = 0;
     for (uint32_t k = 0; k < l->total; k++) {
         if (!l->acked_key[k])
@@ -434,7 +434,7 @@ static void holds_acked(struct cluster *c, unsigned i, const struct load *l)
         key_of(k, key);
         const uint32_t wlen = val_of(k, l->round, want);
         uint32_t glen = 0;
-        assert_int_equal(erma_kv_get(kv, key, (uint32_t)strlen(key), got, sizeof got, &glen),
+        assert_int_equal(kv_get(kv, key, (uint32_t)strlen(key), got, sizeof got, &glen),
                          ERMA_OK);
         assert_int_equal(glen, wlen);
         assert_memory_equal(got, want, wlen);
@@ -482,8 +482,8 @@ static bool gets_step(void *ctx)
         char key[16];
         key_of(k, key);
         gtags[k] = (struct get_tag){g, k};
-        assert_int_equal(erma_raftkv_get(g->c->cli, key, (uint32_t)strlen(key), false, get_done,
-                                         &gtags[k]),
+        assert_int_equal(raftkv_get(g->c->cli, key, (uint32_t)strlen(key), false, get_done,
+                                    &gtags[k]),
                          ERMA_OK);
         g->inflight++;
     }
@@ -534,9 +534,9 @@ static int one_op(struct cluster *c, int op, uint32_t k, struct one *o)
     key_of(k, key);
     memset(o, 0, sizeof *o);
     const uint32_t klen = (uint32_t)strlen(key);
-    const int rc = op == OP_DEL ? erma_raftkv_del(c->cli, key, klen, one_done, o)
-                                : erma_raftkv_get(c->cli, key, klen, op == OP_GET_STALE,
-                                                  one_done, o);
+    const int rc = op == OP_DEL ? raftkv_del(c->cli, key, klen, one_done, o)
+                                : raftkv_get(c->cli, key, klen, op == OP_GET_STALE,
+                                             one_done, o);
     assert_int_equal(rc, ERMA_OK);
     assert_int_equal(run(c, 20 * SEC, one_finished, o), ERMA_OK);
     return o->status;
@@ -561,11 +561,11 @@ static void test_replicate(void **state)
     replicas_equal(&c, MAX_KEYS);
     /* The same commands on the same empty tables: the same bytes. */
     size_t len0, leni;
-    const void *m0 = erma_kv_memory(erma_raftkv_fsm_kv(erma_raftkv_server_fsm(c.srv[0])), &len0);
+    const void *m0 = kv_memory(raftkv_fsm_kv(raftkv_server_fsm(c.srv[0])), &len0);
     for (unsigned i = 1; i < N; i++) {
-        const struct raft_fsm *f = erma_raftkv_server_fsm(c.srv[i]);
-        assert_int_equal(erma_raftkv_fsm_restores(f), 0);
-        const void *mi = erma_kv_memory(erma_raftkv_fsm_kv(f), &leni);
+        const struct raft_fsm *f = raftkv_server_fsm(c.srv[i]);
+        assert_int_equal(raftkv_fsm_restores(f), 0);
+        const void *mi = kv_memory(raftkv_fsm_kv(f), &leni);
         assert_int_equal(leni, len0);
         assert_memory_equal(mi, m0, len0);
     }
@@ -585,11 +585,11 @@ static void test_replicate(void **state)
     assert_int_equal(one_op(&c, OP_GET, 500, &o), ERMA_OK);
     assert_memory_equal(o.val, want, o.vlen);
     replicas_equal(&c, MAX_KEYS - 100);
-    struct erma_raftkv_server_stats st;
-    erma_raftkv_server_get_stats(c.srv[leader(&c)], &st);
+    struct raftkv_server_stats st;
+    raftkv_server_get_stats(c.srv[leader(&c)], &st);
     assert_true(st.gets >= MAX_KEYS);
-    struct erma_raftkv_io_stats io;
-    erma_raftkv_io_get_stats(erma_raftkv_server_io(c.srv[leader(&c)]), &io);
+    struct raftkv_io_stats io;
+    raftkv_io_get_stats(raftkv_server_io(c.srv[leader(&c)]), &io);
     print_message("  leader io: %llu appends, %llu syncs, %llu sent (%llu failed), %llu "
                   "snapshots\n",
                   (unsigned long long)io.appends, (unsigned long long)io.syncs,
@@ -621,7 +621,7 @@ static void test_leader_killed(void **state)
     cluster_up(&c, "rkv2", 0, 0);
     const int l0 = wait_leader(&c);
     assert_true(l0 >= 0);
-    const raft_term term0 = erma_raftkv_server_raft(c.srv[l0])->current_term;
+    const raft_term term0 = raftkv_server_raft(c.srv[l0])->current_term;
     load_init(&load, &c, 3000, 2);
     load.stop_at = 1000;
     assert_int_equal(run(&c, 60 * SEC, load_step, &load), ERMA_OK);
@@ -637,14 +637,14 @@ static void test_leader_killed(void **state)
     assert_int_equal(run(&c, 60 * SEC, load_step, &load), ERMA_OK);
     const int l1 = leader(&c);
     assert_true(l1 >= 0 && l1 != l0);
-    assert_true(erma_raftkv_server_raft(c.srv[l1])->current_term > term0);
+    assert_true(raftkv_server_raft(c.srv[l1])->current_term > term0);
     assert_int_equal(load.failed, 0);
     assert_int_equal(load.acked, load.total);
     /* the dead replica was tried a try's length at a time, while named
      * leader: a few packets per try, not one per round trip */
     assert_true(dead.pkts <= (t_elected - t_kill) / (5 * MS));
-    struct erma_raftkv_client_stats cs;
-    erma_raftkv_client_get_stats(c.cli, &cs);
+    struct raftkv_client_stats cs;
+    raftkv_client_get_stats(c.cli, &cs);
     print_message("  leader %d killed after %u acks (%u in flight); leader %d elected %.1f ms "
                   "later; the rest done %.1f ms after that (%llu redirects, %llu tries "
                   "failed); %llu packets to the dead replica until the election\n",
@@ -694,8 +694,8 @@ static void test_restart_from_log(void **state)
     cluster_up(&c, "rkv3", 0, 0); /* raft's defaults: 1024 entries, 128 trailing */
     assert_true(wait_leader(&c) >= 0);
     const unsigned f = lag_and_restart(&c, 200, 300);
-    struct erma_raftkv_io_stats io;
-    erma_raftkv_io_get_stats(erma_raftkv_server_io(c.srv[f]), &io);
+    struct raftkv_io_stats io;
+    raftkv_io_get_stats(raftkv_server_io(c.srv[f]), &io);
     assert_int_equal(io.snapshots_installed, 0);
     assert_true(io.entries_written >= 300);
     print_message("  replica %u restarted: %llu entries from the leader, no snapshot\n", f + 1,
@@ -711,18 +711,18 @@ static void test_restart_from_snapshot(void **state)
     cluster_up(&c, "rkv4", 64, 16); /* a snapshot every 64 entries, 16 kept */
     assert_true(wait_leader(&c) >= 0);
     const unsigned f = lag_and_restart(&c, 500, 1000);
-    struct erma_raftkv_io_stats io;
-    erma_raftkv_io_get_stats(erma_raftkv_server_io(c.srv[f]), &io);
+    struct raftkv_io_stats io;
+    raftkv_io_get_stats(raftkv_server_io(c.srv[f]), &io);
     assert_true(io.snapshots_installed >= 1);
-    struct erma_raftkv_io_stats lio;
-    erma_raftkv_io_get_stats(erma_raftkv_server_io(c.srv[leader(&c)]), &lio);
+    struct raftkv_io_stats lio;
+    raftkv_io_get_stats(raftkv_server_io(c.srv[leader(&c)]), &lio);
     assert_true(lio.snapshots_sent >= 1);
     print_message("  replica %u restarted: %llu snapshot(s) installed, %llu entries after; "
                   "%llu state-machine restores\n",
                   f + 1, (unsigned long long)io.snapshots_installed,
                   (unsigned long long)io.entries_written,
-                  (unsigned long long)erma_raftkv_fsm_restores(
-                      erma_raftkv_server_fsm(c.srv[f])));
+                  (unsigned long long)raftkv_fsm_restores(
+                      raftkv_server_fsm(c.srv[f])));
     read_back(&c, &load);
     /* and it keeps up from there */
     load.total = 1700;
@@ -769,7 +769,7 @@ static bool majority_progress(void *ctx)
     load_step(&load);
     pw->leader = -1;
     for (unsigned i = 0; i < N; i++) {
-        struct raft *r = erma_raftkv_server_raft(pw->c->srv[i]);
+        struct raft *r = raftkv_server_raft(pw->c->srv[i]);
         if ((int)i != pw->old && raft_state(r) == RAFT_LEADER && r->current_term > pw->term0)
             pw->leader = (int)i;
     }
@@ -784,8 +784,8 @@ static bool old_caught_up(void *ctx)
     const int l = leader(pw->c);
     if (l < 0 || l == pw->old)
         return false;
-    struct raft *rl = erma_raftkv_server_raft(pw->c->srv[l]);
-    struct raft *ro = erma_raftkv_server_raft(pw->c->srv[pw->old]);
+    struct raft *rl = raftkv_server_raft(pw->c->srv[l]);
+    struct raft *ro = raftkv_server_raft(pw->c->srv[pw->old]);
     return raft_state(ro) == RAFT_FOLLOWER && ro->current_term == rl->current_term &&
            raft_last_applied(ro) == raft_last_applied(rl);
 }
@@ -810,7 +810,7 @@ static void test_partition_heals(void **state)
     watching = &watch5;
     const int l0 = wait_leader(&c);
     assert_true(l0 >= 0);
-    struct raft *r0 = erma_raftkv_server_raft(c.srv[l0]);
+    struct raft *r0 = raftkv_server_raft(c.srv[l0]);
     const raft_term term0 = r0->current_term;
     load_init(&load, &c, 3000, 5);
     load.stop_at = 1000;
@@ -827,7 +827,7 @@ static void test_partition_heals(void **state)
     assert_int_equal(run(&c, 30 * SEC, majority_progress, &pw), ERMA_OK);
     const int l1 = pw.leader;
     assert_true(l1 >= 0 && l1 != l0);
-    struct raft *r1 = erma_raftkv_server_raft(c.srv[l1]);
+    struct raft *r1 = raftkv_server_raft(c.srv[l1]);
     const raft_term term1 = r1->current_term;
     assert_true(term1 > term0);
     assert_true(r1->commit_index > old_commit_cut);
@@ -890,7 +890,7 @@ static void test_partition_heals(void **state)
                   (unsigned long long)old_term_part, (unsigned long long)old_commit_cut,
                   (unsigned long long)old_commit_part, (unsigned long long)new_commit_part,
                   (double)(erma_now_ns() - t_heal) / 1e6, l2 + 1,
-                  (unsigned long long)erma_raftkv_server_raft(c.srv[l2])->current_term,
+                  (unsigned long long)raftkv_server_raft(c.srv[l2])->current_term,
                   (unsigned long long)part.dropped, (unsigned long long)watch5.rounds,
                   (unsigned long long)watch5.commits, terms_led, terms_committed);
     cluster_down(&c);
@@ -901,11 +901,11 @@ static void test_partition_heals(void **state)
 static int apply_one(struct raft_fsm *f, bool del, uint64_t client, uint64_t seq, uint64_t floor,
                      const char *key, const char *val)
 {
-    const struct erma_raftkv_origin o = {client, seq, floor};
+    const struct raftkv_origin o = {client, seq, floor};
     struct raft_buffer buf;
     const uint32_t klen = (uint32_t)strlen(key);
-    assert_int_equal(del ? erma_raftkv_cmd_del(&buf, &o, key, klen)
-                         : erma_raftkv_cmd_put(&buf, &o, key, klen, val, (uint32_t)strlen(val)),
+    assert_int_equal(del ? raftkv_cmd_del(&buf, &o, key, klen)
+                         : raftkv_cmd_put(&buf, &o, key, klen, val, (uint32_t)strlen(val)),
                      ERMA_OK);
     void *result = NULL;
     assert_int_equal(f->apply(f, &buf, &result), 0);
@@ -917,8 +917,8 @@ static void assert_value(const struct raft_fsm *f, const char *key, const char *
 {
     char got[64];
     uint32_t vlen = 0;
-    const int rc = erma_kv_get(erma_raftkv_fsm_kv(f), key, (uint32_t)strlen(key), got,
-                               sizeof got, &vlen);
+    const int rc = kv_get(raftkv_fsm_kv(f), key, (uint32_t)strlen(key), got,
+                          sizeof got, &vlen);
     if (!want) {
         assert_int_equal(rc, ERMA_ENOENT);
         return;
@@ -932,8 +932,8 @@ static void test_at_most_once(void **state)
 {
     (void)state;
     struct raft_fsm a, b;
-    assert_int_equal(erma_raftkv_fsm_init(&a, 1024, 1 << 20), ERMA_OK);
-    assert_int_equal(erma_raftkv_fsm_init(&b, 1024, 1 << 20), ERMA_OK);
+    assert_int_equal(raftkv_fsm_init(&a, 1024, 1 << 20), ERMA_OK);
+    assert_int_equal(raftkv_fsm_init(&b, 1024, 1 << 20), ERMA_OK);
     assert_int_equal(apply_one(&a, false, 7, 1, 1, "k", "v1"), ERMA_OK);
     assert_int_equal(apply_one(&a, false, 7, 2, 1, "k", "v2"), ERMA_OK);
     /* a retry of seq 1 reached the log after seq 2: nothing changes */
@@ -949,7 +949,7 @@ static void test_at_most_once(void **state)
     /* no origin: no dedup */
     assert_int_equal(apply_one(&a, true, 0, 0, 0, "k", NULL), ERMA_OK);
     assert_int_equal(apply_one(&a, true, 0, 0, 0, "k", NULL), ERMA_ENOENT);
-    assert_int_equal(erma_raftkv_fsm_duplicates(&a), 2);
+    assert_int_equal(raftkv_fsm_duplicates(&a), 2);
     /* the outcomes travel in the snapshot */
     struct raft_buffer *bufs;
     unsigned n = 0;
@@ -960,7 +960,7 @@ static void test_at_most_once(void **state)
     assert_int_equal(apply_one(&b, false, 7, 2, 1, "k", "v2"), ERMA_OK);
     assert_int_equal(apply_one(&b, false, 8, 1, 1, "k", "x1-again"), ERMA_OK);
     assert_value(&b, "k", NULL);
-    assert_int_equal(erma_raftkv_fsm_duplicates(&b), 2);
+    assert_int_equal(raftkv_fsm_duplicates(&b), 2);
     /* below the floor the client sent, a copy does nothing either */
     assert_int_equal(apply_one(&b, false, 7, 4, 4, "k", "v4"), ERMA_OK);
     assert_int_equal(apply_one(&b, false, 7, 3, 4, "k", "v3-late"), ERMA_OK);
@@ -971,8 +971,8 @@ static void test_at_most_once(void **state)
     assert_int_equal(a.restore(&a, &bufs[0]), RAFT_MALFORMED);
     raft_free(bufs[0].base);
     raft_free(bufs);
-    erma_raftkv_fsm_close(&a);
-    erma_raftkv_fsm_close(&b);
+    raftkv_fsm_close(&a);
+    raftkv_fsm_close(&b);
 }
 
 /* ---- (7) linearizability: concurrent clients, a leader killed, a partition ----
@@ -1002,7 +1002,7 @@ struct lin_op {
 
 struct lin_client {
     struct lin_run *run;
-    struct erma_raftkv_client *c;
+    struct raftkv_client *c;
     bool stale; /* the deliberately stale reader */
     uint32_t made;
     struct lin_op ops[LIN_WINDOW];
@@ -1011,7 +1011,7 @@ struct lin_client {
 struct lin_run {
     struct lincheck_history *lin, *all; /* all: the stale reader's ops too */
     struct lin_client cl[LIN_CLIENTS + 1];
-    struct erma_raftkv_client *clients[LIN_CLIENTS + 1];
+    struct raftkv_client *clients[LIN_CLIENTS + 1];
     unsigned nclients;
     struct erma_rand rng;
     uint64_t until; /* a phase ends */
@@ -1078,12 +1078,12 @@ static void lin_start(struct lin_run *r, struct lin_client *cl, struct lin_op *o
     const uint32_t klen = (uint32_t)strlen(op->key);
     int rc;
     if (op->kind == LINCHECK_PUT)
-        rc = erma_raftkv_put(cl->c, op->key, klen, op->val, (uint32_t)strlen(op->val), lin_done,
-                             op);
+        rc = raftkv_put(cl->c, op->key, klen, op->val, (uint32_t)strlen(op->val), lin_done,
+                        op);
     else if (op->kind == LINCHECK_DEL)
-        rc = erma_raftkv_del(cl->c, op->key, klen, lin_done, op);
+        rc = raftkv_del(cl->c, op->key, klen, lin_done, op);
     else
-        rc = erma_raftkv_get(cl->c, op->key, klen, op->stale, lin_done, op);
+        rc = raftkv_get(cl->c, op->key, klen, op->stale, lin_done, op);
     assert_int_equal(rc, ERMA_OK);
     op->busy = true;
 }
@@ -1109,8 +1109,8 @@ static void lin_phase(struct cluster *c, struct lin_run *r, unsigned phase, uint
 {
     r->phase = phase;
     r->until = erma_now_ns() + ns;
-    assert_int_equal(erma_raftkv_sim_run(c->sim, c->srv, N, r->clients, r->nclients, ns + SEC,
-                                         lin_step, r),
+    assert_int_equal(raftkv_sim_run(c->sim, c->srv, N, r->clients, r->nclients, ns + SEC,
+                                    lin_step, r),
                      ERMA_OK);
 }
 
@@ -1119,11 +1119,11 @@ static void lin_client(struct lin_run *r, unsigned i, const char *const *uris, u
 {
     char uri[64];
     snprintf(uri, sizeof uri, "sim://rkv7/%u:0", N);
-    const struct erma_raftkv_client_cfg cc = {.uri = uri, .servers = uris, .nservers = n,
-                                              .max_ops = LIN_WINDOW, .failure_ns = 100 * MS,
-                                              .op_timeout_ns = 3 * SEC, .id = 100 + i};
+    const struct raftkv_client_cfg cc = {.uri = uri, .servers = uris, .nservers = n,
+                                         .max_ops = LIN_WINDOW, .failure_ns = 100 * MS,
+                                         .op_timeout_ns = 3 * SEC, .id = 100 + i};
     r->cl[i] = (struct lin_client){.run = r, .stale = stale};
-    assert_int_equal(erma_raftkv_client_create(&cc, &r->cl[i].c), ERMA_OK);
+    assert_int_equal(raftkv_client_create(&cc, &r->cl[i].c), ERMA_OK);
     r->clients[i] = r->cl[i].c;
 }
 
@@ -1200,8 +1200,8 @@ static void test_linearizable(void **state)
     tap.cut = -1;
     lin_phase(&c, &r, 6, 2 * SEC);
     r.issuing = false;
-    assert_int_equal(erma_raftkv_sim_run(c.sim, c.srv, N, r.clients, r.nclients, 10 * SEC,
-                                         lin_step, &r),
+    assert_int_equal(raftkv_sim_run(c.sim, c.srv, N, r.clients, r.nclients, 10 * SEC,
+                                    lin_step, &r),
                      ERMA_OK);
     erma_sim_set_tap(c.sim, NULL, NULL);
     print_message("  leader %d killed, restarted; a leader's answers lost; leader %d cut off from "
@@ -1215,10 +1215,10 @@ static void test_linearizable(void **state)
                   (unsigned long long)r.stale_reads);
     uint64_t dups = 0, retries = 0;
     for (unsigned i = 0; i < N; i++)
-        dups += erma_raftkv_fsm_duplicates(erma_raftkv_server_fsm(c.srv[i]));
+        dups += raftkv_fsm_duplicates(raftkv_server_fsm(c.srv[i]));
     for (unsigned i = 0; i < r.nclients; i++) {
-        struct erma_raftkv_client_stats cs;
-        erma_raftkv_client_get_stats(r.cl[i].c, &cs);
+        struct raftkv_client_stats cs;
+        raftkv_client_get_stats(r.cl[i].c, &cs);
         retries += cs.retries;
     }
     print_message("  %llu tries retried; %llu copies of retried writes not run again (over "
@@ -1231,7 +1231,7 @@ static void test_linearizable(void **state)
     lin_check(r.lin, true, "the clients' history");
     lin_check(r.all, false, "with the stale reader's GET_LOCALs");
     for (unsigned i = 0; i < r.nclients; i++)
-        erma_raftkv_client_destroy(r.cl[i].c);
+        raftkv_client_destroy(r.cl[i].c);
     lincheck_destroy(r.lin);
     lincheck_destroy(r.all);
     cluster_down(&c);
@@ -1260,7 +1260,7 @@ struct paced_slot {
 };
 
 struct paced {
-    struct erma_raftkv_client *c;
+    struct raftkv_client *c;
     struct paced_slot slot[STALL_WINDOW];
     uint32_t made, acked, failed;
     uint64_t last_ack, gap; /* gap: the longest time between two acks since reset */
@@ -1301,8 +1301,8 @@ static bool paced_step(void *ctx)
         char key[16], val[16];
         snprintf(key, sizeof key, "st%u", p->made % 64);
         snprintf(val, sizeof val, "v%u", ++p->made);
-        assert_int_equal(erma_raftkv_put(p->c, key, (uint32_t)strlen(key), val,
-                                         (uint32_t)strlen(val), paced_done, sl),
+        assert_int_equal(raftkv_put(p->c, key, (uint32_t)strlen(key), val,
+                                    (uint32_t)strlen(val), paced_done, sl),
                          ERMA_OK);
         sl->busy = true;
     }
@@ -1313,13 +1313,13 @@ static bool paced_step(void *ctx)
  * STALL_THINK_NS (the fabric does not know the slots' timers). */
 static void paced_run(struct cluster *c, struct paced *p, int paused, uint64_t ns)
 {
-    struct erma_raftkv_server *srv[N];
+    struct raftkv_server *srv[N];
     for (unsigned i = 0; i < N; i++)
         srv[i] = (int)i == paused ? NULL : c->srv[i];
     const uint64_t until = erma_now_ns() + ns;
     for (uint64_t n = 0; n <= ns / STALL_THINK_NS && erma_now_ns() < until; n++)
-        assert_int_equal(erma_raftkv_sim_run(c->sim, srv, N, &c->cli, 1, STALL_THINK_NS,
-                                             paced_step, p),
+        assert_int_equal(raftkv_sim_run(c->sim, srv, N, &c->cli, 1, STALL_THINK_NS,
+                                        paced_step, p),
                          ERMA_ETIMEDOUT);
 }
 
@@ -1327,12 +1327,12 @@ static void test_leader_stalled(void **state)
 {
     (void)state;
     struct cluster c;
-    const struct erma_raftkv_server_cfg cfg = {.kv_buckets = 1u << 14,
-                                               .kv_log_bytes = 8u << 20};
+    const struct raftkv_server_cfg cfg = {.kv_buckets = 1u << 14,
+                                          .kv_log_bytes = 8u << 20};
     cluster_start(&c, "rkv8", &cfg, 0);
     const int l0 = wait_leader(&c);
     assert_true(l0 >= 0);
-    const raft_term term0 = erma_raftkv_server_raft(c.srv[l0])->current_term;
+    const raft_term term0 = raftkv_server_raft(c.srv[l0])->current_term;
     static struct paced p;
     memset(&p, 0, sizeof p);
     p.c = c.cli;
@@ -1343,8 +1343,8 @@ static void test_leader_stalled(void **state)
     static const uint64_t stalls[] = {300 * MS, 200 * MS, 400 * MS};
     for (unsigned k = 0; k < sizeof stalls / sizeof stalls[0]; k++) {
         paced_run(&c, &p, -1, 100 * MS);
-        struct erma_raftkv_client_stats cs0, cs1;
-        erma_raftkv_client_get_stats(c.cli, &cs0);
+        struct raftkv_client_stats cs0, cs1;
+        raftkv_client_get_stats(c.cli, &cs0);
         p.gap = 0;
         const uint32_t acked0 = p.acked;
         const uint64_t t_stall = erma_now_ns();
@@ -1354,7 +1354,7 @@ static void test_leader_stalled(void **state)
         /* a gap still open counts too */
         const uint64_t open = erma_now_ns() - p.last_ack;
         const uint64_t outage = p.gap > open ? p.gap : open;
-        erma_raftkv_client_get_stats(c.cli, &cs1);
+        raftkv_client_get_stats(c.cli, &cs1);
         print_message("  leader %d stalled %.1f ms: %.1f ms without an acknowledgement; %u acks "
                       "in the second after; %llu redirects, %llu tries failed, replica given "
                       "up on %llu time(s)\n",
@@ -1364,7 +1364,7 @@ static void test_leader_stalled(void **state)
                       (unsigned long long)(cs1.silent - cs0.silent));
         /* no election: the same leader in the same term */
         assert_int_equal(leader(&c), l0);
-        assert_true(erma_raftkv_server_raft(c.srv[l0])->current_term == term0);
+        assert_true(raftkv_server_raft(c.srv[l0])->current_term == term0);
         assert_true(outage >= stalls[k]); /* the stall held the writes up */
         assert_true(outage <= stalls[k] + STALL_EXTRA_NS);
         /* the replica is given up on once per try's length (100 ms at least),
@@ -1373,7 +1373,7 @@ static void test_leader_stalled(void **state)
         assert_true(p.acked > acked0);
     }
     p.stopping = true; /* the last writes end */
-    assert_int_equal(erma_raftkv_sim_run(c.sim, c.srv, N, &c.cli, 1, 10 * SEC, paced_step, &p),
+    assert_int_equal(raftkv_sim_run(c.sim, c.srv, N, &c.cli, 1, 10 * SEC, paced_step, &p),
                      ERMA_OK);
     assert_int_equal(p.failed, 0);
     cluster_down(&c);

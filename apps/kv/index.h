@@ -1,6 +1,6 @@
 /* An ordered index of keys (a skip list), for SCAN. Not thread-safe. */
-#ifndef ERMA_KV_INDEX_H
-#define ERMA_KV_INDEX_H
+#ifndef KV_INDEX_H
+#define KV_INDEX_H
 
 #include <stdint.h>
 

@@ -3,8 +3,8 @@
  *
  * The table is laid out so that a reader holding only a copy of its bytes
  * (a one-sided READ of a bucket, then of an item) can find and validate an
- * item without the owner's help; erma_kv_bucket_find() and
- * erma_kv_item_check() are that reader's side.
+ * item without the owner's help; kv_bucket_find() and
+ * kv_item_check() are that reader's side.
  *
  * Layout (little-endian; docs/ARCHITECTURE.md):
  *   header   64 B: magic, nbuckets, log_bytes, log_head
@@ -24,155 +24,155 @@
  * the owner (an endpoint's event loop) does every put and delete; readers
  * of copies need no lock. All functions return ERMA_OK or a negative code.
  */
-#ifndef ERMA_KV_H
-#define ERMA_KV_H
+#ifndef KV_H
+#define KV_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "erma/rma.h"
 
-#define ERMA_KV_SLOTS 7
-#define ERMA_KV_BUCKET 64
-#define ERMA_KV_MAX_ITEM (4095 * 8) /* bytes, header and check included */
+#define KV_SLOTS 7
+#define KV_BUCKET 64
+#define KV_MAX_ITEM (4095 * 8) /* bytes, header and check included */
 
-struct erma_kv;
+struct kv;
 
 /* buckets and log_bytes are rounded up to powers of two (log_bytes at least
  * 64 KiB). */
-int erma_kv_create(uint32_t buckets, uint64_t log_bytes, struct erma_kv **out);
-void erma_kv_destroy(struct erma_kv *kv);
+int kv_create(uint32_t buckets, uint64_t log_bytes, struct kv **out);
+void kv_destroy(struct kv *kv);
 
-/* ERMA_E2BIG when the item would exceed ERMA_KV_MAX_ITEM; ERMA_EINVAL for an
+/* ERMA_E2BIG when the item would exceed KV_MAX_ITEM; ERMA_EINVAL for an
  * empty key. */
-int erma_kv_put(struct erma_kv *kv, const void *key, uint32_t klen, const void *val,
-                uint32_t vlen);
+int kv_put(struct kv *kv, const void *key, uint32_t klen, const void *val,
+           uint32_t vlen);
 /* Copies the value into val (up to cap bytes) and its length to *vlen;
  * ERMA_ENOENT when absent, ERMA_E2BIG when cap is too small. */
-int erma_kv_get(const struct erma_kv *kv, const void *key, uint32_t klen, void *val,
-                uint32_t cap, uint32_t *vlen);
-int erma_kv_delete(struct erma_kv *kv, const void *key, uint32_t klen);
+int kv_get(const struct kv *kv, const void *key, uint32_t klen, void *val,
+           uint32_t cap, uint32_t *vlen);
+int kv_delete(struct kv *kv, const void *key, uint32_t klen);
 
 /* The table's bytes (for registering as a region) and their size, and the
  * geometry a reader needs. */
-const void *erma_kv_memory(const struct erma_kv *kv, size_t *len);
-uint64_t erma_kv_nbuckets(const struct erma_kv *kv);
-uint64_t erma_kv_log_bytes(const struct erma_kv *kv);
+const void *kv_memory(const struct kv *kv, size_t *len);
+uint64_t kv_nbuckets(const struct kv *kv);
+uint64_t kv_log_bytes(const struct kv *kv);
 
 /* ---- the reader's side, on copies of the table's bytes ---- */
 
 /* Where a candidate item lives, and the stamp it must carry. */
-struct erma_kv_ref {
+struct kv_ref {
     uint64_t off, stamp;
     uint32_t len;
 };
 
 /* Offset and length of the bucket that would hold key. */
-void erma_kv_bucket_of(uint64_t nbuckets, const void *key, uint32_t klen, uint64_t *off,
-                       uint32_t *len);
+void kv_bucket_of(uint64_t nbuckets, const void *key, uint32_t klen, uint64_t *off,
+                  uint32_t *len);
 /* Looks through a bucket copy for key: the items to read, up to max;
  * returns how many (0: absent), or ERMA_EAGAIN when the bucket was being
  * changed (read it again). */
-int erma_kv_bucket_find(const void *bucket, uint64_t nbuckets, uint64_t log_bytes,
-                        const void *key, uint32_t klen, struct erma_kv_ref *refs, int max);
+int kv_bucket_find(const void *bucket, uint64_t nbuckets, uint64_t log_bytes,
+                   const void *key, uint32_t klen, struct kv_ref *refs, int max);
 /* Checks an item copy read as ref says: ERMA_OK and its value (pointing
  * into item) when it is whole and holds key; ERMA_ENOENT when it holds
  * another key (whose tag matched) or the log has overwritten it (the slot
  * is dead: the key is not there); ERMA_EAGAIN when it is torn, i.e. read in
  * pieces while being overwritten (read the bucket again). */
-int erma_kv_item_check(const void *item, const struct erma_kv_ref *ref, const void *key,
-                       uint32_t klen, const uint8_t **val, uint32_t *vlen);
+int kv_item_check(const void *item, const struct kv_ref *ref, const void *key,
+                  uint32_t klen, const uint8_t **val, uint32_t *vlen);
 
 /* ---- the kv service over erma RPC ---- */
 
 /* Request types, from the type_base a server registers with. */
-enum erma_kv_op {
-    ERMA_KV_GET, ERMA_KV_PUT, ERMA_KV_DEL, ERMA_KV_SCAN,
-    ERMA_KV_REGION, /* the table's region and a derived key, for one-sided GETs */
-    ERMA_KV_OPS
+enum kv_op {
+    KV_GET, KV_PUT, KV_DEL, KV_SCAN,
+    KV_REGION, /* the table's region and a derived key, for one-sided GETs */
+    KV_OPS
 };
 
 struct erma_nexus;
 struct erma_msgbuf;
-struct erma_kv_server;
+struct kv_server;
 
 /* Serves table kv on nx: GET, PUT and DELETE as dispatch handlers, SCAN (an
  * ordered walk from a start key) as a worker handler, so long scans never
  * hold up point requests (the nexus needs workers). Register before
  * creating the endpoint that serves; only that endpoint's thread may change
  * kv from then on. */
-int erma_kv_serve(struct erma_nexus *nx, uint8_t type_base, struct erma_kv *kv,
-                  struct erma_kv_server **out);
-void erma_kv_server_destroy(struct erma_kv_server *srv);
+int kv_serve(struct erma_nexus *nx, uint8_t type_base, struct kv *kv,
+             struct kv_server **out);
+void kv_server_destroy(struct kv_server *srv);
 /* Registers the table as a read-only region of rma (the serving endpoint's
  * engine) so that REGION requests can hand out keys for one-sided GETs;
  * until then they are answered ERMA_ENOTSUP. */
-int erma_kv_server_rma(struct erma_kv_server *srv, struct erma_rma *rma);
+int kv_server_rma(struct kv_server *srv, struct erma_rma *rma);
 /* Keys in the ordered index (what SCAN walks). */
-uint64_t erma_kv_server_keys(struct erma_kv_server *srv);
+uint64_t kv_server_keys(struct kv_server *srv);
 
 /* Client side: fill a request msgbuf (ERMA_E2BIG if it does not fit) and
  * send it with erma_rpc_call(rpc, session, type_base + op, ...). */
-int erma_kv_req_get(struct erma_msgbuf *req, const void *key, uint32_t klen);
-int erma_kv_req_put(struct erma_msgbuf *req, const void *key, uint32_t klen, const void *val,
-                    uint32_t vlen);
-int erma_kv_req_del(struct erma_msgbuf *req, const void *key, uint32_t klen);
-int erma_kv_req_scan(struct erma_msgbuf *req, const void *start, uint32_t klen, uint32_t count);
+int kv_req_get(struct erma_msgbuf *req, const void *key, uint32_t klen);
+int kv_req_put(struct erma_msgbuf *req, const void *key, uint32_t klen, const void *val,
+               uint32_t vlen);
+int kv_req_del(struct erma_msgbuf *req, const void *key, uint32_t klen);
+int kv_req_scan(struct erma_msgbuf *req, const void *start, uint32_t klen, uint32_t count);
 /* REGION: asks for the table's region and Kd for identity (the client's
  * erma_rma_identity()). */
-int erma_kv_req_region(struct erma_msgbuf *req, uint64_t identity);
+int kv_req_region(struct erma_msgbuf *req, uint64_t identity);
 
 /* The server's answer to any request: ERMA_OK, ERMA_ENOENT, ERMA_E2BIG,
  * ERMA_EBADPKT (malformed request) or ERMA_ENOMEM. For GET, val and vlen
  * (may be NULL) get the value inside resp. */
-int erma_kv_resp(const struct erma_msgbuf *resp, const uint8_t **val, uint32_t *vlen);
+int kv_resp(const struct erma_msgbuf *resp, const uint8_t **val, uint32_t *vlen);
 /* For SCAN: the next (key, value) at *cursor (start at 0); ERMA_ENOENT at
  * the end, ERMA_EBADPKT if the response is malformed. */
-int erma_kv_resp_scan(const struct erma_msgbuf *resp, uint32_t *cursor, const uint8_t **key,
-                      uint32_t *klen, const uint8_t **val, uint32_t *vlen);
+int kv_resp_scan(const struct erma_msgbuf *resp, uint32_t *cursor, const uint8_t **key,
+                 uint32_t *klen, const uint8_t **val, uint32_t *vlen);
 
 /* ---- one-sided GETs ---- */
 
 /* A server's table as a one-sided reader sees it (from a REGION response);
  * set peer with erma_rma_peer() for the serving endpoint. */
-struct erma_kv_remote {
+struct kv_remote {
     struct erma_rkey rkey;
     uint64_t nbuckets, log_bytes;
     int peer;
 };
 
 /* Parses a REGION response; the server's error code, or ERMA_EBADPKT. */
-int erma_kv_resp_region(const struct erma_msgbuf *resp, struct erma_kv_remote *out);
+int kv_resp_region(const struct erma_msgbuf *resp, struct kv_remote *out);
 
 /* A reader does GETs by one-sided READs on one RMA engine: READ the key's
  * bucket, find candidate items, READ the item, check its stamp and SipHash.
  * A bucket being changed or an item torn by a concurrent write is read
  * again (at most max_tries times, then ERMA_EAGAIN); a torn read is never
  * returned. The reader owns the engine's completions: while it exists,
- * only erma_kv_reader_poll() may call erma_rma_poll() on that engine.
+ * only kv_reader_poll() may call erma_rma_poll() on that engine.
  *
- * cb(tag, status, val, vlen) runs inside erma_kv_reader_poll(), once per
+ * cb(tag, status, val, vlen) runs inside kv_reader_poll(), once per
  * GET: ERMA_OK with the value (valid during the call), ERMA_ENOENT, ERMA_EAGAIN
  * (too many torn reads), or the one-sided op's failure (ERMA_ETIMEDOUT,
  * ERMA_EAUTH, ...). */
-typedef void (*erma_kv_get_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
+typedef void (*kv_get_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
 
-struct erma_kv_reader;
+struct kv_reader;
 
-struct erma_kv_reader_stats {
+struct kv_reader_stats {
     uint64_t gets, reads, retries; /* retries: bucket re-reads after a change or a torn item */
 };
 
 /* max_gets in progress at once; max_tries per GET (0: 16). */
-int erma_kv_reader_create(struct erma_rma *rma, uint32_t max_gets, uint32_t max_tries,
-                          struct erma_kv_reader **out);
-void erma_kv_reader_destroy(struct erma_kv_reader *r);
+int kv_reader_create(struct erma_rma *rma, uint32_t max_gets, uint32_t max_tries,
+                     struct kv_reader **out);
+void kv_reader_destroy(struct kv_reader *r);
 /* Starts a GET; ERMA_ENOSLOTS when max_gets are in progress or the engine
  * has no free command slot; keys up to 256 bytes. */
-int erma_kv_rget(struct erma_kv_reader *r, const struct erma_kv_remote *remote,
-                 const void *key, uint32_t klen, erma_kv_get_fn cb, void *tag);
+int kv_rget(struct kv_reader *r, const struct kv_remote *remote,
+            const void *key, uint32_t klen, kv_get_fn cb, void *tag);
 /* Takes the engine's completions and advances GETs; returns GETs finished. */
-int erma_kv_reader_poll(struct erma_kv_reader *r);
-void erma_kv_reader_get_stats(const struct erma_kv_reader *r, struct erma_kv_reader_stats *out);
+int kv_reader_poll(struct kv_reader *r);
+void kv_reader_get_stats(const struct kv_reader *r, struct kv_reader_stats *out);
 
 #endif

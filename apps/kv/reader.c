@@ -10,30 +10,30 @@
 
 struct get {
     bool live;
-    struct erma_kv_remote remote;
+    struct kv_remote remote;
     uint8_t key[MAX_KEY];
     uint32_t klen, tries;
-    erma_kv_get_fn cb;
+    kv_get_fn cb;
     void *tag;
-    uint8_t bucket[ERMA_KV_BUCKET];
-    struct erma_kv_ref refs[ERMA_KV_SLOTS];
+    uint8_t bucket[KV_BUCKET];
+    struct kv_ref refs[KV_SLOTS];
     int nrefs, ref;       /* ref < 0: reading the bucket */
-    uint8_t *item;        /* ERMA_KV_MAX_ITEM bytes */
+    uint8_t *item;        /* KV_MAX_ITEM bytes */
 };
 
-struct erma_kv_reader {
+struct kv_reader {
     struct erma_rma *rma;
     struct get *gets;
     uint32_t max_gets, max_tries;
-    struct erma_kv_reader_stats stats;
+    struct kv_reader_stats stats;
 };
 
-int erma_kv_reader_create(struct erma_rma *rma, uint32_t max_gets, uint32_t max_tries,
-                          struct erma_kv_reader **out)
+int kv_reader_create(struct erma_rma *rma, uint32_t max_gets, uint32_t max_tries,
+                     struct kv_reader **out)
 {
     if (!rma || !out || max_gets == 0 || max_gets > 65536)
         return ERMA_EINVAL;
-    struct erma_kv_reader *r = calloc(1, sizeof *r);
+    struct kv_reader *r = calloc(1, sizeof *r);
     if (!r || !(r->gets = calloc(max_gets, sizeof *r->gets))) {
         free(r);
         return ERMA_ENOMEM;
@@ -45,7 +45,7 @@ int erma_kv_reader_create(struct erma_rma *rma, uint32_t max_gets, uint32_t max_
     return ERMA_OK;
 }
 
-void erma_kv_reader_destroy(struct erma_kv_reader *r)
+void kv_reader_destroy(struct kv_reader *r)
 {
     if (!r)
         return;
@@ -55,12 +55,12 @@ void erma_kv_reader_destroy(struct erma_kv_reader *r)
     free(r);
 }
 
-void erma_kv_reader_get_stats(const struct erma_kv_reader *r, struct erma_kv_reader_stats *out)
+void kv_reader_get_stats(const struct kv_reader *r, struct kv_reader_stats *out)
 {
     *out = r->stats;
 }
 
-static int read_into(struct erma_kv_reader *r, struct get *g, uint64_t off, void *dst,
+static int read_into(struct kv_reader *r, struct get *g, uint64_t off, void *dst,
                      uint32_t len)
 {
     const uint64_t tag = (uint64_t)(g - r->gets);
@@ -79,11 +79,11 @@ static int read_into(struct erma_kv_reader *r, struct get *g, uint64_t off, void
     return rc < 0 ? rc : ERMA_OK;
 }
 
-static int read_bucket(struct erma_kv_reader *r, struct get *g)
+static int read_bucket(struct kv_reader *r, struct get *g)
 {
     uint64_t off;
     uint32_t len;
-    erma_kv_bucket_of(g->remote.nbuckets, g->key, g->klen, &off, &len);
+    kv_bucket_of(g->remote.nbuckets, g->key, g->klen, &off, &len);
     g->ref = -1;
     return read_into(r, g, off, g->bucket, len);
 }
@@ -94,8 +94,8 @@ static void finish(struct get *g, int status, const uint8_t *val, uint32_t vlen)
     g->cb(g->tag, status, val, vlen);
 }
 
-int erma_kv_rget(struct erma_kv_reader *r, const struct erma_kv_remote *remote,
-                 const void *key, uint32_t klen, erma_kv_get_fn cb, void *tag)
+int kv_rget(struct kv_reader *r, const struct kv_remote *remote,
+            const void *key, uint32_t klen, kv_get_fn cb, void *tag)
 {
     if (!r || !remote || !key || klen == 0 || !cb)
         return ERMA_EINVAL;
@@ -105,7 +105,7 @@ int erma_kv_rget(struct erma_kv_reader *r, const struct erma_kv_remote *remote,
         struct get *g = &r->gets[i];
         if (g->live)
             continue;
-        if (!g->item && !(g->item = malloc(ERMA_KV_MAX_ITEM)))
+        if (!g->item && !(g->item = malloc(KV_MAX_ITEM)))
             return ERMA_ENOMEM;
         g->remote = *remote;
         memcpy(g->key, key, klen);
@@ -124,7 +124,7 @@ int erma_kv_rget(struct erma_kv_reader *r, const struct erma_kv_remote *remote,
 }
 
 /* The bucket or item changed under us: start again from the bucket. */
-static void retry(struct erma_kv_reader *r, struct get *g)
+static void retry(struct kv_reader *r, struct get *g)
 {
     r->stats.retries++;
     int rc = ++g->tries >= r->max_tries ? ERMA_EAGAIN : read_bucket(r, g);
@@ -133,24 +133,24 @@ static void retry(struct erma_kv_reader *r, struct get *g)
 }
 
 /* Reads candidate item g->ref, or ends the GET when none is left. */
-static void next_item(struct erma_kv_reader *r, struct get *g)
+static void next_item(struct kv_reader *r, struct get *g)
 {
     if (g->ref >= g->nrefs) {
         finish(g, ERMA_ENOENT, NULL, 0);
         return;
     }
-    const struct erma_kv_ref *ref = &g->refs[g->ref];
-    const int rc = ref->len > ERMA_KV_MAX_ITEM ? ERMA_EBADPKT
-                                               : read_into(r, g, ref->off, g->item, ref->len);
+    const struct kv_ref *ref = &g->refs[g->ref];
+    const int rc = ref->len > KV_MAX_ITEM ? ERMA_EBADPKT
+                                          : read_into(r, g, ref->off, g->item, ref->len);
     if (rc != ERMA_OK)
         finish(g, rc, NULL, 0);
 }
 
-static void advance(struct erma_kv_reader *r, struct get *g)
+static void advance(struct kv_reader *r, struct get *g)
 {
     if (g->ref < 0) {
-        g->nrefs = erma_kv_bucket_find(g->bucket, g->remote.nbuckets, g->remote.log_bytes,
-                                       g->key, g->klen, g->refs, ERMA_KV_SLOTS);
+        g->nrefs = kv_bucket_find(g->bucket, g->remote.nbuckets, g->remote.log_bytes,
+                                  g->key, g->klen, g->refs, KV_SLOTS);
         if (g->nrefs == ERMA_EAGAIN) {
             retry(r, g);
             return;
@@ -161,7 +161,7 @@ static void advance(struct erma_kv_reader *r, struct get *g)
     }
     const uint8_t *val;
     uint32_t vlen;
-    const int rc = erma_kv_item_check(g->item, &g->refs[g->ref], g->key, g->klen, &val, &vlen);
+    const int rc = kv_item_check(g->item, &g->refs[g->ref], g->key, g->klen, &val, &vlen);
     if (rc == ERMA_OK) {
         finish(g, ERMA_OK, val, vlen);
     } else if (rc == ERMA_EAGAIN) {
@@ -172,7 +172,7 @@ static void advance(struct erma_kv_reader *r, struct get *g)
     }
 }
 
-int erma_kv_reader_poll(struct erma_kv_reader *r)
+int kv_reader_poll(struct kv_reader *r)
 {
     struct erma_rma_completion c[32];
     int done = 0;

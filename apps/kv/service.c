@@ -20,9 +20,9 @@
 
 #define SCAN_CHUNK 64 /* keys walked per lock hold */
 
-struct erma_kv_server {
-    struct erma_kv *kv;
-    struct erma_rma *rma; /* one-sided GETs, once erma_kv_server_rma() ran */
+struct kv_server {
+    struct kv *kv;
+    struct erma_rma *rma; /* one-sided GETs, once kv_server_rma() ran */
     uint32_t region;
     struct kv_index *ix;
     pthread_mutex_t lock; /* the table and index, between the loop and the workers */
@@ -74,14 +74,14 @@ static int key_of(struct erma_req *req, uint32_t skip, const uint8_t **key, uint
 
 static void on_get(struct erma_req *req, void *ctx)
 {
-    struct erma_kv_server *srv = ctx;
+    struct kv_server *srv = ctx;
     const uint8_t *key;
     uint32_t klen, vlen = 0;
-    static __thread uint8_t val[ERMA_KV_MAX_ITEM];
+    static __thread uint8_t val[KV_MAX_ITEM];
     int rc = key_of(req, 0, &key, &klen);
     if (rc == ERMA_OK) {
         pthread_mutex_lock(&srv->lock);
-        rc = erma_kv_get(srv->kv, key, klen, val, sizeof val, &vlen);
+        rc = kv_get(srv->kv, key, klen, val, sizeof val, &vlen);
         pthread_mutex_unlock(&srv->lock);
     }
     answer(req, rc, rc == ERMA_OK ? val : NULL, vlen);
@@ -89,7 +89,7 @@ static void on_get(struct erma_req *req, void *ctx)
 
 static void on_put(struct erma_req *req, void *ctx)
 {
-    struct erma_kv_server *srv = ctx;
+    struct kv_server *srv = ctx;
     const uint8_t *key;
     uint32_t klen;
     int rc = key_of(req, 4, &key, &klen);
@@ -98,7 +98,7 @@ static void on_put(struct erma_req *req, void *ctx)
         rc = ERMA_EBADPKT;
     if (rc == ERMA_OK) {
         pthread_mutex_lock(&srv->lock);
-        rc = erma_kv_put(srv->kv, key, klen, key + klen, vlen);
+        rc = kv_put(srv->kv, key, klen, key + klen, vlen);
         if (rc == ERMA_OK)
             rc = kv_index_add(srv->ix, key, klen);
         pthread_mutex_unlock(&srv->lock);
@@ -108,13 +108,13 @@ static void on_put(struct erma_req *req, void *ctx)
 
 static void on_del(struct erma_req *req, void *ctx)
 {
-    struct erma_kv_server *srv = ctx;
+    struct kv_server *srv = ctx;
     const uint8_t *key;
     uint32_t klen;
     int rc = key_of(req, 0, &key, &klen);
     if (rc == ERMA_OK) {
         pthread_mutex_lock(&srv->lock);
-        rc = erma_kv_delete(srv->kv, key, klen);
+        rc = kv_delete(srv->kv, key, klen);
         kv_index_remove(srv->ix, key, klen);
         pthread_mutex_unlock(&srv->lock);
     }
@@ -128,7 +128,7 @@ static void on_del(struct erma_req *req, void *ctx)
  * the requester's own endpoint only, whatever identity it asked for. */
 static void on_region(struct erma_req *req, void *ctx)
 {
-    struct erma_kv_server *srv = ctx;
+    struct kv_server *srv = ctx;
     struct erma_msgbuf *r = erma_req_resp_buf(req);
     struct erma_rkey k;
     char from[128];
@@ -144,26 +144,26 @@ static void on_region(struct erma_req *req, void *ctx)
         erma_put_le(r->data + 4, k.region, 4);
         erma_put_le(r->data + 8, k.key_gen, 4);
         memcpy(r->data + 12, k.kd, ERMA_RMA_KEY_BYTES);
-        erma_put_le(r->data + 12 + ERMA_RMA_KEY_BYTES, erma_kv_nbuckets(srv->kv), 8);
-        erma_put_le(r->data + 20 + ERMA_RMA_KEY_BYTES, erma_kv_log_bytes(srv->kv), 8);
+        erma_put_le(r->data + 12 + ERMA_RMA_KEY_BYTES, kv_nbuckets(srv->kv), 8);
+        erma_put_le(r->data + 20 + ERMA_RMA_KEY_BYTES, kv_log_bytes(srv->kv), 8);
         r->data[28 + ERMA_RMA_KEY_BYTES] = k.cipher;
     }
     erma_req_respond(req, r);
 }
 
-int erma_kv_server_rma(struct erma_kv_server *srv, struct erma_rma *rma)
+int kv_server_rma(struct kv_server *srv, struct erma_rma *rma)
 {
     size_t len;
     if (!srv || !rma || srv->rma)
         return ERMA_EINVAL;
-    void *mem = (void *)erma_kv_memory(srv->kv, &len);
+    void *mem = (void *)kv_memory(srv->kv, &len);
     const int rc = erma_region_register(rma, mem, len, ERMA_RMA_PERM_READ, &srv->region);
     if (rc == ERMA_OK)
         srv->rma = rma;
     return rc;
 }
 
-int erma_kv_req_region(struct erma_msgbuf *req, uint64_t identity)
+int kv_req_region(struct erma_msgbuf *req, uint64_t identity)
 {
     if (erma_msgbuf_resize(req, 8) != ERMA_OK)
         return ERMA_E2BIG;
@@ -171,7 +171,7 @@ int erma_kv_req_region(struct erma_msgbuf *req, uint64_t identity)
     return ERMA_OK;
 }
 
-int erma_kv_resp_region(const struct erma_msgbuf *resp, struct erma_kv_remote *out)
+int kv_resp_region(const struct erma_msgbuf *resp, struct kv_remote *out)
 {
     if (resp->size < 4)
         return ERMA_EBADPKT;
@@ -195,12 +195,12 @@ int erma_kv_resp_region(const struct erma_msgbuf *resp, struct erma_kv_remote *o
 
 /* A growing scan result ([status][n] then entries) and where the walk is. */
 struct scan {
-    struct erma_kv_server *srv;
+    struct kv_server *srv;
     uint8_t *buf;
     size_t len, cap;
     uint32_t n, want;
     int err;
-    uint8_t cursor[ERMA_KV_MAX_ITEM]; /* the last key walked */
+    uint8_t cursor[KV_MAX_ITEM]; /* the last key walked */
     uint32_t cursor_len;
     bool resume; /* the walk restarts at cursor, which was taken already */
 };
@@ -238,9 +238,9 @@ static int scan_one(void *ctx, const void *key, uint32_t klen)
     }
     memcpy(s->cursor, key, klen);
     s->cursor_len = klen;
-    static __thread uint8_t val[ERMA_KV_MAX_ITEM];
+    static __thread uint8_t val[KV_MAX_ITEM];
     uint32_t vlen;
-    if (erma_kv_get(s->srv->kv, key, klen, val, sizeof val, &vlen) != ERMA_OK)
+    if (kv_get(s->srv->kv, key, klen, val, sizeof val, &vlen) != ERMA_OK)
         return 0; /* in the index but evicted from the lossy table: skip */
     s->err = append(s, key, klen, val, vlen);
     return s->err != ERMA_OK || s->n == s->want;
@@ -290,12 +290,12 @@ static void on_scan(struct erma_req *req, void *ctx)
     free(s);
 }
 
-int erma_kv_serve(struct erma_nexus *nx, uint8_t type_base, struct erma_kv *kv,
-                  struct erma_kv_server **out)
+int kv_serve(struct erma_nexus *nx, uint8_t type_base, struct kv *kv,
+             struct kv_server **out)
 {
-    if (!nx || !kv || !out || type_base > 255 - ERMA_KV_OPS)
+    if (!nx || !kv || !out || type_base > 255 - KV_OPS)
         return ERMA_EINVAL;
-    struct erma_kv_server *srv = calloc(1, sizeof *srv);
+    struct kv_server *srv = calloc(1, sizeof *srv);
     if (!srv)
         return ERMA_ENOMEM;
     srv->kv = kv;
@@ -304,20 +304,20 @@ int erma_kv_serve(struct erma_nexus *nx, uint8_t type_base, struct erma_kv *kv,
     static const struct {
         erma_handler_fn fn;
         enum erma_handler_mode mode;
-    } h[ERMA_KV_OPS] = {{on_get, ERMA_DISPATCH}, {on_put, ERMA_DISPATCH},
-                        {on_del, ERMA_DISPATCH}, {on_scan, ERMA_WORKER},
-                        {on_region, ERMA_DISPATCH}};
-    for (int op = 0; rc == ERMA_OK && op < ERMA_KV_OPS; op++)
+    } h[KV_OPS] = {{on_get, ERMA_DISPATCH}, {on_put, ERMA_DISPATCH},
+                   {on_del, ERMA_DISPATCH}, {on_scan, ERMA_WORKER},
+                   {on_region, ERMA_DISPATCH}};
+    for (int op = 0; rc == ERMA_OK && op < KV_OPS; op++)
         rc = erma_handler_register(nx, (uint8_t)(type_base + op), h[op].fn, h[op].mode, srv);
     if (rc != ERMA_OK) {
-        erma_kv_server_destroy(srv);
+        kv_server_destroy(srv);
         return rc;
     }
     *out = srv;
     return ERMA_OK;
 }
 
-void erma_kv_server_destroy(struct erma_kv_server *srv)
+void kv_server_destroy(struct kv_server *srv)
 {
     if (!srv)
         return;
@@ -326,7 +326,7 @@ void erma_kv_server_destroy(struct erma_kv_server *srv)
     free(srv);
 }
 
-uint64_t erma_kv_server_keys(struct erma_kv_server *srv)
+uint64_t kv_server_keys(struct kv_server *srv)
 {
     pthread_mutex_lock(&srv->lock);
     const uint64_t n = kv_index_count(srv->ix);
@@ -354,28 +354,28 @@ static int fill(struct erma_msgbuf *req, uint32_t a, const uint32_t *b, const vo
     return ERMA_OK;
 }
 
-int erma_kv_req_get(struct erma_msgbuf *req, const void *key, uint32_t klen)
+int kv_req_get(struct erma_msgbuf *req, const void *key, uint32_t klen)
 {
     return fill(req, klen, NULL, key, klen, NULL, 0);
 }
 
-int erma_kv_req_put(struct erma_msgbuf *req, const void *key, uint32_t klen, const void *val,
-                    uint32_t vlen)
+int kv_req_put(struct erma_msgbuf *req, const void *key, uint32_t klen, const void *val,
+               uint32_t vlen)
 {
     return fill(req, klen, &vlen, key, klen, val, vlen);
 }
 
-int erma_kv_req_del(struct erma_msgbuf *req, const void *key, uint32_t klen)
+int kv_req_del(struct erma_msgbuf *req, const void *key, uint32_t klen)
 {
     return fill(req, klen, NULL, key, klen, NULL, 0);
 }
 
-int erma_kv_req_scan(struct erma_msgbuf *req, const void *start, uint32_t klen, uint32_t count)
+int kv_req_scan(struct erma_msgbuf *req, const void *start, uint32_t klen, uint32_t count)
 {
     return fill(req, klen, &count, start, klen, NULL, 0);
 }
 
-int erma_kv_resp(const struct erma_msgbuf *resp, const uint8_t **val, uint32_t *vlen)
+int kv_resp(const struct erma_msgbuf *resp, const uint8_t **val, uint32_t *vlen)
 {
     if (!resp || resp->size < 4)
         return ERMA_EBADPKT;
@@ -391,10 +391,10 @@ int erma_kv_resp(const struct erma_msgbuf *resp, const uint8_t **val, uint32_t *
     return status;
 }
 
-int erma_kv_resp_scan(const struct erma_msgbuf *resp, uint32_t *cursor, const uint8_t **key,
-                      uint32_t *klen, const uint8_t **val, uint32_t *vlen)
+int kv_resp_scan(const struct erma_msgbuf *resp, uint32_t *cursor, const uint8_t **key,
+                 uint32_t *klen, const uint8_t **val, uint32_t *vlen)
 {
-    if (erma_kv_resp(resp, NULL, NULL) != ERMA_OK || resp->size < 8)
+    if (kv_resp(resp, NULL, NULL) != ERMA_OK || resp->size < 8)
         return ERMA_EBADPKT;
     uint32_t at = *cursor < 8 ? 8 : *cursor;
     if (at == resp->size)

@@ -12,7 +12,7 @@
 #define ITEM_CHECK 8
 #define POS_MASK ((1ull << 39) - 1) /* slot positions: 36 bits of 8-byte units */
 
-struct erma_kv {
+struct kv {
     uint8_t *mem;
     size_t len;
     uint64_t nbuckets, log_bytes, head;
@@ -88,15 +88,15 @@ static uint64_t item_sum(const uint8_t *item, uint32_t len)
 
 static uint64_t log_base(uint64_t nbuckets)
 {
-    return HDR + nbuckets * ERMA_KV_BUCKET;
+    return HDR + nbuckets * KV_BUCKET;
 }
 
-int erma_kv_create(uint32_t buckets, uint64_t log_bytes, struct erma_kv **out)
+int kv_create(uint32_t buckets, uint64_t log_bytes, struct kv **out)
 {
     if (!out || buckets == 0 || buckets > (1u << 26) || log_bytes > (1ull << 38) ||
         sodium_init() < 0)
         return ERMA_EINVAL;
-    struct erma_kv *kv = calloc(1, sizeof *kv);
+    struct kv *kv = calloc(1, sizeof *kv);
     if (!kv)
         return ERMA_ENOMEM;
     kv->nbuckets = pow2(buckets);
@@ -115,48 +115,48 @@ int erma_kv_create(uint32_t buckets, uint64_t log_bytes, struct erma_kv **out)
     return ERMA_OK;
 }
 
-void erma_kv_destroy(struct erma_kv *kv)
+void kv_destroy(struct kv *kv)
 {
     if (kv)
         free(kv->mem);
     free(kv);
 }
 
-const void *erma_kv_memory(const struct erma_kv *kv, size_t *len)
+const void *kv_memory(const struct kv *kv, size_t *len)
 {
     *len = kv->len;
     return kv->mem;
 }
 
-uint64_t erma_kv_nbuckets(const struct erma_kv *kv)
+uint64_t kv_nbuckets(const struct kv *kv)
 {
     return kv->nbuckets;
 }
 
-uint64_t erma_kv_log_bytes(const struct erma_kv *kv)
+uint64_t kv_log_bytes(const struct kv *kv)
 {
     return kv->log_bytes;
 }
 
-void erma_kv_bucket_of(uint64_t nbuckets, const void *key, uint32_t klen, uint64_t *off,
-                       uint32_t *len)
+void kv_bucket_of(uint64_t nbuckets, const void *key, uint32_t klen, uint64_t *off,
+                  uint32_t *len)
 {
-    *off = HDR + (key_hash(key, klen) & (nbuckets - 1)) * ERMA_KV_BUCKET;
-    *len = ERMA_KV_BUCKET;
+    *off = HDR + (key_hash(key, klen) & (nbuckets - 1)) * KV_BUCKET;
+    *len = KV_BUCKET;
 }
 
-int erma_kv_bucket_find(const void *bucket, uint64_t nbuckets, uint64_t log_bytes,
-                        const void *key, uint32_t klen, struct erma_kv_ref *refs, int max)
+int kv_bucket_find(const void *bucket, uint64_t nbuckets, uint64_t log_bytes,
+                   const void *key, uint32_t klen, struct kv_ref *refs, int max)
 {
     const uint8_t *b = bucket;
     if (get64(b) & 1)
         return ERMA_EAGAIN;
     const uint16_t tag = tag_of(key_hash(key, klen));
     int n = 0;
-    for (int i = 0; i < ERMA_KV_SLOTS && n < max; i++) {
+    for (int i = 0; i < KV_SLOTS && n < max; i++) {
         const uint64_t s = get64(b + 8 + 8 * i);
         if (s && slot_tag(s) == tag)
-            refs[n++] = (struct erma_kv_ref){
+            refs[n++] = (struct kv_ref){
                 .off = log_base(nbuckets) + (slot_pos(s) & (log_bytes - 1)),
                 .stamp = slot_pos(s) + 1,
                 .len = slot_len(s)};
@@ -164,8 +164,8 @@ int erma_kv_bucket_find(const void *bucket, uint64_t nbuckets, uint64_t log_byte
     return n;
 }
 
-int erma_kv_item_check(const void *item, const struct erma_kv_ref *ref, const void *key,
-                       uint32_t klen, const uint8_t **val, uint32_t *vlen)
+int kv_item_check(const void *item, const struct kv_ref *ref, const void *key,
+                  uint32_t klen, const uint8_t **val, uint32_t *vlen)
 {
     const uint8_t *it = item;
     const uint32_t len = ref->len;
@@ -188,18 +188,18 @@ int erma_kv_item_check(const void *item, const struct erma_kv_ref *ref, const vo
 
 /* ---- the owner's side ---- */
 
-static uint8_t *bucket_at(const struct erma_kv *kv, uint64_t h)
+static uint8_t *bucket_at(const struct kv *kv, uint64_t h)
 {
-    return kv->mem + HDR + (h & (kv->nbuckets - 1)) * ERMA_KV_BUCKET;
+    return kv->mem + HDR + (h & (kv->nbuckets - 1)) * KV_BUCKET;
 }
 
 /* Bytes appended since the item a slot names (positions wrap at 2^39). */
-static uint64_t slot_age(const struct erma_kv *kv, uint64_t s)
+static uint64_t slot_age(const struct kv *kv, uint64_t s)
 {
     return (kv->head - slot_pos(s)) & POS_MASK;
 }
 
-static uint8_t *item_at(const struct erma_kv *kv, uint64_t s)
+static uint8_t *item_at(const struct kv *kv, uint64_t s)
 {
     return kv->mem + log_base(kv->nbuckets) + (slot_pos(s) & (kv->log_bytes - 1));
 }
@@ -207,16 +207,16 @@ static uint8_t *item_at(const struct erma_kv *kv, uint64_t s)
 /* True when the item a slot names is still there: nothing has been written
  * over its stamp (the same test a reader of copies makes; the log may leave
  * an item at its end untouched for several wraps). */
-static int slot_live(const struct erma_kv *kv, uint64_t s)
+static int slot_live(const struct kv *kv, uint64_t s)
 {
     return s && get64(item_at(kv, s)) == slot_pos(s) + 1;
 }
 
 /* The slot index holding key in bucket b, or -1. */
-static int find(const struct erma_kv *kv, const uint8_t *b, uint16_t tag, const void *key,
+static int find(const struct kv *kv, const uint8_t *b, uint16_t tag, const void *key,
                 uint32_t klen)
 {
-    for (int i = 0; i < ERMA_KV_SLOTS; i++) {
+    for (int i = 0; i < KV_SLOTS; i++) {
         const uint64_t s = get64(b + 8 + 8 * i);
         if (!slot_live(kv, s) || slot_tag(s) != tag)
             continue;
@@ -230,12 +230,12 @@ static int find(const struct erma_kv *kv, const uint8_t *b, uint16_t tag, const 
 }
 
 /* Where a new slot goes: the key's own, a free or dead one, else the oldest. */
-static int victim(const struct erma_kv *kv, const uint8_t *b, int own)
+static int victim(const struct kv *kv, const uint8_t *b, int own)
 {
     if (own >= 0)
         return own;
     int oldest = 0;
-    for (int i = 0; i < ERMA_KV_SLOTS; i++) {
+    for (int i = 0; i < KV_SLOTS; i++) {
         const uint64_t s = get64(b + 8 + 8 * i);
         if (!slot_live(kv, s))
             return i;
@@ -253,12 +253,12 @@ static void slot_set(uint8_t *b, int i, uint64_t s)
     put64(b, get64(b) + 1);
 }
 
-int erma_kv_put(struct erma_kv *kv, const void *key, uint32_t klen, const void *val,
-                uint32_t vlen)
+int kv_put(struct kv *kv, const void *key, uint32_t klen, const void *val,
+           uint32_t vlen)
 {
     if (!kv || !key || klen == 0 || (vlen && !val))
         return ERMA_EINVAL;
-    if ((uint64_t)klen + vlen + ITEM_HDR + ITEM_CHECK + 7 > ERMA_KV_MAX_ITEM)
+    if ((uint64_t)klen + vlen + ITEM_HDR + ITEM_CHECK + 7 > KV_MAX_ITEM)
         return ERMA_E2BIG;
     const uint32_t len = item_len(klen, vlen);
     uint64_t pos = kv->head;
@@ -281,8 +281,8 @@ int erma_kv_put(struct erma_kv *kv, const void *key, uint32_t klen, const void *
     return ERMA_OK;
 }
 
-int erma_kv_get(const struct erma_kv *kv, const void *key, uint32_t klen, void *val,
-                uint32_t cap, uint32_t *vlen)
+int kv_get(const struct kv *kv, const void *key, uint32_t klen, void *val,
+           uint32_t cap, uint32_t *vlen)
 {
     if (!kv || !key || !vlen)
         return ERMA_EINVAL;
@@ -299,7 +299,7 @@ int erma_kv_get(const struct erma_kv *kv, const void *key, uint32_t klen, void *
     return ERMA_OK;
 }
 
-int erma_kv_delete(struct erma_kv *kv, const void *key, uint32_t klen)
+int kv_delete(struct kv *kv, const void *key, uint32_t klen)
 {
     if (!kv || !key)
         return ERMA_EINVAL;

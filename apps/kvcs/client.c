@@ -1,5 +1,5 @@
 /* The kvcs client (erma/kvcs.h): ops over the key's replicas, GETs by RPC
- * or by one-sided READ (erma_kv_reader), with failover and down marks. */
+ * or by one-sided READ (kv_reader), with failover and down marks. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 #include "erma/rma.h"
 #include "erma/rpc.h"
 
-#define MAX_R ERMA_KVCS_MAX_REPLICAS
+#define MAX_R KVCS_MAX_REPLICAS
 #define ITEM_OVERHEAD (16 + 8 + 7) /* kv item header, check, padding */
 #define GET_RESP 512               /* a GET's first response buffer; erma grows it */
 #define REGION_RESP 128
@@ -29,7 +29,7 @@ struct op;
  * its op goes on as if it had timed out, and the try (op NULL) waits for
  * its continuation to free it. */
 struct try {
-    struct erma_kvcs_client *c;
+    struct kvcs_client *c;
     struct op *op;
     uint32_t pos; /* in op->rep */
     bool read;    /* a one-sided GET: the RMA op timeout bounds it */
@@ -38,17 +38,17 @@ struct try {
 };
 
 struct op {
-    struct erma_kvcs_client *c;
+    struct kvcs_client *c;
     bool live;
     enum kind kind;
-    enum erma_kvcs_method method;
-    uint8_t key[ERMA_KVCS_MAX_KEY];
+    enum kvcs_method method;
+    uint8_t key[KVCS_MAX_KEY];
     uint32_t klen, nrep, rep[MAX_R];
-    int st[MAX_R];    /* each replica's last outcome, ERMA_KVCS_NOT_TRIED */
+    int st[MAX_R];    /* each replica's last outcome, KVCS_NOT_TRIED */
     uint32_t pending; /* PUT, DEL: tries not finished */
     int last_err;     /* GET: the last failed try's status */
     uint32_t answered;
-    erma_kvcs_fn cb;
+    kvcs_fn cb;
     void *tag;
     struct try *tries[MAX_R]; /* in flight */
     int result;             /* finished while starting: delivered by the loop */
@@ -59,8 +59,8 @@ struct server {
     char uri[128];
     int sess[MAX_SESS]; /* -1: failed */
     uint32_t next_sess;
-    struct erma_kv_remote remote;
-    struct erma_kvcs_client *c;
+    struct kv_remote remote;
+    struct kvcs_client *c;
     uint64_t down_until; /* when marked down: the next probe */
     bool down, probing;
     int down_err;        /* the failure that marked it down, or its last probe's */
@@ -68,14 +68,14 @@ struct server {
     struct erma_msgbuf req, resp;
 };
 
-struct erma_kvcs_client {
-    struct erma_kvcs_client_cfg cfg;
+struct kvcs_client {
+    struct kvcs_client_cfg cfg;
     struct erma_nexus *nx;
     struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     struct erma_rma *rma;
-    struct erma_kv_reader *reader;
-    struct erma_kvcs_ring *ring;
+    struct kv_reader *reader;
+    struct kvcs_ring *ring;
     struct server *srv;
     struct op *ops;
     uint32_t *free_ops, nfree;
@@ -83,11 +83,11 @@ struct erma_kvcs_client {
     int starting;                     /* inside a call that starts an op */
     bool destroying;
     bool in_cb;                       /* info: the op whose callback runs */
-    struct erma_kvcs_op_info info;
+    struct kvcs_op_info info;
     int completed;
     uint32_t nsess; /* per server */
     uint64_t next_expiry, expiry_ns; /* timer work: expired tries, due probes */
-    struct erma_kvcs_client_stats stats;
+    struct kvcs_client_stats stats;
 };
 
 static bool transport_failure(int st)
@@ -112,7 +112,7 @@ static bool transport_failure(int st)
  * probe (the REGION request, which also fetches a restarted server's new
  * key) asks whether it is back. Failures while it is down (tries already
  * under way, ops whose replicas are all down) do not delay that probe. */
-static void mark_down(struct erma_kvcs_client *c, uint32_t server, int err)
+static void mark_down(struct kvcs_client *c, uint32_t server, int err)
 {
     struct server *s = &c->srv[server];
     if (!s->down)
@@ -122,7 +122,7 @@ static void mark_down(struct erma_kvcs_client *c, uint32_t server, int err)
 }
 
 /* The probe failed (err, when it got that far): the next one in down_ns. */
-static void probe_later(struct erma_kvcs_client *c, struct server *s, int err)
+static void probe_later(struct kvcs_client *c, struct server *s, int err)
 {
     s->down = true;
     s->down_until = erma_now_ns() + c->cfg.down_ns;
@@ -133,10 +133,10 @@ static void probe_later(struct erma_kvcs_client *c, struct server *s, int err)
 /* ---- finishing ops ---- */
 
 /* Frees the op's slot before its callback, which may start another op. */
-static void deliver(struct erma_kvcs_client *c, struct op *op, int status, const uint8_t *val,
+static void deliver(struct kvcs_client *c, struct op *op, int status, const uint8_t *val,
                     uint32_t vlen)
 {
-    struct erma_kvcs_op_info *in = &c->info;
+    struct kvcs_op_info *in = &c->info;
     memset(in, 0, sizeof *in);
     in->nreplicas = op->nrep;
     memcpy(in->replicas, op->rep, sizeof op->rep);
@@ -146,7 +146,7 @@ static void deliver(struct erma_kvcs_client *c, struct op *op, int status, const
         in->down_err[i] = s->down ? s->down_err : 0;
     }
     in->answered = op->answered;
-    const erma_kvcs_fn cb = op->cb;
+    const kvcs_fn cb = op->cb;
     void *tag = op->tag;
     op->live = false;
     c->free_ops[c->nfree++] = (uint32_t)(op - c->ops);
@@ -156,7 +156,7 @@ static void deliver(struct erma_kvcs_client *c, struct op *op, int status, const
     c->in_cb = false;
 }
 
-static void finish_op(struct erma_kvcs_client *c, struct op *op, int status, const uint8_t *val,
+static void finish_op(struct kvcs_client *c, struct op *op, int status, const uint8_t *val,
                       uint32_t vlen)
 {
     if (status != ERMA_OK && status != ERMA_ENOENT)
@@ -174,7 +174,7 @@ static void finish_op(struct erma_kvcs_client *c, struct op *op, int status, con
     c->done_tail = op;
 }
 
-static void deliver_deferred(struct erma_kvcs_client *c)
+static void deliver_deferred(struct kvcs_client *c)
 {
     struct op *op = c->done_head;
     c->done_head = c->done_tail = NULL;
@@ -192,7 +192,7 @@ static int write_result(const struct op *op)
     bool stored = false, absent = false;
     for (uint32_t i = 0; i < op->nrep; i++) {
         const int st = op->st[i];
-        if (st == ERMA_KVCS_NOT_TRIED)
+        if (st == KVCS_NOT_TRIED)
             continue;
         if (st == ERMA_OK)
             stored = true;
@@ -212,7 +212,7 @@ static int write_result(const struct op *op)
 
 /* ---- tries ---- */
 
-static void try_done(struct erma_kvcs_client *c, struct op *op, uint32_t pos, int status,
+static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int status,
                      const uint8_t *val, uint32_t vlen);
 
 static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
@@ -226,7 +226,7 @@ static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgb
     const uint8_t *val = NULL;
     uint32_t vlen = 0;
     if (op && status == ERMA_OK)
-        status = op->kind == GET ? erma_kv_resp(resp, &val, &vlen) : erma_kv_resp(resp, NULL, NULL);
+        status = op->kind == GET ? kv_resp(resp, &val, &vlen) : kv_resp(resp, NULL, NULL);
     if (op) {
         op->tries[t->pos] = NULL;
         try_done(t->c, op, t->pos, status, val, vlen);
@@ -249,15 +249,15 @@ static void on_read(void *tag, int status, const uint8_t *val, uint32_t vlen)
 static int fill_req(const struct op *op, struct erma_msgbuf *req, const void *val, uint32_t vlen)
 {
     if (op->kind == GET)
-        return erma_kv_req_get(req, op->key, op->klen);
+        return kv_req_get(req, op->key, op->klen);
     if (op->kind == PUT)
-        return erma_kv_req_put(req, op->key, op->klen, val, vlen);
-    return erma_kv_req_del(req, op->key, op->klen);
+        return kv_req_put(req, op->key, op->klen, val, vlen);
+    return kv_req_del(req, op->key, op->klen);
 }
 
 /* The server's sessions in turn, so that its requests share their slots;
  * -1 when none is there (failed ones are opened again by the probe). */
-static int session_of(struct erma_kvcs_client *c, struct server *s)
+static int session_of(struct kvcs_client *c, struct server *s)
 {
     for (uint32_t k = 0; k < c->nsess; k++) {
         int *sess = &s->sess[s->next_sess++ % c->nsess];
@@ -267,11 +267,11 @@ static int session_of(struct erma_kvcs_client *c, struct server *s)
     return -1;
 }
 
-static int start_rpc(struct erma_kvcs_client *c, struct try *t, struct server *s,
+static int start_rpc(struct kvcs_client *c, struct try *t, struct server *s,
                      const void *val, uint32_t vlen)
 {
     const struct op *op = t->op;
-    static const uint8_t types[] = {ERMA_KV_GET, ERMA_KV_PUT, ERMA_KV_DEL};
+    static const uint8_t types[] = {KV_GET, KV_PUT, KV_DEL};
     const int sess = session_of(c, s);
     if (sess < 0)
         return PASSED_DOWN; /* its sessions failed: marked down (on_sm) */
@@ -285,8 +285,8 @@ static int start_rpc(struct erma_kvcs_client *c, struct try *t, struct server *s
     }
     rc = fill_req(op, &t->req, val, vlen);
     if (rc == ERMA_OK)
-        rc = erma_rpc_call(c->rpc, sess, ERMA_KVCS_TYPE_BASE + types[op->kind], &t->req,
-                                  &t->resp, on_rpc, t);
+        rc = erma_rpc_call(c->rpc, sess, KVCS_TYPE_BASE + types[op->kind], &t->req,
+                           &t->resp, on_rpc, t);
     if (rc != ERMA_OK) {
         erma_msgbuf_free(c->rpc, &t->req);
         erma_msgbuf_free(c->rpc, &t->resp);
@@ -294,14 +294,14 @@ static int start_rpc(struct erma_kvcs_client *c, struct try *t, struct server *s
     return rc == ERMA_ENOENT ? ERMA_ESESSRESET : rc; /* ENOENT: the session is gone */
 }
 
-static int ask_region(struct erma_kvcs_client *c, struct server *s);
-static void probe_servers(struct erma_kvcs_client *c, uint64_t now);
+static int ask_region(struct kvcs_client *c, struct server *s);
+static void probe_servers(struct kvcs_client *c, uint64_t now);
 
-static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, const void *val,
+static int start_try(struct kvcs_client *c, struct op *op, uint32_t pos, const void *val,
                      uint32_t vlen)
 {
     struct server *s = &c->srv[op->rep[pos]];
-    const bool read = op->kind == GET && op->method == ERMA_KVCS_READ;
+    const bool read = op->kind == GET && op->method == KVCS_READ;
     if (read && s->region_rc != 0)
         return PASSED_DOWN; /* marked down, its key not fetched again yet */
     struct try *t = calloc(1, sizeof *t);
@@ -309,7 +309,7 @@ static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, co
         return ERMA_ENOMEM;
     *t = (struct try){.c = c, .op = op, .pos = pos, .read = read,
                       .deadline = erma_now_ns() + c->cfg.attempt_timeout_ns};
-    const int rc = t->read ? erma_kv_rget(c->reader, &s->remote, op->key, op->klen, on_read, t)
+    const int rc = t->read ? kv_rget(c->reader, &s->remote, op->key, op->klen, on_read, t)
                            : start_rpc(c, t, s, val, vlen);
     if (rc != ERMA_OK) {
         free(t);
@@ -322,7 +322,7 @@ static int start_try(struct erma_kvcs_client *c, struct op *op, uint32_t pos, co
 /* A try that did not start: its replica's status, ERMA_EPEERFAILED for one
  * passed over as down (which keeps the error that marked it down); another
  * transport failure marks the replica down. */
-static int not_started(struct erma_kvcs_client *c, struct op *op, uint32_t pos, int rc)
+static int not_started(struct kvcs_client *c, struct op *op, uint32_t pos, int rc)
 {
     const bool passed = rc == PASSED_DOWN;
     if (passed)
@@ -336,7 +336,7 @@ static int not_started(struct erma_kvcs_client *c, struct op *op, uint32_t pos, 
 /* RPC tries past their deadline (they may wait behind others for one of
  * the session's slots, where the request timeout does not run yet) fail
  * as timed out; their requests complete later, to no op. */
-static void expire_tries(struct erma_kvcs_client *c, uint64_t now)
+static void expire_tries(struct kvcs_client *c, uint64_t now)
 {
     for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
         struct op *op = &c->ops[i];
@@ -355,11 +355,11 @@ static void expire_tries(struct erma_kvcs_client *c, uint64_t now)
 
 /* The first untried replica not marked down (*passed: after one that is),
  * else the first untried one; -1 when every replica was tried. */
-static int pick(struct erma_kvcs_client *c, const struct op *op, bool *passed)
+static int pick(struct kvcs_client *c, const struct op *op, bool *passed)
 {
     int any = -1;
     for (uint32_t i = 0; i < op->nrep; i++) {
-        if (op->st[i] != ERMA_KVCS_NOT_TRIED)
+        if (op->st[i] != KVCS_NOT_TRIED)
             continue;
         if (!c->srv[op->rep[i]].down) {
             *passed = any >= 0;
@@ -378,7 +378,7 @@ static bool move_on(int status)
     return transport_failure(status) || status == ERMA_EAGAIN;
 }
 
-static void get_next(struct erma_kvcs_client *c, struct op *op)
+static void get_next(struct kvcs_client *c, struct op *op)
 {
     for (;;) {
         bool passed;
@@ -400,7 +400,7 @@ static void get_next(struct erma_kvcs_client *c, struct op *op)
     }
 }
 
-static void try_done(struct erma_kvcs_client *c, struct op *op, uint32_t pos, int status,
+static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int status,
                      const uint8_t *val, uint32_t vlen)
 {
     op->st[pos] = status;
@@ -422,20 +422,20 @@ static void try_done(struct erma_kvcs_client *c, struct op *op, uint32_t pos, in
 
 /* ---- starting ops ---- */
 
-static int new_op(struct erma_kvcs_client *c, enum kind kind, const void *key, uint32_t klen,
-                  uint32_t vlen, erma_kvcs_fn cb, void *tag, struct op **out)
+static int new_op(struct kvcs_client *c, enum kind kind, const void *key, uint32_t klen,
+                  uint32_t vlen, kvcs_fn cb, void *tag, struct op **out)
 {
     if (!c || !key || klen == 0 || !cb)
         return ERMA_EINVAL;
-    if (klen > ERMA_KVCS_MAX_KEY || (uint64_t)klen + vlen + ITEM_OVERHEAD > ERMA_KV_MAX_ITEM)
+    if (klen > KVCS_MAX_KEY || (uint64_t)klen + vlen + ITEM_OVERHEAD > KV_MAX_ITEM)
         return ERMA_E2BIG;
     if (c->nfree == 0)
         return ERMA_ENOSLOTS;
     struct op *op = &c->ops[c->free_ops[--c->nfree]];
-    const int n = erma_kvcs_ring_replicas(c->ring, key, klen, op->rep, c->cfg.replicas);
+    const int n = kvcs_ring_replicas(c->ring, key, klen, op->rep, c->cfg.replicas);
     op->nrep = n > 0 ? (uint32_t)n : 0;
     for (uint32_t i = 0; i < MAX_R; i++)
-        op->st[i] = ERMA_KVCS_NOT_TRIED;
+        op->st[i] = KVCS_NOT_TRIED;
     memcpy(op->key, key, klen);
     op->klen = klen;
     op->kind = kind;
@@ -449,15 +449,15 @@ static int new_op(struct erma_kvcs_client *c, enum kind kind, const void *key, u
     return ERMA_OK;
 }
 
-int erma_kvcs_get(struct erma_kvcs_client *c, const void *key, uint32_t klen, erma_kvcs_fn cb,
-                  void *tag)
+int kvcs_get(struct kvcs_client *c, const void *key, uint32_t klen, kvcs_fn cb,
+             void *tag)
 {
     struct op *op;
     const int rc = new_op(c, GET, key, klen, 0, cb, tag, &op);
     if (rc != ERMA_OK)
         return rc;
     c->stats.gets++;
-    if (op->method == ERMA_KVCS_READ)
+    if (op->method == KVCS_READ)
         c->stats.read_gets++;
     else
         c->stats.rpc_gets++;
@@ -471,8 +471,8 @@ int erma_kvcs_get(struct erma_kvcs_client *c, const void *key, uint32_t klen, er
 /* A write to a replica marked down goes out if its sessions are there (it
  * may be alive: a stall marked it down), so that it does not keep an old
  * value, but the op does not wait for it: its status stays
- * ERMA_KVCS_NOT_TRIED and its answer is dropped. */
-static void send_detached(struct erma_kvcs_client *c, struct op *op, uint32_t pos,
+ * KVCS_NOT_TRIED and its answer is dropped. */
+static void send_detached(struct kvcs_client *c, struct op *op, uint32_t pos,
                           const void *val, uint32_t vlen)
 {
     if (start_try(c, op, pos, val, vlen) != ERMA_OK)
@@ -481,7 +481,7 @@ static void send_detached(struct erma_kvcs_client *c, struct op *op, uint32_t po
     op->tries[pos] = NULL;
 }
 
-static void write_all(struct erma_kvcs_client *c, struct op *op, const void *val, uint32_t vlen)
+static void write_all(struct kvcs_client *c, struct op *op, const void *val, uint32_t vlen)
 {
     bool all_down = true;
     for (uint32_t i = 0; i < op->nrep; i++)
@@ -505,8 +505,8 @@ static void write_all(struct erma_kvcs_client *c, struct op *op, const void *val
     c->starting--;
 }
 
-int erma_kvcs_put(struct erma_kvcs_client *c, const void *key, uint32_t klen, const void *val,
-                  uint32_t vlen, erma_kvcs_fn cb, void *tag)
+int kvcs_put(struct kvcs_client *c, const void *key, uint32_t klen, const void *val,
+             uint32_t vlen, kvcs_fn cb, void *tag)
 {
     if (vlen && !val)
         return ERMA_EINVAL;
@@ -519,8 +519,8 @@ int erma_kvcs_put(struct erma_kvcs_client *c, const void *key, uint32_t klen, co
     return ERMA_OK;
 }
 
-int erma_kvcs_del(struct erma_kvcs_client *c, const void *key, uint32_t klen, erma_kvcs_fn cb,
-                  void *tag)
+int kvcs_del(struct kvcs_client *c, const void *key, uint32_t klen, kvcs_fn cb,
+             void *tag)
 {
     struct op *op;
     const int rc = new_op(c, DEL, key, klen, 0, cb, tag, &op);
@@ -533,14 +533,14 @@ int erma_kvcs_del(struct erma_kvcs_client *c, const void *key, uint32_t klen, er
 
 /* ---- the loop ---- */
 
-int erma_kvcs_client_run_once(struct erma_kvcs_client *c)
+int kvcs_client_run_once(struct kvcs_client *c)
 {
     if (!c)
         return ERMA_EINVAL;
     c->completed = 0;
     deliver_deferred(c);
     erma_endpoint_run_once(c->ep);
-    for (int i = 0; i < 4 && erma_kv_reader_poll(c->reader) > 0; i++)
+    for (int i = 0; i < 4 && kv_reader_poll(c->reader) > 0; i++)
         ;
     const uint64_t now = erma_now_ns();
     if (now >= c->next_expiry) { /* timer work, every expiry_ns */
@@ -552,19 +552,19 @@ int erma_kvcs_client_run_once(struct erma_kvcs_client *c)
     return c->completed;
 }
 
-void erma_kvcs_client_set_method(struct erma_kvcs_client *c, enum erma_kvcs_method m)
+void kvcs_client_set_method(struct kvcs_client *c, enum kvcs_method m)
 {
     if (c)
         c->cfg.method = m;
 }
 
-void erma_kvcs_client_get_stats(const struct erma_kvcs_client *c,
-                                struct erma_kvcs_client_stats *out)
+void kvcs_client_get_stats(const struct kvcs_client *c,
+                           struct kvcs_client_stats *out)
 {
     *out = c->stats;
 }
 
-int erma_kvcs_op_info(const struct erma_kvcs_client *c, struct erma_kvcs_op_info *out)
+int kvcs_op_info(const struct kvcs_client *c, struct kvcs_op_info *out)
 {
     if (!c || !out || !c->in_cb)
         return ERMA_EINVAL;
@@ -577,7 +577,7 @@ int erma_kvcs_op_info(const struct erma_kvcs_client *c, struct erma_kvcs_op_info
 static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err, void *ctx)
 {
     (void)rpc;
-    struct erma_kvcs_client *c = ctx;
+    struct kvcs_client *c = ctx;
     if (ev != ERMA_SM_PEER_FAILED && ev != ERMA_SM_CONNECT_FAILED)
         return;
     for (uint32_t i = 0; i < c->cfg.nservers; i++)
@@ -596,7 +596,7 @@ static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_m
     if (s->c->destroying)
         return;
     if (status == ERMA_OK)
-        status = erma_kv_resp_region(resp, &s->remote);
+        status = kv_resp_region(resp, &s->remote);
     s->region_rc = status == ERMA_OK ? 0 : status;
     s->probing = false;
     if (status == ERMA_OK)
@@ -607,17 +607,17 @@ static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_m
 
 /* Opens the server's sessions that are not (or no longer) there, and asks
  * for its region over the first once the last answer failed. */
-static int ask_region(struct erma_kvcs_client *c, struct server *s)
+static int ask_region(struct kvcs_client *c, struct server *s)
 {
     for (uint32_t k = 0; k < c->nsess; k++)
         if (s->sess[k] < 0 && (s->sess[k] = erma_session_create(c->rpc, s->uri, 0)) < 0)
             return s->sess[k];
     if (s->region_rc >= 0)
         return ERMA_OK;
-    int rc = erma_kv_req_region(&s->req, erma_rma_identity(c->rma));
+    int rc = kv_req_region(&s->req, erma_rma_identity(c->rma));
     if (rc == ERMA_OK)
-        rc = erma_rpc_call(c->rpc, s->sess[0], ERMA_KVCS_TYPE_BASE + ERMA_KV_REGION,
-                                  &s->req, &s->resp, on_region, s);
+        rc = erma_rpc_call(c->rpc, s->sess[0], KVCS_TYPE_BASE + KV_REGION,
+                           &s->req, &s->resp, on_region, s);
     if (rc == ERMA_OK)
         s->region_rc = 1;
     return rc == ERMA_ENOMEM ? rc : ERMA_OK; /* else asked again next time */
@@ -625,7 +625,7 @@ static int ask_region(struct erma_kvcs_client *c, struct server *s)
 
 /* Servers marked down whose mark has passed are asked for their region
  * again: the probe. */
-static void probe_servers(struct erma_kvcs_client *c, uint64_t now)
+static void probe_servers(struct kvcs_client *c, uint64_t now)
 {
     for (uint32_t i = 0; i < c->cfg.nservers; i++) {
         struct server *s = &c->srv[i];
@@ -640,7 +640,7 @@ static void probe_servers(struct erma_kvcs_client *c, uint64_t now)
     }
 }
 
-static bool server_ready(const struct erma_kvcs_client *c, const struct server *s)
+static bool server_ready(const struct kvcs_client *c, const struct server *s)
 {
     for (uint32_t k = 0; k < c->nsess; k++)
         if (!erma_session_connected(c->rpc, s->sess[k]))
@@ -649,7 +649,7 @@ static bool server_ready(const struct erma_kvcs_client *c, const struct server *
 }
 
 /* Every server's sessions, region and key, before the deadline. */
-static int fetch_regions(struct erma_kvcs_client *c)
+static int fetch_regions(struct kvcs_client *c)
 {
     const uint64_t end = erma_now_ns() + c->cfg.connect_timeout_ns;
     for (;;) {
@@ -669,7 +669,7 @@ static int fetch_regions(struct erma_kvcs_client *c)
     }
 }
 
-static int servers_up(struct erma_kvcs_client *c, const char *const *uris)
+static int servers_up(struct kvcs_client *c, const char *const *uris)
 {
     for (uint32_t i = 0; i < c->cfg.nservers; i++) {
         struct server *s = &c->srv[i];
@@ -690,7 +690,7 @@ static int servers_up(struct erma_kvcs_client *c, const char *const *uris)
     return fetch_regions(c);
 }
 
-static void defaults(struct erma_kvcs_client_cfg *cfg)
+static void defaults(struct kvcs_client_cfg *cfg)
 {
     if (!cfg->replicas)
         cfg->replicas = 3;
@@ -710,9 +710,9 @@ static void defaults(struct erma_kvcs_client_cfg *cfg)
         cfg->connect_timeout_ns = 5000000000ull;
 }
 
-static int endpoint_up(struct erma_kvcs_client *c)
+static int endpoint_up(struct kvcs_client *c)
 {
-    const struct erma_kvcs_client_cfg *cfg = &c->cfg;
+    const struct kvcs_client_cfg *cfg = &c->cfg;
     const struct erma_rpc_cfg rcfg = {.req_timeout_ns = cfg->attempt_timeout_ns,
                                       .failure_ns = cfg->failure_ns,
                                       .sm_handler = on_sm, .sm_ctx = c, .cc = {.off = cfg->cc_off}};
@@ -721,7 +721,7 @@ static int endpoint_up(struct erma_kvcs_client *c)
      * window or its CC window are short, and only a transfer's own
      * completions wake it again (GETs of big items stalled). max_ops
      * bounds the reads in flight instead. */
-    const uint64_t chunks = (ERMA_KV_MAX_ITEM + ERMA_RMA_MAX_OP - 1) / ERMA_RMA_MAX_OP;
+    const uint64_t chunks = (KV_MAX_ITEM + ERMA_RMA_MAX_OP - 1) / ERMA_RMA_MAX_OP;
     const uint64_t slots = cfg->max_ops * chunks + 64, window = cfg->max_ops * 32768ull;
     const struct erma_rma_cfg mcfg = {.slots = slots < 65535 ? (uint32_t)slots : 65535,
                                       .inbound_window = window < (1u << 30) ? (uint32_t)window
@@ -737,11 +737,11 @@ static int endpoint_up(struct erma_kvcs_client *c)
     if (rc == ERMA_OK)
         rc = erma_rma_create(c->ep, &mcfg, &c->rma);
     if (rc == ERMA_OK)
-        rc = erma_kv_reader_create(c->rma, cfg->max_ops, 0, &c->reader);
+        rc = kv_reader_create(c->rma, cfg->max_ops, 0, &c->reader);
     return rc;
 }
 
-static int client_up(struct erma_kvcs_client *c)
+static int client_up(struct kvcs_client *c)
 {
     const uint32_t n = c->cfg.max_ops;
     c->srv = calloc(c->cfg.nservers, sizeof *c->srv);
@@ -753,7 +753,7 @@ static int client_up(struct erma_kvcs_client *c)
         c->ops[i].c = c;
         c->free_ops[c->nfree++] = n - 1 - i;
     }
-    int rc = erma_kvcs_ring_create(c->cfg.nservers, c->cfg.vnodes, &c->ring);
+    int rc = kvcs_ring_create(c->cfg.nservers, c->cfg.vnodes, &c->ring);
     if (rc == ERMA_OK)
         rc = endpoint_up(c);
     if (rc == ERMA_OK)
@@ -761,13 +761,13 @@ static int client_up(struct erma_kvcs_client *c)
     return rc;
 }
 
-int erma_kvcs_client_create(const struct erma_kvcs_client_cfg *cfg,
-                            struct erma_kvcs_client **out)
+int kvcs_client_create(const struct kvcs_client_cfg *cfg,
+                       struct kvcs_client **out)
 {
     if (!cfg || !cfg->uri || !cfg->servers || !cfg->nservers || !out ||
-        cfg->max_ops > 65536 || (cfg->method != ERMA_KVCS_RPC && cfg->method != ERMA_KVCS_READ))
+        cfg->max_ops > 65536 || (cfg->method != KVCS_RPC && cfg->method != KVCS_READ))
         return ERMA_EINVAL;
-    struct erma_kvcs_client *c = calloc(1, sizeof *c);
+    struct kvcs_client *c = calloc(1, sizeof *c);
     if (!c)
         return ERMA_ENOMEM;
     c->cfg = *cfg;
@@ -781,7 +781,7 @@ int erma_kvcs_client_create(const struct erma_kvcs_client_cfg *cfg,
         c->expiry_ns = 1000000;
     const int rc = client_up(c);
     if (rc != ERMA_OK) {
-        erma_kvcs_client_destroy(c);
+        kvcs_client_destroy(c);
         return rc;
     }
     c->cfg.servers = NULL; /* the caller's; copied into srv[] */
@@ -789,12 +789,12 @@ int erma_kvcs_client_create(const struct erma_kvcs_client_cfg *cfg,
     return ERMA_OK;
 }
 
-void erma_kvcs_client_destroy(struct erma_kvcs_client *c)
+void kvcs_client_destroy(struct kvcs_client *c)
 {
     if (!c)
         return;
     erma_rma_destroy(c->rma); /* drops the reader's reads without completions */
-    erma_kv_reader_destroy(c->reader);
+    kv_reader_destroy(c->reader);
     for (uint32_t i = 0; c->ops && i < c->cfg.max_ops; i++)
         for (uint32_t p = 0; c->ops[i].live && p < c->ops[i].nrep; p++)
             if (c->ops[i].tries[p] && c->ops[i].tries[p]->read)
@@ -803,7 +803,7 @@ void erma_kvcs_client_destroy(struct erma_kvcs_client *c)
     erma_rpc_destroy(c->rpc);
     erma_endpoint_destroy(c->ep);
     erma_nexus_destroy(c->nx);
-    erma_kvcs_ring_destroy(c->ring);
+    kvcs_ring_destroy(c->ring);
     free(c->srv);
     free(c->ops);
     free(c->free_ops);

@@ -4,7 +4,7 @@
  * RPC or by one-sided READ, as in 1RMA's evaluation.
  *
  * Ring
- *   erma_kvcs_ring places `vnodes` points per server on a 64-bit ring, point
+ *   kvcs_ring places `vnodes` points per server on a 64-bit ring, point
  *   j of server s at SipHash-2-4 (libsodium crypto_shorthash, a fixed key) of
  *   (s, j); a key sits at the SipHash of its bytes. The key's replicas are
  *   the first r distinct servers met walking clockwise from the key, the
@@ -13,16 +13,16 @@
  *   is n. The ring is the same in every process.
  *
  * Server
- *   erma_kvcs_server_create() makes one nexus at cfg.uri, one endpoint
- *   (thread id 0) with one RMA engine, and one erma_kv table served with
- *   erma_kv_serve() at request types ERMA_KVCS_TYPE_BASE + erma_kv_op and
- *   registered with erma_kv_server_rma() for one-sided GETs.
- *   erma_kvcs_server_run() runs its event loop. Nothing else: a server knows
+ *   kvcs_server_create() makes one nexus at cfg.uri, one endpoint
+ *   (thread id 0) with one RMA engine, and one kv table served with
+ *   kv_serve() at request types KVCS_TYPE_BASE + kv_op and
+ *   registered with kv_server_rma() for one-sided GETs.
+ *   kvcs_server_run() runs its event loop. Nothing else: a server knows
  *   nothing of the ring or of the other servers.
  *
  * Client
- *   erma_kvcs_client_create() makes a nexus at cfg.uri with one endpoint, an
- *   RMA engine and an erma_kv_reader, connects sessions to endpoint 0 of
+ *   kvcs_client_create() makes a nexus at cfg.uri with one endpoint, an
+ *   RMA engine and a kv_reader, connects sessions to endpoint 0 of
  *   every server (4 each, fewer past 32 servers, used in turn: a session
  *   has only ERMA_SESSION_SLOTS requests in flight, and requests queued
  *   behind them timed out once a failed replica's load moved to the others)
@@ -38,17 +38,17 @@
  *   replica costs the GETs that find it dead about one attempt timeout;
  *   later ops pass it by (below).
  *
- *   Ops start with erma_kvcs_get/put/del and complete in
- *   erma_kvcs_client_run_once(): cb(tag, status, val, vlen) runs exactly
+ *   Ops start with kvcs_get/put/del and complete in
+ *   kvcs_client_run_once(): cb(tag, status, val, vlen) runs exactly
  *   once per op that was started (call returned ERMA_OK), always from inside
- *   erma_kvcs_client_run_once(), never from the call that started it. val
+ *   kvcs_client_run_once(), never from the call that started it. val
  *   (GET with ERMA_OK only) is valid during the callback. Callbacks may
  *   start new ops (the slot of the op whose callback runs is free again),
  *   not destroy the client.
  *
  *   GET  tries the key's replicas in ring order, one at a time, by the
- *        method in force when it starts: ERMA_KVCS_RPC (a kv GET request) or
- *        ERMA_KVCS_READ (erma_kv_rget: bucket, then item, torn reads read
+ *        method in force when it starts: KVCS_RPC (a kv GET request) or
+ *        KVCS_READ (kv_rget: bucket, then item, torn reads read
  *        again). A replica marked down is skipped while some untried replica
  *        is not down. A try that fails at the transport level
  *        (ERMA_ETIMEDOUT, ERMA_EPEERFAILED, ERMA_ESESSRESET, ERMA_ECANCELLED,
@@ -62,7 +62,7 @@
  *        same, except one that cannot be tried: its sessions failed or, for
  *        a READ, its region and key are not fetched again yet (its probe
  *        has not answered). That one fails at once with ERMA_EPEERFAILED,
- *        and erma_kvcs_op_info() gives the error that marked it down.
+ *        and kvcs_op_info() gives the error that marked it down.
  *        status: ERMA_OK with the value, ERMA_ENOENT, the last replica's
  *        failure when every replica failed (its try's, or ERMA_EPEERFAILED
  *        when it could not be tried), or another failure (ERMA_ENOMEM,
@@ -70,7 +70,7 @@
  *   PUT, DEL  go to all the key's replicas at once. The op waits for those
  *        not marked down (for all, when every one is down); to a replica
  *        marked down the write goes out too if its sessions are there, but
- *        unwaited for, its status ERMA_KVCS_NOT_TRIED. cb runs once every
+ *        unwaited for, its status KVCS_NOT_TRIED. cb runs once every
  *        waited-for try has finished. PUT: ERMA_OK if at least one replica stored the
  *        value and every other failed at the transport level; else the
  *        first other failure (e.g. ERMA_E2BIG), or the last transport
@@ -102,47 +102,47 @@
  *   Bad input is refused at once, nothing started: ERMA_EINVAL for a NULL
  *   client, key or callback, an empty key, or a NULL value of non-zero
  *   length, ERMA_E2BIG for a key over
- *   ERMA_KVCS_MAX_KEY bytes or a value that does not fit a kv item
- *   (ERMA_KV_MAX_ITEM), ERMA_ENOSLOTS when max_ops ops are in progress.
+ *   KVCS_MAX_KEY bytes or a value that does not fit a kv item
+ *   (KV_MAX_ITEM), ERMA_ENOSLOTS when max_ops ops are in progress.
  *
- *   erma_kvcs_op_info(), called from inside a callback, tells which
+ *   kvcs_op_info(), called from inside a callback, tells which
  *   replicas the op tried, what each answered and, for each one marked
  *   down, the error that marked it (for tests, benchmarks and error
- *   reports). erma_kvcs_client_destroy() drops ops still in progress
+ *   reports). kvcs_client_destroy() drops ops still in progress
  *   without calling their callbacks.
  *
  * Threading: a server and a client each belong to one thread. All functions
  * return ERMA_OK or a negative erma_err code unless noted.
  */
-#ifndef ERMA_KVCS_H
-#define ERMA_KVCS_H
+#ifndef KVCS_H
+#define KVCS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "erma/errors.h"
 
-#define ERMA_KVCS_TYPE_BASE 16
-#define ERMA_KVCS_MAX_KEY 256
-#define ERMA_KVCS_MAX_REPLICAS 8
+#define KVCS_TYPE_BASE 16
+#define KVCS_MAX_KEY 256
+#define KVCS_MAX_REPLICAS 8
 
 /* ---- consistent hashing ---- */
 
-struct erma_kvcs_ring;
+struct kvcs_ring;
 
 /* nservers >= 1, vnodes >= 1 (0: 64), nservers x vnodes at most 2^24. */
-int erma_kvcs_ring_create(uint32_t nservers, uint32_t vnodes, struct erma_kvcs_ring **out);
-void erma_kvcs_ring_destroy(struct erma_kvcs_ring *ring);
+int kvcs_ring_create(uint32_t nservers, uint32_t vnodes, struct kvcs_ring **out);
+void kvcs_ring_destroy(struct kvcs_ring *ring);
 /* Fills out[0..r) with the r distinct servers holding key, primary first
  * (walking the ring clockwise); returns how many (min(r, nservers)), or
  * ERMA_EINVAL. */
-int erma_kvcs_ring_replicas(const struct erma_kvcs_ring *ring, const void *key, uint32_t klen,
-                            uint32_t *out, uint32_t r);
-uint32_t erma_kvcs_ring_servers(const struct erma_kvcs_ring *ring);
+int kvcs_ring_replicas(const struct kvcs_ring *ring, const void *key, uint32_t klen,
+                       uint32_t *out, uint32_t r);
+uint32_t kvcs_ring_servers(const struct kvcs_ring *ring);
 
 /* ---- server ---- */
 
-struct erma_kvcs_server_cfg {
+struct kvcs_server_cfg {
     const char *uri;  /* the server's nexus URI, e.g. udp://127.0.0.1:41000 */
     uint32_t buckets; /* kv buckets, default 2^16 */
     uint64_t log_bytes; /* kv item log, default 64 MiB */
@@ -152,26 +152,26 @@ struct erma_kvcs_server_cfg {
     bool busy_poll;        /* never sleep: a core per server, the lowest latency */
 };
 
-struct erma_kvcs_server;
+struct kvcs_server;
 
-int erma_kvcs_server_create(const struct erma_kvcs_server_cfg *cfg,
-                            struct erma_kvcs_server **out);
+int kvcs_server_create(const struct kvcs_server_cfg *cfg,
+                       struct kvcs_server **out);
 /* Runs its event loop ns nanoseconds. */
-void erma_kvcs_server_run(struct erma_kvcs_server *srv, uint64_t ns);
-void erma_kvcs_server_destroy(struct erma_kvcs_server *srv);
+void kvcs_server_run(struct kvcs_server *srv, uint64_t ns);
+void kvcs_server_destroy(struct kvcs_server *srv);
 
 /* ---- client ---- */
 
-enum erma_kvcs_method { ERMA_KVCS_RPC, ERMA_KVCS_READ };
+enum kvcs_method { KVCS_RPC, KVCS_READ };
 
-struct erma_kvcs_client_cfg {
+struct kvcs_client_cfg {
     const char *uri;                 /* this client's own nexus URI */
     const char *const *servers;      /* server nexus URIs, index = server number in the ring */
     uint32_t nservers;
     uint32_t replicas;               /* R, default 3, capped at nservers and
-                                        ERMA_KVCS_MAX_REPLICAS */
+                                        KVCS_MAX_REPLICAS */
     uint32_t vnodes;                 /* default 64 */
-    enum erma_kvcs_method method;    /* how GETs are done */
+    enum kvcs_method method;         /* how GETs are done */
     uint32_t max_ops;                /* ops in progress at once, default 256 */
     uint64_t attempt_timeout_ns;     /* per try at one replica, default 5 ms (udp) */
     uint64_t down_ns;                /* a replica that failed is probed after this
@@ -185,38 +185,38 @@ struct erma_kvcs_client_cfg {
                                         congestion and slows RPCs several times */
 };
 
-typedef void (*erma_kvcs_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
+typedef void (*kvcs_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
 
-struct erma_kvcs_client;
+struct kvcs_client;
 
-int erma_kvcs_client_create(const struct erma_kvcs_client_cfg *cfg,
-                            struct erma_kvcs_client **out);
-void erma_kvcs_client_destroy(struct erma_kvcs_client *c);
-int erma_kvcs_get(struct erma_kvcs_client *c, const void *key, uint32_t klen, erma_kvcs_fn cb,
-                  void *tag);
-int erma_kvcs_put(struct erma_kvcs_client *c, const void *key, uint32_t klen, const void *val,
-                  uint32_t vlen, erma_kvcs_fn cb, void *tag);
-int erma_kvcs_del(struct erma_kvcs_client *c, const void *key, uint32_t klen, erma_kvcs_fn cb,
-                  void *tag);
+int kvcs_client_create(const struct kvcs_client_cfg *cfg,
+                       struct kvcs_client **out);
+void kvcs_client_destroy(struct kvcs_client *c);
+int kvcs_get(struct kvcs_client *c, const void *key, uint32_t klen, kvcs_fn cb,
+             void *tag);
+int kvcs_put(struct kvcs_client *c, const void *key, uint32_t klen, const void *val,
+             uint32_t vlen, kvcs_fn cb, void *tag);
+int kvcs_del(struct kvcs_client *c, const void *key, uint32_t klen, kvcs_fn cb,
+             void *tag);
 /* One event-loop pass; returns the ops completed in it (callbacks run). */
-int erma_kvcs_client_run_once(struct erma_kvcs_client *c);
+int kvcs_client_run_once(struct kvcs_client *c);
 /* The method of GETs started from now on. */
-void erma_kvcs_client_set_method(struct erma_kvcs_client *c, enum erma_kvcs_method m);
+void kvcs_client_set_method(struct kvcs_client *c, enum kvcs_method m);
 
 /* gets, puts, dels: ops started; failovers: GET tries on a later replica,
  * because an earlier one failed in this GET or was passed over as marked
  * down; skipped: those that passed over a replica marked down; failed: ops
  * completed with a status other than ERMA_OK and ERMA_ENOENT; read_gets,
  * rpc_gets: GETs started by each method. */
-struct erma_kvcs_client_stats {
+struct kvcs_client_stats {
     uint64_t gets, puts, dels, failovers, failed, read_gets, rpc_gets;
     uint64_t skipped;
 };
-void erma_kvcs_client_get_stats(const struct erma_kvcs_client *c,
-                                struct erma_kvcs_client_stats *out);
+void kvcs_client_get_stats(const struct kvcs_client *c,
+                           struct kvcs_client_stats *out);
 
-/* ERMA_KVCS_NOT_TRIED in status[]: the op never tried that replica. */
-#define ERMA_KVCS_NOT_TRIED 1
+/* KVCS_NOT_TRIED in status[]: the op never tried that replica. */
+#define KVCS_NOT_TRIED 1
 
 /* The op whose callback is running: its key's replicas (server numbers,
  * primary first), each one's outcome (its last try's status; ERMA_EPEERFAILED
@@ -224,14 +224,14 @@ void erma_kvcs_client_get_stats(const struct erma_kvcs_client *c,
  * it is not marked down, else the failure that marked it down or that its
  * last probe met: ERMA_ETIMEDOUT, ERMA_EPEERFAILED...), and for a GET the
  * server that gave the final answer (UINT32_MAX: none). */
-struct erma_kvcs_op_info {
+struct kvcs_op_info {
     uint32_t nreplicas;
-    uint32_t replicas[ERMA_KVCS_MAX_REPLICAS];
-    int status[ERMA_KVCS_MAX_REPLICAS];
-    int down_err[ERMA_KVCS_MAX_REPLICAS];
+    uint32_t replicas[KVCS_MAX_REPLICAS];
+    int status[KVCS_MAX_REPLICAS];
+    int down_err[KVCS_MAX_REPLICAS];
     uint32_t answered;
 };
 /* Valid only inside a callback; ERMA_EINVAL elsewhere. */
-int erma_kvcs_op_info(const struct erma_kvcs_client *c, struct erma_kvcs_op_info *out);
+int kvcs_op_info(const struct kvcs_client *c, struct kvcs_op_info *out);
 
 #endif

@@ -45,7 +45,7 @@ struct op {
 };
 
 struct prog {
-    struct erma_kvcs_client *c;
+    struct kvcs_client *c;
     uint32_t nservers, nkeys, depth;
     uint64_t nops;
     struct key_state *keys;
@@ -107,7 +107,7 @@ static void check_get(struct prog *p, const struct op *o, int status, const uint
 }
 
 static void put_done(struct prog *p, const struct op *o, int status,
-                     const struct erma_kvcs_op_info *info)
+                     const struct kvcs_op_info *info)
 {
     p->keys[o->key].busy = false;
     for (uint32_t i = 0; status == ERMA_OK && i < info->nreplicas; i++) {
@@ -120,7 +120,7 @@ static void put_done(struct prog *p, const struct op *o, int status,
 /* The first few failed ops, each replica with what it answered and, when
  * marked down, why. */
 static void report_failed(struct prog *p, const struct op *o, int status,
-                          const struct erma_kvcs_op_info *info)
+                          const struct kvcs_op_info *info)
 {
     if (p->failed > 5)
         return;
@@ -128,7 +128,7 @@ static void report_failed(struct prog *p, const struct op *o, int status,
             erma_strerror(status));
     for (uint32_t i = 0; i < info->nreplicas; i++) {
         fprintf(stderr, " server %u: %s", info->replicas[i],
-                info->status[i] == ERMA_KVCS_NOT_TRIED ? "not tried"
+                info->status[i] == KVCS_NOT_TRIED ? "not tried"
                                                       : erma_strerror(info->status[i]));
         if (info->down_err[i])
             fprintf(stderr, " (down: %s)", erma_strerror(info->down_err[i]));
@@ -140,8 +140,8 @@ static void on_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
 {
     struct op *o = tag;
     struct prog *p = o->p;
-    struct erma_kvcs_op_info info;
-    erma_kvcs_op_info(p->c, &info);
+    struct kvcs_op_info info;
+    kvcs_op_info(p->c, &info);
     o->live = false;
     p->done++;
     if (status != ERMA_OK && status != ERMA_ENOENT) {
@@ -185,10 +185,10 @@ static int start_op(struct prog *p, struct op *o)
     key_name(k, key);
     p->started++;
     if (!put)
-        return erma_kvcs_get(p->c, key, 9, on_done, o);
+        return kvcs_get(p->c, key, 9, on_done, o);
     o->version = ++p->keys[k].issued;
     p->keys[k].busy = true;
-    return erma_kvcs_put(p->c, key, 9, val, make_val(k, o->version, val), on_done, o);
+    return kvcs_put(p->c, key, 9, val, make_val(k, o->version, val), on_done, o);
 }
 
 /* Runs the load and the ops, then waits for the last ones (30 s at most). */
@@ -208,7 +208,7 @@ static int run(struct prog *p)
         }
         if (p->started == total && end == UINT64_MAX)
             end = erma_now_ns() + 30000000000ull;
-        erma_kvcs_client_run_once(p->c);
+        kvcs_client_run_once(p->c);
     }
     return p->done == total ? ERMA_OK : ERMA_ETIMEDOUT;
 }
@@ -221,8 +221,8 @@ static int by_value(const void *a, const void *b)
 
 static void summary(struct prog *p)
 {
-    struct erma_kvcs_client_stats st;
-    erma_kvcs_client_get_stats(p->c, &st);
+    struct kvcs_client_stats st;
+    kvcs_client_get_stats(p->c, &st);
     qsort(p->lat, p->nlat, sizeof *p->lat, by_value);
     const double p50 = p->nlat ? p->lat[p->nlat / 2] / 1e3 : 0;
     const double p99 = p->nlat ? p->lat[p->nlat * 99 / 100] / 1e3 : 0;
@@ -250,7 +250,7 @@ static int usage(void)
     return 2;
 }
 
-static int parse(int argc, char **argv, struct erma_kvcs_client_cfg *cfg, struct prog *p,
+static int parse(int argc, char **argv, struct kvcs_client_cfg *cfg, struct prog *p,
                  const char **uris)
 {
     static const struct option opts[] = {
@@ -267,7 +267,7 @@ static int parse(int argc, char **argv, struct erma_kvcs_client_cfg *cfg, struct
         else if (o == 'r')
             cfg->replicas = (uint32_t)strtoul(optarg, NULL, 0);
         else if (o == 'm' && (!strcmp(optarg, "read") || !strcmp(optarg, "rpc")))
-            cfg->method = !strcmp(optarg, "read") ? ERMA_KVCS_READ : ERMA_KVCS_RPC;
+            cfg->method = !strcmp(optarg, "read") ? KVCS_READ : KVCS_RPC;
         else if (o == 'n')
             p->nops = strtoull(optarg, NULL, 0);
         else if (o == 'k')
@@ -302,7 +302,7 @@ static int prog_alloc(struct prog *p)
 
 static void prog_free(struct prog *p)
 {
-    erma_kvcs_client_destroy(p->c);
+    kvcs_client_destroy(p->c);
     free(p->keys);
     free(p->floor);
     free(p->op_floor);
@@ -313,12 +313,12 @@ int main(int argc, char **argv)
 {
     static struct prog p = {.nkeys = 1000, .nops = 100000, .depth = 32};
     static const char *uris[MAX_SERVERS];
-    struct erma_kvcs_client_cfg cfg = {0};
+    struct kvcs_client_cfg cfg = {0};
     if (parse(argc, argv, &cfg, &p, uris) != ERMA_OK)
         return usage();
     erma_rand_seed(&p.rng, erma_now_ns());
     int rc = prog_alloc(&p);
-    if (rc == ERMA_OK && (rc = erma_kvcs_client_create(&cfg, &p.c)) != ERMA_OK)
+    if (rc == ERMA_OK && (rc = kvcs_client_create(&cfg, &p.c)) != ERMA_OK)
         fprintf(stderr, "kvcs_client: cannot reach the servers: %s\n", erma_strerror(rc));
     if (rc == ERMA_OK)
         rc = run(&p);

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
                                          {"poll", no_argument, NULL, 'p'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    struct erma_kvcs_server_cfg cfg = {0};
+    struct kvcs_server_cfg cfg = {0};
     double seconds = 0;
     for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         if (o == 'u')
@@ -78,15 +78,15 @@ int main(int argc, char **argv)
     const struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    struct erma_kvcs_server *srv;
-    const int rc = erma_kvcs_server_create(&cfg, &srv);
+    struct kvcs_server *srv;
+    const int rc = kvcs_server_create(&cfg, &srv);
     if (rc != ERMA_OK) {
         fprintf(stderr, "kvcs_server: cannot serve on %s: %s\n", cfg.uri, erma_strerror(rc));
         return 1;
     }
     const uint64_t end = seconds > 0 ? erma_now_ns() + (uint64_t)(seconds * 1e9) : UINT64_MAX;
     while (!stop && erma_now_ns() < end)
-        erma_kvcs_server_run(srv, 100000000); /* a signal is seen within 100 ms */
-    erma_kvcs_server_destroy(srv);
+        kvcs_server_run(srv, 100000000); /* a signal is seen within 100 ms */
+    kvcs_server_destroy(srv);
     return 0;
 }

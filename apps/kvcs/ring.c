@@ -13,7 +13,7 @@ struct point {
     uint32_t server;
 };
 
-struct erma_kvcs_ring {
+struct kvcs_ring {
     uint32_t nservers, npoints;
     struct point *points;
 };
@@ -36,7 +36,7 @@ static int by_hash(const void *a, const void *b)
     return x->server < y->server ? -1 : x->server > y->server;
 }
 
-int erma_kvcs_ring_create(uint32_t nservers, uint32_t vnodes, struct erma_kvcs_ring **out)
+int kvcs_ring_create(uint32_t nservers, uint32_t vnodes, struct kvcs_ring **out)
 {
     if (!vnodes)
         vnodes = 64;
@@ -44,7 +44,7 @@ int erma_kvcs_ring_create(uint32_t nservers, uint32_t vnodes, struct erma_kvcs_r
         return ERMA_EINVAL;
     if (sodium_init() < 0)
         return ERMA_ENOTSUP;
-    struct erma_kvcs_ring *r = calloc(1, sizeof *r);
+    struct kvcs_ring *r = calloc(1, sizeof *r);
     if (!r || !(r->points = calloc((size_t)nservers * vnodes, sizeof *r->points))) {
         free(r);
         return ERMA_ENOMEM;
@@ -63,7 +63,7 @@ int erma_kvcs_ring_create(uint32_t nservers, uint32_t vnodes, struct erma_kvcs_r
     return ERMA_OK;
 }
 
-void erma_kvcs_ring_destroy(struct erma_kvcs_ring *ring)
+void kvcs_ring_destroy(struct kvcs_ring *ring)
 {
     if (!ring)
         return;
@@ -71,13 +71,13 @@ void erma_kvcs_ring_destroy(struct erma_kvcs_ring *ring)
     free(ring);
 }
 
-uint32_t erma_kvcs_ring_servers(const struct erma_kvcs_ring *ring)
+uint32_t kvcs_ring_servers(const struct kvcs_ring *ring)
 {
     return ring ? ring->nservers : 0;
 }
 
 /* The first point at or after h, wrapping to 0. */
-static uint32_t first_at(const struct erma_kvcs_ring *ring, uint64_t h)
+static uint32_t first_at(const struct kvcs_ring *ring, uint64_t h)
 {
     uint32_t lo = 0, hi = ring->npoints;
     while (lo < hi) {
@@ -98,8 +98,8 @@ static int has(const uint32_t *out, uint32_t n, uint32_t s)
     return 0;
 }
 
-int erma_kvcs_ring_replicas(const struct erma_kvcs_ring *ring, const void *key, uint32_t klen,
-                            uint32_t *out, uint32_t r)
+int kvcs_ring_replicas(const struct kvcs_ring *ring, const void *key, uint32_t klen,
+                       uint32_t *out, uint32_t r)
 {
     if (!ring || !key || klen == 0 || !out)
         return ERMA_EINVAL;

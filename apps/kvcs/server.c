@@ -7,24 +7,24 @@
 #include "erma/rma.h"
 #include "erma/rpc.h"
 
-struct erma_kvcs_server {
+struct kvcs_server {
     struct erma_nexus *nx;
     struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     struct erma_rma *rma;
-    struct erma_kv *kv;
-    struct erma_kv_server *ks;
+    struct kv *kv;
+    struct kv_server *ks;
 };
 
-static int server_up(struct erma_kvcs_server *s, const struct erma_kvcs_server_cfg *cfg)
+static int server_up(struct kvcs_server *s, const struct kvcs_server_cfg *cfg)
 {
     const struct erma_nexus_cfg ncfg = {.workers = cfg->workers ? cfg->workers : 1};
-    int rc = erma_kv_create(cfg->buckets ? cfg->buckets : 1u << 16,
-                            cfg->log_bytes ? cfg->log_bytes : 64u << 20, &s->kv);
+    int rc = kv_create(cfg->buckets ? cfg->buckets : 1u << 16,
+                       cfg->log_bytes ? cfg->log_bytes : 64u << 20, &s->kv);
     if (rc == ERMA_OK)
         rc = erma_nexus_create(&ncfg, &s->nx);
     if (rc == ERMA_OK)
-        rc = erma_kv_serve(s->nx, ERMA_KVCS_TYPE_BASE, s->kv, &s->ks);
+        rc = kv_serve(s->nx, KVCS_TYPE_BASE, s->kv, &s->ks);
     const struct erma_endpoint_cfg ecfg = {.idle_wait_ns = cfg->idle_wait_ns,
                                            .busy_poll = cfg->busy_poll};
     if (rc == ERMA_OK)
@@ -34,34 +34,34 @@ static int server_up(struct erma_kvcs_server *s, const struct erma_kvcs_server_c
     if (rc == ERMA_OK)
         rc = erma_rma_create(s->ep, NULL, &s->rma);
     if (rc == ERMA_OK)
-        rc = erma_kv_server_rma(s->ks, s->rma);
+        rc = kv_server_rma(s->ks, s->rma);
     return rc;
 }
 
-int erma_kvcs_server_create(const struct erma_kvcs_server_cfg *cfg,
-                            struct erma_kvcs_server **out)
+int kvcs_server_create(const struct kvcs_server_cfg *cfg,
+                       struct kvcs_server **out)
 {
     if (!cfg || !cfg->uri || !out)
         return ERMA_EINVAL;
-    struct erma_kvcs_server *s = calloc(1, sizeof *s);
+    struct kvcs_server *s = calloc(1, sizeof *s);
     if (!s)
         return ERMA_ENOMEM;
     const int rc = server_up(s, cfg);
     if (rc != ERMA_OK) {
-        erma_kvcs_server_destroy(s);
+        kvcs_server_destroy(s);
         return rc;
     }
     *out = s;
     return ERMA_OK;
 }
 
-void erma_kvcs_server_run(struct erma_kvcs_server *srv, uint64_t ns)
+void kvcs_server_run(struct kvcs_server *srv, uint64_t ns)
 {
     if (srv)
         erma_endpoint_run(srv->ep, ns);
 }
 
-void erma_kvcs_server_destroy(struct erma_kvcs_server *srv)
+void kvcs_server_destroy(struct kvcs_server *srv)
 {
     if (!srv)
         return;
@@ -72,7 +72,7 @@ void erma_kvcs_server_destroy(struct erma_kvcs_server *srv)
     erma_endpoint_destroy(srv->ep);
     if (srv->nx)
         erma_nexus_destroy(srv->nx);
-    erma_kv_server_destroy(srv->ks);
-    erma_kv_destroy(srv->kv);
+    kv_server_destroy(srv->ks);
+    kv_destroy(srv->kv);
     free(srv);
 }

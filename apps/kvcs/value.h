@@ -5,8 +5,8 @@
  * so a reader can tell a whole value of its key, and which version, from
  * anything else.
  */
-#ifndef ERMA_KVCS_VALUE_H
-#define ERMA_KVCS_VALUE_H
+#ifndef KVCS_VALUE_H
+#define KVCS_VALUE_H
 
 #include <stdint.h>
 #include <string.h>

@@ -26,7 +26,7 @@ struct client {
 };
 
 struct fsm {
-    struct erma_kv *kv;
+    struct kv *kv;
     struct kv_index *ix; /* the keys, in order: what a snapshot walks */
     uint32_t buckets;
     uint64_t log_bytes;
@@ -40,17 +40,17 @@ struct fsm {
 
 static int table_new(struct fsm *f)
 {
-    struct erma_kv *kv;
+    struct kv *kv;
     struct kv_index *ix;
-    int rc = erma_kv_create(f->buckets, f->log_bytes, &kv);
+    int rc = kv_create(f->buckets, f->log_bytes, &kv);
     if (rc != ERMA_OK)
         return rc;
     rc = kv_index_create(0x72616674, &ix);
     if (rc != ERMA_OK) {
-        erma_kv_destroy(kv);
+        kv_destroy(kv);
         return rc;
     }
-    erma_kv_destroy(f->kv);
+    kv_destroy(f->kv);
     if (f->ix)
         kv_index_destroy(f->ix);
     f->kv = kv;
@@ -61,7 +61,7 @@ static int table_new(struct fsm *f)
 static int put(struct fsm *f, const uint8_t *key, uint32_t klen, const uint8_t *val,
                uint32_t vlen)
 {
-    int rc = erma_kv_put(f->kv, key, klen, val, vlen);
+    int rc = kv_put(f->kv, key, klen, val, vlen);
     if (rc == ERMA_OK)
         rc = kv_index_add(f->ix, key, klen);
     return rc;
@@ -130,11 +130,11 @@ static int client_record(struct client *c, uint64_t seq, int status)
 static int execute(struct fsm *f, uint8_t op, const uint8_t *key, uint32_t klen,
                    const uint8_t *val, uint32_t vlen)
 {
-    if (op == ERMA_RAFTKV_CMD_PUT)
+    if (op == RAFTKV_CMD_PUT)
         return put(f, key, klen, val, vlen);
-    if (op != ERMA_RAFTKV_CMD_DEL || vlen != 0)
+    if (op != RAFTKV_CMD_DEL || vlen != 0)
         return ERMA_EBADPKT;
-    const int rc = erma_kv_delete(f->kv, key, klen);
+    const int rc = kv_delete(f->kv, key, klen);
     kv_index_remove(f->ix, key, klen);
     return rc;
 }
@@ -194,7 +194,7 @@ struct walk {
 
 static int value_of(struct fsm *f, const void *key, uint32_t klen, uint32_t *vlen)
 {
-    return erma_kv_get(f->kv, key, klen, f->val, ERMA_KV_MAX_ITEM, vlen);
+    return kv_get(f->kv, key, klen, f->val, KV_MAX_ITEM, vlen);
 }
 
 static int snap_one(void *ctx, const void *key, uint32_t klen)
@@ -283,11 +283,10 @@ static int snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *
         raft_free(data);
         return RAFT_NOMEM;
     }
-    const uint64_t magic = SNAP_MAGIC;
-    memcpy(data, &magic, 8);
+    erma_put_le(data, SNAP_MAGIC, 8);
     w = (struct walk){.f = f, .out = data, .size = 16};
     kv_index_walk(f->ix, "", 0, UINT32_MAX, snap_one, &w);
-    memcpy(data + 8, &w.count, 8);
+    erma_put_le(data + 8, w.count, 8);
     b->base = data;
     b->len = (size_t)(clients_put(f, data + items) - data);
     *bufs = b;
@@ -300,11 +299,9 @@ static int restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     struct fsm *f = fsm->data;
     const uint8_t *p = buf->base;
     size_t left = buf->len;
-    uint64_t magic, count;
     if (left < 16)
         return RAFT_MALFORMED;
-    memcpy(&magic, p, 8);
-    memcpy(&count, p + 8, 8);
+    const uint64_t magic = erma_get_le(p, 8), count = erma_get_le(p + 8, 8);
     if (magic != SNAP_MAGIC)
         return RAFT_MALFORMED;
     if (table_new(f) != ERMA_OK)
@@ -335,14 +332,14 @@ static int restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 
 /* ---- the application's side ---- */
 
-int erma_raftkv_fsm_init(struct raft_fsm *fsm, uint32_t buckets, uint64_t log_bytes)
+int raftkv_fsm_init(struct raft_fsm *fsm, uint32_t buckets, uint64_t log_bytes)
 {
     struct fsm *f = calloc(1, sizeof *f);
     if (!f)
         return ERMA_ENOMEM;
     f->buckets = buckets;
     f->log_bytes = log_bytes;
-    f->val = malloc(ERMA_KV_MAX_ITEM);
+    f->val = malloc(KV_MAX_ITEM);
     int rc = f->val ? table_new(f) : ERMA_ENOMEM;
     if (rc != ERMA_OK) {
         free(f->val);
@@ -358,12 +355,12 @@ int erma_raftkv_fsm_init(struct raft_fsm *fsm, uint32_t buckets, uint64_t log_by
     return ERMA_OK;
 }
 
-void erma_raftkv_fsm_close(struct raft_fsm *fsm)
+void raftkv_fsm_close(struct raft_fsm *fsm)
 {
     struct fsm *f = fsm ? fsm->data : NULL;
     if (!f)
         return;
-    erma_kv_destroy(f->kv);
+    kv_destroy(f->kv);
     kv_index_destroy(f->ix);
     clients_clear(f);
     free(f->val);
@@ -371,17 +368,17 @@ void erma_raftkv_fsm_close(struct raft_fsm *fsm)
     fsm->data = NULL;
 }
 
-const struct erma_kv *erma_raftkv_fsm_kv(const struct raft_fsm *fsm)
+const struct kv *raftkv_fsm_kv(const struct raft_fsm *fsm)
 {
     return ((const struct fsm *)fsm->data)->kv;
 }
 
-uint64_t erma_raftkv_fsm_keys(const struct raft_fsm *fsm)
+uint64_t raftkv_fsm_keys(const struct raft_fsm *fsm)
 {
     return kv_index_count(((const struct fsm *)fsm->data)->ix);
 }
 
-uint64_t erma_raftkv_fsm_restores(const struct raft_fsm *fsm)
+uint64_t raftkv_fsm_restores(const struct raft_fsm *fsm)
 {
     return ((const struct fsm *)fsm->data)->restores;
 }
@@ -394,26 +391,26 @@ static int walk_one(void *ctx, const void *key, uint32_t klen)
     return w->fn(w->ctx, key, klen, have ? w->f->val : NULL, vlen);
 }
 
-void erma_raftkv_fsm_walk(const struct raft_fsm *fsm,
-                          int (*fn)(void *ctx, const void *key, uint32_t klen, const void *val,
-                                    uint32_t vlen),
+void raftkv_fsm_walk(const struct raft_fsm *fsm,
+                     int (*fn)(void *ctx, const void *key, uint32_t klen, const void *val,
+                               uint32_t vlen),
                           void *ctx)
 {
     struct walk w = {.f = fsm->data, .fn = fn, .ctx = ctx};
     kv_index_walk(w.f->ix, "", 0, UINT32_MAX, walk_one, &w);
 }
 
-static int cmd(struct raft_buffer *buf, uint8_t op, const struct erma_raftkv_origin *o,
+static int cmd(struct raft_buffer *buf, uint8_t op, const struct raftkv_origin *o,
                const void *key, uint32_t klen, const void *val, uint32_t vlen)
 {
     if (!buf || !key || klen == 0 || (vlen && !val))
         return ERMA_EINVAL;
-    if ((uint64_t)klen + vlen > ERMA_KV_MAX_ITEM)
+    if ((uint64_t)klen + vlen > KV_MAX_ITEM)
         return ERMA_E2BIG;
     uint8_t *p = raft_malloc(CMD_HDR + (size_t)klen + vlen);
     if (!p)
         return ERMA_ENOMEM;
-    const struct erma_raftkv_origin none = {0, 0, 0};
+    const struct raftkv_origin none = {0, 0, 0};
     o = o ? o : &none;
     uint8_t *q = p;
     *q++ = op;
@@ -430,19 +427,19 @@ static int cmd(struct raft_buffer *buf, uint8_t op, const struct erma_raftkv_ori
     return ERMA_OK;
 }
 
-int erma_raftkv_cmd_put(struct raft_buffer *buf, const struct erma_raftkv_origin *o,
-                        const void *key, uint32_t klen, const void *val, uint32_t vlen)
+int raftkv_cmd_put(struct raft_buffer *buf, const struct raftkv_origin *o,
+                   const void *key, uint32_t klen, const void *val, uint32_t vlen)
 {
-    return cmd(buf, ERMA_RAFTKV_CMD_PUT, o, key, klen, val, vlen);
+    return cmd(buf, RAFTKV_CMD_PUT, o, key, klen, val, vlen);
 }
 
-int erma_raftkv_cmd_del(struct raft_buffer *buf, const struct erma_raftkv_origin *o,
-                        const void *key, uint32_t klen)
+int raftkv_cmd_del(struct raft_buffer *buf, const struct raftkv_origin *o,
+                   const void *key, uint32_t klen)
 {
-    return cmd(buf, ERMA_RAFTKV_CMD_DEL, o, key, klen, NULL, 0);
+    return cmd(buf, RAFTKV_CMD_DEL, o, key, klen, NULL, 0);
 }
 
-uint64_t erma_raftkv_fsm_duplicates(const struct raft_fsm *fsm)
+uint64_t raftkv_fsm_duplicates(const struct raft_fsm *fsm)
 {
     return ((const struct fsm *)fsm->data)->duplicates;
 }

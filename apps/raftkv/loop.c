@@ -19,9 +19,9 @@ static bool after_pass(void *ctx)
     return h->stopped || work > 0;
 }
 
-int raftkv_run(struct erma_endpoint *ep, int (*poll)(void *obj),
-               uint64_t (*next_timer)(const void *obj), void *obj, bool (*stop)(void *ctx),
-               void *ctx, uint64_t timeout_ns)
+int raftkv__run(struct erma_endpoint *ep, int (*poll)(void *obj),
+                uint64_t (*next_timer)(const void *obj), void *obj, bool (*stop)(void *ctx),
+                void *ctx, uint64_t timeout_ns)
 {
     const uint64_t start = erma_now_ns();
     const uint64_t end = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;

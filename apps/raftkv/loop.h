@@ -4,16 +4,16 @@
  * next pass, not after an idle sleep), each call bounded by
  * next_timer(obj), so a sleeping endpoint still ticks on time. Runs until
  * stop(ctx) (may be NULL): ERMA_OK, or ERMA_ETIMEDOUT after timeout_ns. */
-#ifndef ERMA_RAFTKV_LOOP_H
-#define ERMA_RAFTKV_LOOP_H
+#ifndef RAFTKV_LOOP_H
+#define RAFTKV_LOOP_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "erma/endpoint.h"
 
-int raftkv_run(struct erma_endpoint *ep, int (*poll)(void *obj),
-               uint64_t (*next_timer)(const void *obj), void *obj, bool (*stop)(void *ctx),
-               void *ctx, uint64_t timeout_ns);
+int raftkv__run(struct erma_endpoint *ep, int (*poll)(void *obj),
+                uint64_t (*next_timer)(const void *obj), void *obj, bool (*stop)(void *ctx),
+                void *ctx, uint64_t timeout_ns);
 
 #endif

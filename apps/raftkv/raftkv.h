@@ -5,8 +5,9 @@
  *
  * Three pieces, each usable alone:
  *
- * raft_io over erma (io.c)
- *   erma_raftkv_io_init() fills a struct raft_io whose messages travel as
+ * raft_io over erma (io.c; net.c the network, msg.c its messages, store*.c
+ * the directory)
+ *   raftkv_io_init() fills a struct raft_io whose messages travel as
  *   erma RPCs on one endpoint and whose state lives in a directory.
  *   Network. One request type per raft message kind, type_base +
  *   RAFT_IO_APPEND_ENTRIES .. type_base + RAFT_IO_TIMEOUT_NOW (AppendEntries,
@@ -15,7 +16,7 @@
  *   empty response: raft's own results travel as messages of their own, as
  *   raft expects of an unreliable network. A message is encoded into an
  *   erma message buffer inside send(); the send callback runs once the RPC
- *   has completed, from the next erma_raftkv_io_poll(), never from inside
+ *   has completed, from the next raftkv_io_poll(), never from inside
  *   send(): 0 when the peer's endpoint took it, RAFT_NOCONNECTION when the
  *   peer is down (no connected session: a send to it fails at once, a new
  *   session is tried at most every reconnect_ns) or failed while it was in
@@ -43,12 +44,13 @@
  *   sim fabric), checked by each poll; time() is erma_now_ns() in ms,
  *   random() a seeded xoshiro256**.
  *   no_fsync skips every fsync (benchmarks only: a crash may lose
- *   acknowledged writes).
+ *   acknowledged writes). Every integer in messages and files is
+ *   little-endian.
  *
  * The state machine (fsm.c)
- *   erma_raftkv_fsm_init() fills a struct raft_fsm over an erma_kv table
+ *   raftkv_fsm_init() fills a struct raft_fsm over a kv table
  *   and an ordered index of its keys (apps/kv's own, kv/index.h). Commands
- *   (erma_raftkv_cmd_put/_del) are [u8 op][u64 client][u64 seq][u64 floor]
+ *   (raftkv_cmd_put/_del) are [u8 op][u64 client][u64 seq][u64 floor]
  *   [u32 klen][u32 vlen][key][value]; apply() puts or deletes and returns
  *   the outcome (ERMA_OK, ERMA_ENOENT, ERMA_E2BIG) as its result pointer,
  *   (void *)(intptr_t)status. Writes run at most once per (client, seq)
@@ -67,18 +69,18 @@
  *   byte-identical tables; one restored from a snapshot holds the same
  *   keys and values in another layout.
  *
- * The service (server.c, client.c)
- *   A server (erma_raftkv_server_create) is one replica: a nexus, an
+ * The service (server.c and service.c; client.c and client_tries.c)
+ *   A server (raftkv_server_create) is one replica: a nexus, an
  *   endpoint at peers[id - 1] (thread 0), the raft io and fsm above, and
  *   libraft's struct raft. A fresh directory is bootstrapped with the
  *   configuration of all peers (ids 1..npeers, all voters), as every
  *   replica does, so any of them may start first. Request types
- *   type_base + ERMA_RAFTKV_PUT, _DEL, _GET, _GET_LOCAL carry apps/kv's
- *   request formats (erma_kv_req_put/_del/_get), PUT and DEL after
- *   [u64 client][u64 seq][u64 floor] (struct erma_raftkv_origin); every answer is
+ *   type_base + RAFTKV_PUT, _DEL, _GET, _GET_LOCAL carry apps/kv's
+ *   request formats (kv_req_put/_del/_get), PUT and DEL after
+ *   [u64 client][u64 seq][u64 floor] (struct raftkv_origin); every answer is
  *   [i32 status][u32 len][bytes]:
  *     ERMA_OK, ERMA_ENOENT   done (GET: bytes = the value)
- *     ERMA_RAFTKV_REDIRECT   not the leader: bytes = the leader's address,
+ *     RAFTKV_REDIRECT        not the leader: bytes = the leader's address,
  *                            empty when none is known
  *     ERMA_EAGAIN            leadership lost before the outcome was known
  *                            (the write may or may not take effect), or the
@@ -96,7 +98,7 @@
  *   (a peer would take the new session for the old one and drop its
  *   requests as stale).
  *
- *   A client (erma_raftkv_client_create) has its own nexus and endpoint,
+ *   A client (raftkv_client_create) has its own nexus and endpoint,
  *   sends each op to the replica it believes leads and follows redirects.
  *   A try fails when its replica stays silent for a try's length while
  *   tries wait at it (its session is dropped, failing them all), or at the
@@ -120,24 +122,24 @@
  *   effect once however often it is tried: PUT, DEL and the linearizable
  *   GET are linearizable; GET with stale set is not.
  *
- * Event loop. Each server and client is driven by its endpoint's loop plus
- * its own poll (deferred callbacks, received messages, ticks, retries),
- * which must follow every endpoint pass: erma_raftkv_server_run_once() is
- * one pass then a poll; erma_raftkv_server_run() runs
- * erma_endpoint_run_until() with the poll in its done() hook, returning
- * to it whenever a poll did work (so what the poll queued leaves with the
- * next pass, not after an idle sleep) and bounding each call by the next
- * tick, so a sleeping endpoint still ticks on time. On the sim fabric,
- * erma_raftkv_sim_run() steps servers and clients through erma_sim_run()
+ * Event loop (loop.c, sim.c). Each server and client is driven by its
+ * endpoint's loop plus its own poll (deferred callbacks, received messages,
+ * ticks, retries), which must follow every endpoint pass:
+ * raftkv_server_run_once() is one pass then a poll; raftkv_server_run()
+ * runs erma_endpoint_run_until() with the poll in its done() hook,
+ * returning to it whenever a poll did work (so what the poll queued leaves
+ * with the next pass, not after an idle sleep) and bounding each call by
+ * the next tick, so a sleeping endpoint still ticks on time. On the sim
+ * fabric, raftkv_sim_run() steps servers and clients through erma_sim_run()
  * in slices that end at the next tick or client timer (the fabric only
- * knows the endpoints' own timers), its done() hook polling them after
- * each round of passes; a run with the same seeds is the same run.
+ * knows the endpoints' own timers), its done() hook polling them after each
+ * round of passes; a run with the same seeds is the same run.
  *
  * Nothing here is thread-safe: one thread drives a server or client.
  * Functions return ERMA_OK or a negative erma_err code unless noted.
  */
-#ifndef ERMA_RAFTKV_H
-#define ERMA_RAFTKV_H
+#ifndef RAFTKV_H
+#define RAFTKV_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -148,24 +150,24 @@
 #include "erma/endpoint.h"
 #include "erma/rpc.h"
 
-#define ERMA_RAFTKV_TYPE_BASE 96 /* default request type base */
-#define ERMA_RAFTKV_MAX_PEERS 16
-#define ERMA_RAFTKV_REDIRECT 1 /* answer status: not the leader (positive: not an erma_err) */
+#define RAFTKV_TYPE_BASE 96 /* default request type base */
+#define RAFTKV_MAX_PEERS 16
+#define RAFTKV_REDIRECT 1 /* answer status: not the leader (positive: not an erma_err) */
 
 /* Client request types, from type_base (raft's messages use type_base + 1..6). */
-enum erma_raftkv_op {
-    ERMA_RAFTKV_PUT = 8,
-    ERMA_RAFTKV_DEL,
-    ERMA_RAFTKV_GET,       /* linearizable, on the leader */
-    ERMA_RAFTKV_GET_LOCAL, /* any replica's own table: fast, may be stale */
-    ERMA_RAFTKV_TYPES      /* types used: type_base .. type_base + ERMA_RAFTKV_TYPES - 1 */
+enum raftkv_op {
+    RAFTKV_PUT = 8,
+    RAFTKV_DEL,
+    RAFTKV_GET,       /* linearizable, on the leader */
+    RAFTKV_GET_LOCAL, /* any replica's own table: fast, may be stale */
+    RAFTKV_TYPES      /* types used: type_base .. type_base + RAFTKV_TYPES - 1 */
 };
 
 /* ---- raft_io over erma ---- */
 
-struct erma_raftkv_io_cfg {
+struct raftkv_io_cfg {
     const char *dir;         /* existing directory for meta, log and snap */
-    uint8_t type_base;       /* 0: ERMA_RAFTKV_TYPE_BASE */
+    uint8_t type_base;       /* 0: RAFTKV_TYPE_BASE */
     bool no_fsync;           /* benchmarks only */
     uint64_t seed;           /* random(); 0: from the server id */
     uint64_t reconnect_ns;   /* a down peer gets a new session at most this often,
@@ -173,7 +175,7 @@ struct erma_raftkv_io_cfg {
     uint32_t max_inflight;   /* sends in flight to one peer, default 4096 */
 };
 
-struct erma_raftkv_io_stats {
+struct raftkv_io_stats {
     uint64_t sent, send_failed, received, rx_bad;
     uint64_t send_acked; /* sends the peer's endpoint took */
     uint64_t appends, entries_written, syncs, truncates;
@@ -184,65 +186,65 @@ struct erma_raftkv_io_stats {
 
 /* Fills io and registers raft's six request types on nx (before the
  * endpoint's erma_rpc is created); the io is not usable until
- * erma_raftkv_io_attach(). */
-int erma_raftkv_io_init(struct raft_io *io, struct erma_nexus *nx,
-                        const struct erma_raftkv_io_cfg *cfg);
+ * raftkv_io_attach(). */
+int raftkv_io_init(struct raft_io *io, struct erma_nexus *nx,
+                   const struct raftkv_io_cfg *cfg);
 /* The erma_rpc the io sends on; its cfg.sm_handler must be
- * erma_raftkv_io_sm with sm_ctx the io (or call it from its own). */
-void erma_raftkv_io_attach(struct raft_io *io, struct erma_rpc *rpc);
-void erma_raftkv_io_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err,
-                       void *ctx);
+ * raftkv_io_sm with sm_ctx the io (or call it from its own). */
+void raftkv_io_attach(struct raft_io *io, struct erma_rpc *rpc);
+void raftkv_io_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err,
+                  void *ctx);
 /* Opens a session to a peer ahead of the first send (which otherwise
  * fails RAFT_NOCONNECTION while the session connects). */
-int erma_raftkv_io_connect(struct raft_io *io, raft_id id, const char *address);
+int raftkv_io_connect(struct raft_io *io, raft_id id, const char *address);
 /* After each endpoint pass: due callbacks, received messages, the tick.
  * Returns the work done. */
-int erma_raftkv_io_poll(struct raft_io *io);
+int raftkv_io_poll(struct raft_io *io);
 /* erma_now_ns() time of the next tick (UINT64_MAX before start). */
-uint64_t erma_raftkv_io_next_timer(const struct raft_io *io);
+uint64_t raftkv_io_next_timer(const struct raft_io *io);
 /* Frees the io; after raft_close() completed and the erma_rpc is destroyed. */
-void erma_raftkv_io_destroy(struct raft_io *io);
-void erma_raftkv_io_get_stats(const struct raft_io *io, struct erma_raftkv_io_stats *out);
+void raftkv_io_destroy(struct raft_io *io);
+void raftkv_io_get_stats(const struct raft_io *io, struct raftkv_io_stats *out);
 
 /* ---- the state machine ---- */
 
-enum { ERMA_RAFTKV_CMD_PUT = 1, ERMA_RAFTKV_CMD_DEL = 2 };
+enum { RAFTKV_CMD_PUT = 1, RAFTKV_CMD_DEL = 2 };
 
-int erma_raftkv_fsm_init(struct raft_fsm *fsm, uint32_t buckets, uint64_t log_bytes);
-void erma_raftkv_fsm_close(struct raft_fsm *fsm);
-const struct erma_kv *erma_raftkv_fsm_kv(const struct raft_fsm *fsm);
-uint64_t erma_raftkv_fsm_keys(const struct raft_fsm *fsm);
-uint64_t erma_raftkv_fsm_restores(const struct raft_fsm *fsm);
+int raftkv_fsm_init(struct raft_fsm *fsm, uint32_t buckets, uint64_t log_bytes);
+void raftkv_fsm_close(struct raft_fsm *fsm);
+const struct kv *raftkv_fsm_kv(const struct raft_fsm *fsm);
+uint64_t raftkv_fsm_keys(const struct raft_fsm *fsm);
+uint64_t raftkv_fsm_restores(const struct raft_fsm *fsm);
 /* Calls fn(ctx, key, klen, val, vlen) for every key in order (a key the
  * table has lost comes with val NULL); stops when fn returns non-zero. */
-void erma_raftkv_fsm_walk(const struct raft_fsm *fsm,
-                          int (*fn)(void *ctx, const void *key, uint32_t klen, const void *val,
-                                    uint32_t vlen),
+void raftkv_fsm_walk(const struct raft_fsm *fsm,
+                     int (*fn)(void *ctx, const void *key, uint32_t klen, const void *val,
+                               uint32_t vlen),
                           void *ctx);
 /* Who sent a write: client 0 means nobody in particular (no dedup). */
-struct erma_raftkv_origin {
+struct raftkv_origin {
     uint64_t client; /* the client's id, random per client */
     uint64_t seq;    /* the op's number at that client, from 1 */
     uint64_t floor;  /* the client has the answers of every seq below this */
 };
 
 /* A command in a raft_malloc() buffer, ready for raft_apply(); o may be NULL. */
-int erma_raftkv_cmd_put(struct raft_buffer *buf, const struct erma_raftkv_origin *o,
-                        const void *key, uint32_t klen, const void *val, uint32_t vlen);
-int erma_raftkv_cmd_del(struct raft_buffer *buf, const struct erma_raftkv_origin *o,
-                        const void *key, uint32_t klen);
+int raftkv_cmd_put(struct raft_buffer *buf, const struct raftkv_origin *o,
+                   const void *key, uint32_t klen, const void *val, uint32_t vlen);
+int raftkv_cmd_del(struct raft_buffer *buf, const struct raftkv_origin *o,
+                   const void *key, uint32_t klen);
 /* Commands not run again because their (client, seq) had run. */
-uint64_t erma_raftkv_fsm_duplicates(const struct raft_fsm *fsm);
+uint64_t raftkv_fsm_duplicates(const struct raft_fsm *fsm);
 
 /* ---- server ---- */
 
-struct erma_raftkv_server_cfg {
+struct raftkv_server_cfg {
     raft_id id;                    /* 1..npeers */
     const char *const *peers;      /* every replica's endpoint URI; peers[id - 1] is ours */
-    unsigned npeers;               /* at most ERMA_RAFTKV_MAX_PEERS */
+    unsigned npeers;               /* at most RAFTKV_MAX_PEERS */
     const char *data_dir;          /* NULL: a new temporary one (mkdtemp), removed
                                       at destroy */
-    uint8_t type_base;             /* 0: ERMA_RAFTKV_TYPE_BASE */
+    uint8_t type_base;             /* 0: RAFTKV_TYPE_BASE */
     unsigned heartbeat_ms;         /* default 50 (raft's tick) */
     unsigned election_ms;          /* default 500 */
     unsigned snapshot_threshold;   /* default 1024 (raft's) */
@@ -257,42 +259,42 @@ struct erma_raftkv_server_cfg {
     uint64_t rto_ns;               /* rpc cfg.rto_ns; 0: erma's default */
 };
 
-struct erma_raftkv_server_stats {
+struct raftkv_server_stats {
     uint64_t puts, dels, gets, local_gets, redirects, failed;
 };
 
-struct erma_raftkv_server;
+struct raftkv_server;
 
-int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
-                              struct erma_raftkv_server **out);
+int raftkv_server_create(const struct raftkv_server_cfg *cfg,
+                         struct raftkv_server **out);
 /* Stops raft (pending client requests are answered ERMA_EAGAIN) and frees
  * everything; the data directory stays unless the server made it. */
-void erma_raftkv_server_destroy(struct erma_raftkv_server *s);
-struct erma_endpoint *erma_raftkv_server_endpoint(const struct erma_raftkv_server *s);
-struct raft *erma_raftkv_server_raft(struct erma_raftkv_server *s);
-const struct raft_fsm *erma_raftkv_server_fsm(const struct erma_raftkv_server *s);
-const struct raft_io *erma_raftkv_server_io(const struct erma_raftkv_server *s);
-const char *erma_raftkv_server_dir(const struct erma_raftkv_server *s);
+void raftkv_server_destroy(struct raftkv_server *s);
+struct erma_endpoint *raftkv_server_endpoint(const struct raftkv_server *s);
+struct raft *raftkv_server_raft(struct raftkv_server *s);
+const struct raft_fsm *raftkv_server_fsm(const struct raftkv_server *s);
+const struct raft_io *raftkv_server_io(const struct raftkv_server *s);
+const char *raftkv_server_dir(const struct raftkv_server *s);
 /* raft's state (RAFT_FOLLOWER, RAFT_CANDIDATE, RAFT_LEADER). */
-int erma_raftkv_server_state(const struct erma_raftkv_server *s);
-void erma_raftkv_server_get_stats(const struct erma_raftkv_server *s,
-                                  struct erma_raftkv_server_stats *out);
+int raftkv_server_state(const struct raftkv_server *s);
+void raftkv_server_get_stats(const struct raftkv_server *s,
+                             struct raftkv_server_stats *out);
 /* After an endpoint pass: the io's poll. */
-int erma_raftkv_server_poll(struct erma_raftkv_server *s);
-uint64_t erma_raftkv_server_next_timer(const struct erma_raftkv_server *s);
+int raftkv_server_poll(struct raftkv_server *s);
+uint64_t raftkv_server_next_timer(const struct raftkv_server *s);
 /* One endpoint pass and a poll; returns the work done. */
-int erma_raftkv_server_run_once(struct erma_raftkv_server *s);
+int raftkv_server_run_once(struct raftkv_server *s);
 /* Runs the loop until stop(ctx) (may be NULL) or timeout_ns pass. */
-int erma_raftkv_server_run(struct erma_raftkv_server *s, bool (*stop)(void *ctx), void *ctx,
-                           uint64_t timeout_ns);
+int raftkv_server_run(struct raftkv_server *s, bool (*stop)(void *ctx), void *ctx,
+                      uint64_t timeout_ns);
 
 /* ---- client ---- */
 
-struct erma_raftkv_client_cfg {
+struct raftkv_client_cfg {
     const char *uri;               /* the client's endpoint URI (port 0: any) */
     const char *const *servers;    /* the replicas' URIs, as the servers' peers */
     unsigned nservers;
-    uint8_t type_base;             /* 0: ERMA_RAFTKV_TYPE_BASE */
+    uint8_t type_base;             /* 0: RAFTKV_TYPE_BASE */
     uint32_t max_ops;              /* ops in progress at once, default 256 */
     uint64_t op_timeout_ns;        /* an op fails ERMA_ETIMEDOUT after this, default 10 s */
     uint64_t try_timeout_ns;       /* one try at one replica (rpc req_timeout_ns),
@@ -314,51 +316,51 @@ struct erma_raftkv_client_cfg {
                                       lose writes. */
 };
 
-struct erma_raftkv_client_stats {
+struct raftkv_client_stats {
     uint64_t ops, done, failed, redirects, retries, tries_failed;
     uint64_t silent; /* replicas given up on after a try's length of silence */
 };
 
 /* cb(tag, status, val, vlen) runs once per started op, from
- * erma_raftkv_client_poll(), never from the call that started it: ERMA_OK
+ * raftkv_client_poll(), never from the call that started it: ERMA_OK
  * (GET: the value, valid during the call), ERMA_ENOENT (GET, DEL of a
  * missing key), ERMA_ETIMEDOUT, ERMA_E2BIG. */
-typedef void (*erma_raftkv_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
+typedef void (*raftkv_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
 
-struct erma_raftkv_client;
+struct raftkv_client;
 
-int erma_raftkv_client_create(const struct erma_raftkv_client_cfg *cfg,
-                              struct erma_raftkv_client **out);
+int raftkv_client_create(const struct raftkv_client_cfg *cfg,
+                         struct raftkv_client **out);
 /* Pending ops complete with ERMA_ECANCELLED. */
-void erma_raftkv_client_destroy(struct erma_raftkv_client *c);
-struct erma_endpoint *erma_raftkv_client_endpoint(const struct erma_raftkv_client *c);
+void raftkv_client_destroy(struct raftkv_client *c);
+struct erma_endpoint *raftkv_client_endpoint(const struct raftkv_client *c);
 /* ERMA_ENOSLOTS when max_ops are in progress. */
-int erma_raftkv_put(struct erma_raftkv_client *c, const void *key, uint32_t klen,
-                    const void *val, uint32_t vlen, erma_raftkv_fn cb, void *tag);
-int erma_raftkv_del(struct erma_raftkv_client *c, const void *key, uint32_t klen,
-                    erma_raftkv_fn cb, void *tag);
+int raftkv_put(struct raftkv_client *c, const void *key, uint32_t klen,
+               const void *val, uint32_t vlen, raftkv_fn cb, void *tag);
+int raftkv_del(struct raftkv_client *c, const void *key, uint32_t klen,
+               raftkv_fn cb, void *tag);
 /* stale: GET_LOCAL at the replica thought to lead (may be stale). */
-int erma_raftkv_get(struct erma_raftkv_client *c, const void *key, uint32_t klen, bool stale,
-                    erma_raftkv_fn cb, void *tag);
+int raftkv_get(struct raftkv_client *c, const void *key, uint32_t klen, bool stale,
+               raftkv_fn cb, void *tag);
 /* The index (into cfg.servers) of the replica the client sends to next. */
-unsigned erma_raftkv_client_leader(const struct erma_raftkv_client *c);
-uint32_t erma_raftkv_client_pending(const struct erma_raftkv_client *c);
-void erma_raftkv_client_get_stats(const struct erma_raftkv_client *c,
-                                  struct erma_raftkv_client_stats *out);
+unsigned raftkv_client_leader(const struct raftkv_client *c);
+uint32_t raftkv_client_pending(const struct raftkv_client *c);
+void raftkv_client_get_stats(const struct raftkv_client *c,
+                             struct raftkv_client_stats *out);
 /* After an endpoint pass: silent replicas, retries that are due,
  * completions; returns the work done (tries ended, replicas given up on,
  * ops completed: the client's timers may have moved). */
-int erma_raftkv_client_poll(struct erma_raftkv_client *c);
-uint64_t erma_raftkv_client_next_timer(const struct erma_raftkv_client *c);
-int erma_raftkv_client_run_once(struct erma_raftkv_client *c);
+int raftkv_client_poll(struct raftkv_client *c);
+uint64_t raftkv_client_next_timer(const struct raftkv_client *c);
+int raftkv_client_run_once(struct raftkv_client *c);
 /* Runs the loop until stop(ctx) (may be NULL) or timeout_ns pass; the
  * endpoint sleeps when idle unless its cfg says busy_poll. */
-int erma_raftkv_client_run(struct erma_raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
-                           uint64_t timeout_ns);
+int raftkv_client_run(struct raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
+                      uint64_t timeout_ns);
 
 /* Splits a comma-separated list of URIs in place into out[0..max); returns
  * how many (max + 1 when there were more). For command lines. */
-unsigned erma_raftkv_split(char *list, const char **out, unsigned max);
+unsigned raftkv_split(char *list, const char **out, unsigned max);
 
 /* ---- the sim fabric ---- */
 
@@ -366,9 +368,9 @@ struct erma_sim;
 /* Steps the servers and clients given (NULL entries skipped) on sim in
  * virtual time until done(ctx) (may be NULL) or duration_ns pass: ERMA_OK
  * or ERMA_ETIMEDOUT. */
-int erma_raftkv_sim_run(struct erma_sim *sim, struct erma_raftkv_server *const *servers,
-                        unsigned nservers, struct erma_raftkv_client *const *clients,
-                        unsigned nclients, uint64_t duration_ns, bool (*done)(void *ctx),
-                        void *ctx);
+int raftkv_sim_run(struct erma_sim *sim, struct raftkv_server *const *servers,
+                   unsigned nservers, struct raftkv_client *const *clients,
+                   unsigned nclients, uint64_t duration_ns, bool (*done)(void *ctx),
+                   void *ctx);
 
 #endif

@@ -66,15 +66,15 @@ int main(int argc, char **argv)
                                          {"poll", no_argument, NULL, 'P'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *peers[ERMA_RAFTKV_MAX_PEERS];
-    struct erma_raftkv_server_cfg cfg = {.peers = peers};
+    const char *peers[RAFTKV_MAX_PEERS];
+    struct raftkv_server_cfg cfg = {.peers = peers};
     struct erma_endpoint_cfg ep = {0}; /* zero: the defaults */
     double seconds = 0;
     for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         if (o == 'i')
             cfg.id = strtoull(optarg, NULL, 0);
         else if (o == 'p')
-            cfg.npeers = erma_raftkv_split(optarg, peers, ERMA_RAFTKV_MAX_PEERS);
+            cfg.npeers = raftkv_split(optarg, peers, RAFTKV_MAX_PEERS);
         else if (o == 'd')
             cfg.data_dir = optarg;
         else if (o == 'n')
@@ -93,29 +93,29 @@ int main(int argc, char **argv)
             return usage(stderr, 2);
     }
     if (optind != argc || !cfg.data_dir || cfg.npeers == 0 ||
-        cfg.npeers > ERMA_RAFTKV_MAX_PEERS || cfg.id == 0 || cfg.id > cfg.npeers ||
+        cfg.npeers > RAFTKV_MAX_PEERS || cfg.id == 0 || cfg.id > cfg.npeers ||
         seconds < 0) {
         fprintf(stderr, "raftkv_server: --id 1..%u, --peers (at most %d) and --dir are needed\n",
-                cfg.npeers, ERMA_RAFTKV_MAX_PEERS);
+                cfg.npeers, RAFTKV_MAX_PEERS);
         return usage(stderr, 2);
     }
     cfg.ep_cfg = &ep;
     const struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    struct erma_raftkv_server *s;
-    const int rc = erma_raftkv_server_create(&cfg, &s);
+    struct raftkv_server *s;
+    const int rc = raftkv_server_create(&cfg, &s);
     if (rc != ERMA_OK) {
         fprintf(stderr, "raftkv_server %llu: cannot start on %s with %s: %s\n",
                 (unsigned long long)cfg.id, peers[cfg.id - 1], cfg.data_dir, erma_strerror(rc));
         return 1;
     }
     printf("raftkv_server %llu: serving on %s, data in %s\n", (unsigned long long)cfg.id,
-           peers[cfg.id - 1], erma_raftkv_server_dir(s));
+           peers[cfg.id - 1], raftkv_server_dir(s));
     fflush(stdout);
     const uint64_t end = seconds > 0 ? erma_now_ns() + (uint64_t)(seconds * 1e9) : UINT64_MAX;
     while (!stop && erma_now_ns() < end)
-        erma_raftkv_server_run(s, stopped, NULL, 100000000); /* a signal within 100 ms */
-    erma_raftkv_server_destroy(s);
+        raftkv_server_run(s, stopped, NULL, 100000000); /* a signal within 100 ms */
+    raftkv_server_destroy(s);
     return 0;
 }

@@ -1,8 +1,8 @@
 /* A raftkv replica: libraft over the erma io, the kv state machine and
- * the client-facing service (raftkv/raftkv.h). */
+ * the client-facing service (service.c), its data directory and its
+ * loop (raftkv/raftkv.h). */
 #include <dirent.h>
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,274 +11,9 @@
 
 #include "erma/clock.h"
 #include "erma/log.h"
-#include "erma/sim.h"
-#include "erma/wire.h"
 #include "kv/kv.h"
 #include "raftkv/loop.h"
-#include "raftkv/raftkv.h"
-
-#define URI_MAX 128
-
-enum pend_kind { P_WRITE, P_READ };
-
-struct link {
-    struct link *next, *prev;
-};
-
-/* A client request waiting for raft (an apply or a barrier). */
-struct pending {
-    struct link link; /* first: a link is its pending */
-    struct erma_raftkv_server *s;
-    struct erma_req *req;
-    enum pend_kind kind;
-    union {
-        struct raft_apply apply;
-        struct raft_barrier barrier;
-    };
-    uint32_t klen;
-    uint8_t key[];
-};
-
-struct erma_raftkv_server {
-    struct erma_raftkv_server_cfg cfg;
-    char peers[ERMA_RAFTKV_MAX_PEERS][URI_MAX];
-    const char *peer_ptrs[ERMA_RAFTKV_MAX_PEERS];
-    char dir[PATH_MAX];
-    bool own_dir;
-    struct erma_nexus *nx;
-    struct erma_endpoint *ep;
-    struct erma_rpc *rpc;
-    struct raft_io io;
-    struct raft_fsm fsm;
-    struct raft raft;
-    bool io_inited, fsm_inited, raft_inited, closed;
-    struct link pend; /* the pending requests */
-    uint8_t *val;        /* a GET's value */
-    struct erma_raftkv_server_stats stats;
-};
-
-/* [i32 status][u32 len][bytes] */
-static void answer(struct erma_req *req, int status, const void *bytes, uint32_t len)
-{
-    struct erma_msgbuf *r = erma_req_resp_buf(req), own;
-    if ((size_t)len + 8 > r->max_size) {
-        if (erma_msgbuf_alloc(erma_req_rpc(req), (size_t)len + 8, &own) == ERMA_OK) {
-            r = &own;
-        } else {
-            status = ERMA_ENOMEM;
-            len = 0;
-        }
-    }
-    erma_msgbuf_resize(r, (size_t)len + 8);
-    erma_put_le(r->data, (uint32_t)status, 4);
-    erma_put_le(r->data + 4, len, 4);
-    if (len)
-        memcpy(r->data + 8, bytes, len);
-    erma_req_respond(req, r);
-}
-
-/* Not the leader: where it is, if known. */
-static void redirect(struct erma_raftkv_server *s, struct erma_req *req)
-{
-    raft_id id = 0;
-    const char *addr = NULL;
-    raft_leader(&s->raft, &id, &addr);
-    s->stats.redirects++;
-    if (!addr || id == s->cfg.id)
-        addr = "";
-    answer(req, ERMA_RAFTKV_REDIRECT, addr, (uint32_t)strlen(addr));
-}
-
-#define ORIGIN 24 /* a write's [u64 client][u64 seq][u64 floor] */
-
-/* Parses [u32 klen][u32 vlen][key][value] (with_value) or [u32 klen][key],
- * after skip bytes. */
-static int parse(struct erma_req *req, size_t skip, bool with_value, const uint8_t **key,
-                 uint32_t *klen, const uint8_t **val, uint32_t *vlen)
-{
-    const uint8_t *p = erma_req_data(req);
-    size_t n = erma_req_size(req);
-    const size_t hdr = with_value ? 8 : 4;
-    if (!p || n < skip + hdr)
-        return ERMA_EBADPKT;
-    p += skip;
-    n -= skip;
-    *klen = (uint32_t)erma_get_le(p, 4);
-    *vlen = with_value ? (uint32_t)erma_get_le(p + 4, 4) : 0;
-    if (*klen == 0 || (uint64_t)hdr + *klen + *vlen != n)
-        return ERMA_EBADPKT;
-    *key = p + hdr;
-    *val = p + hdr + *klen;
-    return ERMA_OK;
-}
-
-/* Parses req and checks that this replica, as the leader, takes it; false
- * when it has answered already (malformed, shutting down, or a redirect). */
-static bool admit(struct erma_raftkv_server *s, struct erma_req *req, size_t skip,
-                  bool with_value, const uint8_t **key, uint32_t *klen, const uint8_t **val,
-                  uint32_t *vlen)
-{
-    const int rc = parse(req, skip, with_value, key, klen, val, vlen);
-    if (rc != ERMA_OK) {
-        answer(req, rc, NULL, 0);
-        return false;
-    }
-    if (s->closed) {
-        answer(req, ERMA_EAGAIN, NULL, 0);
-        return false;
-    }
-    if (raft_state(&s->raft) != RAFT_LEADER) {
-        redirect(s, req);
-        return false;
-    }
-    return true;
-}
-
-static struct pending *pend_new(struct erma_raftkv_server *s, struct erma_req *req,
-                                enum pend_kind kind, const void *key, uint32_t klen)
-{
-    struct pending *p = calloc(1, sizeof *p + klen);
-    if (!p)
-        return NULL;
-    p->s = s;
-    p->req = req;
-    p->kind = kind;
-    p->klen = klen;
-    if (klen)
-        memcpy(p->key, key, klen);
-    p->link.next = s->pend.next;
-    p->link.prev = &s->pend;
-    p->link.next->prev = &p->link;
-    s->pend.next = &p->link;
-    return p;
-}
-
-static void pend_free(struct pending *p)
-{
-    p->link.prev->next = p->link.next;
-    p->link.next->prev = p->link.prev;
-    free(p);
-}
-
-static void applied(struct raft_apply *a, int status, void *result)
-{
-    struct pending *p = a->data;
-    if (status == 0) {
-        answer(p->req, (int)(intptr_t)result, NULL, 0);
-    } else {
-        /* leadership lost or shutting down: the outcome is unknown */
-        p->s->stats.failed++;
-        answer(p->req, ERMA_EAGAIN, NULL, 0);
-    }
-    pend_free(p);
-}
-
-static void write_req(struct erma_req *req, void *ctx, bool del)
-{
-    struct erma_raftkv_server *s = ctx;
-    const uint8_t *key, *val;
-    uint32_t klen, vlen;
-    if (!admit(s, req, ORIGIN, !del, &key, &klen, &val, &vlen))
-        return;
-    del ? s->stats.dels++ : s->stats.puts++;
-    const uint8_t *o = erma_req_data(req);
-    const struct erma_raftkv_origin origin = {erma_get_le(o, 8), erma_get_le(o + 8, 8),
-                                              erma_get_le(o + 16, 8)};
-    struct raft_buffer buf;
-    int rc = del ? erma_raftkv_cmd_del(&buf, &origin, key, klen)
-             : erma_raftkv_cmd_put(&buf, &origin, key, klen, val, vlen);
-    if (rc != ERMA_OK) {
-        answer(req, rc, NULL, 0);
-        return;
-    }
-    struct pending *p = pend_new(s, req, P_WRITE, NULL, 0);
-    if (!p) {
-        raft_free(buf.base);
-        answer(req, ERMA_ENOMEM, NULL, 0);
-        return;
-    }
-    p->apply.data = p;
-    rc = raft_apply(&s->raft, &p->apply, &buf, 1, applied);
-    if (rc != 0) {
-        raft_free(buf.base);
-        pend_free(p);
-        if (rc == RAFT_NOTLEADER)
-            redirect(s, req);
-        else
-            answer(req, rc == RAFT_NOMEM ? ERMA_ENOMEM : ERMA_EAGAIN, NULL, 0);
-    }
-}
-
-static void on_put(struct erma_req *req, void *ctx)
-{
-    write_req(req, ctx, false);
-}
-
-static void on_del(struct erma_req *req, void *ctx)
-{
-    write_req(req, ctx, true);
-}
-
-static void read_local(struct erma_raftkv_server *s, struct erma_req *req, const void *key,
-                       uint32_t klen)
-{
-    uint32_t vlen = 0;
-    const int rc = erma_kv_get(erma_raftkv_fsm_kv(&s->fsm), key, klen, s->val,
-                               ERMA_KV_MAX_ITEM, &vlen);
-    answer(req, rc, rc == ERMA_OK ? s->val : NULL, rc == ERMA_OK ? vlen : 0);
-}
-
-/* The barrier issued after the GET arrived is applied: every write
- * acknowledged before it is in the table. */
-static void barrier_done(struct raft_barrier *b, int status)
-{
-    struct pending *p = b->data;
-    if (status == 0) {
-        read_local(p->s, p->req, p->key, p->klen);
-    } else {
-        p->s->stats.failed++;
-        answer(p->req, ERMA_EAGAIN, NULL, 0);
-    }
-    pend_free(p);
-}
-
-static void on_get(struct erma_req *req, void *ctx)
-{
-    struct erma_raftkv_server *s = ctx;
-    const uint8_t *key, *val;
-    uint32_t klen, vlen;
-    if (!admit(s, req, 0, false, &key, &klen, &val, &vlen))
-        return;
-    s->stats.gets++;
-    struct pending *p = pend_new(s, req, P_READ, key, klen);
-    if (!p) {
-        answer(req, ERMA_ENOMEM, NULL, 0);
-        return;
-    }
-    p->barrier.data = p;
-    const int rc = raft_barrier(&s->raft, &p->barrier, barrier_done);
-    if (rc != 0) {
-        pend_free(p);
-        if (rc == RAFT_NOTLEADER)
-            redirect(s, req);
-        else
-            answer(req, rc == RAFT_NOMEM ? ERMA_ENOMEM : ERMA_EAGAIN, NULL, 0);
-    }
-}
-
-static void on_get_local(struct erma_req *req, void *ctx)
-{
-    struct erma_raftkv_server *s = ctx;
-    const uint8_t *key, *val;
-    uint32_t klen, vlen;
-    const int rc = parse(req, 0, false, &key, &klen, &val, &vlen);
-    if (rc != ERMA_OK) {
-        answer(req, rc, NULL, 0);
-        return;
-    }
-    s->stats.local_gets++;
-    read_local(s, req, key, klen);
-}
+#include "raftkv/server_impl.h"
 
 /* ---- data directory ---- */
 
@@ -299,7 +34,7 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-static int make_dir(struct erma_raftkv_server *s)
+static int make_dir(struct raftkv_server *s)
 {
     if (s->cfg.data_dir) {
         if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", s->cfg.data_dir) >= sizeof s->dir)
@@ -325,13 +60,13 @@ static int make_dir(struct erma_raftkv_server *s)
 
 static void raft_closed(struct raft *r)
 {
-    struct erma_raftkv_server *s = r->data;
+    struct raftkv_server *s = r->data;
     s->closed = true;
 }
 
-static int start_raft(struct erma_raftkv_server *s)
+static int start_raft(struct raftkv_server *s)
 {
-    const struct erma_raftkv_server_cfg *c = &s->cfg;
+    const struct raftkv_server_cfg *c = &s->cfg;
     int rc = raft_init(&s->raft, &s->io, &s->fsm, c->id, s->peers[c->id - 1]);
     if (rc != 0) {
         ERMA_ERROR("raftkv %llu: raft_init: %s (%s)", (unsigned long long)c->id,
@@ -368,21 +103,21 @@ static int start_raft(struct erma_raftkv_server *s)
     }
     for (unsigned i = 0; i < c->npeers; i++)
         if (i + 1 != c->id)
-            erma_raftkv_io_connect(&s->io, i + 1, s->peers[i]);
+            raftkv_io_connect(&s->io, i + 1, s->peers[i]);
     return ERMA_OK;
 }
 
-int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
-                              struct erma_raftkv_server **out)
+int raftkv_server_create(const struct raftkv_server_cfg *cfg,
+                         struct raftkv_server **out)
 {
     if (!cfg || !out || !cfg->peers || cfg->npeers == 0 ||
-        cfg->npeers > ERMA_RAFTKV_MAX_PEERS || cfg->id == 0 || cfg->id > cfg->npeers)
+        cfg->npeers > RAFTKV_MAX_PEERS || cfg->id == 0 || cfg->id > cfg->npeers)
         return ERMA_EINVAL;
-    struct erma_raftkv_server *s = calloc(1, sizeof *s);
+    struct raftkv_server *s = calloc(1, sizeof *s);
     if (!s)
         return ERMA_ENOMEM;
     s->cfg = *cfg;
-    struct erma_raftkv_server_cfg *c = &s->cfg;
+    struct raftkv_server_cfg *c = &s->cfg;
     for (unsigned i = 0; i < c->npeers; i++) {
         if (!cfg->peers[i] ||
             (size_t)snprintf(s->peers[i], URI_MAX, "%s", cfg->peers[i]) >= URI_MAX) {
@@ -393,7 +128,7 @@ int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
     }
     c->peers = s->peer_ptrs;
     if (!c->type_base)
-        c->type_base = ERMA_RAFTKV_TYPE_BASE;
+        c->type_base = RAFTKV_TYPE_BASE;
     if (!c->heartbeat_ms)
         c->heartbeat_ms = 50;
     if (!c->election_ms)
@@ -411,27 +146,19 @@ int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
     if (!c->failure_ns)
         c->failure_ns = 200000000;
     s->pend.next = s->pend.prev = &s->pend;
-    s->val = malloc(ERMA_KV_MAX_ITEM);
+    s->val = malloc(KV_MAX_ITEM);
     int rc = s->val ? make_dir(s) : ERMA_ENOMEM;
     if (rc == ERMA_OK)
         rc = erma_nexus_create(NULL, &s->nx);
-    const uint8_t b = c->type_base;
     if (rc == ERMA_OK)
-        rc = erma_handler_register(s->nx, b + ERMA_RAFTKV_PUT, on_put, ERMA_DISPATCH, s);
-    if (rc == ERMA_OK)
-        rc = erma_handler_register(s->nx, b + ERMA_RAFTKV_DEL, on_del, ERMA_DISPATCH, s);
-    if (rc == ERMA_OK)
-        rc = erma_handler_register(s->nx, b + ERMA_RAFTKV_GET, on_get, ERMA_DISPATCH, s);
-    if (rc == ERMA_OK)
-        rc = erma_handler_register(s->nx, b + ERMA_RAFTKV_GET_LOCAL, on_get_local,
-                                   ERMA_DISPATCH, s);
-    if (rc == ERMA_OK && (rc = erma_raftkv_fsm_init(&s->fsm, c->kv_buckets, c->kv_log_bytes)) ==
-                             ERMA_OK)
+        rc = raftkv__service_init(s);
+    if (rc == ERMA_OK &&
+        (rc = raftkv_fsm_init(&s->fsm, c->kv_buckets, c->kv_log_bytes)) == ERMA_OK)
         s->fsm_inited = true;
     if (rc == ERMA_OK) {
-        const struct erma_raftkv_io_cfg icfg = {.dir = s->dir, .type_base = b,
-                                                .no_fsync = c->no_fsync, .seed = c->seed};
-        if ((rc = erma_raftkv_io_init(&s->io, s->nx, &icfg)) == ERMA_OK)
+        const struct raftkv_io_cfg icfg = {.dir = s->dir, .type_base = c->type_base,
+                                           .no_fsync = c->no_fsync, .seed = c->seed};
+        if ((rc = raftkv_io_init(&s->io, s->nx, &icfg)) == ERMA_OK)
             s->io_inited = true;
     }
     if (rc == ERMA_OK)
@@ -444,23 +171,23 @@ int erma_raftkv_server_create(const struct erma_raftkv_server_cfg *cfg,
                                            * replica must not reuse its last life's (a
                                            * peer would take its requests for stale) */
                                           .seed = 0,
-                                          .sm_handler = erma_raftkv_io_sm,
+                                          .sm_handler = raftkv_io_sm,
                                           .sm_ctx = &s->io};
         rc = erma_rpc_create(s->nx, s->ep, &rcfg, &s->rpc);
     }
     if (rc == ERMA_OK) {
-        erma_raftkv_io_attach(&s->io, s->rpc);
+        raftkv_io_attach(&s->io, s->rpc);
         rc = start_raft(s);
     }
     if (rc != ERMA_OK) {
-        erma_raftkv_server_destroy(s);
+        raftkv_server_destroy(s);
         return rc;
     }
     *out = s;
     return ERMA_OK;
 }
 
-void erma_raftkv_server_destroy(struct erma_raftkv_server *s)
+void raftkv_server_destroy(struct raftkv_server *s)
 {
     if (!s)
         return;
@@ -468,166 +195,87 @@ void erma_raftkv_server_destroy(struct erma_raftkv_server *s)
         raft_close(&s->raft, raft_closed);
         /* the io completes its close at once; a bounded wait all the same */
         for (int i = 0; i < 1000 && !s->closed; i++)
-            erma_raftkv_io_poll(&s->io);
+            raftkv_io_poll(&s->io);
     }
     s->closed = true;
-    /* requests raft never answered: their erma_reqs go with the rpc */
-    while (s->pend.next != &s->pend) {
-        struct pending *p = (struct pending *)s->pend.next;
-        answer(p->req, ERMA_EAGAIN, NULL, 0);
-        pend_free(p);
-    }
+    raftkv__service_abort(s);
     erma_rpc_destroy(s->rpc);
     erma_endpoint_destroy(s->ep);
     erma_nexus_destroy(s->nx);
     if (s->io_inited)
-        erma_raftkv_io_destroy(&s->io);
+        raftkv_io_destroy(&s->io);
     if (s->fsm_inited)
-        erma_raftkv_fsm_close(&s->fsm);
+        raftkv_fsm_close(&s->fsm);
     if (s->own_dir)
         remove_dir(s->dir);
     free(s->val);
     free(s);
 }
 
-struct erma_endpoint *erma_raftkv_server_endpoint(const struct erma_raftkv_server *s)
+struct erma_endpoint *raftkv_server_endpoint(const struct raftkv_server *s)
 {
     return s->ep;
 }
 
-struct raft *erma_raftkv_server_raft(struct erma_raftkv_server *s)
+struct raft *raftkv_server_raft(struct raftkv_server *s)
 {
     return &s->raft;
 }
 
-const struct raft_fsm *erma_raftkv_server_fsm(const struct erma_raftkv_server *s)
+const struct raft_fsm *raftkv_server_fsm(const struct raftkv_server *s)
 {
     return &s->fsm;
 }
 
-const struct raft_io *erma_raftkv_server_io(const struct erma_raftkv_server *s)
+const struct raft_io *raftkv_server_io(const struct raftkv_server *s)
 {
     return &s->io;
 }
 
-const char *erma_raftkv_server_dir(const struct erma_raftkv_server *s)
+const char *raftkv_server_dir(const struct raftkv_server *s)
 {
     return s->dir;
 }
 
-int erma_raftkv_server_state(const struct erma_raftkv_server *s)
+int raftkv_server_state(const struct raftkv_server *s)
 {
     return raft_state((struct raft *)&s->raft);
 }
 
-void erma_raftkv_server_get_stats(const struct erma_raftkv_server *s,
-                                  struct erma_raftkv_server_stats *out)
+void raftkv_server_get_stats(const struct raftkv_server *s,
+                             struct raftkv_server_stats *out)
 {
     *out = s->stats;
 }
 
-int erma_raftkv_server_poll(struct erma_raftkv_server *s)
+int raftkv_server_poll(struct raftkv_server *s)
 {
-    return s->closed ? 0 : erma_raftkv_io_poll(&s->io);
+    return s->closed ? 0 : raftkv_io_poll(&s->io);
 }
 
-uint64_t erma_raftkv_server_next_timer(const struct erma_raftkv_server *s)
+uint64_t raftkv_server_next_timer(const struct raftkv_server *s)
 {
-    return s->closed ? UINT64_MAX : erma_raftkv_io_next_timer(&s->io);
+    return s->closed ? UINT64_MAX : raftkv_io_next_timer(&s->io);
 }
 
-int erma_raftkv_server_run_once(struct erma_raftkv_server *s)
+int raftkv_server_run_once(struct raftkv_server *s)
 {
     const int work = erma_endpoint_run_once(s->ep);
-    return work + erma_raftkv_server_poll(s);
+    return work + raftkv_server_poll(s);
 }
 
 static int poll_obj(void *s)
 {
-    return erma_raftkv_server_poll(s);
+    return raftkv_server_poll(s);
 }
 
 static uint64_t next_timer_obj(const void *s)
 {
-    return erma_raftkv_server_next_timer(s);
+    return raftkv_server_next_timer(s);
 }
 
-int erma_raftkv_server_run(struct erma_raftkv_server *s, bool (*stop)(void *ctx), void *ctx,
-                           uint64_t timeout_ns)
+int raftkv_server_run(struct raftkv_server *s, bool (*stop)(void *ctx), void *ctx,
+                      uint64_t timeout_ns)
 {
-    return raftkv_run(s->ep, poll_obj, next_timer_obj, s, stop, ctx, timeout_ns);
-}
-
-/* ---- the sim fabric ---- */
-
-struct sim_hook {
-    struct erma_raftkv_server *const *servers;
-    struct erma_raftkv_client *const *clients;
-    unsigned ns, nc;
-    bool (*done)(void *ctx);
-    void *ctx;
-    bool first, finished;
-};
-
-/* erma_sim_run asks done() before its first pass, then after every round
- * of passes: the first is let through so that a round always runs (and
- * sends what the last polls queued) between polls. */
-static bool sim_hook(void *ctx)
-{
-    struct sim_hook *h = ctx;
-    if (h->first) {
-        h->first = false;
-        return false;
-    }
-    int work = 0;
-    for (unsigned i = 0; i < h->ns; i++)
-        if (h->servers[i])
-            work += erma_raftkv_server_poll(h->servers[i]);
-    for (unsigned i = 0; i < h->nc; i++)
-        if (h->clients[i])
-            work += erma_raftkv_client_poll(h->clients[i]);
-    h->finished = h->done && h->done(h->ctx);
-    return h->finished || work > 0;
-}
-
-int erma_raftkv_sim_run(struct erma_sim *sim, struct erma_raftkv_server *const *servers,
-                        unsigned nservers, struct erma_raftkv_client *const *clients,
-                        unsigned nclients, uint64_t duration_ns, bool (*done)(void *ctx),
-                        void *ctx)
-{
-    struct erma_endpoint *eps[2 * ERMA_RAFTKV_MAX_PEERS + 64];
-    unsigned n = 0;
-    if (nservers + nclients > sizeof eps / sizeof eps[0])
-        return ERMA_EINVAL;
-    for (unsigned i = 0; i < nservers; i++)
-        if (servers[i])
-            eps[n++] = servers[i]->ep;
-    for (unsigned i = 0; i < nclients; i++)
-        if (clients[i])
-            eps[n++] = erma_raftkv_client_endpoint(clients[i]);
-    erma_sim_use_clock(sim);
-    const uint64_t end = erma_sim_now(sim) + duration_ns;
-    struct sim_hook h = {servers, clients, nservers, nclients, done, ctx, false, false};
-    if (done && done(ctx))
-        return ERMA_OK;
-    for (;;) {
-        const uint64_t now = erma_sim_now(sim);
-        if (now >= end)
-            return done && done(ctx) ? ERMA_OK : ERMA_ETIMEDOUT;
-        uint64_t until = end;
-        for (unsigned i = 0; i < nservers; i++)
-            if (servers[i]) {
-                const uint64_t t = erma_raftkv_server_next_timer(servers[i]);
-                until = t < until ? t : until;
-            }
-        for (unsigned i = 0; i < nclients; i++)
-            if (clients[i]) {
-                const uint64_t t = erma_raftkv_client_next_timer(clients[i]);
-                until = t < until ? t : until;
-            }
-        h.first = true;
-        erma_sim_run(sim, eps, n, until > now ? until - now : 0, sim_hook, &h);
-        if (h.finished)
-            return ERMA_OK;
-    }
+    return raftkv__run(s->ep, poll_obj, next_timer_obj, s, stop, ctx, timeout_ns);
 }
