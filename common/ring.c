@@ -12,7 +12,7 @@ static size_t pow2_at_least(size_t n)
     return p;
 }
 
-int erma_spsc_init(struct erma_spsc *r, size_t capacity)
+int erma__spsc_init(struct erma_spsc *r, size_t capacity)
 {
     if (capacity == 0 || capacity > ((size_t)1 << 30))
         return ERMA_EINVAL;
@@ -26,13 +26,13 @@ int erma_spsc_init(struct erma_spsc *r, size_t capacity)
     return ERMA_OK;
 }
 
-void erma_spsc_destroy(struct erma_spsc *r)
+void erma__spsc_destroy(struct erma_spsc *r)
 {
     free(r->slots);
     r->slots = NULL;
 }
 
-int erma_spsc_push(struct erma_spsc *r, void *item)
+int erma__spsc_push(struct erma_spsc *r, void *item)
 {
     const size_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
     if (t - atomic_load_explicit(&r->head, memory_order_acquire) > r->mask)
@@ -42,7 +42,7 @@ int erma_spsc_push(struct erma_spsc *r, void *item)
     return ERMA_OK;
 }
 
-void *erma_spsc_pop(struct erma_spsc *r)
+void *erma__spsc_pop(struct erma_spsc *r)
 {
     const size_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
     if (h == atomic_load_explicit(&r->tail, memory_order_acquire))
@@ -52,13 +52,13 @@ void *erma_spsc_pop(struct erma_spsc *r)
     return item;
 }
 
-size_t erma_spsc_count(struct erma_spsc *r)
+size_t erma__spsc_count(struct erma_spsc *r)
 {
     return atomic_load_explicit(&r->tail, memory_order_acquire) -
            atomic_load_explicit(&r->head, memory_order_acquire);
 }
 
-int erma_mpsc_init(struct erma_mpsc *r, size_t capacity)
+int erma__mpsc_init(struct erma_mpsc *r, size_t capacity)
 {
     if (capacity == 0 || capacity > ((size_t)1 << 30))
         return ERMA_EINVAL;
@@ -76,13 +76,13 @@ int erma_mpsc_init(struct erma_mpsc *r, size_t capacity)
     return ERMA_OK;
 }
 
-void erma_mpsc_destroy(struct erma_mpsc *r)
+void erma__mpsc_destroy(struct erma_mpsc *r)
 {
     free(r->cells);
     r->cells = NULL;
 }
 
-int erma_mpsc_push(struct erma_mpsc *r, void *item)
+int erma__mpsc_push(struct erma_mpsc *r, void *item)
 {
     size_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
     for (;;) {
@@ -105,7 +105,7 @@ int erma_mpsc_push(struct erma_mpsc *r, void *item)
     }
 }
 
-void *erma_mpsc_pop(struct erma_mpsc *r)
+void *erma__mpsc_pop(struct erma_mpsc *r)
 {
     struct erma_mpsc_cell *c = &r->cells[r->head & r->mask];
     const size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);

@@ -24,11 +24,11 @@ struct erma_spsc {
     void **slots;
 };
 
-int erma_spsc_init(struct erma_spsc *r, size_t capacity);
-void erma_spsc_destroy(struct erma_spsc *r);
-int erma_spsc_push(struct erma_spsc *r, void *item);
-void *erma_spsc_pop(struct erma_spsc *r);
-size_t erma_spsc_count(struct erma_spsc *r);
+int erma__spsc_init(struct erma_spsc *r, size_t capacity);
+void erma__spsc_destroy(struct erma_spsc *r);
+int erma__spsc_push(struct erma_spsc *r, void *item);
+void *erma__spsc_pop(struct erma_spsc *r);
+size_t erma__spsc_count(struct erma_spsc *r);
 
 struct erma_mpsc_cell {
     _Atomic size_t seq;
@@ -42,9 +42,9 @@ struct erma_mpsc {
     struct erma_mpsc_cell *cells;
 };
 
-int erma_mpsc_init(struct erma_mpsc *r, size_t capacity);
-void erma_mpsc_destroy(struct erma_mpsc *r);
-int erma_mpsc_push(struct erma_mpsc *r, void *item);
-void *erma_mpsc_pop(struct erma_mpsc *r);
+int erma__mpsc_init(struct erma_mpsc *r, size_t capacity);
+void erma__mpsc_destroy(struct erma_mpsc *r);
+int erma__mpsc_push(struct erma_mpsc *r, void *item);
+void *erma__mpsc_pop(struct erma_mpsc *r);
 
 #endif

@@ -81,8 +81,8 @@ static bool paths_reg_mem(const struct erma_endpoint *ep)
     return false;
 }
 
-int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, int k,
-                      struct erma_addr *out)
+int erma__ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, int k,
+                       struct erma_addr *out)
 {
     if (k == 0) {
         *out = *addr;
@@ -91,14 +91,14 @@ int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *ad
     return ep->tr->ops->addr_path ? ep->tr->ops->addr_path(ep->tr, addr, k, out) : ERMA_EADDR;
 }
 
-int erma_ep_path_of(const struct erma_endpoint *ep, const struct erma_addr *base, unsigned n,
-                    const struct erma_addr *a)
+int erma__ep_path_of(const struct erma_endpoint *ep, const struct erma_addr *base, unsigned n,
+                     const struct erma_addr *a)
 {
     if (erma_addr_eq(base, a))
         return 0;
     struct erma_addr b;
     for (unsigned k = 1; k < n; k++)
-        if (erma_ep_path_addr(ep, base, (int)k, &b) == ERMA_OK && erma_addr_eq(&b, a))
+        if (erma__ep_path_addr(ep, base, (int)k, &b) == ERMA_OK && erma_addr_eq(&b, a))
             return (int)k;
     return -1;
 }
@@ -133,7 +133,7 @@ static int open_paths(struct erma_endpoint *ep, const char *uri,
         char next[256];
         struct erma_addr a;
         for (unsigned k = 1; k < want; k++) {
-            rc = erma_ep_path_addr(ep, &ep->tr->local, (int)k, &a);
+            rc = erma__ep_path_addr(ep, &ep->tr->local, (int)k, &a);
             if (rc == ERMA_OK)
                 rc = erma_transport_addr_str(ep->tr, &a, next, sizeof next);
             if (rc == ERMA_OK)
@@ -192,7 +192,7 @@ int erma_endpoint_create(const char *base_uri, uint8_t tid, const struct erma_en
         free(ep);
         return rc;
     }
-    ep->idle_since = erma_ep_clock(ep);
+    ep->idle_since = erma__ep_clock(ep);
     *out = ep;
     return ERMA_OK;
 }
@@ -203,15 +203,15 @@ void erma_endpoint_destroy(struct erma_endpoint *ep)
         return;
     if (ep->nprotos)
         ERMA_ERROR("endpoint: destroyed with %u protocols still on it", ep->nprotos);
-    erma_ep_tx_flush(ep);
+    erma__ep_tx_flush(ep);
     free(ep->room);
     erma_pool_destroy(ep->pool);
     close_paths(ep);
     free(ep);
 }
 
-int erma_ep_register(struct erma_endpoint *ep, const struct erma_ep_proto *p, const uint8_t *ids,
-                     unsigned nids)
+int erma__ep_register(struct erma_endpoint *ep, const struct erma_ep_proto *p, const uint8_t *ids,
+                      unsigned nids)
 {
     if (!ep || !p || !p->rx || !p->poll || !p->next_timer)
         return ERMA_EINVAL;
@@ -226,9 +226,9 @@ int erma_ep_register(struct erma_endpoint *ep, const struct erma_ep_proto *p, co
     return ERMA_OK;
 }
 
-void erma_ep_unregister(struct erma_endpoint *ep, void *ctx)
+void erma__ep_unregister(struct erma_endpoint *ep, void *ctx)
 {
-    erma_ep_tx_flush(ep); /* the batch may point at what the protocol frees */
+    erma__ep_tx_flush(ep); /* the batch may point at what the protocol frees */
     unsigned k = 0;
     while (k < ep->nprotos && ep->protos[k].ctx != ctx)
         k++;
@@ -245,11 +245,11 @@ void erma_ep_unregister(struct erma_endpoint *ep, void *ctx)
 
 /* ---- TX batch ---- */
 
-struct erma_tx_pkt *erma_ep_tx(struct erma_endpoint *ep, const struct erma_addr *dst,
-                               erma_ep_prep_fn prep, void *prep_ctx, uint8_t **room)
+struct erma_tx_pkt *erma__ep_tx(struct erma_endpoint *ep, const struct erma_addr *dst,
+                                erma_ep_prep_fn prep, void *prep_ctx, uint8_t **room)
 {
     if (ep->ntx == ERMA_MAX_BURST)
-        erma_ep_tx_flush(ep);
+        erma__ep_tx_flush(ep);
     const unsigned i = ep->ntx++;
     ep->txdst[i] = *dst;
     ep->prep[i] = prep;
@@ -276,7 +276,7 @@ static void send_run(struct erma_endpoint *ep, struct erma_transport *tr, unsign
     ep->stats.tx_dropped += b - a - sent;
 }
 
-void erma_ep_tx_flush(struct erma_endpoint *ep)
+void erma__ep_tx_flush(struct erma_endpoint *ep)
 {
     if (ep->ntx == 0)
         return;
@@ -331,20 +331,20 @@ static void demux(struct erma_endpoint *ep, const struct erma_rx_pkt *pkt)
 int erma_endpoint_run_once(struct erma_endpoint *ep)
 {
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
-    erma_ep_tx_flush(ep); /* what the application queued since the last pass goes first */
+    erma__ep_tx_flush(ep); /* what the application queued since the last pass goes first */
     const int n = ep->npaths > 1 ? rx_paths(ep, rx) : erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
-    const uint64_t now = erma_ep_clock(ep); /* the one reading of this pass */
+    const uint64_t now = erma__ep_clock(ep); /* the one reading of this pass */
     int work = n > 0 ? n : 0;
     ep->stats.rx_pkts += (uint64_t)work;
     for (int i = 0; i < n; i++)
         demux(ep, &rx[i]);
     for (unsigned k = 0; k < ep->nprotos; k++)
         work += ep->protos[k].poll(ep->protos[k].ctx, now);
-    erma_ep_tx_flush(ep);
+    erma__ep_tx_flush(ep);
     for (unsigned k = 0; k < ep->nprotos; k++)
         if (ep->protos[k].after_flush)
             ep->protos[k].after_flush(ep->protos[k].ctx);
-    erma_ep_tx_flush(ep); /* what the continuations sent: before any sleep */
+    erma__ep_tx_flush(ep); /* what the continuations sent: before any sleep */
     if (now >= ep->next_trim) {
         erma_pool_trim(ep->pool, now);
         ep->next_trim = now + ERMA_EP_TRIM_NS;
@@ -397,7 +397,7 @@ static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
 {
     const uint64_t now = ep->now;
     if (ep->ntx) { /* queued since the pass (by done(), say): never sleep on it */
-        erma_ep_tx_flush(ep);
+        erma__ep_tx_flush(ep);
         ep->idle_since = now;
         return;
     }

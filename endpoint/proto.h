@@ -51,7 +51,7 @@ struct erma_endpoint {
     unsigned rx_first; /* the path the next pass receives from first */
     struct erma_pool *pool;
     uint64_t next_trim;  /* when the loop next trims the pool */
-    uint64_t now;        /* the clock, read once per pass (erma_ep_clock) */
+    uint64_t now;        /* the clock, read once per pass (erma__ep_clock) */
     uint64_t idle_since; /* when the loop last found work */
     struct erma_endpoint_stats stats;
     struct erma_ep_proto protos[ERMA_EP_PROTOS];
@@ -69,22 +69,22 @@ struct erma_endpoint {
 
 /* The address k virtual paths (ports) after addr, before it when k < 0;
  * ERMA_EADDR when the transport has none or the port would be outside. */
-int erma_ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, int k,
-                      struct erma_addr *out);
+int erma__ep_path_addr(const struct erma_endpoint *ep, const struct erma_addr *addr, int k,
+                       struct erma_addr *out);
 /* k when a is base's path k for some k < n, else -1. */
-int erma_ep_path_of(const struct erma_endpoint *ep, const struct erma_addr *base, unsigned n,
-                    const struct erma_addr *a);
+int erma__ep_path_of(const struct erma_endpoint *ep, const struct erma_addr *base, unsigned n,
+                     const struct erma_addr *a);
 
 /* Registers p for header protos ids[0..nids); ERMA_EAGAIN when one is taken,
  * ERMA_ENOSLOTS when ERMA_EP_PROTOS protocols are on ep already. */
-int erma_ep_register(struct erma_endpoint *ep, const struct erma_ep_proto *p, const uint8_t *ids,
-                     unsigned nids);
+int erma__ep_register(struct erma_endpoint *ep, const struct erma_ep_proto *p, const uint8_t *ids,
+                      unsigned nids);
 /* Removes the protocol whose ctx is ctx, after sending the batch. */
-void erma_ep_unregister(struct erma_endpoint *ep, void *ctx);
+void erma__ep_unregister(struct erma_endpoint *ep, void *ctx);
 
 /* The clock read now: for calls from outside the loop. Every time of a
  * protocol comes from ep->now, which never goes back. */
-static inline uint64_t erma_ep_clock(struct erma_endpoint *ep)
+static inline uint64_t erma__ep_clock(struct erma_endpoint *ep)
 {
     const uint64_t t = erma_now_ns();
     return ep->now = t > ep->now ? t : ep->now;
@@ -93,12 +93,12 @@ static inline uint64_t erma_ep_clock(struct erma_endpoint *ep)
 /* The next packet of the batch (sending the batch first if it is full),
  * to dst, with no segments yet: the caller sets hdr/hdr_len and
  * data/data_len, or builds it in *room (max_pkt bytes) and calls
- * erma_ep_tx_room_len(). prep (may be NULL) runs on it at the flush. */
-struct erma_tx_pkt *erma_ep_tx(struct erma_endpoint *ep, const struct erma_addr *dst,
-                               erma_ep_prep_fn prep, void *prep_ctx, uint8_t **room);
+ * erma__ep_tx_room_len(). prep (may be NULL) runs on it at the flush. */
+struct erma_tx_pkt *erma__ep_tx(struct erma_endpoint *ep, const struct erma_addr *dst,
+                                erma_ep_prep_fn prep, void *prep_ctx, uint8_t **room);
 /* The packet p was built in its room and is len bytes long. */
-static inline void erma_ep_tx_room_len(struct erma_endpoint *ep, struct erma_tx_pkt *p,
-                                       uint32_t len)
+static inline void erma__ep_tx_room_len(struct erma_endpoint *ep, struct erma_tx_pkt *p,
+                                        uint32_t len)
 {
     p->hdr = ep->room + (size_t)(p - ep->tx) * ep->tr->max_pkt;
     p->hdr_len = len;
@@ -106,6 +106,6 @@ static inline void erma_ep_tx_room_len(struct erma_endpoint *ep, struct erma_tx_
 /* Sends the batch. A queue that takes only part of it is offered the rest
  * again (64 tries in all); what it still refuses is dropped and counted
  * (stats.tx_dropped): the protocols' timeouts repair it. */
-void erma_ep_tx_flush(struct erma_endpoint *ep);
+void erma__ep_tx_flush(struct erma_endpoint *ep);
 
 #endif

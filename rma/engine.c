@@ -32,7 +32,7 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
         rma->stats.rx_bad++;
         return;
     }
-    erma_ep_clock(rma->ep);
+    erma__ep_clock(rma->ep);
     rma->rx_pass++;
     if (is_request(h.type))
         erma__serve_rx(rma, &h, pkt);
@@ -203,13 +203,13 @@ int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
      * starts past every nonce its predecessor used. */
     rma->ctr = erma__rma_wallclock_ns();
     rma->aes = erma__rma_aes_available() && !rma->cfg.no_aes;
-    erma_ep_clock(ep); /* the parts start at ep->now */
+    erma__ep_clock(ep); /* the parts start at ep->now */
     wire_sync(rma);
     rc = parts_init(rma);
     const struct erma_ep_proto hooks = {hook_rx, hook_poll, NULL, hook_next_timer, rma, NULL};
     const uint8_t id = ERMA_PROTO_RMA;
     if (rc == ERMA_OK)
-        rc = erma_ep_register(ep, &hooks, &id, 1);
+        rc = erma__ep_register(ep, &hooks, &id, 1);
     if (rc != ERMA_OK) {
         parts_fini(rma);
         free(rma);
@@ -223,7 +223,7 @@ void erma_rma_destroy(struct erma_rma *rma)
 {
     if (!rma)
         return;
-    erma_ep_unregister(rma->ep, rma);
+    erma__ep_unregister(rma->ep, rma);
     parts_fini(rma);
     free(rma);
 }

@@ -83,7 +83,7 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
         *x = (struct xfer){.state = XFER_ACTIVE, .op = (uint8_t)t->op, .prio = t->priority,
                            .peer = t->peer, .rkey = t->rkey, .offset = t->offset,
                            .local = t->local, .len = t->len, .max_retries = t->max_retries,
-                           .tag = t->tag, .start_ns = erma_ep_clock(rma->ep),
+                           .tag = t->tag, .start_ns = erma__ep_clock(rma->ep),
                            .fence = t->fence, .fence_wait = wait};
         if (t->max_retries && !(x->tries = calloc(chunks, sizeof *x->tries))) {
             x->state = XFER_FREE;

@@ -54,7 +54,7 @@ void erma__rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rm
 {
     const struct erma_hdr eh = {.proto = ERMA_PROTO_RMA};
     uint8_t *pkt;
-    struct erma_tx_pkt *p = erma_ep_tx(rma->ep, dst, NULL, NULL, &pkt);
+    struct erma_tx_pkt *p = erma__ep_tx(rma->ep, dst, NULL, NULL, &pkt);
     if (dir == 0) /* from the initiator's port of the op's path */
         p->path = RMA_PATH_OF(h->flags) < rma->ep->npaths ? RMA_PATH_OF(h->flags) : 0;
     h->nonce_ctr = ++rma->ctr;
@@ -64,5 +64,5 @@ void erma__rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rm
         erma__rma_seal_as(kd, cipher, dir, h->nonce_ctr, pkt, m, plen);
     else /* unsealed error: no payload, zero tag */
         memset(pkt + ERMA_HDR_SIZE + RMA_OPHDR, 0, RMA_TAG);
-    erma_ep_tx_room_len(rma->ep, p, RMA_OVERHEAD + plen);
+    erma__ep_tx_room_len(rma->ep, p, RMA_OVERHEAD + plen);
 }

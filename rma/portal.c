@@ -66,7 +66,7 @@ int erma__portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool
     struct rma_portal *p = rma->portal;
     const int32_t i = erma__slot_alloc(rma);
     struct slot *s = &p->slots[i];
-    const uint64_t now = erma_ep_clock(rma->ep);
+    const uint64_t now = erma__ep_clock(rma->ep);
     *s = (struct slot){.state = wait ? SLOT_FENCED : SLOT_QUEUED, .op = (uint8_t)c->op,
                        .prio = c->priority, .chunk = chunk, .peer = c->peer, .rkey = c->rkey,
                        .offset = c->offset, .local = c->local,

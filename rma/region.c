@@ -176,7 +176,7 @@ int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_
     struct region *r = rma ? erma__region_find(rma, region) : NULL;
     if (!r)
         return ERMA_ENOREGION;
-    erma__region_install(r, new_key, grace_ns, erma_ep_clock(rma->ep));
+    erma__region_install(r, new_key, grace_ns, erma__ep_clock(rma->ep));
     return ERMA_OK;
 }
 

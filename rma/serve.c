@@ -190,7 +190,7 @@ static struct erma_addr owner_of(const struct erma_rma *rma, const struct erma_a
                                  const struct rma_ophdr *h)
 {
     struct erma_addr base = *src;
-    erma_ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base);
+    erma__ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base);
     return base;
 }
 
@@ -303,7 +303,7 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
         return ERMA_ENOREGION;
     const uint8_t *kr = erma__region_key(r, h->key_gen, rma->ep->now);
     struct erma_addr base;
-    if (kr && erma_ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base) != ERMA_OK)
+    if (kr && erma__ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base) != ERMA_OK)
         kr = NULL;
     if (kr) {
         k->kd = erma__region_kd(rma, r, kr, h->key_gen, h->identity, &base);

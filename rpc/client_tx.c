@@ -243,7 +243,7 @@ int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type, struct erma_m
     else if (!(b = malloc(sizeof *b)))
         return ERMA_ENOMEM;
     *b = (struct backlog){NULL, req_type, req, resp, cont, tag};
-    erma_ep_clock(rpc->ep); /* called from outside the loop */
+    erma__ep_clock(rpc->ep); /* called from outside the loop */
     if (s->client.backlog_tail && s->client.backlog)
         s->client.backlog_tail->next = b;
     else

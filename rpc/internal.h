@@ -320,7 +320,7 @@ static inline int erma__session_path(const struct erma_rpc *rpc, const struct se
 {
     if (s->ps.n <= 1)
         return erma_addr_eq(&s->peer, a) ? 0 : -1;
-    return erma_ep_path_of(rpc->ep, &s->peer, s->ps.n, a);
+    return erma__ep_path_of(rpc->ep, &s->peer, s->ps.n, a);
 }
 
 /* ---- msgbuf.c ---- */

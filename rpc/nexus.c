@@ -20,7 +20,7 @@ static struct erma_req *worker_sleep(struct worker *w)
 {
     pthread_mutex_lock(&w->lock);
     w->sleeping = true;
-    struct erma_req *rq = erma_mpsc_pop(&w->queue);
+    struct erma_req *rq = erma__mpsc_pop(&w->queue);
     if (!rq && !atomic_load(&w->nx->stop))
         pthread_cond_wait(&w->wake, &w->lock);
     w->sleeping = false;
@@ -41,7 +41,7 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     unsigned idle = 0;
     while (!atomic_load_explicit(&w->nx->stop, memory_order_acquire)) {
-        struct erma_req *rq = erma_mpsc_pop(&w->queue);
+        struct erma_req *rq = erma__mpsc_pop(&w->queue);
         if (!rq && ++idle > WORKER_SPINS) {
             rq = worker_sleep(w);
             idle = 0;
@@ -58,7 +58,7 @@ static void *worker_main(void *arg)
             rq->resp = &rq->pre_resp;
             rq->responded = true;
         }
-        while (erma_mpsc_push(&rq->rpc->server.worker_done, rq) != ERMA_OK)
+        while (erma__mpsc_push(&rq->rpc->server.worker_done, rq) != ERMA_OK)
             sched_yield();
     }
     return NULL;
@@ -67,7 +67,7 @@ static void *worker_main(void *arg)
 void erma__nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq)
 {
     const unsigned i = atomic_fetch_add(&nx->next_worker, 1) % nx->nworkers;
-    while (erma_mpsc_push(&nx->workers[i].queue, rq) != ERMA_OK)
+    while (erma__mpsc_push(&nx->workers[i].queue, rq) != ERMA_OK)
         sched_yield();
     worker_signal(&nx->workers[i]);
 }
@@ -96,9 +96,9 @@ int erma_nexus_create(const struct erma_nexus_cfg *cfg, struct erma_nexus **out)
         w->nx = nx;
         pthread_mutex_init(&w->lock, NULL);
         pthread_cond_init(&w->wake, NULL);
-        if (erma_mpsc_init(&w->queue, WORKER_QUEUE) != ERMA_OK ||
+        if (erma__mpsc_init(&w->queue, WORKER_QUEUE) != ERMA_OK ||
             pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-            erma_mpsc_destroy(&w->queue);
+            erma__mpsc_destroy(&w->queue);
             pthread_cond_destroy(&w->wake);
             pthread_mutex_destroy(&w->lock);
             erma_nexus_destroy(nx);
@@ -121,7 +121,7 @@ void erma_nexus_destroy(struct erma_nexus *nx)
         pthread_cond_signal(&w->wake);
         pthread_mutex_unlock(&w->lock);
         pthread_join(w->thread, NULL);
-        erma_mpsc_destroy(&w->queue);
+        erma__mpsc_destroy(&w->queue);
         pthread_cond_destroy(&w->wake);
         pthread_mutex_destroy(&w->lock);
     }

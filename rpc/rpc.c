@@ -98,7 +98,7 @@ static int rpc_poll(void *ctx, uint64_t now)
     struct erma_rpc *rpc = ctx;
     struct rpc_timers *t = &rpc->timers;
     int work = 0;
-    for (struct erma_req *rq; (rq = erma_mpsc_pop(&rpc->server.worker_done)); work++)
+    for (struct erma_req *rq; (rq = erma__mpsc_pop(&rpc->server.worker_done)); work++)
         erma__worker_response(rpc, rq);
     if (erma_wheel_count(&rpc->cc.wheel)) {
         const uint32_t before = erma_wheel_count(&rpc->cc.wheel);
@@ -154,7 +154,7 @@ static void timers_setup(struct erma_rpc *rpc)
     uint64_t sm = c->keepalive_ns < c->connect_retry_ns ? c->keepalive_ns : c->connect_retry_ns;
     sm = sm < c->failure_ns / 4 ? sm : c->failure_ns / 4;
     t->sm_scan_ns = sm / 2 ? sm / 2 : 1;
-    const uint64_t now = erma_ep_clock(rpc->ep);
+    const uint64_t now = erma__ep_clock(rpc->ep);
     t->next_scan_ns = now + t->scan_ns;
     t->next_sm_scan_ns = now + t->sm_scan_ns;
 }
@@ -162,7 +162,7 @@ static void timers_setup(struct erma_rpc *rpc)
 static void rpc_free(struct erma_rpc *rpc)
 {
     free(rpc->done.list);
-    erma_mpsc_destroy(&rpc->server.worker_done);
+    erma__mpsc_destroy(&rpc->server.worker_done);
     erma_wheel_destroy(&rpc->cc.wheel);
     free(rpc);
 }
@@ -187,14 +187,14 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
         rc = ERMA_EINVAL;
     }
     if (rc == ERMA_OK)
-        rc = erma_mpsc_init(&rpc->server.worker_done, nx->nworkers ? WORKER_DONE_QUEUE : 1);
+        rc = erma__mpsc_init(&rpc->server.worker_done, nx->nworkers ? WORKER_DONE_QUEUE : 1);
     if (rc == ERMA_OK)
         rc = cc_setup(rpc);
     const struct erma_ep_proto hooks = {erma__rx, rpc_poll, rpc_after_flush, rpc_next_timer, rpc,
                                         rpc_awaits};
     const uint8_t ids[] = {ERMA_PROTO_RPC, ERMA_PROTO_SM};
     if (rc == ERMA_OK)
-        rc = erma_ep_register(ep, &hooks, ids, 2);
+        rc = erma__ep_register(ep, &hooks, ids, 2);
     if (rc != ERMA_OK) {
         rpc_free(rpc);
         return rc;
@@ -216,7 +216,7 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
 static bool workers_wait(struct erma_rpc *rpc)
 {
     for (unsigned spins = 0; rpc->server.in_workers && spins < 5000000; spins++) {
-        struct erma_req *rq = erma_mpsc_pop(&rpc->server.worker_done);
+        struct erma_req *rq = erma__mpsc_pop(&rpc->server.worker_done);
         if (rq)
             erma__worker_response(rpc, rq);
         else
@@ -267,11 +267,11 @@ void erma_rpc_destroy(struct erma_rpc *rpc)
         if (rpc->table.sessions[i] && rpc->table.sessions[i]->state != FREE)
             erma__session_fail(rpc, rpc->table.sessions[i], ERMA_ESESSRESET);
     erma__run_completions(rpc);
-    erma_ep_tx_flush(rpc->ep); /* before the sessions and buffers it may point at go */
+    erma__ep_tx_flush(rpc->ep); /* before the sessions and buffers it may point at go */
     if (workers_wait(rpc))
         reqs_free(rpc);
     sessions_free(rpc);
-    erma_ep_unregister(rpc->ep, rpc);
+    erma__ep_unregister(rpc->ep, rpc);
     rpc_free(rpc);
 }
 

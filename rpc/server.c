@@ -62,7 +62,7 @@ static void free_req_buf(struct erma_rpc *rpc, struct erma_req *rq)
 static void req_clear(struct erma_rpc *rpc, struct erma_req *rq)
 {
     if (rq->resp == &rq->own_resp) {
-        erma_ep_tx_flush(rpc->ep); /* the batch may still point into it */
+        erma__ep_tx_flush(rpc->ep); /* the batch may still point into it */
         erma_msgbuf_free(rpc, &rq->own_resp);
     }
     free_req_buf(rpc, rq);
@@ -197,7 +197,7 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
     if (h->mode == ERMA_WORKER) {
         /* The worker writes pre_resp: no packet in the batch may still be
          * reading this slot's last response from it. */
-        erma_ep_tx_flush(rpc->ep);
+        erma__ep_tx_flush(rpc->ep);
         rq->in_worker = rq->held = true;
         rpc->server.in_workers++;
         erma__nexus_to_worker(rpc->nx, rq);

@@ -20,7 +20,7 @@ void erma__session_lost(struct erma_rpc *rpc, struct session *s)
 
 void erma__session_release(struct erma_rpc *rpc, struct session *s)
 {
-    erma_ep_tx_flush(rpc->ep); /* nothing in the batch may point at this session */
+    erma__ep_tx_flush(rpc->ep); /* nothing in the batch may point at this session */
     if (s->role == SERVER)
         for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
             erma__server_slot_free(rpc, &s->slots[k]);
@@ -48,7 +48,7 @@ int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
         credits = rpc->cfg.credits;
     if (!erma__ring_has_room(rpc, credits))
         return ERMA_ENOSLOTS;
-    erma_ep_clock(rpc->ep); /* called from outside the loop */
+    erma__ep_clock(rpc->ep); /* called from outside the loop */
     struct session *s = erma__session_alloc(rpc, CLIENT);
     if (!s)
         return ERMA_ENOMEM;
@@ -61,7 +61,7 @@ int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
     if (rpc->nx->secure)
         randombytes_buf(s->sm.nonce, sizeof s->sm.nonce);
     erma__sm_send_connect(rpc, s, rpc->ep->now);
-    erma_ep_tx_flush(rpc->ep);
+    erma__ep_tx_flush(rpc->ep);
     return s->num;
 }
 
@@ -78,7 +78,7 @@ int erma_session_destroy(struct erma_rpc *rpc, int num)
         return ERMA_OK;
     }
     s->state = DISCONNECTING;
-    s->sm.start_ns = s->sm.last_tx_ns = erma_ep_clock(rpc->ep);
+    s->sm.start_ns = s->sm.last_tx_ns = erma__ep_clock(rpc->ep);
     s->sm.retries = 0;
     const struct sm_msg m = erma__sess_msg(s);
     erma__sm_send(rpc, s, &s->peer, DISCONNECT_REQ, s->remote_num, &m);

@@ -26,14 +26,14 @@ static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s,
 {
     const bool sealed = s && s->seal.on;
     if (!s || s->ps.n <= 1)
-        return erma_ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL, room);
+        return erma__ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL, room);
     const uint8_t path = s->tx_path < s->ps.n ? s->tx_path : 0;
     struct erma_addr there;
     if (path && s->role == SERVER && dst == &s->peer &&
-        erma_ep_path_addr(rpc->ep, dst, path, &there) == ERMA_OK)
+        erma__ep_path_addr(rpc->ep, dst, path, &there) == ERMA_OK)
         dst = &there;
-    struct erma_tx_pkt *p = erma_ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL,
-                                       room);
+    struct erma_tx_pkt *p = erma__ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL,
+                                        room);
     p->path = path;
     return p;
 }
@@ -78,7 +78,7 @@ void erma__complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int stat
         const unsigned cap = rpc->done.cap ? 2 * rpc->done.cap : 64;
         struct completion *d = realloc(rpc->done.list, cap * sizeof *d);
         if (!d) { /* no memory to defer: flush so no packet refers to the buffers */
-            erma_ep_tx_flush(rpc->ep);
+            erma__ep_tx_flush(rpc->ep);
             cont(rpc, tag, status, resp);
             return;
         }
@@ -92,7 +92,7 @@ void erma__run_completions(struct erma_rpc *rpc)
 {
     if (rpc->done.n == 0)
         return;
-    erma_ep_tx_flush(rpc->ep); /* a retransmitted request may still sit in the batch */
+    erma__ep_tx_flush(rpc->ep); /* a retransmitted request may still sit in the batch */
     for (unsigned i = 0; i < rpc->done.n; i++) {
         const struct completion c = rpc->done.list[i];
         c.cont(rpc, c.tag, c.status, c.resp);

@@ -383,24 +383,24 @@ static void test_ring_bounds(void **state)
     (void)state;
     struct erma_spsc s;
     struct erma_mpsc m;
-    assert_int_equal(erma_spsc_init(&s, 0), ERMA_EINVAL);
-    assert_int_equal(erma_spsc_init(&s, 5), ERMA_OK); /* rounded up to 8 */
-    assert_int_equal(erma_mpsc_init(&m, 5), ERMA_OK);
+    assert_int_equal(erma__spsc_init(&s, 0), ERMA_EINVAL);
+    assert_int_equal(erma__spsc_init(&s, 5), ERMA_OK); /* rounded up to 8 */
+    assert_int_equal(erma__mpsc_init(&m, 5), ERMA_OK);
     for (uintptr_t i = 1; i <= 8; i++) {
-        assert_int_equal(erma_spsc_push(&s, (void *)i), ERMA_OK);
-        assert_int_equal(erma_mpsc_push(&m, (void *)i), ERMA_OK);
+        assert_int_equal(erma__spsc_push(&s, (void *)i), ERMA_OK);
+        assert_int_equal(erma__mpsc_push(&m, (void *)i), ERMA_OK);
     }
-    assert_int_equal(erma_spsc_push(&s, (void *)9), ERMA_EAGAIN);
-    assert_int_equal(erma_mpsc_push(&m, (void *)9), ERMA_EAGAIN);
-    assert_int_equal(erma_spsc_count(&s), 8);
+    assert_int_equal(erma__spsc_push(&s, (void *)9), ERMA_EAGAIN);
+    assert_int_equal(erma__mpsc_push(&m, (void *)9), ERMA_EAGAIN);
+    assert_int_equal(erma__spsc_count(&s), 8);
     for (uintptr_t i = 1; i <= 8; i++) {
-        assert_ptr_equal(erma_spsc_pop(&s), (void *)i);
-        assert_ptr_equal(erma_mpsc_pop(&m), (void *)i);
+        assert_ptr_equal(erma__spsc_pop(&s), (void *)i);
+        assert_ptr_equal(erma__mpsc_pop(&m), (void *)i);
     }
-    assert_null(erma_spsc_pop(&s));
-    assert_null(erma_mpsc_pop(&m));
-    erma_spsc_destroy(&s);
-    erma_mpsc_destroy(&m);
+    assert_null(erma__spsc_pop(&s));
+    assert_null(erma__mpsc_pop(&m));
+    erma__spsc_destroy(&s);
+    erma__mpsc_destroy(&m);
 }
 
 #define ITEMS 1000000
@@ -417,7 +417,8 @@ static void *produce(void *arg)
     const struct producer *p = arg;
     for (uintptr_t i = 0; i < ITEMS / (p->mpsc ? PRODUCERS : 1); i++) {
         void *item = (void *)(((uintptr_t)p->id << 32) | (i + 1));
-        while ((p->mpsc ? erma_mpsc_push(p->ring, item) : erma_spsc_push(p->ring, item)) != ERMA_OK)
+        while ((p->mpsc ? erma__mpsc_push(p->ring, item) : erma__spsc_push(p->ring, item)) !=
+               ERMA_OK)
             sched_yield();
     }
     return NULL;
@@ -429,7 +430,7 @@ static void run_threads(int mpsc)
     struct erma_spsc s;
     struct erma_mpsc m;
     void *ring = mpsc ? (void *)&m : (void *)&s;
-    assert_int_equal(mpsc ? erma_mpsc_init(&m, 1024) : erma_spsc_init(&s, 1024), ERMA_OK);
+    assert_int_equal(mpsc ? erma__mpsc_init(&m, 1024) : erma__spsc_init(&s, 1024), ERMA_OK);
     const int n = mpsc ? PRODUCERS : 1;
     pthread_t t[PRODUCERS];
     struct producer pr[PRODUCERS];
@@ -440,7 +441,7 @@ static void run_threads(int mpsc)
     uintptr_t next[PRODUCERS] = {0};
     const uint64_t end = erma_mono_ns() + 20000000000ull;
     for (int got = 0; got < ITEMS && erma_mono_ns() < end;) {
-        void *item = mpsc ? erma_mpsc_pop(&m) : erma_spsc_pop(&s);
+        void *item = mpsc ? erma__mpsc_pop(&m) : erma__spsc_pop(&s);
         if (!item)
             continue;
         const uintptr_t v = (uintptr_t)item, id = v >> 32, seq = v & 0xffffffffu;
@@ -453,11 +454,11 @@ static void run_threads(int mpsc)
         pthread_join(t[i], NULL);
         assert_int_equal(next[i], ITEMS / n);
     }
-    assert_null(mpsc ? erma_mpsc_pop(&m) : erma_spsc_pop(&s));
+    assert_null(mpsc ? erma__mpsc_pop(&m) : erma__spsc_pop(&s));
     if (mpsc)
-        erma_mpsc_destroy(&m);
+        erma__mpsc_destroy(&m);
     else
-        erma_spsc_destroy(&s);
+        erma__spsc_destroy(&s);
 }
 
 static void test_spsc_threads(void **state)

@@ -483,9 +483,9 @@ static void dpdk_close(struct erma_transport *tr)
     P.nep--;
     pthread_mutex_unlock(&P.mu);
     rte_pktmbuf_free_bulk(d->held, d->nheld);
-    for (struct rte_mbuf *m; (m = erma_mpsc_pop(&d->ring));)
+    for (struct rte_mbuf *m; (m = erma__mpsc_pop(&d->ring));)
         rte_pktmbuf_free(m);
-    erma_mpsc_destroy(&d->ring);
+    erma__mpsc_destroy(&d->ring);
     ERMA_DEBUG("dpdk: closed endpoint on port %u (process: %llu frames for no endpoint)",
                ntohs(d->port), (unsigned long long)orphans);
     free(d);
@@ -508,7 +508,7 @@ static int dpdk_open(const char *rest, const struct erma_transport_cfg *cfg,
     struct dpdk *d = calloc(1, sizeof *d);
     if (!d)
         return ERMA_ENOMEM;
-    if (erma_mpsc_init(&d->ring, SW_RING) != ERMA_OK) {
+    if (erma__mpsc_init(&d->ring, SW_RING) != ERMA_OK) {
         free(d);
         return ERMA_ENOMEM;
     }
@@ -545,7 +545,7 @@ static int dpdk_open(const char *rest, const struct erma_transport_cfg *cfg,
     }
     pthread_mutex_unlock(&P.mu);
     if (rc != ERMA_OK) {
-        erma_mpsc_destroy(&d->ring);
+        erma__mpsc_destroy(&d->ring);
         free(d);
         return rc;
     }
@@ -692,7 +692,7 @@ static int dpdk_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, un
      * rx_lock holders push to rings. */
     const bool polling = rte_spinlock_trylock(&P.rx_lock);
     struct rte_mbuf *m;
-    while (n < max && (m = erma_mpsc_pop(&d->ring)))
+    while (n < max && (m = erma__mpsc_pop(&d->ring)))
         take(d, m, pkts, &n);
     if (polling && n < max) {
         struct rte_mbuf *b[ERMA_MAX_BURST];
@@ -701,7 +701,7 @@ static int dpdk_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, un
             struct dpdk *o = demux(b[i]);
             if (o == d && n < max) {
                 take(d, b[i], pkts, &n);
-            } else if (!o || erma_mpsc_push(&o->ring, b[i]) != ERMA_OK) {
+            } else if (!o || erma__mpsc_push(&o->ring, b[i]) != ERMA_OK) {
                 if (o == d)
                     d->base.stats.rx_dropped++;
                 else

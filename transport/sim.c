@@ -11,6 +11,7 @@
 #include "erma/rand.h"
 #include "erma/transport_driver.h"
 #include "erma/wire.h"
+#include "transport/builtin.h"
 
 enum stage { AT_PATH, AT_EGRESS, DELIVER };
 
@@ -578,7 +579,7 @@ static int sim_open(const char *rest, const struct erma_transport_cfg *cfg,
         free(p);
         return ERMA_ENOMEM;
     }
-    p->base.ops = &erma_sim_ops;
+    p->base.ops = &erma__sim_ops;
     p->base.rx_ring = cfg->rx_ring;
     p->base.max_pkt = cfg->mtu - ERMA_IP_UDP_OVERHEAD;
     /* Unloaded RTT: a full packet out and a header back, each crossing two
@@ -763,7 +764,7 @@ static int sim_addr_path(const struct erma_transport *tr, const struct erma_addr
     return ERMA_OK;
 }
 
-const struct erma_transport_ops erma_sim_ops = {
+const struct erma_transport_ops erma__sim_ops = {
     .scheme = "sim",
     .open = sim_open,
     .close = sim_close,

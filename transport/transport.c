@@ -12,9 +12,10 @@
 #include "erma/log.h"
 #include "erma/rand.h"
 #include "erma/version.h"
+#include "transport/builtin.h"
 #include "transport/module.h"
 
-static const struct erma_transport_ops *const builtin[] = {&erma_udp_ops, &erma_sim_ops};
+static const struct erma_transport_ops *const builtin[] = {&erma__udp_ops, &erma__sim_ops};
 
 /* Transports in modules, loaded on first use (module.h). */
 static struct module {

@@ -14,6 +14,7 @@
 #include "erma/errors.h"
 #include "erma/log.h"
 #include "erma/transport_driver.h"
+#include "transport/builtin.h"
 
 /* Kernel memory a queued datagram costs beyond its payload (skb truesize). */
 #define SKB_OVERHEAD 768
@@ -121,7 +122,7 @@ static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
     if (!u)
         return ERMA_ENOMEM;
     u->fd = -1;
-    u->base.ops = &erma_udp_ops;
+    u->base.ops = &erma__udp_ops;
     u->base.rx_ring = cfg->rx_ring;
     int rc = parse(rest, AF_UNSPEC, &u->base.local);
     if (rc != ERMA_OK)
@@ -282,7 +283,7 @@ static int udp_poll_fd(const struct erma_transport *tr)
     return ((const struct udp *)tr)->fd;
 }
 
-const struct erma_transport_ops erma_udp_ops = {
+const struct erma_transport_ops erma__udp_ops = {
     .scheme = "udp",
     .open = udp_open,
     .close = udp_close,

@@ -185,9 +185,6 @@ static inline unsigned erma_transport_inject_loss(struct erma_transport *tr,
     return kept;
 }
 
-extern const struct erma_transport_ops erma_udp_ops;
-extern const struct erma_transport_ops erma_sim_ops;
-
 ERMA_END_DECLS
 
 #endif

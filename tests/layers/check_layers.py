@@ -5,13 +5,24 @@
   - a layer includes only headers of layers below it;
   - within endpoint/, rpc/ and rma/, no files call each other in a circle
     (the graph of references between files, from the object files' defined
-    and undefined symbols), except rpc/proto.c and rpc/session.c.
-usage: check_layers.py SOURCE_DIR OBJECT_FILE...  (the library's objects, as
-CMake's $<TARGET_OBJECTS:erma_objects> lists them: .../LAYER/NAME.c.o)
+    and undefined symbols);
+  - names say where they live: a function of the library named erma_...
+    is declared in a public header (include/erma/), every other one is
+    internal and named erma__... (as libuv's uv__), static and inline ones
+    too (from the sources); the library defines no other global names;
+  - the apps' archives (--apps) define no erma_ symbol: they use kv_, kvcs_,
+    raftkv_.
+usage: check_layers.py SOURCE_DIR OBJECT_FILE... [--apps ARCHIVE...]
+  (the library's objects, as CMake's $<TARGET_OBJECTS:erma_objects> lists
+  them: .../LAYER/NAME.c.o; the apps' static libraries)
 Prints what it found; exits 1 on a violation."""
 import os, re, subprocess, sys
 
 src, objects = sys.argv[1], sys.argv[2:]
+apps = []
+if '--apps' in objects:
+    apps = [a for a in objects[objects.index('--apps') + 1:] if a]
+    objects = objects[:objects.index('--apps')]
 LAYERS = ['common', 'transport', 'cc', 'endpoint', 'rpc', 'rma']
 BELOW = {  # what each layer may include: its own folder and these
     'common': set(), 'transport': {'common'}, 'cc': {'common'},
@@ -26,13 +37,14 @@ PUBLIC = {  # public headers that belong to a layer
 }
 ALLOWED_CIRCLES = set()
 bad = []
+sources = {}
 
 for layer in LAYERS:
     for name in sorted(os.listdir(os.path.join(src, layer))):
         if not name.endswith(('.c', '.h')):
             continue
         path = f'{layer}/{name}'
-        text = open(os.path.join(src, path)).read()
+        text = sources[path] = open(os.path.join(src, path)).read()
         for inc in re.findall(r'#include\s+"([^"]+)"', text):
             if '/' not in inc:
                 continue  # the folder's own header
@@ -85,6 +97,38 @@ for layer in ['endpoint', 'rpc', 'rma']:
             bad.append('files call each other in a circle: ' + ', '.join(sorted(ring)))
     print(f'{layer}: ' + ', '.join(f'{a.split("/")[1]} -> {sorted(x.split("/")[1] for x in calls[a])}'
                                    for a in sorted(calls) if calls[a]))
+
+def public_names():
+    """Every identifier that a public header of include/erma/ mentions."""
+    names = set()
+    for root, _, files in os.walk(os.path.join(src, 'include', 'erma')):
+        for f in files:
+            if f.endswith(('.h', '.h.in')):
+                names |= set(re.findall(r'\b(erma_\w+)', open(os.path.join(root, f)).read()))
+    return names
+
+declared = public_names()
+for path, text in sources.items():  # static and inline functions have no symbol
+    for fn in sorted(set(re.findall(r'(?<!struct )(?<!union )(?<!enum )\b(erma_[a-z0-9]\w*)\s*\(',
+                                    text)) - declared):
+        bad.append(f'{path} names a function {fn}, in no public header: call it erma__'
+                   + fn[len('erma_'):])
+for obj in sorted(objects):
+    name = os.path.relpath(obj).split('erma_objects.dir/')[-1][:-2]
+    for sym in sorted(symbols(obj)[0]):
+        if sym.startswith('erma__'):
+            continue
+        if not sym.startswith('erma_'):
+            bad.append(f'{name} defines {sym}: a global name of liberma starts with erma_')
+        elif sym not in declared:
+            bad.append(f'{name} defines {sym}, in no public header: call it erma__'
+                       + sym[len('erma_'):])
+for archive in apps:
+    for sym in sorted(symbols(archive)[0]):
+        if sym.startswith('erma_'):
+            bad.append(f'{os.path.basename(archive)} defines {sym}: an app\'s names are its own'
+                       ' (kv_, kvcs_, raftkv_)')
+print(f'names: {len(objects)} objects, {len(apps)} app archives checked')
 
 for b in bad:
     print('VIOLATION:', b)
