@@ -1,17 +1,19 @@
-/* rma/crypto.c - AEAD and key derivation for one-sided ops, all libsodium. */
-#include <sodium.h>
+/* rma/crypto.c - one-sided ops' packets and keys on crypto/'s AEAD: the
+ * headers are the associated data, the nonce is the sender's packet
+ * counter and the direction (0: initiator to target, 1: back). */
 #include <string.h>
 #include <time.h>
 
+#include "crypto/aead.h"
 #include "internal.h"
 
 static bool aes_hw; /* the CPU has AES-NI (and CLMUL), set once */
 
 int erma__rma_crypto_init(void)
 {
-    if (sodium_init() < 0)
+    if (!erma__crypto_init())
         return ERMA_ENOTSUP;
-    aes_hw = crypto_aead_aes256gcm_is_available() != 0;
+    aes_hw = erma__crypto_aes_available();
     return ERMA_OK;
 }
 
@@ -23,58 +25,55 @@ bool erma__rma_aes_available(void)
 /* BLAKE2b keyed with Kr over "erma-kd\0" | identity | address length |
  * address. */
 void erma__rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
-                  const struct erma_addr *addr, uint8_t kd[ERMA_RMA_KEY_BYTES])
+                   const struct erma_addr *addr, uint8_t kd[ERMA_RMA_KEY_BYTES])
 {
     uint8_t msg[17 + ERMA_ADDR_MAX] = "erma-kd\0";
     const uint8_t alen = addr->len;
     erma_put_le(msg + 8, identity, 8);
     msg[16] = alen;
     memcpy(msg + 17, addr->raw, alen);
-    crypto_generichash(kd, ERMA_RMA_KEY_BYTES, msg, 17u + alen, kr, ERMA_RMA_KEY_BYTES);
+    erma__keyed_hash(kr, ERMA_RMA_KEY_BYTES, msg, 17u + alen, NULL, 0, kd, ERMA_RMA_KEY_BYTES);
 }
 
-static void nonce_of(uint8_t n[12], uint8_t dir, uint64_t ctr)
+/* Kd with its cipher, expanded on each call: a peer's key serves a few
+ * packets of a few ops. */
+static void key_of(struct erma__aead *k, const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher)
 {
-    memset(n, 0, 12);
-    erma_put_le(n, ctr, 8);
-    n[8] = dir;
+    memcpy(k->key, kd, ERMA__AEAD_KEY);
+    k->expanded = NULL;
+    k->aes = cipher == ERMA_RMA_AES256_GCM;
 }
 
 #define AD_LEN (ERMA_HDR_SIZE + RMA_OPHDR)
 
 void erma__rma_seal_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
-                      uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen)
+                       uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen)
 {
-    uint8_t n[12];
-    nonce_of(n, dir, nonce_ctr);
-    uint8_t *c = pkt + AD_LEN, *tag = c + plen;
-    if (cipher == ERMA_RMA_AES256_GCM)
-        crypto_aead_aes256gcm_encrypt_detached(c, tag, NULL, m, plen, pkt, AD_LEN, NULL, n, kd);
-    else
-        crypto_aead_chacha20poly1305_ietf_encrypt_detached(c, tag, NULL, m, plen, pkt, AD_LEN,
-                                                           NULL, n, kd);
+    struct erma__aead k;
+    uint8_t n[ERMA__AEAD_NONCE];
+    key_of(&k, kd, cipher);
+    erma__aead_nonce(n, nonce_ctr, dir);
+    erma__aead_seal(&k, n, pkt, AD_LEN, m, plen, pkt + AD_LEN, pkt + AD_LEN + plen);
 }
 
 void erma__rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
-                   uint8_t *pkt, const void *m, uint32_t plen)
+                    uint8_t *pkt, const void *m, uint32_t plen)
 {
     erma__rma_seal_as(kd, aes_hw ? ERMA_RMA_AES256_GCM : ERMA_RMA_CHACHA20_POLY1305, dir,
-                     nonce_ctr, pkt, m, plen);
+                      nonce_ctr, pkt, m, plen);
 }
 
 int erma__rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
-                     uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m)
+                      uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m)
 {
-    if (len < RMA_OVERHEAD || (cipher == ERMA_RMA_AES256_GCM && !aes_hw))
+    if (len < RMA_OVERHEAD)
         return -1;
-    uint8_t n[12];
-    nonce_of(n, dir, nonce_ctr);
+    struct erma__aead k;
+    uint8_t n[ERMA__AEAD_NONCE];
+    key_of(&k, kd, cipher);
+    erma__aead_nonce(n, nonce_ctr, dir);
     const uint32_t plen = len - RMA_OVERHEAD;
-    const uint8_t *c = pkt + AD_LEN, *tag = c + plen;
-    if (cipher == ERMA_RMA_AES256_GCM)
-        return crypto_aead_aes256gcm_decrypt_detached(m, NULL, c, plen, tag, pkt, AD_LEN, n, kd);
-    return crypto_aead_chacha20poly1305_ietf_decrypt_detached(m, NULL, c, plen, tag, pkt, AD_LEN,
-                                                              n, kd);
+    return erma__aead_open(&k, n, pkt, AD_LEN, pkt + AD_LEN, plen, pkt + AD_LEN + plen, m);
 }
 
 uint64_t erma__rma_wallclock_ns(void)

@@ -6,7 +6,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <sodium.h>
 
 #include "client.h"
 #include "erma/clock.h"
@@ -170,7 +169,7 @@ static void rpc_free(struct erma_rpc *rpc)
 int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
                     const struct erma_rpc_cfg *cfg, struct erma_rpc **out)
 {
-    if (!nx || !ep || !out || sodium_init() < 0)
+    if (!nx || !ep || !out || !erma__crypto_init())
         return ERMA_EINVAL;
     struct erma_rpc *rpc = calloc(1, sizeof *rpc);
     if (!rpc)

@@ -7,8 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <sodium.h>
-
+#include "crypto/aead.h"
 #include "erma/rpc.h"
 
 #define ERMA_PROOF_BYTES 16
@@ -16,15 +15,12 @@
 
 /* One session's keys and windows, one per direction. */
 struct seal {
-    uint8_t tx[32], rx[32];
-    crypto_aead_aes256gcm_state *tx_st, *rx_st; /* AES-GCM's expanded keys */
-    uint64_t tx_ctr;         /* the last counter sent */
+    struct erma__aead tx, rx; /* AES-256-GCM keys expanded once */
+    uint64_t tx_ctr;          /* the last counter sent */
     uint64_t rx_top, rx_seen; /* highest counter opened; bit i: rx_top - i was */
-    bool aes;                /* AES-256-GCM, else ChaCha20-Poly1305 */
     bool on;
 };
 
-bool erma__seal_aes_available(void);
 /* The proof under label (below) of a session-management payload whose
  * proof field is zero: BLAKE2b keyed with the pre-shared key, 16 bytes. */
 void erma__seal_proof(const uint8_t psk[ERMA_PSK_BYTES], const char *label,

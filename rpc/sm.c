@@ -105,7 +105,7 @@ void erma__sm_send_connect(struct erma_rpc *rpc, struct session *s, uint64_t now
     m.req_num = rpc->cfg.keepalive_ns; /* how long the server may hear nothing */
     m.flags = SM_PATHS(rpc->ep->npaths);
     if (rpc->nx->secure) {
-        m.flags |= SM_SECURE | (erma__seal_aes_available() ? SM_AES : 0);
+        m.flags |= SM_SECURE | (erma__crypto_aes_available() ? SM_AES : 0);
         memcpy(m.nonce, s->sm.nonce, sizeof m.nonce);
         if (m.cookie)
             erma__sm_prove(rpc, SEAL_CONNECT, &m);

@@ -89,7 +89,7 @@ static struct session *server_session_new(struct erma_rpc *rpc, const struct erm
 /* A secure server session's keys and the proof of its accept message m. */
 static int server_seal(struct erma_rpc *rpc, struct session *s, struct sm_msg *m)
 {
-    const bool aes = (m->flags & SM_AES) && erma__seal_aes_available();
+    const bool aes = (m->flags & SM_AES) && erma__crypto_aes_available();
     m->req_num = rpc->sm.serial++; /* never repeats: a replayed connect gets other keys */
     m->server_session = s->num;
     m->credits = s->credits_max;
@@ -193,7 +193,7 @@ static bool session_msg(uint8_t type)
 static bool client_proven(struct erma_rpc *rpc, struct session *s, const struct sm_msg *m)
 {
     const bool accept = m->err == ERMA_OK;
-    const bool usable = !(m->flags & SM_AES) || erma__seal_aes_available();
+    const bool usable = !(m->flags & SM_AES) || erma__crypto_aes_available();
     if (sodium_memcmp(m->nonce, s->sm.nonce, sizeof s->sm.nonce) == 0 &&
         (m->flags & SM_SECURE) && usable &&
         erma__sm_proven(rpc, accept ? SEAL_ACCEPT : SEAL_REFUSE, m))

@@ -78,7 +78,7 @@ static void rpc_chacha(void **state)
 static void rpc_aes(void **state)
 {
     (void)state;
-    if (!erma__seal_aes_available()) {
+    if (!erma__crypto_aes_available()) {
         printf("skipped: no AES-NI on this CPU, AES-256-GCM is not offered\n");
         skip();
     }

@@ -23,12 +23,12 @@ apps = []
 if '--apps' in objects:
     apps = [a for a in objects[objects.index('--apps') + 1:] if a]
     objects = objects[:objects.index('--apps')]
-LAYERS = ['common', 'transport', 'cc', 'endpoint', 'rpc', 'rma']
+LAYERS = ['common', 'transport', 'cc', 'crypto', 'endpoint', 'rpc', 'rma']
 BELOW = {  # what each layer may include: its own folder and these
-    'common': set(), 'transport': {'common'}, 'cc': {'common'},
+    'common': set(), 'transport': {'common'}, 'cc': {'common'}, 'crypto': {'common'},
     'endpoint': {'common', 'transport', 'cc'},
-    'rpc': {'common', 'transport', 'cc', 'endpoint'},
-    'rma': {'common', 'transport', 'cc', 'endpoint'},
+    'rpc': {'common', 'transport', 'cc', 'crypto', 'endpoint'},
+    'rma': {'common', 'transport', 'cc', 'crypto', 'endpoint'},
 }
 PUBLIC = {  # public headers that belong to a layer
     'rpc.h': 'rpc', 'rma.h': 'rma', 'endpoint.h': 'endpoint', 'transport.h': 'transport',
