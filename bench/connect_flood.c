@@ -35,7 +35,7 @@
 #include "erma/endpoint.h"
 #include "erma/errors.h"
 #include "erma/rpc.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 
 #define SM_CONNECT_REQ 1
 #define SM_LEN (ERMA_HDR_SIZE + 70) /* docs/PROTOCOL.md, session management */

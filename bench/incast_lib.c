@@ -5,13 +5,13 @@
 
 #include "bench.h"
 #include "endpoint/proto.h" /* an endpoint's transport (max_pkt) */
-#include "erma/cc.h"
+#include "erma/sdk/cc.h"
 #include "erma/clock.h"
 #include "erma/endpoint.h"
 #include "erma/rpc.h"
 #include "erma/sim.h"
-#include "erma/transport_driver.h"
-#include "erma/wire.h"
+#include "erma/sdk/transport_driver.h"
+#include "erma/sdk/wire.h"
 
 #define SINK 1
 

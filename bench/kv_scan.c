@@ -30,7 +30,7 @@
 
 #include "bench.h"
 #include "erma/errors.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 
 static const char usage[] =
     "usage: kv_scan [options]\n"

@@ -13,7 +13,7 @@
 #include "erma/endpoint.h"
 #include "kv/kv.h"
 #include "erma/log.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/rpc.h"
 
 #define KV_BASE 10

@@ -50,7 +50,7 @@
 #include "bench.h"
 #include "erma/clock.h"
 #include "kvcs/kvcs.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 
 static const char usage[] =
     "usage: kvcs [options]\n"

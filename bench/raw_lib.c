@@ -10,8 +10,8 @@
 #include "erma/clock.h"
 #include "erma/errors.h"
 #include "erma/log.h"
-#include "erma/transport_driver.h"
-#include "erma/wire.h"
+#include "erma/sdk/transport_driver.h"
+#include "erma/sdk/wire.h"
 
 #define STOP_TYPE 0xff
 #define ACK_TYPE 2 /* answered with the header alone, like a credit return */

@@ -55,7 +55,8 @@
 #include "bench.h"
 #include "erma/clock.h"
 #include "erma/endpoint.h"
-#include "erma/rand.h"
+#include "erma/sdk/cc.h"
+#include "erma/sdk/rand.h"
 #include "erma/rma.h"
 #include "erma/sim.h"
 
@@ -216,7 +217,7 @@ static uint64_t base_rtt(void)
     return c.total_delay_ns;
 }
 
-/* Uniform in [0, 1) from a splitmix64 sequence (erma/rand.h). */
+/* Uniform in [0, 1) from a splitmix64 sequence (erma/sdk/rand.h). */
 static double uniform(uint64_t *s)
 {
     return (double)(erma_splitmix64(s) >> 11) * 0x1.0p-53;
@@ -591,12 +592,13 @@ static void exp_cc(struct bench_table *t, const struct erma_window_cfg *base, ui
         for (unsigned r = 30; r < 200; r++) {
             const uint64_t end = m.start_ns + (r + 1) * rtt, now = erma_sim_now(w.sim);
             run(&w, end > now ? end - now : 0);
-            const struct erma_window *a = erma_rma_window(w.rma[1], w.peer[1][0], ERMA_WINDOW_IN),
-                                     *b = erma_rma_window(w.rma[1], w.peer[1][2], ERMA_WINDOW_IN);
+            struct erma_rma_window_info a = {0}, b = {0}, lw = {0};
+            erma_rma_window(w.rma[1], w.peer[1][0], ERMA_RMA_READ, &a); /* zeros before use */
+            erma_rma_window(w.rma[1], w.peer[1][2], ERMA_RMA_READ, &b);
+            erma_rma_local_window(w.rma[1], &lw);
             bench_table_row(t, "cc,%s,%u,%.3f,%.3f,%.1f,%.1f,%.1f,%.3f", name[v],
                             r - 30, share(m.from_to1[0][r], rtt), share(m.from_to1[2][r], rtt),
-                            merged ? 0 : erma_rma_local_window(w.rma[1])->cwnd,
-                            a ? a->cwnd : 0, b ? b->cwnd : 0, share(m.to[3][r], rtt));
+                            merged ? 0 : lw.cwnd, a.cwnd, b.cwnd, share(m.to[3][r], rtt));
         }
         world_down(&w);
         free(dst);

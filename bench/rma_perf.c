@@ -402,12 +402,10 @@ static int rma_bw(const struct opts *o, struct initiator *c, double *gbps)
     if (st.retries)
         fprintf(stderr, "rma_perf: %s: %llu chunks timed out or were refused and were retried\n",
                 where(o, "one-sided", w, sizeof w), (unsigned long long)st.retries);
-    const struct erma_window *lw = erma_rma_local_window(c->rma),
-                             *rw = erma_rma_window(c->rma, c->peer, o->op == ERMA_RMA_READ
-                                                                        ? ERMA_WINDOW_IN
-                                                                        : ERMA_WINDOW_OUT);
-    if (getenv("ERMA_BENCH_CC") && lw && rw)
-        fprintf(stderr, "rma_perf: windows local %.2f remote %.2f ops\n", lw->cwnd, rw->cwnd);
+    struct erma_rma_window_info lw, rw;
+    if (getenv("ERMA_BENCH_CC") && erma_rma_local_window(c->rma, &lw) == ERMA_OK &&
+        erma_rma_window(c->rma, c->peer, o->op, &rw) == ERMA_OK)
+        fprintf(stderr, "rma_perf: windows local %.2f remote %.2f ops\n", lw.cwnd, rw.cwnd);
     *gbps = rc == ERMA_OK ? (double)bytes * 8 / (double)(now - start) : 0;
     return rc;
 }

@@ -12,7 +12,7 @@
 #include "erma/endpoint.h"
 #include "erma/sim.h"
 #include "erma/log.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/rpc.h"
 
 

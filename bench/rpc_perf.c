@@ -44,7 +44,7 @@
 #include "bench.h"
 #include "erma/errors.h"
 #include "erma/rpc.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 
 static const char usage[] =
     "usage: rpc_perf [--mode lat|rate|bw|sessions] [options]\n"

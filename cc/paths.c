@@ -1,6 +1,6 @@
 /* cc/paths.c - virtual paths: which path the next packet takes, per-path
- * delay and loss, pruning and probing (erma/cc.h, VIRTUAL PATHS). */
-#include "erma/cc.h"
+ * delay and loss, pruning and probing (erma/sdk/cc.h, VIRTUAL PATHS). */
+#include "erma/sdk/cc.h"
 
 #include <string.h>
 

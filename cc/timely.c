@@ -1,5 +1,5 @@
-/* Timely rate control; the algorithm and its parameters are in erma/cc.h. */
-#include "erma/cc.h"
+/* Timely rate control; the algorithm and its parameters are in erma/sdk/cc.h. */
+#include "erma/sdk/cc.h"
 
 #include "erma/errors.h"
 

@@ -1,5 +1,5 @@
-/* Carousel timing wheel and pacer; semantics are documented in erma/cc.h. */
-#include "erma/cc.h"
+/* Carousel timing wheel and pacer; semantics are documented in erma/sdk/cc.h. */
+#include "erma/sdk/cc.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /*
  * 1RMA dual-window congestion control; the rules are documented in
- * erma/cc.h.
+ * erma/sdk/cc.h.
  *
  * Why erma_window_cfg_for() starts a window at the BDP and sets the remote
  * target at 1.25x the base RTT (figures from the fluid simulation in
@@ -18,7 +18,7 @@
  *   the two windows are within 20% of each other's share 1 RTT after the
  *   join and the throughputs (counted over 4 RTTs) after 11-14 RTTs.
  */
-#include "erma/cc.h"
+#include "erma/sdk/cc.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -29,8 +29,15 @@ add_library(erma::erma_static ALIAS erma_static)
 install(TARGETS erma_shared erma_static EXPORT erma-targets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The application API; the driver SDK (transport drivers, congestion control,
+# the wire codec, the buffer pool) only when asked, as DPDK installs its
+# driver headers only with enable_driver_sdk.
 install(DIRECTORY include/erma DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        FILES_MATCHING PATTERN "*.h")
+        FILES_MATCHING PATTERN "*.h" PATTERN sdk EXCLUDE)
+if(ERMA_INSTALL_SDK)
+  install(DIRECTORY include/erma/sdk DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/erma
+          FILES_MATCHING PATTERN "*.h")
+endif()
 install(FILES ${PROJECT_BINARY_DIR}/include/erma/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/erma)
 

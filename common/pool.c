@@ -1,4 +1,4 @@
-#include "erma/pool.h"
+#include "erma/sdk/pool.h"
 
 #include <pthread.h>
 #include <stdint.h>

@@ -12,9 +12,9 @@
 
 #include "erma/clock.h"
 #include "erma/endpoint.h"
-#include "erma/pool.h"
-#include "erma/transport_driver.h"
-#include "erma/wire.h"
+#include "erma/sdk/pool.h"
+#include "erma/sdk/transport_driver.h"
+#include "erma/sdk/wire.h"
 
 #define ERMA_EP_PROTOS 4 /* protocol objects on one endpoint */
 #define ERMA_PROTO_IDS 16 /* the header's 4-bit proto field */

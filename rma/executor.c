@@ -381,15 +381,31 @@ static void xfer_complete(struct erma_rma *rma, struct xfer *x, uint32_t id)
         erma__portal_write_done(rma, x->peer, x->rkey.region, x->wseq, x->status);
 }
 
-const struct erma_window *erma_rma_window(struct erma_rma *rma, int peer,
-                                          enum erma_window_dir dir)
+static void window_info(const struct erma_window *w, struct erma_rma_window_info *out)
 {
-    return rma && peer >= 0 ? erma_window_find(&rma->exec->wcc, (uint64_t)peer, dir) : NULL;
+    *out = (struct erma_rma_window_info){w->cwnd,   w->inflight,  w->srtt_ns,
+                                         w->issued, w->decreases, w->cuts};
 }
 
-const struct erma_window *erma_rma_local_window(const struct erma_rma *rma)
+int erma_rma_window(const struct erma_rma *rma, int peer, enum erma_rma_op op,
+                    struct erma_rma_window_info *out)
 {
-    return &rma->exec->wcc.local;
+    if (!rma || peer < 0 || !out ||
+        (op != ERMA_RMA_READ && op != ERMA_RMA_WRITE && op != ERMA_RMA_REKEY))
+        return ERMA_EINVAL;
+    const struct erma_window *w = erma_window_find(&rma->exec->wcc, (uint64_t)peer, dir_of(op));
+    if (!w)
+        return ERMA_ENOENT;
+    window_info(w, out);
+    return ERMA_OK;
+}
+
+int erma_rma_local_window(const struct erma_rma *rma, struct erma_rma_window_info *out)
+{
+    if (!rma || !out)
+        return ERMA_EINVAL;
+    window_info(&rma->exec->wcc.local, out);
+    return ERMA_OK;
 }
 
 /* ---- what the portal tells the executor (struct rma_portal_hooks) ---- */

@@ -11,7 +11,7 @@
 #define ERMA_RMA_INTERNAL_H
 
 #include "endpoint/proto.h"
-#include "erma/cc.h"
+#include "erma/sdk/cc.h"
 #include "erma/rma.h"
 
 /* ---- wire: erma header (16) | op header (72) | payload | AEAD tag (16) ---- */

@@ -1,6 +1,6 @@
 /* rma/peer.c - the initiator's peers: their addresses, round-trip
  * estimates and the timeouts these set, and the virtual paths its ops to
- * each spread over (erma/cc.h). */
+ * each spread over (erma/sdk/cc.h). */
 #include <stdlib.h>
 
 #include "portal.h"
@@ -101,7 +101,7 @@ int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt 
     return ERMA_OK;
 }
 
-/* ---- virtual paths (erma/cc.h) ---- */
+/* ---- virtual paths (erma/sdk/cc.h) ---- */
 
 /* A pruned path rests 4 of the peer's RTOs, twice that after each prune. */
 static uint64_t path_rest(const struct erma_rma *rma, const struct peer *p)

@@ -32,7 +32,7 @@ static inline uint64_t slot_unanswered(const struct client_slot *c)
     return (bit(c->num_tx - c->num_rx) - 1) & ~(c->rx_bits | c->resend);
 }
 
-/* ---- virtual paths (erma/cc.h, VIRTUAL PATHS) ---- */
+/* ---- virtual paths (erma/sdk/cc.h, VIRTUAL PATHS) ---- */
 
 /* Packet i of c is out no longer (answered, lost or given up): its path
  * may take packets again even if it was the path's probe. */

@@ -11,8 +11,8 @@
 
 #include "common/ring.h"
 #include "endpoint/proto.h"
-#include "erma/cc.h"
-#include "erma/rand.h"
+#include "erma/sdk/cc.h"
+#include "erma/sdk/rand.h"
 #include "erma/rpc.h"
 #include "seal.h"
 #include "sm.h"

@@ -2,7 +2,7 @@
  * proofs and keys, and the sealing and opening of each packet. */
 #include <string.h>
 
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "seal.h"
 
 /* The nonce is the packet's counter (erma__aead_nonce, direction 0): each

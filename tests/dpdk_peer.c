@@ -21,7 +21,7 @@
 
 #include "erma/clock.h"
 #include "erma/errors.h"
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 
 #define ROUNDS 40
 #define BATCH 16

@@ -57,14 +57,14 @@
 
 #include "peer_pair.h"
 #include "endpoint/proto.h" /* ep->tr: the address a derived key is bound to */
-#include "erma/cc.h"
+#include "erma/sdk/cc.h"
 #include "erma/clock.h"
 #include "erma/endpoint.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"
-#include "erma/transport_driver.h"
-#include "erma/wire.h"
+#include "erma/sdk/transport_driver.h"
+#include "erma/sdk/wire.h"
 #include "kvcs/kvcs.h"
 
 #define KEY_RPC 1
@@ -342,22 +342,22 @@ static void diagnose(struct client *c)
     struct erma_rma_rtt rtt = {0};
     erma_rma_get_stats(c->rma, &st);
     erma_rma_peer_rtt(c->rma, c->peer, &rtt);
-    const struct erma_window *lw = erma_rma_local_window(c->rma),
-                             *in = erma_rma_window(c->rma, c->peer, ERMA_WINDOW_IN),
-                             *out = erma_rma_window(c->rma, c->peer, ERMA_WINDOW_OUT);
+    struct erma_rma_window_info w[3];
+    const bool have[] = {erma_rma_local_window(c->rma, &w[0]) == ERMA_OK,
+                         erma_rma_window(c->rma, c->peer, ERMA_RMA_READ, &w[1]) == ERMA_OK,
+                         erma_rma_window(c->rma, c->peer, ERMA_RMA_WRITE, &w[2]) == ERMA_OK};
     printf("     initiator: %" PRIu64 " submitted, %" PRIu64 " issued, %" PRIu64
            " completed, %" PRIu64 " retries, %" PRIu64 " unmatched, %" PRIu64
            " failed to open; srtt %.1f us, rttvar %.1f us, rto %.1f us\n",
            st.submitted, st.issued, st.completed, st.retries, st.rx_unmatched,
            st.rx_unsealed_bad, rtt.srtt_ns / 1e3, rtt.rttvar_ns / 1e3, rtt.rto_ns / 1e3);
-    const struct erma_window *const w[] = {lw, in, out};
     static const char *const name[] = {"local", "remote in", "remote out"};
     for (int i = 0; i < 3; i++)
-        if (w[i])
+        if (have[i])
             printf("     window %s: cwnd %.4f, %" PRIu32 " in flight, srtt %.1f us, %" PRIu64
                    " issued, %" PRIu64 " decreases, %" PRIu64 " cuts\n",
-                   name[i], w[i]->cwnd, w[i]->inflight, w[i]->srtt_ns / 1e3, w[i]->issued,
-                   w[i]->decreases, w[i]->cuts);
+                   name[i], w[i].cwnd, w[i].inflight, w[i].srtt_ns / 1e3, w[i].issued,
+                   w[i].decreases, w[i].cuts);
 }
 
 /* Runs until want completions came (the first failure's or the first

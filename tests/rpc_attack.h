@@ -9,8 +9,8 @@
 
 #include <string.h>
 
-#include "erma/transport_driver.h"
-#include "erma/wire.h"
+#include "erma/sdk/transport_driver.h"
+#include "erma/sdk/wire.h"
 #include "rpc/internal.h"
 
 /* The first packets of a size-byte request of type on the slots of sess. */

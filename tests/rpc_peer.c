@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "erma/clock.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "peer_pair.h"
 #include "rpc_util.h"
 

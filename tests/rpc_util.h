@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/rpc.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 
 #define REQ_HDR 8
 

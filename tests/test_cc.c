@@ -14,9 +14,9 @@
 #include <cmocka.h>
 #include <math.h>
 
-#include "erma/cc.h"
+#include "erma/sdk/cc.h"
 #include "erma/errors.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 
 /* a == b to 1e-9 relative (exact formulas, computed in another order). */
 #define assert_near(a, b) assert_near_at((a), (b), __FILE__, __LINE__)

@@ -15,8 +15,8 @@
 #include "erma/clock.h"
 #include "erma/errors.h"
 #include "erma/log.h"
-#include "erma/pool.h"
-#include "erma/rand.h"
+#include "erma/sdk/pool.h"
+#include "erma/sdk/rand.h"
 #include "common/ring.h"
 
 /* ---- clock ---- */

@@ -9,7 +9,7 @@
 
 #include "erma/errors.h"
 #include "kv/kv.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 
 #define KEYS 2000
 

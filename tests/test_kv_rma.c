@@ -19,7 +19,7 @@
 
 #include "erma/clock.h"
 #include "kv/kv.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"
 #include "ports.h"

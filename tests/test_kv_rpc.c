@@ -12,7 +12,7 @@
 
 #include "erma/clock.h"
 #include "kv/kv.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/rpc.h"
 #include "ports.h"
 

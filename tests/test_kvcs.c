@@ -18,7 +18,7 @@
 #include "erma/clock.h"
 #include "kv/kv.h"
 #include "kvcs/kvcs.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "../apps/kvcs/value.h"
 #include "ports.h"
 

@@ -22,7 +22,7 @@
 #include <cmocka.h>
 
 #include "erma/clock.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/sim.h"
 #include "kv/kv.h"
 #include "raftkv/raftkv.h"

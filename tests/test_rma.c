@@ -8,10 +8,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "erma/rand.h"
-#include "erma/transport_driver.h"
+#include "erma/sdk/rand.h"
+#include "erma/sdk/transport_driver.h"
 #include "endpoint/proto.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "rma_util.h"
 
 static bool SIM = true, UDP = false;

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "rma/serve.h"
 #include "rma_util.h"
 #include "rss.h"

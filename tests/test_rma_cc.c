@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "erma/sdk/cc.h"
 #include "rma_util.h"
 
 #define LINK_BPS 25000000000ull
@@ -298,8 +299,9 @@ static void local_flows(bool merged, uint32_t inbound_ops, bool crowd, struct lo
     for (int b = 30; b < 430; b++)
         for (unsigned k = 0; k < 2; k++)
             r->mean[k] += share_from(f.m, 2 * k, b) / 400;
-    const struct erma_window *lw = erma_rma_local_window(f.w.rma[1]);
-    r->local_cwnd = lw ? lw->cwnd : 0;
+    struct erma_rma_window_info lw;
+    assert_int_equal(erma_rma_local_window(f.w.rma[1], &lw), ERMA_OK);
+    r->local_cwnd = lw.cwnd;
     flows_down(&f);
     free(mem2);
     free(local2);

@@ -10,8 +10,8 @@
 #include <cmocka.h>
 #include <sodium.h>
 
-#include "erma/transport_driver.h"
-#include "erma/wire.h"
+#include "erma/sdk/transport_driver.h"
+#include "erma/sdk/wire.h"
 #include "rma_util.h"
 
 #define REGION_LEN (64 * 1024)
@@ -440,9 +440,17 @@ static int forged_transfer(int status, bool sealed, uint64_t *cuts, uint64_t *dr
     const struct erma_rma_xfer x = {.op = ERMA_RMA_READ, .peer = p, .rkey = k,
                                     .local = buf, .len = sizeof buf};
     struct erma_rma_completion c;
+    struct erma_rma_window_info in;
+    assert_int_equal(erma_rma_window(w.rma[1], p, ERMA_RMA_READ, &in), ERMA_ENOENT);
+    assert_int_equal(erma_rma_window(w.rma[1], p, (enum erma_rma_op)9, &in), ERMA_EINVAL);
+    assert_int_equal(erma_rma_window(w.rma[1], -1, ERMA_RMA_READ, &in), ERMA_EINVAL);
+    assert_int_equal(erma_rma_local_window(w.rma[1], NULL), ERMA_EINVAL);
     assert_true(erma_rma_transfer(w.rma[1], &x) >= 0);
     assert_int_equal(world_wait(&w, 1, &c, 1, 1000000000), 1);
     assert_int_equal(c.status, ERMA_OK);
+    assert_int_equal(erma_rma_window(w.rma[1], p, ERMA_RMA_READ, &in), ERMA_OK);
+    assert_true(in.issued >= 1 && in.cwnd > 0);
+    assert_int_equal(erma_rma_window(w.rma[1], p, ERMA_RMA_WRITE, &in), ERMA_ENOENT);
     static struct spy s;
     struct forge f = {&w, status, sealed, false};
     memset(&s, 0, sizeof s);
@@ -455,7 +463,8 @@ static int forged_transfer(int status, bool sealed, uint64_t *cuts, uint64_t *dr
     assert_true(f.done);
     const struct erma_rma_stats st1 = stats_of(&w, 1);
     *dropped = st1.rx_unmatched + st1.rx_unsealed_bad - st0.rx_unmatched - st0.rx_unsealed_bad;
-    *cuts = erma_rma_window(w.rma[1], p, ERMA_WINDOW_IN)->cuts;
+    assert_int_equal(erma_rma_window(w.rma[1], p, ERMA_RMA_READ, &in), ERMA_OK);
+    *cuts = in.cuts;
     erma_sim_set_tap(w.sim, NULL, NULL);
     world_down(&w);
     free(t.mem);

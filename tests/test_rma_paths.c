@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "rma_util.h"
 
 #define PATHS 4

@@ -9,10 +9,10 @@
 
 #include "endpoint/proto.h"
 #include "erma/clock.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/sim.h"
-#include "erma/transport_driver.h"
-#include "erma/wire.h"
+#include "erma/sdk/transport_driver.h"
+#include "erma/sdk/wire.h"
 #include "rpc/internal.h"
 #include "../bench/bench.h"
 #include "rpc_util.h"

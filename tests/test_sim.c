@@ -11,7 +11,7 @@
 #include "erma/clock.h"
 #include "erma/errors.h"
 #include "erma/sim.h"
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 
 #define MAXH 16
 

@@ -11,7 +11,7 @@
 
 #include "erma/clock.h"
 #include "erma/errors.h"
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 
 static unsigned receive(struct erma_transport *tr, struct erma_rx_pkt *out, uint8_t copy[][1472],
                         unsigned want, uint64_t timeout_ns)

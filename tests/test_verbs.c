@@ -14,7 +14,7 @@
 
 #include "erma/clock.h"
 #include "erma/errors.h"
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 
 #define N 64
 

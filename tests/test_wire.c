@@ -7,8 +7,8 @@
 #include <cmocka.h>
 
 #include "erma/errors.h"
-#include "erma/rand.h"
-#include "erma/wire.h"
+#include "erma/sdk/rand.h"
+#include "erma/sdk/wire.h"
 
 static struct erma_hdr random_hdr(struct erma_rand *r)
 {

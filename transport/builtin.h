@@ -6,7 +6,7 @@
 #ifndef ERMA_TRANSPORT_BUILTIN_H
 #define ERMA_TRANSPORT_BUILTIN_H
 
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 
 extern const struct erma_transport_ops erma__udp_ops;
 extern const struct erma_transport_ops erma__sim_ops;

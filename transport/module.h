@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "erma/log.h"
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 
 #define ERMA_MODULE_ABI 1
 #define ERMA_MODULE_SYMBOL "erma_transport_module"

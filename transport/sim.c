@@ -8,9 +8,9 @@
 
 #include "erma/clock.h"
 #include "erma/errors.h"
-#include "erma/rand.h"
-#include "erma/transport_driver.h"
-#include "erma/wire.h"
+#include "erma/sdk/rand.h"
+#include "erma/sdk/transport_driver.h"
+#include "erma/sdk/wire.h"
 #include "transport/builtin.h"
 
 enum stage { AT_PATH, AT_EGRESS, DELIVER };

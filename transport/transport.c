@@ -1,4 +1,4 @@
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -10,7 +10,7 @@
 
 #include "erma/errors.h"
 #include "erma/log.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/version.h"
 #include "transport/builtin.h"
 #include "transport/module.h"

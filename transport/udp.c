@@ -13,7 +13,7 @@
 
 #include "erma/errors.h"
 #include "erma/log.h"
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 #include "transport/builtin.h"
 
 /* Kernel memory a queued datagram costs beyond its payload (skb truesize). */

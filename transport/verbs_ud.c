@@ -13,7 +13,7 @@
 
 #include "erma/errors.h"
 #include "erma/log.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/version.h"
 #include "transport/module.h"
 #include "erma/verbs.h"

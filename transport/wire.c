@@ -1,4 +1,4 @@
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 
 #include "erma/errors.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "erma/errors.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 
 #define LEVELS 20
 

@@ -15,7 +15,7 @@
 #include "kv/kv.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "index.h"
 
 #define SCAN_CHUNK 64 /* keys walked per lock hold */

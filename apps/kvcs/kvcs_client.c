@@ -23,7 +23,7 @@
 
 #include "erma/clock.h"
 #include "kvcs/kvcs.h"
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "value.h"
 
 #define MAX_SERVERS 64

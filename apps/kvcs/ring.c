@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kvcs/kvcs.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 
 struct point {
     uint64_t hash;

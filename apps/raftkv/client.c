@@ -7,7 +7,7 @@
 #include <sys/random.h>
 
 #include "erma/clock.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "kv/kv.h"
 #include "raftkv/client_impl.h"
 #include "raftkv/loop.h"

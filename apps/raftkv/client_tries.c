@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "erma/clock.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "raftkv/client_impl.h"
 
 /* How long a replica may stay silent while tries wait at it: from the

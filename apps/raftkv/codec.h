@@ -1,5 +1,5 @@
 /* raftkv's byte codec, shared by the store (store.c) and the raft message
- * codec (msg.c): erma's wire cursor (erma/wire.h: fields one after another,
+ * codec (msg.c): erma's wire cursor (erma/sdk/wire.h: fields one after another,
  * each little-endian) with a bounded reader, and tables of fields so that
  * a record's size, encoder and decoder are one description. */
 #ifndef RAFTKV_CODEC_H
@@ -12,7 +12,7 @@
 
 #include <raft.h>
 
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 
 #define ADDR_MAX 128 /* a server address, its NUL included */
 

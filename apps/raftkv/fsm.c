@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "erma/errors.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "kv/index.h"
 #include "kv/kv.h"
 #include "raftkv/raftkv.h"

@@ -4,7 +4,7 @@
 #ifndef RAFTKV_IO_IMPL_H
 #define RAFTKV_IO_IMPL_H
 
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "raftkv/codec.h"
 #include "raftkv/raftkv.h"
 #include "raftkv/store.h"

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "kv/kv.h"
 #include "raftkv/server_impl.h"
 

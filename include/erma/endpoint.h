@@ -39,7 +39,6 @@
 #include <stdint.h>
 
 #include "erma/api.h"
-#include "erma/cc.h" /* ERMA_MAX_PATHS */
 #include "erma/errors.h"
 
 ERMA_BEGIN_DECLS
@@ -120,16 +119,6 @@ void erma_endpoint_get_stats(const struct erma_endpoint *ep, struct erma_endpoin
  * thread_id; port 0 stays 0) into out; ERMA_EADDR when base_uri is
  * malformed or out too short. */
 int erma_uri_for_thread(const char *base_uri, uint8_t thread_id, char *out, size_t len);
-
-/* ---- simulation (erma/sim.h) ---- */
-
-struct erma_sim;
-/* Steps endpoints eps[0..n) round-robin on sim's virtual clock (which it
- * installs) until done(ctx) is true or duration_ns of virtual time pass,
- * advancing time to the next packet or timer when every endpoint is idle.
- * ERMA_OK when done, ERMA_ETIMEDOUT when time ran out. */
-int erma_sim_run(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n,
-                 uint64_t duration_ns, bool (*done)(void *ctx), void *ctx);
 
 ERMA_END_DECLS
 

@@ -146,7 +146,7 @@
  * more than its share, and for no longer.
  *
  * Executor: erma_rma_transfer() moves any number of bytes (up to 4 GiB) as
- * chunks of at most ERMA_RMA_MAX_OP, issued as the 1RMA window CC (cc.h)
+ * chunks of at most ERMA_RMA_MAX_OP, issued as the 1RMA window CC (sdk/cc.h)
  * allows: a local window on issue_delay and a remote window per (peer,
  * direction) on remote delay. Without cfg.window the windows come from
  * erma_window_cfg_for(the transport's link rate and base RTT), the remote
@@ -172,7 +172,7 @@
  * ports, so that routers hashing UDP ports (ECMP) spread the ops to one
  * destination over up to K routes; all packets of one op take the same
  * path, and the target answers to the port the op came from. Per
- * destination the initiator keeps the state of erma/cc.h's VIRTUAL PATHS
+ * destination the initiator keeps the state of erma/sdk/cc.h's VIRTUAL PATHS
  * (200 bytes): an op goes on the path with the fewest ops out (the one
  * whose answer just came among equals), every path carries one op first
  * (ops that find every path waiting for its first answer go on the one
@@ -233,7 +233,6 @@
 #include <stdint.h>
 
 #include "erma/api.h"
-#include "erma/cc.h"
 #include "erma/errors.h"
 
 ERMA_BEGIN_DECLS
@@ -244,6 +243,7 @@ ERMA_BEGIN_DECLS
 
 struct erma_endpoint;
 struct erma_rma;
+struct erma_window_cfg; /* the driver SDK's erma/sdk/cc.h */
 
 enum erma_rma_perm {
     ERMA_RMA_PERM_READ = 1,
@@ -306,7 +306,8 @@ struct erma_rma_cfg {
     uint32_t transfers;           /* executor transfers in progress, default 64 */
     bool cc_off;                  /* executor: ignore the windows (slots bound it) */
     bool no_aes;                  /* act as a CPU without AES-NI (tests) */
-    /* executor windows; NULL = erma_window_cfg_for(transport hints) */
+    /* executor windows; NULL = erma_window_cfg_for(transport hints), both
+     * from erma/sdk/cc.h (the driver SDK) */
     const struct erma_window_cfg *window;
 };
 
@@ -443,11 +444,25 @@ int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd);
 int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *x);
 /* Moves up to max completions (commands and transfers) into out. */
 int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max);
-/* The executor's remote window towards (peer, dir), NULL before first use. */
-const struct erma_window *erma_rma_window(struct erma_rma *rma, int peer,
-                                          enum erma_window_dir dir);
-/* The executor's local window. */
-const struct erma_window *erma_rma_local_window(const struct erma_rma *rma);
+
+/* What one of the executor's congestion windows holds now. */
+struct erma_rma_window_info {
+    double cwnd;          /* the window, in ops */
+    uint32_t inflight;    /* ops in flight under it */
+    uint64_t srtt_ns;     /* smoothed round trip of its ops */
+    uint64_t issued;      /* ops issued under it */
+    uint64_t decreases;   /* times it was decreased on delay */
+    uint64_t cuts;        /* times it was cut on a failure (NACK, timeout) */
+};
+/* Fills *out with the executor's remote window towards peer in the
+ * direction of op's data: READ (inbound) or WRITE and REKEY (outbound).
+ * ERMA_OK; ERMA_ENOENT before an op of that direction went to peer;
+ * ERMA_EINVAL for a bad argument. */
+int erma_rma_window(const struct erma_rma *rma, int peer, enum erma_rma_op op,
+                    struct erma_rma_window_info *out);
+/* Fills *out with the executor's local window (issue delay); ERMA_OK, or
+ * ERMA_EINVAL for a bad argument. */
+int erma_rma_local_window(const struct erma_rma *rma, struct erma_rma_window_info *out);
 
 ERMA_END_DECLS
 

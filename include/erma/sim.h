@@ -172,6 +172,15 @@ void erma_sim_set_tap(struct erma_sim *sim, erma_sim_tap_fn fn, void *ctx);
 int erma_sim_inject(struct erma_sim *sim, uint16_t src_host, uint16_t src_port,
                     uint16_t dst_host, uint16_t dst_port, const void *data, uint32_t len);
 
+struct erma_endpoint; /* erma/endpoint.h */
+/* Steps endpoints eps[0..n) round-robin on sim's virtual clock (which it
+ * installs) until done(ctx) is true or duration_ns of virtual time pass,
+ * advancing time to the next packet or timer when every endpoint is idle.
+ * done may be NULL (run the whole duration). ERMA_OK when done,
+ * ERMA_ETIMEDOUT when time ran out. */
+int erma_sim_run(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n,
+                 uint64_t duration_ns, bool (*done)(void *ctx), void *ctx);
+
 ERMA_END_DECLS
 
 #endif

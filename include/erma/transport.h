@@ -2,7 +2,7 @@
  * erma/transport.h - the transports an endpoint can open, and peer addresses.
  *
  * For applications (included by erma/erma.h). What a transport implements
- * and what raw benchmarks call is in erma/transport_driver.h.
+ * and what raw benchmarks call is in erma/sdk/transport_driver.h.
  *
  * A transport is one TX/RX queue owned by one thread (an endpoint). It is
  * chosen at run time from a URI scheme:

@@ -29,7 +29,7 @@
 
 #include "erma/rpc.h"
 #include "erma/sim.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 
 #define FUZZ_CHECK(cond, ...)                                                         \
     do {                                                                              \

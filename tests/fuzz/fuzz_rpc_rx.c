@@ -78,7 +78,7 @@
 #include "erma/log.h"
 #include "erma/rpc.h"
 #include "erma/sim.h"
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 #include "fuzz.h"
 #include "rpc/internal.h"
 

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "erma/errors.h"
-#include "erma/wire.h"
+#include "erma/sdk/wire.h"
 #include "fuzz.h"
 #include "rma/internal.h"
 

@@ -6,7 +6,10 @@
 # and a one-sided READ over udp on 127.0.0.1, ports PORT..PORT+5), builds and
 # runs the program in README.md (port 31850), and checks
 # that a program runs without the transport modules: dpdk:// fails naming
-# the missing module, udp:// works. EXTRA_FLAGS (the sanitizer flags of an
+# the missing module, udp:// works. The application headers show no
+# congestion-control internals and the driver SDK headers (erma/sdk/) are
+# installed only with -DERMA_INSTALL_SDK=ON (the add_subdirectory build
+# asks for them, installs, and builds a program on them). EXTRA_FLAGS (the sanitizer flags of an
 # ASan build) go to every compile and link.
 set -euo pipefail
 build=$1 src=$2 port=$3 extra=${4:-}
@@ -25,6 +28,14 @@ for f in "$lib/liberma.a" "$lib/liberma.so.0" "$lib/pkgconfig/erma.pc" \
   [ -e "$f" ] || fail "$f not installed"
 done
 echo "installed into $prefix: $(cd "$prefix" && find . -type f | wc -l) files"
+
+# The application API: no driver SDK, no cc/ internals behind erma.h.
+[ ! -e "$prefix/include/erma/sdk" ] || fail "the driver SDK headers are installed by default"
+cc -std=c11 -E -P -I"$prefix/include" -x c - <<< '#include <erma/erma.h>' > "$tmp/erma_h.i"
+internals=$(grep -noE 'struct erma_(timely|wheel|window)\b|struct erma_(timely|wheel|window)_[a-z_]+ *\{|\berma_(timely|wheel|window)[a-z_]* *\(' \
+  "$tmp/erma_h.i" || true)
+[ -z "$internals" ] || fail "erma/erma.h declares cc/ internals: $internals"
+echo "erma/erma.h: $(wc -l < "$tmp/erma_h.i") lines preprocessed, no erma_timely, erma_wheel or erma_window declaration; no erma/sdk/"
 
 # Only erma_ symbols leave the shared library; it needs neither DPDK nor rdma-core.
 others=$(nm -D --defined-only "$lib/liberma.so" | awk '$3 !~ /^erma_/ {print $3}')
@@ -70,10 +81,23 @@ sed 's/^/  stderr: /' "$tmp/open.err"
 mv "$lib/erma.hidden" "$lib/erma"
 
 echo "== C, add_subdirectory(erma)"
-cmake -S "$here" -B "$tmp/sub" -DERMA_SOURCE="$src" -DCONSUMER_LANG=C \
+cmake -S "$here" -B "$tmp/sub" -DERMA_SOURCE="$src" -DCONSUMER_LANG=C -DERMA_INSTALL_SDK=ON \
   -DCMAKE_C_FLAGS="$extra" -DCMAKE_EXE_LINKER_FLAGS="$extra" > "$tmp/sub.log" ||
   { cat "$tmp/sub.log"; fail "cmake (add_subdirectory)"; }
 cmake --build "$tmp/sub" -j "$(nproc)" --target consumer > "$tmp/sub_build.log" 2>&1 ||
   { cat "$tmp/sub_build.log"; fail "build (add_subdirectory)"; }
 "$tmp/sub/consumer" 127.0.0.1 "$port" $((port + 1))
+
+echo "== the driver SDK, -DERMA_INSTALL_SDK=ON"
+cmake --build "$tmp/sub" -j "$(nproc)" > "$tmp/sdk_build.log" 2>&1 ||
+  { cat "$tmp/sdk_build.log"; fail "build (SDK)"; }
+cmake --install "$tmp/sub" --prefix "$tmp/sdk" > "$tmp/sdk_install.log"
+for h in transport_driver wire pool cc rand; do
+  [ -e "$tmp/sdk/include/erma/sdk/$h.h" ] || fail "erma/sdk/$h.h not installed with ERMA_INSTALL_SDK=ON"
+done
+sdklib=$(dirname "$(find "$tmp/sdk" -name liberma.so -print -quit)")
+# shellcheck disable=SC2086
+cc -std=c11 -Wall -Wextra -Werror $extra "$here/sdk_consumer.c" -o "$tmp/sdk_consumer" \
+  -I"$tmp/sdk/include" -L"$sdklib" -lerma -Wl,-rpath,"$sdklib"
+"$tmp/sdk_consumer"
 echo "ok"

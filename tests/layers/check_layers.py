@@ -32,8 +32,8 @@ BELOW = {  # what each layer may include: its own folder and these
 }
 PUBLIC = {  # public headers that belong to a layer
     'rpc.h': 'rpc', 'rma.h': 'rma', 'endpoint.h': 'endpoint', 'transport.h': 'transport',
-    'sim.h': 'transport', 'dpdk.h': 'transport', 'verbs.h': 'transport', 'wire.h': 'transport',
-    'cc.h': 'cc',
+    'sim.h': 'transport', 'dpdk.h': 'transport', 'verbs.h': 'transport',
+    'sdk/wire.h': 'transport', 'sdk/transport_driver.h': 'transport', 'sdk/cc.h': 'cc',
 }
 ALLOWED_CIRCLES = set()
 bad = []

@@ -34,7 +34,7 @@
 
 #include "erma/clock.h"
 #include "erma/errors.h"
-#include "erma/transport_driver.h"
+#include "erma/sdk/transport_driver.h"
 #include "mock_verbs.h"
 
 #define WAIT_NS 10000000000ull

@@ -1,5 +1,5 @@
 /*
- * erma/rand.h - a fast seeded PRNG (xoshiro256**, seeded by splitmix64).
+ * erma/sdk/rand.h - a fast seeded PRNG (xoshiro256**, seeded by splitmix64).
  *
  * For simulations, tests and benchmarks that want reproducible randomness,
  * and erma's own seeds; included on its own.

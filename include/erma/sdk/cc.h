@@ -1,5 +1,5 @@
 /*
- * erma/cc.h - congestion control units: Timely rates, a Carousel timing
+ * erma/sdk/cc.h - congestion control units: Timely rates, a Carousel timing
  * wheel with a pacer, 1RMA's dual-window CC for one-sided ops, and the
  * choice among virtual paths.
  *
@@ -512,7 +512,6 @@ double erma_window_limit(struct erma_window_cc *cc, uint64_t dst,
 
 /* ---------------------------------------------------------- Virtual paths */
 
-#define ERMA_MAX_PATHS 8
 #define ERMA_PATH_LOSS_AVG 256
 #define ERMA_PATH_PRUNE_LOSS 655 /* 1% in 1/65536 */
 #define ERMA_PATH_PRUNE_LATE 16

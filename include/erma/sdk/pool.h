@@ -1,5 +1,5 @@
 /*
- * erma/pool.h - buffer pool for message buffers and packet memory.
+ * erma/sdk/pool.h - buffer pool for message buffers and packet memory.
  *
  * For the endpoint layer and tests; applications allocate message buffers
  * with erma_msgbuf_alloc() (rpc.h).

@@ -1,5 +1,5 @@
 /*
- * erma/wire.h - the 16-byte erma packet header that starts every packet.
+ * erma/sdk/wire.h - the 16-byte erma packet header that starts every packet.
  *
  * For protocol code, transports, tests and raw benchmarks; applications
  * never see a header.

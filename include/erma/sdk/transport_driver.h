@@ -1,5 +1,5 @@
 /*
- * erma/transport_driver.h - what a transport implements, and the burst
+ * erma/sdk/transport_driver.h - what a transport implements, and the burst
  * calls on it.
  *
  * For transport writers (transport/, the dpdk and verbs modules), the
@@ -30,7 +30,7 @@
 #ifndef ERMA_TRANSPORT_DRIVER_H
 #define ERMA_TRANSPORT_DRIVER_H
 
-#include "erma/rand.h"
+#include "erma/sdk/rand.h"
 #include "erma/transport.h"
 
 ERMA_BEGIN_DECLS
