@@ -20,8 +20,8 @@
 #else
 #define ERMA_BEGIN_DECLS _Pragma("GCC visibility push(default)")
 #define ERMA_END_DECLS _Pragma("GCC visibility pop")
-#define ERMA_MAX_PATHS 8
-
 #endif
+
+#define ERMA_MAX_PATHS 8
 
 #endif

@@ -100,4 +100,8 @@ sdklib=$(dirname "$(find "$tmp/sdk" -name liberma.so -print -quit)")
 cc -std=c11 -Wall -Wextra -Werror $extra "$here/sdk_consumer.c" -o "$tmp/sdk_consumer" \
   -I"$tmp/sdk/include" -L"$sdklib" -lerma -Wl,-rpath,"$sdklib"
 "$tmp/sdk_consumer"
+# shellcheck disable=SC2086
+c++ -std=c++17 -Wall -Wextra -Werror $extra -x c++ "$here/sdk_consumer.c" -o "$tmp/sdk_consumer_cxx" \
+  -I"$tmp/sdk/include" -L"$sdklib" -lerma -Wl,-rpath,"$sdklib"
+"$tmp/sdk_consumer_cxx"
 echo "ok"
