@@ -108,7 +108,7 @@ struct erma_timely {
     uint64_t bypasses;
 };
 
-/* eRPC's real-network defaults (DESIGN.md section 9): link_bps 25 Gb/s
+/* eRPC's real-network defaults (docs/DESIGN.md section 9): link_bps 25 Gb/s
  * (set it to the NIC's rate), floor 15 MB/s (120 Mb/s), step 5 MB/s
  * (40 Mb/s), t_low 50 us, t_high 1 ms, alpha 0.46, beta 0.26,
  * min_rtt_ns 2 us, hai_n 5, bypass on. */
@@ -168,7 +168,7 @@ double erma_timely_update(struct erma_timely *t, uint64_t rtt_ns, uint64_t now_n
  * between two reaps after it. Entries leave slot by slot in time order and,
  * within a slot, in insertion order. The wheel's time is the now_ns of the
  * last erma_wheel_reap() (or of erma_wheel_init): reap before inserting, as
- * the event loop does (DESIGN.md section 2), so that due times are placed
+ * the event loop does (docs/DESIGN.md section 2), so that due times are placed
  * relative to the present.
  */
 
@@ -240,7 +240,7 @@ uint64_t erma_pacer_next_tx(double rate_bps, uint32_t bytes, uint64_t last_tx_ns
                             uint64_t now_ns);
 
 /* ---------------------------------------------------------------------------
- * 1RMA WINDOW CC (Singhvi et al., SIGCOMM 2020; DESIGN.md section 5)
+ * 1RMA WINDOW CC (Singhvi et al., SIGCOMM 2020; docs/DESIGN.md section 5)
  *
  * Decided at the initiator only. One local window per endpoint, driven by
  * issue_delay (submit to entering service: local congestion), and one remote
