@@ -5,11 +5,8 @@
  *
  * erma_now_ns() reads the calibrated TSC where the CPU reports an invariant
  * TSC and CLOCK_MONOTONIC otherwise. The source sits behind a function
- * pointer so that the sim transport can substitute its virtual time:
- * erma_clock_set_source(fn, ctx) makes every later erma_now_ns() return
- * fn(ctx) in this process; erma_clock_set_source(NULL, NULL) restores the
- * real clock. The source is process-wide; change it only while no other
- * thread reads the clock.
+ * pointer so that the sim transport can substitute its virtual time
+ * (erma_clock_set_source()).
  */
 #ifndef ERMA_CLOCK_H
 #define ERMA_CLOCK_H
@@ -27,13 +24,19 @@ struct erma_clock_source {
     erma_clock_fn fn;
     void *ctx;
 };
+/* The source erma_now_ns() reads; set it with erma_clock_set_source(). */
 extern struct erma_clock_source erma_clock_source;
 
+/* The time now in ns, from the current source: the real clock (TSC or
+ * CLOCK_MONOTONIC), or the one erma_clock_set_source() installed. */
 static inline uint64_t erma_now_ns(void)
 {
     return erma_clock_source.fn(erma_clock_source.ctx);
 }
 
+/* Makes every later erma_now_ns() return fn(ctx) in this process;
+ * erma_clock_set_source(NULL, NULL) restores the real clock. The source is
+ * process-wide; change it only while no other thread reads the clock. */
 void erma_clock_set_source(erma_clock_fn fn, void *ctx);
 
 /* True when the real clock is the TSC (invariant TSC found and calibrated). */

@@ -85,14 +85,18 @@ struct erma_endpoint_stats {
 
 /* Opens endpoint thread_id of base_uri (see Addresses): "udp://HOST:PORT",
  * "sim://FABRIC/HOST:PORT", "dpdk://IP:PORT?..." or "verbs://...". cfg may
- * be NULL for defaults. ERMA_EADDR names a malformed URI, ERMA_ENOTSUP a
- * scheme this build cannot open (the log says which and why). */
+ * be NULL for defaults. ERMA_EADDR names a malformed URI (or a port taken),
+ * ERMA_ENOTSUP a scheme this build cannot open (the log says which and
+ * why); ERMA_EINVAL for a NULL argument, thread_id >= ERMA_MAX_THREADS or
+ * a cfg out of range; ERMA_ENOMEM. */
 int erma_endpoint_create(const char *base_uri, uint8_t thread_id,
                          const struct erma_endpoint_cfg *cfg, struct erma_endpoint **out);
-/* Closes the transport. Destroy the protocols on ep first. */
+/* Closes the transport and frees ep with its buffer pool; NULL is ignored.
+ * Destroy the protocols on ep first (the log complains otherwise). */
 void erma_endpoint_destroy(struct erma_endpoint *ep);
 
-/* One pass of the loop; returns the packets and timer events it handled. */
+/* One pass of the loop; returns the packets and timer events it handled
+ * (0: nothing to do). */
 int erma_endpoint_run_once(struct erma_endpoint *ep);
 /* Runs the loop until done(ctx) is true (asked after every pass) or
  * timeout_ns of erma_now_ns() have passed: ERMA_OK when done, else
@@ -112,7 +116,9 @@ uint64_t erma_endpoint_next_timer(const struct erma_endpoint *ep);
 /* Writes the URI ep listens on, its real port included, into out;
  * ERMA_EINVAL when out is too short. */
 int erma_endpoint_uri(const struct erma_endpoint *ep, char *out, size_t len);
+/* The thread id ep was opened with (its t in Addresses). */
 uint8_t erma_endpoint_thread_id(const struct erma_endpoint *ep);
+/* Copies the endpoint's counters (struct erma_endpoint_stats) into *out. */
 void erma_endpoint_get_stats(const struct erma_endpoint *ep, struct erma_endpoint_stats *out);
 
 /* Writes the URI of endpoint thread_id of base_uri (its port plus

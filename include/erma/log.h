@@ -24,11 +24,18 @@ enum erma_log_level {
     ERMA_LOG_DEBUG
 };
 
+/* What ERMA_LOG() compares with: the most verbose level until ERMA_LOG is
+ * read (so that the first message reads it), then the level in force.
+ * erma_log_get_level() tells the level in force. */
 extern int erma_log_level;
 
+/* Sets the level; ERMA_LOG is not read after that. */
 void erma_log_set_level(enum erma_log_level level);
 /* The level in force (ERMA_LOG read if nothing set it yet). */
 enum erma_log_level erma_log_get_level(void);
+/* Writes one line "erma LEVEL: message" (printf-style fmt) to stderr if
+ * level is within the level in force. Use the macros below, which skip
+ * the call below the level. */
 void erma_log_write(enum erma_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -20,6 +20,7 @@
  * takes a command into one of cfg.slots command slots and returns the slot
  * id; erma_rma_poll() returns completions. Every command completes exactly
  * once, and its slot is free again once its completion has been polled.
+ * erma_rma_transfer() gives the executor an op of any size.
  *
  * Ops (each at most ERMA_RMA_MAX_OP bytes; the executor splits larger ones):
  *   READ   2 hops: request, then data responses of at most one packet each.
@@ -31,6 +32,52 @@
  *          during the grace time requests under the old generation still
  *          verify. Needs ERMA_RMA_PERM_REKEY on the region.
  *
+ * The concepts that many calls share are described once, each beside the
+ * declarations it concerns:
+ *   Security                        above enum erma_rma_cipher
+ *   Timeouts, NACK threshold,
+ *   Solicitation                    above struct erma_rma_cfg
+ *   Priorities, Fences              above struct erma_rma_cmd
+ *   Completion status, Delays       above struct erma_rma_completion
+ *   Virtual paths                   at the head of the initiator calls
+ *   Executor                        above erma_rma_transfer()
+ *
+ * Threading: like its endpoint, an engine belongs to one thread. Calls
+ * return ERMA_OK (or a non-negative id) or a negative erma_err code.
+ */
+#ifndef ERMA_RMA_H
+#define ERMA_RMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "erma/api.h"
+#include "erma/errors.h"
+
+ERMA_BEGIN_DECLS
+
+#define ERMA_RMA_MAX_OP 4096
+#define ERMA_RMA_KEY_BYTES 32
+#define ERMA_RMA_PRIORITIES 4
+
+struct erma_endpoint;
+struct erma_rma;
+struct erma_window_cfg; /* the driver SDK's erma/sdk/cc.h */
+
+enum erma_rma_perm {
+    ERMA_RMA_PERM_READ = 1,
+    ERMA_RMA_PERM_WRITE = 2,
+    ERMA_RMA_PERM_REKEY = 4,
+};
+
+enum erma_rma_op {
+    ERMA_RMA_READ = 1,
+    ERMA_RMA_WRITE = 2,
+    ERMA_RMA_REKEY = 3,
+};
+
+/*
  * Security. Every packet is sealed with AEAD under Kd: the erma and op
  * headers (region, key generation, offset, length, op, slot, nonces,
  * deadline, solicitation token) are authenticated data, payloads are
@@ -74,30 +121,24 @@
  *    has no key, travel in the clear: the initiator takes them (for a live
  *    op only) as final outcomes that never cut a CC window; it drops any
  *    other status in the clear.
- *
- * Completion status (erma_rma_completion.status):
- *   ERMA_OK          done; READ data is in cmd.local
- *   ERMA_ENACK       the target's queued work was past its NACK threshold,
- *                    or its solicitation table or window was full, or this
- *                    initiator held its share of them (WRITE, REKEY): not
- *                    queued, nothing done
- *   ERMA_ETIMEDOUT   no complete answer within the op's timeout (target
- *                    down or unreachable, or packets lost); a WRITE may have
- *                    written part of its data, and writes nothing after
- *   ERMA_EDISPATCH   DISPATCH_TIMEOUT: waited more than
- *                    cfg.dispatch_timeout_ns in the local queue (the
- *                    inbound window was full); never sent
- *   ERMA_EAUTH       the target could not verify the request: wrong key,
- *                    tampered packet, or a key generation rotated away
- *                    (past its grace time)
- *   ERMA_ENOREGION   no region with that id (never, or deregistered)
- *   ERMA_EBOUNDS     offset + length past the region's end
- *   ERMA_EPERM       the region does not allow the op
- *   ERMA_ECANCELLED  a fenced WRITE or transfer: a write it waited for
- *                    failed (Fences); never sent, nothing written
- * Sealed packets that fail to open, or that match no live op, are dropped
- * and counted (stats); the op then completes by its own timeout.
- *
+ */
+
+/* The AEAD of a region, fixed when it is registered and named by every key
+ * to it, so that peers with different CPUs agree on it. */
+enum erma_rma_cipher {
+    ERMA_RMA_CHACHA20_POLY1305 = 0, /* any CPU */
+    ERMA_RMA_AES256_GCM = 1,        /* only where the CPU has AES-NI */
+};
+
+/* What an initiator holds for one remote region. */
+struct erma_rkey {
+    uint32_t region;
+    uint32_t key_gen;                  /* the generation Kd was derived from */
+    uint8_t kd[ERMA_RMA_KEY_BYTES];
+    uint8_t cipher;                    /* enum erma_rma_cipher of the region */
+};
+
+/*
  * Timeouts: cfg.op_timeout_ns, when set, is every op's. Otherwise each
  * peer has an RTO from its measured round trips (RFC 6298: srtt + 4
  * rttvar, at least srtt + cfg.op_timeout_min_ns, at most
@@ -107,10 +148,7 @@
  * pass that has read what is waiting for it: a pass right after the
  * engine's loop stalled (descheduled, for instance) or whose receive burst
  * was full puts timeouts off (16 passes at most in a row).
- *
- * Delays: issue_delay_ns is from submit to the request leaving (local
- * queueing), total_delay_ns from submit to completion; total - issue is the
- * remote delay the window CC acts on.
+ * erma_rma_peer_rtt() tells a peer's RTO.
  *
  * NACK threshold: the target queues requests for its serving engine and
  * NACKs one (sealed, for an authentic request only) that would take its
@@ -130,7 +168,7 @@
  * dispatch timeout) it is 47 KB; on udp (10 ms floor, 1 ms dispatch timeout) about 28 MB,
  * where the queue's 1024 entries bound it first. Requests whose deadline
  * has passed when they reach the head of the queue are dropped, not
- * served (Deadlines).
+ * served (Security, Deadlines).
  *
  * Solicitation: a READ is issued only while the initiator's outstanding
  * READ bytes plus its length fit cfg.inbound_window, so it never receives
@@ -144,49 +182,47 @@
  * whose data never comes is freed at its deadline, at most the op timeout
  * (stats.solicit_expired), so a peer that never sends its data holds no
  * more than its share, and for no longer.
- *
- * Executor: erma_rma_transfer() moves any number of bytes (up to 4 GiB) as
- * chunks of at most ERMA_RMA_MAX_OP, issued as the 1RMA window CC (sdk/cc.h)
- * allows: a local window on issue_delay and a remote window per (peer,
- * direction) on remote delay. Without cfg.window the windows come from
- * erma_window_cfg_for(the transport's link rate and base RTT), the remote
- * target raised by a quarter of its jitter hint, and base RTT and target
- * follow the smallest chunk round trip measured (target 1.25 x it) when
- * that is larger. With CC on, a chunk the windows let go waits in the
- * command queue: for the solicitation window, and a READ chunk also until
- * this host's link can have brought in the answers of the READs issued
- * before it (at the transport's link rate, its frame overhead counted), so
- * that an initiator's own inbound congestion stays in its queue, as
- * issue_delay for the local window, rather than in the switch queue
- * towards it (udp's link rate is a fixed 25 Gb/s guess, so READ transfers
- * over udp go no faster than that; endpoints sharing one dpdk port each
- * pace at the port's rate). Commands are not paced, but wait behind a
- * paced chunk of their own priority; with merged windows nothing is paced.
- * A failing chunk with a transient status
- * (TIMEOUT, NACK, DISPATCH_TIMEOUT) is retried up to max_retries times;
- * the transfer completes once, after its last chunk, with ERMA_OK or the
- * first final failure.
- *
- * Virtual paths: an initiator whose endpoint has K > 1 paths
- * (erma_endpoint_cfg.paths, udp and sim) sends each op from one of its K
- * ports, so that routers hashing UDP ports (ECMP) spread the ops to one
- * destination over up to K routes; all packets of one op take the same
- * path, and the target answers to the port the op came from. Per
- * destination the initiator keeps the state of erma/sdk/cc.h's VIRTUAL PATHS
- * (200 bytes): an op goes on the path with the fewest ops out (the one
- * whose answer just came among equals), every path carries one op first
- * (ops that find every path waiting for its first answer go on the one
- * with the fewest out, not held back), and a path whose timeouts or delay
- * stand out against the others' is pruned for 4 times the peer's current
- * RTO (doubling per prune) and probed again (no out-of-order rule: ops are
- * independent, and a burst overtakes itself across paths); a TIMEOUT counts as a loss of its
- * path. Ops on a pruned path give the executor's window CC no signal
- * (bar NACKs). The path index k (0..7) travels in the
- * authenticated op header: the target derives Kd for the address k ports
- * below the source, the one the rkey was exported for, and needs no paths
- * of its own. An answer counts only when it arrives on the port its op
- * left from. stats.paths_pruned counts prunes.
- *
+ */
+struct erma_rma_cfg {
+    uint64_t identity;            /* this engine's initiator identity; 0: random */
+    uint32_t slots;               /* command slots, default 256, most 65535 */
+    uint32_t inbound_window;      /* bytes of READ data outstanding, default 1 MiB */
+    uint64_t dispatch_timeout_ns; /* default 10 us (1 ms on udp) */
+    uint64_t op_timeout_ns;       /* 0 (default): each peer's RTO (Timeouts above);
+                                     else every op's fixed timeout */
+    uint64_t op_timeout_min_ns;   /* least RTO margin over srtt: default 5 base
+                                     RTTs (10 ms on udp, where a process may
+                                     stall for milliseconds) */
+    uint64_t op_timeout_max_ns;   /* RTO cap and first guess: default 200 base
+                                     RTTs (100 ms on udp) */
+    uint64_t clock_skew_ns;       /* most two hosts' wall clocks may differ:
+                                     default 0 on the sim, else a quarter of
+                                     the shortest op timeout, at most 1 ms */
+    uint32_t max_regions;         /* default 1024 */
+    uint32_t serve_batch;         /* requests served per loop pass, default 16 */
+    uint64_t nack_bytes;          /* target: queued work (bytes) past which a
+                                     request is NACKed; 0 (default): 1RMA's
+                                     (TIMEOUT - RTT - DISPATCH_TIMEOUT) x link
+                                     rate (NACK threshold above) */
+    uint32_t nack_threshold;      /* target: queued requests at most (memory),
+                                     default 1024; one more is NACKed too */
+    uint64_t serve_ns;            /* time spent per request served, to model a
+                                     slower target on the sim; default 0 */
+    uint32_t solicits;            /* target: solicitations in flight, default 64 */
+    uint32_t solicit_window;      /* target: solicited bytes in flight, default 1 MiB */
+    uint32_t solicits_per_source; /* target: of those, from one initiator address:
+                                     default three quarters */
+    uint32_t solicit_window_per_source; /* target: bytes of those, from one
+                                           address: default three quarters */
+    uint32_t transfers;           /* executor transfers in progress, default 64 */
+    bool cc_off;                  /* executor: ignore the windows (slots bound it) */
+    bool no_aes;                  /* act as a CPU without AES-NI (tests) */
+    /* executor windows; NULL = erma_window_cfg_for(transport hints), both
+     * from erma/sdk/cc.h (the driver SDK) */
+    const struct erma_window_cfg *window;
+};
+
+/*
  * Priorities (cmd.priority, xfer.priority; 0 first, ERMA_RMA_PRIORITIES - 1
  * last): queued commands issue in priority order; the executor gives
  * chunks to the transfers of the first priority first, the next priority
@@ -221,96 +257,7 @@
  * ERMA_ENOSLOTS rather than let waiting fenced commands hold every slot. A
  * waiting fenced transfer holds no slot. Completions come in the order ops
  * complete, as without fences.
- *
- * Threading: like its endpoint, an engine belongs to one thread. Calls
- * return ERMA_OK (or a non-negative id) or a negative erma_err code.
  */
-#ifndef ERMA_RMA_H
-#define ERMA_RMA_H
-
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include "erma/api.h"
-#include "erma/errors.h"
-
-ERMA_BEGIN_DECLS
-
-#define ERMA_RMA_MAX_OP 4096
-#define ERMA_RMA_KEY_BYTES 32
-#define ERMA_RMA_PRIORITIES 4
-
-struct erma_endpoint;
-struct erma_rma;
-struct erma_window_cfg; /* the driver SDK's erma/sdk/cc.h */
-
-enum erma_rma_perm {
-    ERMA_RMA_PERM_READ = 1,
-    ERMA_RMA_PERM_WRITE = 2,
-    ERMA_RMA_PERM_REKEY = 4,
-};
-
-enum erma_rma_op {
-    ERMA_RMA_READ = 1,
-    ERMA_RMA_WRITE = 2,
-    ERMA_RMA_REKEY = 3,
-};
-
-/* The AEAD of a region, fixed when it is registered and named by every key
- * to it, so that peers with different CPUs agree on it. */
-enum erma_rma_cipher {
-    ERMA_RMA_CHACHA20_POLY1305 = 0, /* any CPU */
-    ERMA_RMA_AES256_GCM = 1,        /* only where the CPU has AES-NI */
-};
-
-/* What an initiator holds for one remote region. */
-struct erma_rkey {
-    uint32_t region;
-    uint32_t key_gen;                  /* the generation Kd was derived from */
-    uint8_t kd[ERMA_RMA_KEY_BYTES];
-    uint8_t cipher;                    /* enum erma_rma_cipher of the region */
-};
-
-struct erma_rma_cfg {
-    uint64_t identity;            /* this engine's initiator identity; 0: random */
-    uint32_t slots;               /* command slots, default 256, most 65535 */
-    uint32_t inbound_window;      /* bytes of READ data outstanding, default 1 MiB */
-    uint64_t dispatch_timeout_ns; /* default 10 us (1 ms on udp) */
-    uint64_t op_timeout_ns;       /* 0 (default): each peer's RTO (Timeouts above);
-                                     else every op's fixed timeout */
-    uint64_t op_timeout_min_ns;   /* least RTO margin over srtt: default 5 base
-                                     RTTs (10 ms on udp, where a process may
-                                     stall for milliseconds) */
-    uint64_t op_timeout_max_ns;   /* RTO cap and first guess: default 200 base
-                                     RTTs (100 ms on udp) */
-    uint64_t clock_skew_ns;       /* most two hosts' wall clocks may differ:
-                                     default 0 on the sim, else a quarter of
-                                     the shortest op timeout, at most 1 ms */
-    uint32_t max_regions;         /* default 1024 */
-    uint32_t serve_batch;         /* requests served per loop pass, default 16 */
-    uint64_t nack_bytes;          /* target: queued work (bytes) past which a
-                                     request is NACKed; 0 (default): 1RMA's
-                                     (TIMEOUT - RTT - DISPATCH_TIMEOUT) x link
-                                     rate (NACK threshold below) */
-    uint32_t nack_threshold;      /* target: queued requests at most (memory),
-                                     default 1024; one more is NACKed too */
-    uint64_t serve_ns;            /* time spent per request served, to model a
-                                     slower target on the sim; default 0 */
-    uint32_t solicits;            /* target: solicitations in flight, default 64 */
-    uint32_t solicit_window;      /* target: solicited bytes in flight, default 1 MiB */
-    uint32_t solicits_per_source; /* target: of those, from one initiator address:
-                                     default three quarters */
-    uint32_t solicit_window_per_source; /* target: bytes of those, from one
-                                           address: default three quarters */
-    uint32_t transfers;           /* executor transfers in progress, default 64 */
-    bool cc_off;                  /* executor: ignore the windows (slots bound it) */
-    bool no_aes;                  /* act as a CPU without AES-NI (tests) */
-    /* executor windows; NULL = erma_window_cfg_for(transport hints), both
-     * from erma/sdk/cc.h (the driver SDK) */
-    const struct erma_window_cfg *window;
-};
-
 struct erma_rma_cmd {
     enum erma_rma_op op;
     int peer;                     /* from erma_rma_peer() */
@@ -337,6 +284,34 @@ struct erma_rma_xfer {
     bool fence;                   /* WRITE only (else ERMA_EINVAL): see Fences */
 };
 
+/*
+ * Completion status (erma_rma_completion.status):
+ *   ERMA_OK          done; READ data is in cmd.local
+ *   ERMA_ENACK       the target's queued work was past its NACK threshold,
+ *                    or its solicitation table or window was full, or this
+ *                    initiator held its share of them (WRITE, REKEY): not
+ *                    queued, nothing done
+ *   ERMA_ETIMEDOUT   no complete answer within the op's timeout (target
+ *                    down or unreachable, or packets lost); a WRITE may have
+ *                    written part of its data, and writes nothing after
+ *   ERMA_EDISPATCH   DISPATCH_TIMEOUT: waited more than
+ *                    cfg.dispatch_timeout_ns in the local queue (the
+ *                    inbound window was full); never sent
+ *   ERMA_EAUTH       the target could not verify the request: wrong key,
+ *                    tampered packet, or a key generation rotated away
+ *                    (past its grace time)
+ *   ERMA_ENOREGION   no region with that id (never, or deregistered)
+ *   ERMA_EBOUNDS     offset + length past the region's end
+ *   ERMA_EPERM       the region does not allow the op
+ *   ERMA_ECANCELLED  a fenced WRITE or transfer: a write it waited for
+ *                    failed (Fences); never sent, nothing written
+ * Sealed packets that fail to open, or that match no live op, are dropped
+ * and counted (stats); the op then completes by its own timeout.
+ *
+ * Delays: issue_delay_ns is from submit to the request leaving (local
+ * queueing), total_delay_ns from submit to completion; total - issue is the
+ * remote delay the window CC acts on.
+ */
 struct erma_rma_completion {
     uint64_t tag;
     int status;
@@ -375,14 +350,21 @@ struct erma_rma_rtt {
     uint64_t rto_ns;              /* a READ's timeout now (a WRITE's is twice it) */
 };
 
-/* Creates the engine on ep (one per endpoint). cfg may be NULL.
- * ERMA_EAGAIN if ep already has one. */
+/* Creates the engine on ep (one per endpoint); it serves from the next
+ * loop pass on. cfg may be NULL; zeros in it take the defaults. ERMA_OK;
+ * ERMA_EAGAIN if ep already has one; ERMA_EINVAL for a NULL ep or out, a
+ * cfg out of range, or a transport whose packets are too small;
+ * ERMA_ENOMEM. */
 int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
                     struct erma_rma **out);
 /* Detaches and frees. Pending commands and transfers are dropped without a
- * completion; no buffer of theirs is referenced afterwards. */
+ * completion; no buffer of theirs is referenced afterwards. rma may be
+ * NULL. */
 void erma_rma_destroy(struct erma_rma *rma);
+/* This engine's initiator identity: cfg.identity, or the random one drawn
+ * when that was 0. */
 uint64_t erma_rma_identity(const struct erma_rma *rma);
+/* Copies the engine's counters (struct erma_rma_stats) into *out. */
 void erma_rma_get_stats(const struct erma_rma *rma, struct erma_rma_stats *out);
 /* The configuration in use: the one given, its zeros replaced by defaults. */
 void erma_rma_get_cfg(const struct erma_rma *rma, struct erma_rma_cfg *out);
@@ -393,56 +375,128 @@ struct erma_addr;
 
 /* Registers [addr, addr + len) with perms (ERMA_RMA_PERM_*) and the AEAD
  * AES-256-GCM where this CPU has AES-NI (half the cost of ChaCha20-Poly1305
- * per packet there), else ChaCha20-Poly1305; ERMA_ENOSLOTS past
- * cfg.max_regions. Initiators without AES-NI cannot use an AES-GCM region:
- * register those they should reach with erma_region_register_cipher(). */
+ * per packet there), else ChaCha20-Poly1305, and writes its id to *region.
+ * ERMA_OK; ERMA_ENOSLOTS past cfg.max_regions; ERMA_EINVAL for a NULL or
+ * empty range, no perms or unknown ones. Initiators without AES-NI cannot
+ * use an AES-GCM region: register those they should reach with
+ * erma_region_register_cipher(). */
 int erma_region_register(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
                          uint32_t *region);
 /* The same with the region's cipher; ERMA_ENOTSUP for AES-256-GCM where
- * this CPU has no AES-NI. */
+ * this CPU has no AES-NI, ERMA_EINVAL for an unknown cipher. */
 int erma_region_register_cipher(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
                                 enum erma_rma_cipher cipher, uint32_t *region);
-/* Later requests get ERMA_ENOREGION; solicited data not yet written is dropped. */
+/* Removes region and wipes its keys. Later requests get ERMA_ENOREGION;
+ * solicited data not yet written is dropped. ERMA_OK, or ERMA_ENOREGION
+ * when there is no such region. */
 int erma_region_deregister(struct erma_rma *rma, uint32_t region);
 /* The rkey for the initiator with this identity whose packets come from
  * initiator, an address as this engine's transport sees it (for example
  * the source of the RPC that asked for the key), under the region's
- * current key. It works from that address only. */
+ * current key. It works from that address only (and its virtual paths:
+ * Security, Address). ERMA_OK; ERMA_ENOREGION; ERMA_EINVAL for an empty
+ * address or a NULL out. */
 int erma_region_export_addr(struct erma_rma *rma, uint32_t region, uint64_t identity,
                             const struct erma_addr *initiator, struct erma_rkey *out);
-/* The same for the endpoint at initiator_uri (its erma_rma_uri()). */
+/* The same for the endpoint at initiator_uri (its erma_rma_uri()), resolved
+ * by this engine's transport: ERMA_EADDR when it does not resolve. */
 int erma_region_export_uri(struct erma_rma *rma, uint32_t region, uint64_t identity,
                            const char *initiator_uri, struct erma_rkey *out);
-/* Installs new_key (NULL: a random one) as the next key generation; the old
- * one keeps verifying for grace_ns. */
+/* Installs new_key (NULL: a random one) as the next key generation of a
+ * local region; the old one keeps verifying for grace_ns. ERMA_OK, or
+ * ERMA_ENOREGION. (A REKEY op does the same from an initiator.) */
 int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
                       uint64_t grace_ns);
 /* Kd for the initiator (identity, address as the target's transport sees
  * it) under region key kr of
  * generation key_gen, for a key manager that installed kr with a REKEY;
- * cipher is the region's. */
+ * cipher is the region's. Needs no engine; the rkey goes to *out. */
 void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint32_t key_gen,
                      enum erma_rma_cipher cipher, uint64_t identity,
                      const struct erma_addr *initiator, struct erma_rkey *out);
 
 /* ---- initiator ---- */
 
-/* The URI this engine's packets come from (its endpoint's). */
+/*
+ * Virtual paths: an initiator whose endpoint has K > 1 paths
+ * (erma_endpoint_cfg.paths, udp and sim) sends each op from one of its K
+ * ports, so that routers hashing UDP ports (ECMP) spread the ops to one
+ * destination over up to K routes; all packets of one op take the same
+ * path, and the target answers to the port the op came from. Per
+ * destination the initiator keeps the state of erma/sdk/cc.h's VIRTUAL PATHS
+ * (200 bytes): an op goes on the path with the fewest ops out (the one
+ * whose answer just came among equals), every path carries one op first
+ * (ops that find every path waiting for its first answer go on the one
+ * with the fewest out, not held back), and a path whose timeouts or delay
+ * stand out against the others' is pruned for 4 times the peer's current
+ * RTO (doubling per prune) and probed again (no out-of-order rule: ops are
+ * independent, and a burst overtakes itself across paths); a TIMEOUT counts as a loss of its
+ * path. Ops on a pruned path give the executor's window CC no signal
+ * (bar NACKs). The path index k (0..7) travels in the
+ * authenticated op header: the target derives Kd for the address k ports
+ * below the source, the one the rkey was exported for, and needs no paths
+ * of its own. An answer counts only when it arrives on the port its op
+ * left from. stats.paths_pruned counts prunes.
+ */
+
+/* Writes the URI this engine's packets come from (its endpoint's, as
+ * erma_endpoint_uri()) into out; ERMA_EINVAL when out is too short. */
 int erma_rma_uri(const struct erma_rma *rma, char *out, size_t len);
-/* Names endpoint tid of the nexus at uri; returns a peer id (>= 0). */
+/* Names endpoint tid of the base URI uri (erma/endpoint.h, Addresses);
+ * returns a peer id (>= 0), the same one each time the same endpoint is
+ * named. ERMA_EADDR when the URI is malformed or does not resolve;
+ * ERMA_ENOSLOTS past 65536 peers; ERMA_ENOMEM. */
 int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid);
-/* Round-trip estimate and timeout towards peer. */
+/* Fills *out with the round-trip estimate and timeout towards peer
+ * (Timeouts; rto_ns is cfg.op_timeout_ns when that is set). ERMA_OK, or
+ * ERMA_EINVAL for an unknown peer. */
 int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt *out);
-/* Queues cmd; returns its slot id. ERMA_ENOSLOTS when every slot is busy or
- * awaits erma_rma_poll(), or when a fenced WRITE that has to wait would take
- * the last slot not held by waiting fenced WRITEs; ERMA_EINVAL (also: fence
- * on a READ or REKEY), ERMA_E2BIG (len > ERMA_RMA_MAX_OP),
- * ERMA_ENOTSUP (the key's cipher is AES-256-GCM and this CPU has no AES-NI). */
+/* Queues cmd; returns its slot id. Its completion comes from
+ * erma_rma_poll(), with cmd.tag; cmd.local must stay valid until then.
+ * ERMA_ENOSLOTS when every slot is busy or awaits erma_rma_poll(), when
+ * too few are free for cmd.priority (Priorities), or when a fenced WRITE
+ * that has to wait would take the last slot not held by waiting fenced
+ * WRITEs; ERMA_EINVAL (an unknown peer, no local buffer, len 0, a bad op,
+ * priority or cipher; also: fence on a READ or REKEY), ERMA_E2BIG (len >
+ * ERMA_RMA_MAX_OP), ERMA_ENOTSUP (the key's cipher is AES-256-GCM and this
+ * CPU has no AES-NI). */
 int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd);
-/* Starts a transfer; returns its id. ERMA_ENOSLOTS past cfg.transfers;
- * ERMA_EINVAL (also: fence on a READ). */
+
+/*
+ * Executor: erma_rma_transfer() moves any number of bytes (up to 4 GiB) as
+ * chunks of at most ERMA_RMA_MAX_OP, issued as the 1RMA window CC (sdk/cc.h)
+ * allows: a local window on issue_delay and a remote window per (peer,
+ * direction) on remote delay. Without cfg.window the windows come from
+ * erma_window_cfg_for(the transport's link rate and base RTT), the remote
+ * target raised by a quarter of its jitter hint, and base RTT and target
+ * follow the smallest chunk round trip measured (target 1.25 x it) when
+ * that is larger. With CC on, a chunk the windows let go waits in the
+ * command queue: for the solicitation window, and a READ chunk also until
+ * this host's link can have brought in the answers of the READs issued
+ * before it (at the transport's link rate, its frame overhead counted), so
+ * that an initiator's own inbound congestion stays in its queue, as
+ * issue_delay for the local window, rather than in the switch queue
+ * towards it (udp's link rate is a fixed 25 Gb/s guess, so READ transfers
+ * over udp go no faster than that; endpoints sharing one dpdk port each
+ * pace at the port's rate). Commands are not paced, but wait behind a
+ * paced chunk of their own priority; with merged windows nothing is paced.
+ * A failing chunk with a transient status
+ * (TIMEOUT, NACK, DISPATCH_TIMEOUT) is retried up to max_retries times;
+ * the transfer completes once, after its last chunk, with ERMA_OK or the
+ * first final failure. erma_rma_window() and erma_rma_local_window() show
+ * the windows.
+ */
+
+/* Starts a transfer (Executor); returns its id. Its one completion comes
+ * from erma_rma_poll() with transfer set; x->local must stay valid until
+ * then. ERMA_ENOSLOTS past cfg.transfers; ERMA_EINVAL (an unknown peer, no
+ * local buffer, len 0, an op other than READ and WRITE, a bad priority or
+ * cipher; also: fence on a READ); ERMA_ENOTSUP as for erma_rma_submit();
+ * ERMA_ENOMEM. */
 int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *x);
-/* Moves up to max completions (commands and transfers) into out. */
+/* Moves up to max completions (commands and transfers), in the order they
+ * completed, into out and returns how many (0: none). Each frees its slot
+ * or transfer id for reuse. ERMA_EINVAL for a NULL out with max > 0. */
 int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max);
 
 /* What one of the executor's congestion windows holds now. */

@@ -20,93 +20,15 @@
  *                the packet headers around it, so messages go out without
  *                copying.
  *
- * Calls
- *   Client: erma_rpc_call(rpc, session, type, req, resp, cont, tag) queues
- *   a request; cont(rpc, tag, status, resp) runs later in the event loop,
- *   exactly once, with status ERMA_OK and the response in resp, or a
- *   negative code and resp->size == 0:
- *     ERMA_EPEERFAILED  the server stopped answering (failure timeout) or
- *                       restarted
- *     ERMA_ESESSRESET   the session was disconnected or reset locally
- *     ERMA_ECANCELLED   erma_session_destroy() while the request was pending
- *     ERMA_ETIMEDOUT    cfg.req_timeout_ns passed without a response
- *     ERMA_E2BIG        the response did not fit in ERMA_MAX_MSG_SIZE
- *     ERMA_ENOMEM       no buffer memory for the response
- *     ERMA_ENOBUFS      the server (or this endpoint, for a large response)
- *                       had no room for the message in its budget; try later
- *     ERMA_ENOENT       the server has no handler for the type
- *   resp is grown (reallocated) when the response is larger than its
- *   capacity. req and resp belong to erma until cont runs: do not free,
- *   resize or reuse them for another request meanwhile.
- *
- *   Server: a handler registered for a request type gets an erma_req. It
- *   answers with erma_req_respond(req, resp), now or later (e.g. from the
- *   continuation of a nested RPC), where resp is erma_req_resp_buf(req)
- *   (preallocated, one packet of data) or a msgbuf of its own, which erma
- *   frees once the response has been delivered. req and its data stay valid
- *   until then. A one-packet request reaches a dispatch handler in the
- *   receive buffer (no copy): a handler that returns without answering must
- *   call erma_req_data() again afterwards (erma has moved the bytes into a
- *   buffer of its own; NULL if it had no memory for them). A request a
- *   handler holds does not hold its slot: when the client gives up on it
- *   and sends another on that slot, or the session ends, the held request's
- *   answer is dropped, never delivered to another request.
- *   Dispatch-mode handlers run in the event loop and must not block;
- *   worker-mode handlers run on the nexus's worker threads. A request is
- *   executed at most once, whatever the network does.
- *
- * Wire protocol (docs/PROTOCOL.md): client-driven, with at most `credits`
- * unacknowledged packets per session; the server answers each non-last
- * request packet with a credit return and the last with the first response
- * packet; the client pulls further response packets with
- * request-for-response packets; packets that come out of order are kept
- * (selective acknowledgement: each reply acknowledges its own packet);
- * only the packets without a reply are sent again, once replies to three
- * later packets came (fast retransmit), else after cfg.rto_ns
- * (cfg.go_back_n brings back eRPC's go-back-N, for comparisons).
- *
- * Virtual paths: on endpoints opened with erma_endpoint_cfg.paths = K > 1
- * (both ends; a session takes the smaller K), a session spreads its
- * packets over K UDP port pairs, which ECMP routers hash onto different
- * routes. Each packet goes on the path with the fewest packets out (the
- * one whose reply just came among equals); a path whose loss or delay
- * stands out is pruned and probed again later
- * (stats.paths_pruned); details in docs/PROTOCOL.md.
- *
- * Session management (connect
- * with a credit grant, disconnect, keepalive, failure detection) travels
- * in-band over the same transport. Each session numbers its requests from
- * a start both ends derive from its token: a late packet of an earlier
- * session that had the same number is dropped (stats.rx_other_session),
- * never taken for a request or a response of the new one. A server takes
- * a slot's requests at most 2^16 ahead of the last it saw, so a session
- * one of whose slots gives up on 65,535 requests in a row without any
- * reply (cfg.req_timeout_ns, the server hearing none of them while it
- * answers keepalives) fails with ERMA_SM_PEER_FAILED.
- *
- * Budgets: what a peer can make an endpoint hold. A request of more than
- * one packet needs a buffer for its bytes; the server reserves the size
- * its first packet declares and counts it against three budgets until the
- * handler runs (or the request is dropped): the session's
- * (cfg.recv_budget_session), the client address's over all its sessions
- * (cfg.recv_budget_peer) and the endpoint's (cfg.recv_budget). A request
- * that would exceed one is refused at once: its client gets ERMA_ENOBUFS
- * (stats.recv_refused), and nothing is kept. A request none of whose
- * packets came for cfg.recv_timeout_ns is dropped and its buffer freed; its
- * client, if it is still there, gets ERMA_ETIMEDOUT (stats.recv_expired).
- * A client counts the response buffers it must grow against the session's
- * and the endpoint's budgets too (ERMA_ENOBUFS for the call), so partial
- * requests that fill the endpoint's budget also refuse this endpoint's own
- * large responses until they go. One-packet requests are taken in the
- * receive buffer and need no budget. erma_rpc_recv_held() tells what is
- * held now. An address is the transport's (IP and port on udp): a host
- * with many ports has a budget per port, bounded by the endpoint's. The
- * budgets count message bytes; the buffer behind a message is its size
- * and 16 bytes per packet rounded up to a power of two (an 8 MiB message
- * takes a 16 MiB buffer), of which only the pages written become resident
- * (2 MiB at a time with transparent hugepages), unless hugepages are
- * reserved (/proc/sys/vm/nr_hugepages): then all of it is, up to twice
- * the budgets.
+ * A client calls erma_rpc_call() on a session and gets the response in a
+ * continuation; a server registers handlers on its nexus and answers each
+ * request with erma_req_respond(). The concepts that many calls share are
+ * described once, beside the declarations they concern:
+ *   Wire protocol, Virtual paths    above struct erma_rpc_cfg
+ *   Budgets                         above erma_rpc_recv_held()
+ *   Session management              at the head of the session calls
+ *   Calls: client                   on erma_rpc_call()
+ *   Calls: server                   at the head of the erma_req_ calls
  *
  * All functions return ERMA_OK or a negative erma_err code unless noted.
  */
@@ -185,6 +107,25 @@ struct erma_cc_switches {
     bool no_batch_clock;     /* read the clock per packet, not once per loop pass */
 };
 
+/*
+ * Wire protocol (docs/PROTOCOL.md): client-driven, with at most `credits`
+ * unacknowledged packets per session; the server answers each non-last
+ * request packet with a credit return and the last with the first response
+ * packet; the client pulls further response packets with
+ * request-for-response packets; packets that come out of order are kept
+ * (selective acknowledgement: each reply acknowledges its own packet);
+ * only the packets without a reply are sent again, once replies to three
+ * later packets came (fast retransmit), else after cfg.rto_ns
+ * (cfg.go_back_n brings back eRPC's go-back-N, for comparisons).
+ *
+ * Virtual paths: on endpoints opened with erma_endpoint_cfg.paths = K > 1
+ * (both ends; a session takes the smaller K), a session spreads its
+ * packets over K UDP port pairs, which ECMP routers hash onto different
+ * routes. Each packet goes on the path with the fewest packets out (the
+ * one whose reply just came among equals); a path whose loss or delay
+ * stands out is pruned and probed again later
+ * (stats.paths_pruned); details in docs/PROTOCOL.md.
+ */
 struct erma_rpc_cfg {
     uint32_t credits;          /* per session, default and most ERMA_MAX_CREDITS (32);
                                   sessions x credits fit the endpoint's RX ring */
@@ -212,7 +153,7 @@ struct erma_rpc_cfg {
     void *rtt_ctx;
     erma_sm_fn sm_handler;     /* optional session-management callback */
     void *sm_ctx;
-    /* Budgets for messages being received (Budgets above), in bytes: per
+    /* Budgets for messages being received (Budgets below), in bytes: per
      * session (default 64 MiB: every slot one largest message), per client
      * address (default 64 MiB) and for the endpoint (default 512 MiB). */
     uint64_t recv_budget_session, recv_budget_peer, recv_budget;
@@ -254,41 +195,98 @@ struct erma_rpc_stats {
     uint64_t recv_expired;   /* partly received requests dropped after recv_timeout_ns */
 };
 
-/* Bytes of messages being received that the endpoint holds now (Budgets). */
+/*
+ * Budgets: what a peer can make an endpoint hold. A request of more than
+ * one packet needs a buffer for its bytes; the server reserves the size
+ * its first packet declares and counts it against three budgets until the
+ * handler runs (or the request is dropped): the session's
+ * (cfg.recv_budget_session), the client address's over all its sessions
+ * (cfg.recv_budget_peer) and the endpoint's (cfg.recv_budget). A request
+ * that would exceed one is refused at once: its client gets ERMA_ENOBUFS
+ * (stats.recv_refused), and nothing is kept. A request none of whose
+ * packets came for cfg.recv_timeout_ns is dropped and its buffer freed; its
+ * client, if it is still there, gets ERMA_ETIMEDOUT (stats.recv_expired).
+ * A client counts the response buffers it must grow against the session's
+ * and the endpoint's budgets too (ERMA_ENOBUFS for the call), so partial
+ * requests that fill the endpoint's budget also refuse this endpoint's own
+ * large responses until they go. One-packet requests are taken in the
+ * receive buffer and need no budget. erma_rpc_recv_held() tells what is
+ * held now. An address is the transport's (IP and port on udp): a host
+ * with many ports has a budget per port, bounded by the endpoint's. The
+ * budgets count message bytes; the buffer behind a message is its size
+ * and 16 bytes per packet rounded up to a power of two (an 8 MiB message
+ * takes a 16 MiB buffer), of which only the pages written become resident
+ * (2 MiB at a time with transparent hugepages), unless hugepages are
+ * reserved (/proc/sys/vm/nr_hugepages): then all of it is, up to twice
+ * the budgets.
+ */
+
+/* Bytes of messages being received that the endpoint holds now (Budgets);
+ * 0 for a NULL rpc. */
 uint64_t erma_rpc_recv_held(const struct erma_rpc *rpc);
 
 /* ---- nexus ---- */
 
-/* cfg may be NULL: no workers, plaintext sessions. */
+/* Creates a nexus with cfg.workers worker threads and, with cfg.psk, secure
+ * sessions; cfg may be NULL: no workers, plaintext sessions. ERMA_OK;
+ * ERMA_EINVAL for a NULL out; ERMA_ENOMEM, also when a worker thread cannot
+ * start. */
 int erma_nexus_create(const struct erma_nexus_cfg *cfg, struct erma_nexus **out);
-/* Stops worker threads. Destroy every erma_rpc of the nexus first. */
+/* Stops worker threads, wipes the key and frees nx (NULL is ignored).
+ * Destroy every erma_rpc of the nexus first. */
 void erma_nexus_destroy(struct erma_nexus *nx);
-/* Registers fn for req_type before the nexus's erma_rpcs are created.
- * ERMA_EINVAL if the type is taken or workers are needed and cfg.workers
- * is 0. */
+/* Registers fn for req_type before the nexus's erma_rpcs are created; fn
+ * gets ctx with every request (Calls, server). mode says where it runs:
+ * ERMA_DISPATCH in the event loop, ERMA_WORKER on a worker thread.
+ * ERMA_EINVAL if the type is taken, fn is NULL, mode is unknown, or
+ * workers are needed and cfg.workers is 0. */
 int erma_handler_register(struct erma_nexus *nx, uint8_t req_type, erma_handler_fn fn,
                           enum erma_handler_mode mode, void *ctx);
 
 /* ---- the RPC protocol on an endpoint ---- */
 
 /* Puts RPCs on ep, serving nx's handlers; cfg may be NULL for defaults.
- * ERMA_EAGAIN when ep has an erma_rpc already. */
+ * ERMA_EAGAIN when ep has an erma_rpc already; ERMA_EINVAL for a NULL
+ * argument or more credits than ERMA_MAX_CREDITS or the endpoint's RX
+ * ring; ERMA_ENOMEM. */
 int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
                     const struct erma_rpc_cfg *cfg, struct erma_rpc **out);
-/* Fails every pending request with ERMA_ESESSRESET, then frees everything. */
+/* Fails every pending request with ERMA_ESESSRESET (their continuations
+ * run now), waits for the requests still in worker handlers, then frees
+ * everything and detaches from the endpoint. rpc may be NULL. */
 void erma_rpc_destroy(struct erma_rpc *rpc);
+/* The endpoint rpc runs on. */
 struct erma_endpoint *erma_rpc_endpoint(const struct erma_rpc *rpc);
+/* Copies the protocol's counters (struct erma_rpc_stats) into *out. */
 void erma_rpc_get_stats(const struct erma_rpc *rpc, struct erma_rpc_stats *out);
-/* The sessions x credits budget still free in the RX ring, in sessions. */
+/* The sessions x credits budget still free in the RX ring, in sessions of
+ * cfg.credits each. */
 uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc);
 
 /* ---- sessions ---- */
+
+/*
+ * Session management (connect
+ * with a credit grant, disconnect, keepalive, failure detection) travels
+ * in-band over the same transport; its outcomes reach cfg.sm_handler as
+ * enum erma_sm_event. Each session numbers its requests from
+ * a start both ends derive from its token: a late packet of an earlier
+ * session that had the same number is dropped (stats.rx_other_session),
+ * never taken for a request or a response of the new one. A server takes
+ * a slot's requests at most 2^16 ahead of the last it saw, so a session
+ * one of whose slots gives up on 65,535 requests in a row without any
+ * reply (cfg.req_timeout_ns, the server hearing none of them while it
+ * answers keepalives) fails with ERMA_SM_PEER_FAILED.
+ */
 
 /* Starts connecting to endpoint remote_tid of the base URI remote_uri.
  * Returns the session number (>= 0) at once; ERMA_SM_CONNECTED or
  * ERMA_SM_CONNECT_FAILED follows. Requests may be enqueued immediately: they
  * wait for the connection (and fail with it). ERMA_ENOSLOTS when this
- * endpoint's RX ring cannot take another session's credits. */
+ * endpoint's RX ring cannot take another session's credits; ERMA_EADDR
+ * when remote_uri is malformed or does not resolve; ERMA_EINVAL for a NULL
+ * argument or remote_tid >= ERMA_MAX_THREADS; ERMA_ENOMEM when no session
+ * can be allocated. */
 int erma_session_create(struct erma_rpc *rpc, const char *remote_uri, uint8_t remote_tid);
 /* The same, with the session's own credits: the packets it may have in
  * flight, from 1 to the endpoint's cfg.credits (0: those). A session that
@@ -299,24 +297,85 @@ int erma_session_create(struct erma_rpc *rpc, const char *remote_uri, uint8_t re
  * quiet). ERMA_EINVAL past cfg.credits. */
 int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
                                 uint8_t remote_tid, uint32_t credits);
-/* Disconnects; pending requests complete with ERMA_ECANCELLED. */
+/* Disconnects a client session; pending requests complete with
+ * ERMA_ECANCELLED, and ERMA_SM_DISCONNECTED follows (at once for a
+ * session still connecting). ERMA_ENOENT for no such client session, or
+ * one already disconnecting. */
 int erma_session_destroy(struct erma_rpc *rpc, int session);
+/* True while session is connected (not while it connects or after it
+ * ended). */
 bool erma_session_connected(const struct erma_rpc *rpc, int session);
 
 /* ---- messages ---- */
 
+/* Allocates a message buffer of max_size bytes (size starts at max_size)
+ * from the endpoint's pool. ERMA_E2BIG past ERMA_MAX_MSG_SIZE; ERMA_ENOMEM;
+ * ERMA_EINVAL for a NULL argument. */
 int erma_msgbuf_alloc(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf *out);
+/* Gives mb's memory back and clears *mb; a cleared or NULL mb is ignored.
+ * Not for a buffer erma holds (a request or response in flight). */
 void erma_msgbuf_free(struct erma_rpc *rpc, struct erma_msgbuf *mb);
-/* Sets mb->size; ERMA_E2BIG past max_size. */
+/* Sets mb->size; ERMA_E2BIG past max_size, ERMA_EINVAL for a buffer not
+ * allocated. */
 int erma_msgbuf_resize(struct erma_msgbuf *mb, size_t size);
 
+/*
+ * Calls, client. Queues a request of type req_type with req's bytes on
+ * session (a connecting one too: it waits for the connection); at most
+ * ERMA_SESSION_SLOTS are in flight per session, the rest wait their turn.
+ * cont(rpc, tag, status, resp) runs later in the event loop,
+ * exactly once, with status ERMA_OK and the response in resp, or a
+ * negative code and resp->size == 0:
+ *   ERMA_EPEERFAILED  the server stopped answering (failure timeout) or
+ *                     restarted
+ *   ERMA_ESESSRESET   the session was disconnected or reset locally
+ *   ERMA_ECANCELLED   erma_session_destroy() while the request was pending
+ *   ERMA_ETIMEDOUT    cfg.req_timeout_ns passed without a response
+ *   ERMA_E2BIG        the response did not fit in ERMA_MAX_MSG_SIZE
+ *   ERMA_ENOMEM       no buffer memory for the response
+ *   ERMA_ENOBUFS      the server (or this endpoint, for a large response)
+ *                     had no room for the message in its budget; try later
+ *   ERMA_ENOENT       the server has no handler for the type
+ * resp is grown (reallocated) when the response is larger than its
+ * capacity. req and resp belong to erma until cont runs: do not free,
+ * resize or reuse them for another request meanwhile.
+ * Returns ERMA_OK once queued; otherwise cont never runs: ERMA_ENOENT for
+ * no such client session (or one that ended), ERMA_EINVAL for a NULL
+ * argument, req and resp the same buffer or not from this rpc's
+ * erma_msgbuf_alloc(), ERMA_ESESSRESET while erma_rpc_destroy() runs,
+ * ERMA_ENOMEM.
+ */
 int erma_rpc_call(struct erma_rpc *rpc, int session, uint8_t req_type,
                          struct erma_msgbuf *req, struct erma_msgbuf *resp, erma_cont_fn cont,
                          void *tag);
 
+/*
+ * Calls, server. A handler registered for a request type gets an erma_req. It
+ * answers with erma_req_respond(req, resp), now or later (e.g. from the
+ * continuation of a nested RPC), where resp is erma_req_resp_buf(req)
+ * (preallocated, one packet of data) or a msgbuf of its own, which erma
+ * frees once the response has been delivered. req and its data stay valid
+ * until then. A one-packet request reaches a dispatch handler in the
+ * receive buffer (no copy): a handler that returns without answering must
+ * call erma_req_data() again afterwards (erma has moved the bytes into a
+ * buffer of its own; NULL if it had no memory for them). A request a
+ * handler holds does not hold its slot: when the client gives up on it
+ * and sends another on that slot, or the session ends, the held request's
+ * answer is dropped, never delivered to another request.
+ * Dispatch-mode handlers run in the event loop and must not block;
+ * worker-mode handlers run on the nexus's worker threads. A request is
+ * executed at most once, whatever the network does. The erma_req_ calls
+ * are made from the thread the handler runs on.
+ */
+
+/* The request's bytes (see above: call it again after the handler
+ * returned without answering). */
 const uint8_t *erma_req_data(const struct erma_req *req);
+/* The request's size in bytes. */
 size_t erma_req_size(const struct erma_req *req);
+/* The request type the client gave erma_rpc_call(). */
 uint8_t erma_req_type(const struct erma_req *req);
+/* The erma_rpc that received req. */
 struct erma_rpc *erma_req_rpc(const struct erma_req *req);
 /* Writes the URI of the endpoint that sent req (its address as this
  * endpoint's transport sees it: what a one-sided key is bound to,
@@ -326,7 +385,11 @@ int erma_req_peer_uri(const struct erma_req *req, char *out, size_t len);
 /* The preallocated response buffer: max_size is one packet of data. */
 struct erma_msgbuf *erma_req_resp_buf(struct erma_req *req);
 /* Sends resp as the response to req; from the event loop's thread, or from
- * the worker thread that runs a worker-mode handler. */
+ * the worker thread that runs a worker-mode handler. resp is
+ * erma_req_resp_buf(req) or a msgbuf of this rpc's: erma takes the latter
+ * (*resp is cleared) and frees it once delivered. ERMA_EINVAL when req was
+ * answered already, or resp is not allocated, from another rpc or its size
+ * past its max_size. */
 int erma_req_respond(struct erma_req *req, struct erma_msgbuf *resp);
 
 /* ---- congestion control ---- */
@@ -341,7 +404,12 @@ struct erma_session_cc {
     uint64_t paced_pkts, direct_pkts;
 };
 
+/* Fills *out with client session's congestion-control state; ERMA_ENOENT
+ * for no such client session. */
 int erma_session_cc_stats(const struct erma_rpc *rpc, int session, struct erma_session_cc *out);
+/* Switches congestion control at run time (struct erma_cc_switches); with
+ * sw->off every session is back at line rate at once. ERMA_EINVAL for a
+ * NULL argument. */
 int erma_rpc_set_cc(struct erma_rpc *rpc, const struct erma_cc_switches *sw);
 
 ERMA_END_DECLS

@@ -25,33 +25,15 @@
  *
  * Time is virtual: nothing moves until the harness calls
  * erma_sim_advance_to(), typically to erma_sim_next_event() after every
- * endpoint has had its turn. erma_sim_use_clock() makes erma_now_ns() read
- * the fabric's time. With the same seed and the same calls, a run is the
- * same run, packet for packet.
+ * endpoint has had its turn (erma_sim_run() does both). erma_sim_use_clock()
+ * makes erma_now_ns() read the fabric's time. With the same seed and the
+ * same calls, a run is the same run, packet for packet.
  *
  * Per-path impairments (multipath experiments): path_loss[p] and
  * path_rate_bps[p] make one path lossy or slow; entries at and beyond
  * `paths` are ignored, and with all of them 0 the fabric behaves, and draws
- * random numbers, exactly as without them. erma_sim_set_path() changes a
- * path's delay, rate and loss during a run, at the current virtual time:
- *   - the rate applies to every byte not yet sent onto the path: packets
- *     waiting in its queue, and the rest of the one being serialised, go on
- *     at the new rate (their departure times are rescaled; at rate 0 they
- *     leave at once), and so do packets that reach the path later;
- *   - the delay applies to packets whose last bit leaves the path's queue
- *     after the call (those still queued included); packets already
- *     propagating keep the delay they left with;
- *   - the loss applies to packets that come off the path after the call,
- *     including ones already on it.
- * The change is part of the run: the same seed and the same calls, including
- * erma_sim_set_path() at the same virtual times, give the same run.
- *
- * Per-path statistics: path_pkts[p] counts packets hashed to path p when
- * sent; path_drop_loss[p] those of them dropped at random (path_loss[p] or
- * `loss`), so the path_drop_loss[] sum to drop_loss; path_drop_buffer[p]
- * those dropped because path p's own queue was full. Drops at the switch
- * egress port belong to no path: they are drop_buffer minus the sum of
- * path_drop_buffer[].
+ * random numbers, exactly as without them. erma_sim_set_path() changes them
+ * during a run.
  *
  * Endpoints open "sim://NAME/HOST:PORT" with erma_endpoint_create(); PORT 0
  * picks a free port. Close every such transport before erma_sim_destroy().
@@ -110,6 +92,12 @@ struct erma_sim_event {
     uint32_t path;
 };
 
+/* Per-path statistics: path_pkts[p] counts packets hashed to path p when
+ * sent; path_drop_loss[p] those of them dropped at random (path_loss[p] or
+ * `loss`), so the path_drop_loss[] sum to drop_loss; path_drop_buffer[p]
+ * those dropped because path p's own queue was full. Drops at the switch
+ * egress port belong to no path: they are drop_buffer minus the sum of
+ * path_drop_buffer[]. */
 struct erma_sim_stats {
     uint64_t sent, delivered;
     uint64_t drop_loss, drop_buffer, drop_rx_full, drop_no_port;
@@ -126,31 +114,55 @@ struct erma_sim;
 /* 2 hosts, 25 Gb/s links, 1 us per hop, 1 path, 1 MiB buffers, no loss. */
 void erma_sim_cfg_default(struct erma_sim_cfg *cfg);
 
-/* Creates the fabric registered under name (unique in the process). */
+/* Creates the fabric registered under name (unique in the process), which
+ * sim:// URIs name. ERMA_EINVAL for a name that is taken, too long or has
+ * a '/', or a cfg out of range (no hosts or more than 65535, link_bps 0,
+ * paths not in 1..ERMA_SIM_MAX_PATHS, a loss or reorder outside [0, 1]);
+ * ERMA_ENOMEM. */
 int erma_sim_create(const char *name, const struct erma_sim_cfg *cfg, struct erma_sim **out);
+/* Unregisters the fabric and frees it with the packets in flight, and
+ * gives erma_now_ns() back the real clock if it read this fabric's; NULL
+ * is ignored. Close its transports first. */
 void erma_sim_destroy(struct erma_sim *sim);
 
+/* The fabric's virtual time, in ns. */
 uint64_t erma_sim_now(const struct erma_sim *sim);
 /* Time of the next packet event, or UINT64_MAX when nothing is in flight. */
 uint64_t erma_sim_next_event(const struct erma_sim *sim);
 /* Moves virtual time forward to t, running every event up to t in order. */
 void erma_sim_advance_to(struct erma_sim *sim, uint64_t t);
-/* Makes erma_now_ns() return this fabric's virtual time. */
+/* Makes erma_now_ns() return this fabric's virtual time, in the whole
+ * process (erma_clock_set_source()). */
 void erma_sim_use_clock(struct erma_sim *sim);
 
+/* Copies the fabric's counters (struct erma_sim_stats) into *out. */
 void erma_sim_get_stats(const struct erma_sim *sim, struct erma_sim_stats *out);
-/* Largest backlog in bytes seen at the switch egress port towards host. */
+/* Largest backlog in bytes seen at the switch egress port towards host (0
+ * for a host beyond the fabric, as for the other backlog calls). */
 uint64_t erma_sim_egress_max_bytes(const struct erma_sim *sim, uint32_t host);
 /* Current backlog in bytes at the switch egress port towards host. */
 uint64_t erma_sim_egress_bytes(const struct erma_sim *sim, uint32_t host);
+/* Calls fn(ctx, ev) for every delivery and every drop, at its virtual
+ * time; fn NULL stops it. */
 void erma_sim_set_trace(struct erma_sim *sim, erma_sim_trace_fn fn, void *ctx);
 /* Largest backlog in bytes seen in host's uplink (NIC) queue. */
 uint64_t erma_sim_uplink_max_bytes(const struct erma_sim *sim, uint32_t host);
 /* Current backlog in bytes in host's uplink queue. */
 uint64_t erma_sim_uplink_bytes(const struct erma_sim *sim, uint32_t host);
 
-/* Sets path's delay, rate and loss from the current virtual time on (see
- * above); path < paths and loss in [0, 1], else ERMA_EINVAL and no change.
+/* Sets path's delay, rate and loss from the current virtual time on:
+ *   - the rate applies to every byte not yet sent onto the path: packets
+ *     waiting in its queue, and the rest of the one being serialised, go on
+ *     at the new rate (their departure times are rescaled; at rate 0 they
+ *     leave at once), and so do packets that reach the path later;
+ *   - the delay applies to packets whose last bit leaves the path's queue
+ *     after the call (those still queued included); packets already
+ *     propagating keep the delay they left with;
+ *   - the loss applies to packets that come off the path after the call,
+ *     including ones already on it.
+ * The change is part of the run: the same seed and the same calls, including
+ * erma_sim_set_path() at the same virtual times, give the same run.
+ * path < paths and loss in [0, 1], else ERMA_EINVAL and no change.
  * Returns ERMA_OK. */
 int erma_sim_set_path(struct erma_sim *sim, uint32_t path, const struct erma_sim_path *p);
 /* Reads path's current settings as erma_sim_set_path() takes them (bps 0
@@ -167,8 +179,11 @@ int erma_sim_flow_path(const struct erma_sim *sim, uint16_t src_host, uint16_t s
  * ERMA_SIM_DELIVER, ev.time the send time) and may change its bytes in
  * place; returning false drops it silently. */
 typedef bool (*erma_sim_tap_fn)(void *ctx, const struct erma_sim_event *ev, uint8_t *data);
+/* Installs the tap fn with ctx; fn NULL removes it. */
 void erma_sim_set_tap(struct erma_sim *sim, erma_sim_tap_fn fn, void *ctx);
-/* Sends a copy of data as if host:port src had sent it (replays, forgeries). */
+/* Sends a copy of data as if host:port src had sent it (replays, forgeries);
+ * the tap sees it too. ERMA_EINVAL for no data or a host beyond the
+ * fabric; ERMA_ENOMEM. */
 int erma_sim_inject(struct erma_sim *sim, uint16_t src_host, uint16_t src_port,
                     uint16_t dst_host, uint16_t dst_port, const void *data, uint32_t len);
 

@@ -48,6 +48,7 @@ struct erma_addr {
     uint8_t len;
 };
 
+/* True when a and b are the same address (same length and bytes). */
 static inline bool erma_addr_eq(const struct erma_addr *a, const struct erma_addr *b)
 {
     return a->len == b->len && memcmp(a->raw, b->raw, a->len) == 0;

@@ -18,7 +18,25 @@
  *   windows           ops in flight, double (fractions allowed)
  *   sizes             bytes
  *
- * ---------------------------------------------------------------------------
+ * Each unit's section below starts with its algorithm, then its calls:
+ *   TIMELY                    the rate of an RPC client session
+ *   CAROUSEL TIMING WHEEL     pacing those sessions' packets (and the pacer)
+ *   1RMA WINDOW CC            the one-sided executor's windows (SHARED DELAY,
+ *                             pacing, merged mode)
+ *   VIRTUAL PATHS             the path of each packet or op
+ */
+#ifndef ERMA_CC_H
+#define ERMA_CC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "erma/api.h"
+
+ERMA_BEGIN_DECLS
+
+/* ---------------------------------------------------------------------------
  * TIMELY (Mittal et al., SIGCOMM 2015, in eRPC's form)
  *
  * One struct erma_timely per client session holds its sending rate. Feed it
@@ -53,63 +71,88 @@
  * and the counters); gradient, avg_rtt_ns and the update time are left as
  * they were. The flag is read on every call, so it can be switched at run
  * time, for all sessions sharing the cfg at once.
- *
- * struct erma_timely_cfg erma_timely_cfg_real(void)
- *     eRPC's real-network defaults (DESIGN.md section 9): link_bps 25 Gb/s
- *     (set it to the NIC's rate), floor 15 MB/s (120 Mb/s), step 5 MB/s
- *     (40 Mb/s), t_low 50 us, t_high 1 ms, alpha 0.46, beta 0.26,
- *     min_rtt_ns 2 us, hai_n 5, bypass on.
- *
- * struct erma_timely_cfg erma_timely_cfg_for(double link_bps,
- *                                            uint64_t base_rtt_ns)
- *     Defaults for a transport whose unloaded RTT is base_rtt_ns (measured
- *     ping-pong, e.g. 5-20 us on kernel UDP loopback, a few us in the sim
- *     fabric) and whose line rate is link_bps:
- *       t_low  = 5 * base   An unloaded path must sit below t_low, jitter
- *                           included, or noise alone drives the rate down
- *                           (eRPC's fixed 50 us is below the RTT of many
- *                           kernel-stack and VM paths); this leaves 4 base
- *                           RTTs of headroom for jitter.
- *       t_high = 25 * base  The hard brake. It must sit well below the
- *                           delay of a full switch buffer (1 MiB at 25 Gb/s
- *                           is 335 us) so that incast queues are bounded;
- *                           eRPC's 1 ms is above that on every fabric here.
- *       min_rtt_ns = base   normaliser floor and the unit of d
- *       step  = link / 1000 a session at the floor is back at link rate
- *                           within ~1000 uncongested min RTTs (5 ms on a
- *                           5 us fabric; eRPC's 5 MB/s at 25 Gb/s needs
- *                           625). link/100 recovers 10x faster but lets a
- *                           50-way incast oscillate: measured on the sim
- *                           fabric (docs/PERFORMANCE.md), p99 RTT 718 us
- *                           instead of 39 us and 88% instead of 95% of the
- *                           link.
- *       floor = link / 1000 low enough for a 1000-way incast to share the
- *                           link, high enough that the wheel horizon (one
- *                           MTU at the floor rate) stays small
- *       alpha, beta, hai_n, bypass as in erma_timely_cfg_real().
- *     base_rtt_ns of 0 is taken as 1 us.
- *
- * int erma_timely_cfg_check(const struct erma_timely_cfg *cfg)
- *     ERMA_OK, or ERMA_EINVAL unless 0 < floor <= link, step > 0,
- *     0 < t_low <= t_high, 0 < alpha <= 1, 0 < beta <= 1 and min_rtt_ns > 0.
- *
- * int erma_timely_init(struct erma_timely *t,
- *                      const struct erma_timely_cfg *cfg, uint64_t now_ns)
- *     Starts a session at link rate. cfg is referenced, not copied: it must
- *     outlive t and may be shared by many sessions. Returns ERMA_EINVAL for
- *     a bad cfg (see erma_timely_cfg_check).
- *
- * double erma_timely_update(struct erma_timely *t, uint64_t rtt_ns,
- *                           uint64_t now_ns)
- *     Applies one RTT sample measured at now_ns; returns the new rate.
- *     A sample of 0 is taken as 1 ns.
- *
- * Readable state (struct erma_timely): rate_bps, gradient_ns (the EWMA of
+ */
+
+struct erma_timely_cfg {
+    double link_bps;     /* ceiling, and the rate a session starts at */
+    double floor_bps;    /* the rate never goes below this */
+    double step_bps;     /* additive increase per min RTT of time */
+    uint64_t t_low_ns;   /* below: additive increase */
+    uint64_t t_high_ns;  /* above: multiplicative decrease */
+    uint64_t min_rtt_ns; /* lower bound of the gradient normaliser */
+    double alpha;        /* EWMA weight of a new sample */
+    double beta;         /* multiplicative decrease factor */
+    uint32_t hai_n;      /* HAI after hai_n falling samples, n-fold; 0 off */
+    bool bypass;         /* common-case bypass, read on every update */
+    double ai_span;      /* increases accrue over up to this many min RTTs
+                            between samples; <= 1 (default): eRPC. Larger
+                            spans make increase per time, not per sample,
+                            fairer between flows with few samples, at some
+                            cost in utilisation (docs/PERFORMANCE.md). */
+};
+
+/* One session's rate. Readable state: rate_bps, gradient_ns (the EWMA of
  * RTT differences, signed), avg_rtt_ns (EWMA of samples with weight alpha),
  * last_rtt_ns, min_rtt_ns (UINT64_MAX before the first sample), updates
- * (samples given, bypassed ones included) and bypasses.
- *
- * ---------------------------------------------------------------------------
+ * (samples given, bypassed ones included) and bypasses. */
+struct erma_timely {
+    const struct erma_timely_cfg *cfg;
+    double rate_bps;
+    double gradient_ns;
+    double avg_rtt_ns;
+    uint64_t last_rtt_ns;
+    uint64_t min_rtt_ns;
+    uint64_t last_update_ns;
+    uint32_t falling; /* consecutive samples below the previous one */
+    uint64_t updates;
+    uint64_t bypasses;
+};
+
+/* eRPC's real-network defaults (docs/DESIGN.md section 9): link_bps 25 Gb/s
+ * (set it to the NIC's rate), floor 15 MB/s (120 Mb/s), step 5 MB/s
+ * (40 Mb/s), t_low 50 us, t_high 1 ms, alpha 0.46, beta 0.26,
+ * min_rtt_ns 2 us, hai_n 5, bypass on. */
+struct erma_timely_cfg erma_timely_cfg_real(void);
+/* Defaults for a transport whose unloaded RTT is base_rtt_ns (measured
+ * ping-pong, e.g. 5-20 us on kernel UDP loopback, a few us in the sim
+ * fabric) and whose line rate is link_bps:
+ *   t_low  = 5 * base   An unloaded path must sit below t_low, jitter
+ *                       included, or noise alone drives the rate down
+ *                       (eRPC's fixed 50 us is below the RTT of many
+ *                       kernel-stack and VM paths); this leaves 4 base
+ *                       RTTs of headroom for jitter.
+ *   t_high = 25 * base  The hard brake. It must sit well below the
+ *                       delay of a full switch buffer (1 MiB at 25 Gb/s
+ *                       is 335 us) so that incast queues are bounded;
+ *                       eRPC's 1 ms is above that on every fabric here.
+ *   min_rtt_ns = base   normaliser floor and the unit of d
+ *   step  = link / 1000 a session at the floor is back at link rate
+ *                       within ~1000 uncongested min RTTs (5 ms on a
+ *                       5 us fabric; eRPC's 5 MB/s at 25 Gb/s needs
+ *                       625). link/100 recovers 10x faster but lets a
+ *                       50-way incast oscillate: measured on the sim
+ *                       fabric (docs/PERFORMANCE.md), p99 RTT 718 us
+ *                       instead of 39 us and 88% instead of 95% of the
+ *                       link.
+ *   floor = link / 1000 low enough for a 1000-way incast to share the
+ *                       link, high enough that the wheel horizon (one
+ *                       MTU at the floor rate) stays small
+ *   alpha, beta, hai_n, bypass as in erma_timely_cfg_real().
+ * base_rtt_ns of 0 is taken as 1 us. */
+struct erma_timely_cfg erma_timely_cfg_for(double link_bps, uint64_t base_rtt_ns);
+/* ERMA_OK, or ERMA_EINVAL unless 0 < floor <= link, step > 0,
+ * 0 < t_low <= t_high, 0 < alpha <= 1, 0 < beta <= 1 and min_rtt_ns > 0. */
+int erma_timely_cfg_check(const struct erma_timely_cfg *cfg);
+/* Starts a session at link rate. cfg is referenced, not copied: it must
+ * outlive t and may be shared by many sessions. Returns ERMA_EINVAL for
+ * a bad cfg (see erma_timely_cfg_check). */
+int erma_timely_init(struct erma_timely *t, const struct erma_timely_cfg *cfg,
+                     uint64_t now_ns);
+/* Applies one RTT sample measured at now_ns; returns the new rate.
+ * A sample of 0 is taken as 1 ns. */
+double erma_timely_update(struct erma_timely *t, uint64_t rtt_ns, uint64_t now_ns);
+
+/* ---------------------------------------------------------------------------
  * CAROUSEL TIMING WHEEL (Saeed et al., SIGCOMM 2017, as eRPC uses it)
  *
  * A ring of slots, each slot_ns wide, covering at least horizon_ns ahead of
@@ -125,51 +168,79 @@
  * between two reaps after it. Entries leave slot by slot in time order and,
  * within a slot, in insertion order. The wheel's time is the now_ns of the
  * last erma_wheel_reap() (or of erma_wheel_init): reap before inserting, as
- * the event loop does (DESIGN.md section 2), so that due times are placed
+ * the event loop does (docs/DESIGN.md section 2), so that due times are placed
  * relative to the present.
- *
- * struct erma_wheel_cfg erma_wheel_cfg_for(uint32_t mtu_bytes,
- *                                          double min_rate_bps)
- *     horizon_ns = the gap between two MTU-size packets at min_rate_bps
- *                  (mtu * 8e9 / rate, rounded up): the farthest a paced
- *                  session at the floor rate schedules its next packet. A
- *                  caller that keeps k packets of a session on the wheel at
- *                  once must multiply it by k.
- *     slot_ns    = 500 (eRPC's 0.5 us), widened if the horizon would need
- *                  more than 65536 slots.
- *     capacity   = 4096 entries (set it to the packets the endpoint may have
- *                  paced at once, e.g. sessions x credits).
- *     mtu_bytes of 0 is taken as 1500, min_rate_bps <= 0 as 1 Mb/s.
- *
- * int erma_wheel_init(struct erma_wheel *w, const struct erma_wheel_cfg *cfg,
- *                     uint64_t now_ns)
- *     Allocates the slots and entries. ERMA_EINVAL when slot_ns,
- *     horizon_ns or capacity is 0, capacity is UINT32_MAX or the slot
- *     count exceeds 2^24; ERMA_ENOMEM.
- * void erma_wheel_destroy(struct erma_wheel *w)
- *     Frees the memory; entries still held are dropped.
- * int erma_wheel_insert(struct erma_wheel *w, uint64_t due_ns, void *ptr,
- *                       uint64_t cookie)
- *     ERMA_OK or ERMA_ENOSLOTS (the wheel holds capacity entries).
- * size_t erma_wheel_reap(struct erma_wheel *w, uint64_t now_ns,
- *                        struct erma_wheel_entry *out, size_t max)
- *     Moves up to max due entries, in order, into out; returns how many.
- *     Entries beyond max stay and come first on the next call. now_ns must
- *     not go backwards (an earlier time releases nothing).
- * uint32_t erma_wheel_count(const struct erma_wheel *w)
- *     Entries held.
- *
- * uint64_t erma_pacer_next_tx(double rate_bps, uint32_t bytes,
- *                             uint64_t last_tx_ns, uint64_t now_ns)
- *     The due time of a packet of `bytes` that follows one due at last_tx_ns
- *     on a session paced at rate_bps: max(last_tx_ns + bytes * 8e9 / rate,
- *     now_ns), the gap rounded up to whole ns. Store the result as the
- *     session's last_tx_ns (start it at 0). A session that fell behind does
- *     not get a burst: the due time is never before now_ns. rate_bps <= 0
- *     gives UINT64_MAX (never).
- *
- * ---------------------------------------------------------------------------
- * 1RMA WINDOW CC (Singhvi et al., SIGCOMM 2020; DESIGN.md section 5)
+ */
+
+struct erma_wheel_cfg {
+    uint64_t slot_ns;
+    uint64_t horizon_ns;
+    uint32_t capacity;
+};
+
+struct erma_wheel_entry {
+    void *ptr;
+    uint64_t cookie;
+    uint64_t due_ns; /* as given to erma_wheel_insert */
+};
+
+struct erma_wheel_node;
+
+struct erma_wheel {
+    uint64_t slot_ns;
+    uint32_t nslots;
+    uint32_t cur;          /* index of the current slot */
+    uint64_t cur_start_ns; /* start of the current slot, a multiple of slot_ns */
+    uint32_t count;
+    uint32_t capacity;
+    uint32_t free_head;
+    uint32_t *head, *tail; /* per slot, UINT32_MAX when empty */
+    struct erma_wheel_node *nodes;
+};
+
+/* A configuration for packets of mtu_bytes paced no slower than
+ * min_rate_bps:
+ *   horizon_ns = the gap between two MTU-size packets at min_rate_bps
+ *                (mtu * 8e9 / rate, rounded up): the farthest a paced
+ *                session at the floor rate schedules its next packet. A
+ *                caller that keeps k packets of a session on the wheel at
+ *                once must multiply it by k.
+ *   slot_ns    = 500 (eRPC's 0.5 us), widened if the horizon would need
+ *                more than 65536 slots.
+ *   capacity   = 4096 entries (set it to the packets the endpoint may have
+ *                paced at once, e.g. sessions x credits).
+ * mtu_bytes of 0 is taken as 1500, min_rate_bps <= 0 as 1 Mb/s. */
+struct erma_wheel_cfg erma_wheel_cfg_for(uint32_t mtu_bytes, double min_rate_bps);
+/* Allocates the slots and entries; the wheel's time starts at now_ns.
+ * ERMA_EINVAL when slot_ns, horizon_ns or capacity is 0, capacity is
+ * UINT32_MAX or the slot count exceeds 2^24; ERMA_ENOMEM. */
+int erma_wheel_init(struct erma_wheel *w, const struct erma_wheel_cfg *cfg,
+                    uint64_t now_ns);
+/* Frees the memory; entries still held are dropped. */
+void erma_wheel_destroy(struct erma_wheel *w);
+/* Puts (ptr, cookie) in the slot of due_ns. ERMA_OK or ERMA_ENOSLOTS (the
+ * wheel holds capacity entries). */
+int erma_wheel_insert(struct erma_wheel *w, uint64_t due_ns, void *ptr,
+                      uint64_t cookie);
+/* Moves up to max due entries, in order, into out; returns how many.
+ * Entries beyond max stay and come first on the next call. now_ns must
+ * not go backwards (an earlier time releases nothing). */
+size_t erma_wheel_reap(struct erma_wheel *w, uint64_t now_ns,
+                       struct erma_wheel_entry *out, size_t max);
+/* Entries held. */
+uint32_t erma_wheel_count(const struct erma_wheel *w);
+
+/* The due time of a packet of `bytes` that follows one due at last_tx_ns
+ * on a session paced at rate_bps: max(last_tx_ns + bytes * 8e9 / rate,
+ * now_ns), the gap rounded up to whole ns. Store the result as the
+ * session's last_tx_ns (start it at 0). A session that fell behind does
+ * not get a burst: the due time is never before now_ns. rate_bps <= 0
+ * gives UINT64_MAX (never). */
+uint64_t erma_pacer_next_tx(double rate_bps, uint32_t bytes, uint64_t last_tx_ns,
+                            uint64_t now_ns);
+
+/* ---------------------------------------------------------------------------
+ * 1RMA WINDOW CC (Singhvi et al., SIGCOMM 2020; docs/DESIGN.md section 5)
  *
  * Decided at the initiator only. One local window per endpoint, driven by
  * issue_delay (submit to entering service: local congestion), and one remote
@@ -232,215 +303,7 @@
  * merged mode (for the comparison experiment): no local window; the remote
  * window is driven by total_delay against local_target + remote_target, and
  * every one of the three failures cuts it.
- *
- * struct erma_window_cfg erma_window_cfg_for(double link_bps,
- *                                            uint64_t base_rtt_ns)
- *     base_rtt_ns is the unloaded total_delay of a small op on the transport
- *     (measure a few 64 B READs), its usual jitter included; link_bps the
- *     line rate. The choices (reasons and measurements at the top of
- *     window.c):
- *       ai 0.25, beta 0.8, md 0.5, cut 10   DESIGN.md section 5
- *       min_cwnd 1/64                        one op per 64 RTTs at worst
- *       init_cwnd = BDP in 4 KB ops, >= 1    link_bps * base / (8 * 4096);
- *                                            1RMA's start at 1 op needs
- *                                            ~4 (C - 1) RTTs to fill a path
- *                                            of C ops per RTT
- *       max_cwnd = max(256, 4 BDPs)          ops
- *       remote_target_ns = 1.25 * base       a queue of a quarter BDP; 2x
- *                                            makes a newcomer take 100+
- *                                            RTTs to a fair share
- *       local_target_ns = 5 us               half the portal's 10 us
- *                                            dispatch timeout, so the local
- *                                            window shrinks before ops fail
- *       base_rtt_ns = base, op_bytes 4096 (the executor's op size),
- *       max_remotes 256, merged off.
- *     base_rtt_ns of 0 is taken as 10 us.
- *
- * int erma_window_init(struct erma_window_cc *cc,
- *                      const struct erma_window_cfg *cfg)
- *     Copies cfg and allocates the remote table (max_remotes entries).
- *     ERMA_EINVAL unless 0 < min_cwnd <= init_cwnd <= max_cwnd, ai > 0,
- *     0 < beta <= 1, 0 < md <= 1, cut >= 1, op_bytes > 0, base_rtt_ns > 0,
- *     0 < max_remotes <= 2^20; ERMA_ENOMEM.
- * void erma_window_destroy(struct erma_window_cc *cc)
- *
- * int erma_window_next_issue(struct erma_window_cc *cc, uint64_t dst,
- *                            enum erma_window_dir dir, uint32_t bytes,
- *                            uint64_t now_ns, uint64_t *at_ns)
- *     Sets *at_ns to the earliest time (>= now_ns) an op of `bytes` to
- *     (dst, dir) may issue, or UINT64_MAX while a window is full (wait for a
- *     completion). Creates the remote window on first use; when the table
- *     is full it reuses the least recently used window with nothing in
- *     flight (counted in cc.evictions), else returns ERMA_ENOSLOTS.
- * int erma_window_on_issue(struct erma_window_cc *cc, uint64_t dst,
- *                          enum erma_window_dir dir, uint32_t bytes,
- *                          uint64_t now_ns)
- *     Records an op of `bytes` issued at now_ns (in flight +1 in both
- *     windows, pacing measured from now_ns, less the remote window's
- *     credit above).
- *     Creates the window like next_issue.
- * int erma_window_on_complete(struct erma_window_cc *cc, uint64_t dst,
- *                             enum erma_window_dir dir, int status,
- *                             uint64_t issue_delay_ns,
- *                             uint64_t total_delay_ns, uint64_t now_ns)
- *     Records the completion of an op issued with on_issue: status is
- *     ERMA_OK or a negative erma code; the delays are those of the portal's
- *     completion (read only when status is ERMA_OK; issue_delay above
- *     total_delay is taken as total_delay). ERMA_ENOENT when (dst, dir) has
- *     no window (never issued, or evicted, which cannot happen while ops are
- *     in flight).
- * struct erma_window *erma_window_find(struct erma_window_cc *cc,
- *                                      uint64_t dst, enum erma_window_dir dir)
- *     The remote window of (dst, dir), or NULL; for reading its state.
- *     Counts as a use for the LRU choice of the table.
- * double erma_window_limit(struct erma_window_cc *cc, uint64_t dst,
- *                          enum erma_window_dir dir)
- *     The window that bounds (dst, dir) now: min(local, remote) cwnd, the
- *     remote one alone when merged; init_cwnd stands for a missing remote.
- * ---------------------------------------------------------------------------
- * VIRTUAL PATHS (MP-RDMA, Lu et al., NSDI 2018, in software)
- *
- * One struct erma_paths per sender and destination spreads packets over n
- * virtual paths (source ports that ECMP routers hash onto different routes)
- * and keeps, per path, packets out, a smoothed RTT (EWMA 1/8) and a loss
- * share (moving average over ERMA_PATH_LOSS_AVG packets, in 1/65536). The
- * RPC layer keeps one per client session, the one-sided initiator one per
- * destination; the caller says which packets were answered, lost or given up.
- *
- *   pick:   the path in use with the fewest packets out; among equals the
- *           one whose reply just came (ACK clocking: a packet leaves where
- *           one left the network), else round robin.
- *   probe:  at start, and when a pruned path comes back, a path carries one
- *           packet until that packet is answered or lost or given up.
- *   prune:  after a sample or a loss on p, p is out of use when, against
- *           the other paths in use, its loss exceeds twice their mean plus
- *           ERMA_PATH_PRUNE_LOSS (1%), or its srtt exceeds 16 times the best
- *           one's and the best by 16 of the smallest RTT seen, or its reply
- *           came more than ERMA_PATH_PRUNE_LATE packets behind the newest
- *           reply (MP-RDMA's out-of-order rule); the last path in use is
- *           never pruned. It rests rest_ns, doubled per earlier prune (up to
- *           2^ERMA_PATH_MAX_PRUNES times), then comes back with a clean
- *           record and a probe.
- *
- * A set costs 24 bytes per path plus 8 (200 bytes for 8 paths). n = 1 makes
- * every call trivial: pick returns 0, free is true.
- *
- * void erma_paths_init(struct erma_paths *ps, unsigned n)
- *     n paths (clamped to 1..ERMA_MAX_PATHS), each ready for its probe.
- * bool erma_paths_free(const struct erma_paths *ps, uint64_t now_ns)
- *     False while every path in use waits for its probe: send nothing yet.
- * uint8_t erma_paths_pick(struct erma_paths *ps, uint64_t now_ns)
- *     The path of the next packet (counted out on it). When none is free
- *     (the RPC layer waits until one is; the one-sided initiator does not,
- *     so that one slow destination holds up no other), the path in use
- *     with the fewest packets out.
- * void erma_paths_done(struct erma_paths *ps, uint8_t p)
- *     A packet sent on p is out no longer (answered or given up), no sample.
- * bool erma_paths_sample(struct erma_paths *ps, uint8_t p, uint64_t rtt_ns,
- *                        uint32_t late, uint64_t now_ns, uint64_t rest_ns)
- *     A reply came on p after rtt_ns (take samples from packets sent once:
- *     Karn), `late` packets behind the newest reply (0 when unknown). Does
- *     not count the packet done. True when this prunes p. A sample of a
- *     pruned path (ps->p[p].pruned_until != 0) says nothing of the others'
- *     congestion: leave it out of rate control.
- * bool erma_paths_lost(struct erma_paths *ps, uint8_t p, uint64_t now_ns,
- *                      uint64_t rest_ns)
- *     A packet sent on p was lost: counted done and in p's loss. True when
- *     this prunes p.
  */
-#ifndef ERMA_CC_H
-#define ERMA_CC_H
-
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include "erma/api.h"
-
-ERMA_BEGIN_DECLS
-
-/* ----------------------------------------------------------------- Timely */
-
-struct erma_timely_cfg {
-    double link_bps;     /* ceiling, and the rate a session starts at */
-    double floor_bps;    /* the rate never goes below this */
-    double step_bps;     /* additive increase per min RTT of time */
-    uint64_t t_low_ns;   /* below: additive increase */
-    uint64_t t_high_ns;  /* above: multiplicative decrease */
-    uint64_t min_rtt_ns; /* lower bound of the gradient normaliser */
-    double alpha;        /* EWMA weight of a new sample */
-    double beta;         /* multiplicative decrease factor */
-    uint32_t hai_n;      /* HAI after hai_n falling samples, n-fold; 0 off */
-    bool bypass;         /* common-case bypass, read on every update */
-    double ai_span;      /* increases accrue over up to this many min RTTs
-                            between samples; <= 1 (default): eRPC. Larger
-                            spans make increase per time, not per sample,
-                            fairer between flows with few samples, at some
-                            cost in utilisation (docs/PERFORMANCE.md). */
-};
-
-struct erma_timely {
-    const struct erma_timely_cfg *cfg;
-    double rate_bps;
-    double gradient_ns;
-    double avg_rtt_ns;
-    uint64_t last_rtt_ns;
-    uint64_t min_rtt_ns;
-    uint64_t last_update_ns;
-    uint32_t falling; /* consecutive samples below the previous one */
-    uint64_t updates;
-    uint64_t bypasses;
-};
-
-struct erma_timely_cfg erma_timely_cfg_real(void);
-struct erma_timely_cfg erma_timely_cfg_for(double link_bps, uint64_t base_rtt_ns);
-int erma_timely_cfg_check(const struct erma_timely_cfg *cfg);
-int erma_timely_init(struct erma_timely *t, const struct erma_timely_cfg *cfg,
-                     uint64_t now_ns);
-double erma_timely_update(struct erma_timely *t, uint64_t rtt_ns, uint64_t now_ns);
-
-/* ------------------------------------------------------------ Timing wheel */
-
-struct erma_wheel_cfg {
-    uint64_t slot_ns;
-    uint64_t horizon_ns;
-    uint32_t capacity;
-};
-
-struct erma_wheel_entry {
-    void *ptr;
-    uint64_t cookie;
-    uint64_t due_ns; /* as given to erma_wheel_insert */
-};
-
-struct erma_wheel_node;
-
-struct erma_wheel {
-    uint64_t slot_ns;
-    uint32_t nslots;
-    uint32_t cur;          /* index of the current slot */
-    uint64_t cur_start_ns; /* start of the current slot, a multiple of slot_ns */
-    uint32_t count;
-    uint32_t capacity;
-    uint32_t free_head;
-    uint32_t *head, *tail; /* per slot, UINT32_MAX when empty */
-    struct erma_wheel_node *nodes;
-};
-
-struct erma_wheel_cfg erma_wheel_cfg_for(uint32_t mtu_bytes, double min_rate_bps);
-int erma_wheel_init(struct erma_wheel *w, const struct erma_wheel_cfg *cfg,
-                    uint64_t now_ns);
-void erma_wheel_destroy(struct erma_wheel *w);
-int erma_wheel_insert(struct erma_wheel *w, uint64_t due_ns, void *ptr,
-                      uint64_t cookie);
-size_t erma_wheel_reap(struct erma_wheel *w, uint64_t now_ns,
-                       struct erma_wheel_entry *out, size_t max);
-uint32_t erma_wheel_count(const struct erma_wheel *w);
-
-uint64_t erma_pacer_next_tx(double rate_bps, uint32_t bytes, uint64_t last_tx_ns,
-                            uint64_t now_ns);
-
-/* --------------------------------------------------------- 1RMA window CC */
 
 enum erma_window_dir {
     ERMA_WINDOW_IN = 0,  /* data flows to the initiator: READ */
@@ -493,24 +356,95 @@ struct erma_window_cc {
     uint64_t shared_next_ns[2];         /* when it is next recomputed */
 };
 
+/* Defaults for a transport: base_rtt_ns is the unloaded total_delay of a
+ * small op on the transport (measure a few 64 B READs), its usual jitter
+ * included; link_bps the line rate. The choices (reasons and measurements
+ * at the top of window.c):
+ *   ai 0.25, beta 0.8, md 0.5, cut 10   DESIGN.md section 5
+ *   min_cwnd 1/64                        one op per 64 RTTs at worst
+ *   init_cwnd = BDP in 4 KB ops, >= 1    link_bps * base / (8 * 4096);
+ *                                        1RMA's start at 1 op needs
+ *                                        ~4 (C - 1) RTTs to fill a path
+ *                                        of C ops per RTT
+ *   max_cwnd = max(256, 4 BDPs)          ops
+ *   remote_target_ns = 1.25 * base       a queue of a quarter BDP; 2x
+ *                                        makes a newcomer take 100+
+ *                                        RTTs to a fair share
+ *   local_target_ns = 5 us               half the portal's 10 us
+ *                                        dispatch timeout, so the local
+ *                                        window shrinks before ops fail
+ *   base_rtt_ns = base, op_bytes 4096 (the executor's op size),
+ *   max_remotes 256, merged off.
+ * base_rtt_ns of 0 is taken as 10 us. */
 struct erma_window_cfg erma_window_cfg_for(double link_bps, uint64_t base_rtt_ns);
+/* Copies cfg and allocates the remote table (max_remotes entries).
+ * ERMA_EINVAL unless 0 < min_cwnd <= init_cwnd <= max_cwnd, ai > 0,
+ * 0 < beta <= 1, 0 < md <= 1, cut >= 1, op_bytes > 0, base_rtt_ns > 0,
+ * 0 < max_remotes <= 2^20; ERMA_ENOMEM. */
 int erma_window_init(struct erma_window_cc *cc, const struct erma_window_cfg *cfg);
+/* Frees the remote table; its windows are forgotten. */
 void erma_window_destroy(struct erma_window_cc *cc);
+/* Sets *at_ns to the earliest time (>= now_ns) an op of `bytes` to
+ * (dst, dir) may issue, or UINT64_MAX while a window is full (wait for a
+ * completion). Creates the remote window on first use; when the table
+ * is full it reuses the least recently used window with nothing in
+ * flight (counted in cc.evictions), else returns ERMA_ENOSLOTS. */
 int erma_window_next_issue(struct erma_window_cc *cc, uint64_t dst,
                            enum erma_window_dir dir, uint32_t bytes,
                            uint64_t now_ns, uint64_t *at_ns);
+/* Records an op of `bytes` issued at now_ns (in flight +1 in both
+ * windows, pacing measured from now_ns, less the remote window's
+ * credit above). Creates the window like next_issue (ERMA_ENOSLOTS when
+ * it cannot); else ERMA_OK. */
 int erma_window_on_issue(struct erma_window_cc *cc, uint64_t dst,
                          enum erma_window_dir dir, uint32_t bytes, uint64_t now_ns);
+/* Records the completion of an op issued with on_issue: status is
+ * ERMA_OK or a negative erma code; the delays are those of the portal's
+ * completion (read only when status is ERMA_OK; issue_delay above
+ * total_delay is taken as total_delay). ERMA_ENOENT when (dst, dir) has
+ * no window (never issued, or evicted, which cannot happen while ops are
+ * in flight). */
 int erma_window_on_complete(struct erma_window_cc *cc, uint64_t dst,
                             enum erma_window_dir dir, int status,
                             uint64_t issue_delay_ns, uint64_t total_delay_ns,
                             uint64_t now_ns);
+/* The remote window of (dst, dir), or NULL; for reading its state.
+ * Counts as a use for the LRU choice of the table. */
 struct erma_window *erma_window_find(struct erma_window_cc *cc, uint64_t dst,
                                      enum erma_window_dir dir);
+/* The window that bounds (dst, dir) now: min(local, remote) cwnd, the
+ * remote one alone when merged; init_cwnd stands for a missing remote. */
 double erma_window_limit(struct erma_window_cc *cc, uint64_t dst,
                          enum erma_window_dir dir);
 
-/* ---------------------------------------------------------- Virtual paths */
+/* ---------------------------------------------------------------------------
+ * VIRTUAL PATHS (MP-RDMA, Lu et al., NSDI 2018, in software)
+ *
+ * One struct erma_paths per sender and destination spreads packets over n
+ * virtual paths (source ports that ECMP routers hash onto different routes)
+ * and keeps, per path, packets out, a smoothed RTT (EWMA 1/8) and a loss
+ * share (moving average over ERMA_PATH_LOSS_AVG packets, in 1/65536). The
+ * RPC layer keeps one per client session, the one-sided initiator one per
+ * destination; the caller says which packets were answered, lost or given up.
+ *
+ *   pick:   the path in use with the fewest packets out; among equals the
+ *           one whose reply just came (ACK clocking: a packet leaves where
+ *           one left the network), else round robin.
+ *   probe:  at start, and when a pruned path comes back, a path carries one
+ *           packet until that packet is answered or lost or given up.
+ *   prune:  after a sample or a loss on p, p is out of use when, against
+ *           the other paths in use, its loss exceeds twice their mean plus
+ *           ERMA_PATH_PRUNE_LOSS (1%), or its srtt exceeds 16 times the best
+ *           one's and the best by 16 of the smallest RTT seen, or its reply
+ *           came more than ERMA_PATH_PRUNE_LATE packets behind the newest
+ *           reply (MP-RDMA's out-of-order rule); the last path in use is
+ *           never pruned. It rests rest_ns, doubled per earlier prune (up to
+ *           2^ERMA_PATH_MAX_PRUNES times), then comes back with a clean
+ *           record and a probe.
+ *
+ * A set costs 24 bytes per path plus 8 (200 bytes for 8 paths). n = 1 makes
+ * every call trivial: pick returns 0, free is true.
+ */
 
 #define ERMA_PATH_LOSS_AVG 256
 #define ERMA_PATH_PRUNE_LOSS 655 /* 1% in 1/65536 */
@@ -535,12 +469,26 @@ struct erma_paths {
     struct erma_path p[ERMA_MAX_PATHS];
 };
 
+/* n paths (clamped to 1..ERMA_MAX_PATHS), each ready for its probe. */
 void erma_paths_init(struct erma_paths *ps, unsigned n);
+/* False while every path in use waits for its probe: send nothing yet. */
 bool erma_paths_free(const struct erma_paths *ps, uint64_t now_ns);
+/* The path of the next packet (counted out on it). When none is free
+ * (the RPC layer waits until one is; the one-sided initiator does not,
+ * so that one slow destination holds up no other), the path in use
+ * with the fewest packets out. */
 uint8_t erma_paths_pick(struct erma_paths *ps, uint64_t now_ns);
+/* A packet sent on p is out no longer (answered or given up), no sample. */
 void erma_paths_done(struct erma_paths *ps, uint8_t p);
+/* A reply came on p after rtt_ns (take samples from packets sent once:
+ * Karn), `late` packets behind the newest reply (0 when unknown). Does
+ * not count the packet done. True when this prunes p. A sample of a
+ * pruned path (ps->p[p].pruned_until != 0) says nothing of the others'
+ * congestion: leave it out of rate control. */
 bool erma_paths_sample(struct erma_paths *ps, uint8_t p, uint64_t rtt_ns, uint32_t late,
                        uint64_t now_ns, uint64_t rest_ns);
+/* A packet sent on p was lost: counted done and in p's loss. True when
+ * this prunes p. */
 bool erma_paths_lost(struct erma_paths *ps, uint8_t p, uint64_t now_ns, uint64_t rest_ns);
 
 ERMA_END_DECLS

@@ -20,6 +20,8 @@ struct erma_rand {
     uint64_t s[4];
 };
 
+/* splitmix64: advances the state *x and returns its next output. Seeds
+ * erma_rand, and serves alone where one fast mix of a counter will do. */
 static inline uint64_t erma_splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -28,17 +30,20 @@ static inline uint64_t erma_splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
+/* Seeds r from seed (any value, 0 included) through splitmix64. */
 static inline void erma_rand_seed(struct erma_rand *r, uint64_t seed)
 {
     for (int i = 0; i < 4; i++)
         r->s[i] = erma_splitmix64(&seed);
 }
 
+/* x rotated left by k bits, 0 < k < 64. */
 static inline uint64_t erma_rotl64(uint64_t x, int k)
 {
     return (x << k) | (x >> (64 - k));
 }
 
+/* The next 64 random bits of r (xoshiro256**). */
 static inline uint64_t erma_rand_u64(struct erma_rand *r)
 {
     uint64_t *s = r->s;

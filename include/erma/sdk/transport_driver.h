@@ -10,19 +10,8 @@
  * transport adds around it is its own business. A packet is at most
  * tr->max_pkt bytes (the Ethernet MTU less IP and UDP headers: 1472 for the
  * default MTU of 1500, on every transport, so figures stay comparable).
- *
- * TX: erma_tx_burst() sends up to n packets, each given as up to two
- * segments (a header and a data part, so message buffers are sent without
- * copying). It returns how many were accepted, from the front; the rest may
- * be retried. A packet over max_pkt fails the whole call with ERMA_E2BIG
- * before anything is sent: nothing is ever truncated.
- *
- * RX: erma_rx_burst() returns up to max received packets. Their data stays
- * valid until the next erma_rx_burst() on the same transport, so callers may
- * process packets in place. Packets the transport itself finds bad
- * (truncated, oversize) are counted in stats.rx_dropped, never returned.
- * For loss tests on real transports, cfg.rx_drop drops a random fraction of
- * received packets (counted in stats.rx_injected_drops).
+ * A transport sends with erma_tx_burst() and receives with erma_rx_burst(),
+ * which call its ops.
  *
  * Hints: what a transport knows of its path, so that the layers above pick
  * their defaults from it, never from which transport it is.
@@ -124,6 +113,7 @@ struct erma_transport {
 /* Opens the transport named by uri's scheme, bound to the address in uri. */
 int erma_transport_open(const char *uri, const struct erma_transport_cfg *cfg,
                         struct erma_transport **out);
+/* Closes tr and frees it; NULL is ignored. */
 void erma_transport_close(struct erma_transport *tr);
 
 /* Resolves a peer URI of the same scheme to an address. */
@@ -131,18 +121,31 @@ int erma_transport_resolve(struct erma_transport *tr, const char *uri, struct er
 /* Formats addr as "scheme://..." into buf; returns ERMA_OK or ERMA_EINVAL. */
 int erma_transport_addr_str(const struct erma_transport *tr, const struct erma_addr *addr,
                             char *buf, size_t len);
+/* Registers [addr, addr + len) for zero-copy I/O where the transport
+ * needs it (ops.reg_mem); ERMA_OK at once where it has nothing to do. */
 int erma_transport_reg_mem(struct erma_transport *tr, void *addr, size_t len);
 
 /* Sleeps until a packet may be there or timeout_ns passed (it may return
  * early); ERMA_ENOTSUP at once for a transport that can only be polled. */
 int erma_transport_wait(struct erma_transport *tr, uint64_t timeout_ns);
 
+/* Sends up to n packets, each given as up to two segments (a header and a
+ * data part, so message buffers are sent without copying). Returns how
+ * many were accepted, from the front; the rest may be retried. A packet
+ * over max_pkt fails the whole call with ERMA_E2BIG before anything is
+ * sent: nothing is ever truncated. */
 static inline int erma_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts,
                                 unsigned n)
 {
     return tr->ops->tx_burst(tr, pkts, n);
 }
 
+/* Returns up to max received packets in pkts. Their data stays valid until
+ * the next erma_rx_burst() on the same transport, so callers may process
+ * packets in place. Packets the transport itself finds bad (truncated,
+ * oversize) are counted in stats.rx_dropped, never returned. For loss
+ * tests on real transports, cfg.rx_drop drops a random fraction of
+ * received packets (counted in stats.rx_injected_drops). */
 static inline int erma_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts,
                                 unsigned max)
 {

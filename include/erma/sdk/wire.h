@@ -9,11 +9,7 @@
  *   word 1: req_num 44 | magic 4 | proto 4 | reserved 12 (zero)
  * The first 112 bits are eRPC's header; erma adds proto, which tells RPC,
  * one-sided (RMA) and session-management packets apart, and keeps 12 bits
- * reserved.
- *
- * erma_hdr_check() accepts a received packet only when it is at least a
- * header long, has the magic, a known proto and pkt_type, zero reserved bits
- * and a msg_size within ERMA_MAX_MSG_SIZE; it reads nothing past len.
+ * reserved. erma_hdr_check() is the gate every received packet passes.
  */
 #ifndef ERMA_WIRE_H
 #define ERMA_WIRE_H
@@ -59,12 +55,14 @@ struct erma_hdr {
 _Static_assert(ERMA_MAX_MSG_SIZE < (1u << 24), "msg_size must fit 24 bits");
 #endif
 
+/* Writes the low `bytes` bytes of v at p, little-endian. */
 static inline void erma_put_le(uint8_t *p, uint64_t v, int bytes)
 {
     for (int i = 0; i < bytes; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* Reads `bytes` little-endian bytes at p. */
 static inline uint64_t erma_get_le(const uint8_t *p, int bytes)
 {
     uint64_t v = 0;
@@ -74,13 +72,16 @@ static inline uint64_t erma_get_le(const uint8_t *p, int bytes)
 }
 
 /* The codec style of every erma header: fields one after another, each
- * little-endian, through a cursor that moves past what it wrote or read. */
+ * little-endian, through a cursor that moves past what it wrote or read.
+ * erma_put() writes the low `bytes` bytes of v at *p and moves *p past
+ * them. */
 static inline void erma_put(uint8_t **p, uint64_t v, int bytes)
 {
     erma_put_le(*p, v, bytes);
     *p += bytes;
 }
 
+/* Reads a field of `bytes` bytes at *p and moves *p past it. */
 static inline uint64_t erma_get(const uint8_t **p, int bytes)
 {
     const uint64_t v = erma_get_le(*p, bytes);
@@ -88,6 +89,7 @@ static inline uint64_t erma_get(const uint8_t **p, int bytes)
     return v;
 }
 
+/* Copies n bytes of src to *p and moves *p past them. */
 static inline void erma_put_bytes(uint8_t **p, const void *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -95,6 +97,7 @@ static inline void erma_put_bytes(uint8_t **p, const void *src, size_t n)
     *p += n;
 }
 
+/* Copies n bytes at *p to dst and moves *p past them. */
 static inline void erma_get_bytes(const uint8_t **p, void *dst, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -106,7 +109,10 @@ static inline void erma_get_bytes(const uint8_t **p, void *dst, size_t n)
 void erma_hdr_encode(const struct erma_hdr *h, void *buf);
 /* Reads buf[0..16) into h without validation. */
 void erma_hdr_decode(const void *buf, struct erma_hdr *h);
-/* Decodes and validates a received packet of len bytes: ERMA_OK or ERMA_EBADPKT. */
+/* Decodes and validates a received packet of len bytes: ERMA_OK or
+ * ERMA_EBADPKT. It accepts the packet only when it is at least a header
+ * long, has the magic, a known proto and pkt_type, zero reserved bits and
+ * a msg_size within ERMA_MAX_MSG_SIZE; it reads nothing past len. */
 int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h);
 
 ERMA_END_DECLS
