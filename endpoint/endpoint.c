@@ -8,6 +8,7 @@
 #include "erma/log.h"
 #include "erma/sim.h"
 #include "proto.h"
+#include "sim_run.h"
 
 #define TX_TRIES 64
 
@@ -457,28 +458,9 @@ int erma_sim_run(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n,
                  uint64_t duration_ns, bool (*done)(void *ctx), void *ctx)
 {
     erma_sim_use_clock(sim);
-    const uint64_t end = erma_sim_now(sim) + duration_ns;
-    if (done && done(ctx))
-        return ERMA_OK;
-    for (;;) {
-        int work = 0;
-        for (unsigned i = 0; i < n; i++)
-            work += erma_endpoint_run_once(eps[i]);
-        if (done && done(ctx))
-            return ERMA_OK; /* before time moves on: a completion need not count as work */
-        if (work)
-            continue;
-        uint64_t t = erma_sim_next_event(sim);
-        for (unsigned i = 0; i < n; i++) {
-            const uint64_t timer = erma_endpoint_next_timer(eps[i]);
-            t = timer < t ? timer : t;
-        }
-        if (t <= erma_sim_now(sim))
-            t = erma_sim_now(sim) + 1;
-        if (t > end) {
-            erma_sim_advance_to(sim, end);
-            return done && done(ctx) ? ERMA_OK : ERMA_ETIMEDOUT;
-        }
-        erma_sim_advance_to(sim, t);
-    }
+    struct erma__sim_run r;
+    erma__sim_run_init(&r);
+    r.done = done;
+    r.ctx = ctx;
+    return erma__sim_drive(sim, eps, n, duration_ns, &r);
 }
