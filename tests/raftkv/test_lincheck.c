@@ -1,5 +1,5 @@
 /*
- * test_lincheck - the linearizability checker of tests/lincheck.h.
+ * test_lincheck - the linearizability checker of tests/raftkv/lincheck.h.
  * Hand-made histories that must pass (sequential, overlapping PUTs read in
  * either order, a GET overlapping a PUT seeing old or new, an unknown-outcome
  * PUT seen or not, DEL and ENOENT) and must fail (a stale read, a value never
