@@ -4,7 +4,7 @@
  *
  * Why erma_window_cfg_for() starts a window at the BDP and sets the remote
  * target at 1.25x the base RTT (figures from the fluid simulation in
- * tests/test_cc.c, C ops of 4 KB per base RTT at the bottleneck):
+ * tests/cc/cc_window_sim.c, C ops of 4 KB per base RTT at the bottleneck):
  * - With ai = 0.25 a window of 1 or more grows by ai per RTT (cwnd ops
  *   complete per RTT, each adding ai / cwnd), so a flow started at 1 op
  *   needs about 4 * (C - 1) + 1 RTTs to fill the path: 11, 30, 63, 127 RTTs

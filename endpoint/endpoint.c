@@ -8,7 +8,6 @@
 #include "erma/log.h"
 #include "erma/sim.h"
 #include "proto.h"
-
 #define TX_TRIES 64
 
 static const struct erma_endpoint_cfg defaults = {
@@ -449,36 +448,4 @@ uint8_t erma_endpoint_thread_id(const struct erma_endpoint *ep)
 void erma_endpoint_get_stats(const struct erma_endpoint *ep, struct erma_endpoint_stats *out)
 {
     *out = ep->stats;
-}
-
-/* ---- the sim driver ---- */
-
-int erma_sim_run(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n,
-                 uint64_t duration_ns, bool (*done)(void *ctx), void *ctx)
-{
-    erma_sim_use_clock(sim);
-    const uint64_t end = erma_sim_now(sim) + duration_ns;
-    if (done && done(ctx))
-        return ERMA_OK;
-    for (;;) {
-        int work = 0;
-        for (unsigned i = 0; i < n; i++)
-            work += erma_endpoint_run_once(eps[i]);
-        if (done && done(ctx))
-            return ERMA_OK; /* before time moves on: a completion need not count as work */
-        if (work)
-            continue;
-        uint64_t t = erma_sim_next_event(sim);
-        for (unsigned i = 0; i < n; i++) {
-            const uint64_t timer = erma_endpoint_next_timer(eps[i]);
-            t = timer < t ? timer : t;
-        }
-        if (t <= erma_sim_now(sim))
-            t = erma_sim_now(sim) + 1;
-        if (t > end) {
-            erma_sim_advance_to(sim, end);
-            return done && done(ctx) ? ERMA_OK : ERMA_ETIMEDOUT;
-        }
-        erma_sim_advance_to(sim, t);
-    }
 }

@@ -28,7 +28,7 @@
  * then "-"); times are CLOCK_MONOTONIC, common to clients run side by side,
  * whose values differ (they start at the client's pid times 10^6), so the
  * files of several clients, put together, are one history (for
- * tests/lincheck.h). --op-timeout-ms T (1..10000, default 10000) fails an op
+ * tests/raftkv/lincheck.h). --op-timeout-ms T (1..10000, default 10000) fails an op
  * after T ms.
  *
  * --stale makes get ask the replica thought to lead for its own copy (fast,

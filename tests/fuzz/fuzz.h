@@ -29,6 +29,7 @@
 
 #include "erma/rpc.h"
 #include "erma/sim.h"
+#include "endpoint/sim_run.h"
 #include "erma/sdk/wire.h"
 
 #define FUZZ_CHECK(cond, ...)                                                         \
@@ -137,42 +138,22 @@ static inline int fuzz_save(const char *dir, const char *name, const void *data,
 /* Work a harness does between passes (answers, polls); returns work done. */
 typedef int (*fuzz_pass_fn)(void *ctx);
 
-/* Steps the endpoints round-robin, as erma_sim_run() does, for ns of
- * virtual time; after every pass calls hook (may be NULL), and moves time to
- * the next packet or timer event when nobody had work. *passes counts the
- * passes of the whole input. */
+/* Steps the endpoints round-robin with the driver erma_sim_run() runs on
+ * (endpoint/sim_run.h) for ns of virtual time; after every pass calls hook
+ * (may be NULL), and moves time to the next packet or timer event when
+ * nobody had work. *passes counts the passes of the whole input. */
 static inline void fuzz_run(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n,
                             uint64_t ns, fuzz_pass_fn hook, void *ctx, unsigned *passes)
 {
-    const uint64_t end = erma_sim_now(sim) + ns;
-    unsigned stuck = 0;
-    for (;;) {
-        FUZZ_CHECK(++*passes < FUZZ_MAX_PASSES, "time crawls: %u passes, at %llu ns", *passes,
-                   (unsigned long long)erma_sim_now(sim));
-        int work = 0;
-        for (unsigned i = 0; i < n; i++)
-            work += erma_endpoint_run_once(eps[i]);
-        if (hook)
-            work += hook(ctx);
-        if (work) {
-            FUZZ_CHECK(++stuck < FUZZ_STUCK_PASSES, "livelock: %u busy passes at %llu ns",
-                       stuck, (unsigned long long)erma_sim_now(sim));
-            continue;
-        }
-        uint64_t t = erma_sim_next_event(sim);
-        for (unsigned i = 0; i < n; i++) {
-            const uint64_t timer = erma_endpoint_next_timer(eps[i]);
-            t = timer < t ? timer : t;
-        }
-        if (t <= erma_sim_now(sim))
-            t = erma_sim_now(sim) + 1;
-        if (t > end) {
-            erma_sim_advance_to(sim, end);
-            return;
-        }
-        erma_sim_advance_to(sim, t);
-        stuck = 0;
-    }
+    struct erma__sim_run r = {.pass = hook, .ctx = ctx, .max_passes = FUZZ_MAX_PASSES,
+                              .max_busy = FUZZ_STUCK_PASSES, .passes = *passes};
+    const int rc = erma__sim_drive(sim, eps, n, ns, &r);
+    *passes = r.passes;
+    FUZZ_CHECK(r.passes < FUZZ_MAX_PASSES, "time crawls: %u passes, at %llu ns", r.passes,
+               (unsigned long long)erma_sim_now(sim));
+    FUZZ_CHECK(r.busy < FUZZ_STUCK_PASSES, "livelock: %u busy passes at %llu ns", r.busy,
+               (unsigned long long)erma_sim_now(sim));
+    FUZZ_CHECK(rc == ERMA_ETIMEDOUT, "the sim driver returned %d", rc);
 }
 
 /* A small FNV-1a hash, to remember buffer contents. */

@@ -39,7 +39,7 @@
 
 #define WAIT_NS 10000000000ull
 
-#include "../check.h"
+#include "check.h"
 
 static struct erma_transport *open_tr(const char *uri, uint32_t mtu, double drop)
 {

@@ -360,7 +360,7 @@ struct erma_window_cc {
  * small op on the transport (measure a few 64 B READs), its usual jitter
  * included; link_bps the line rate. The choices (reasons and measurements
  * at the top of window.c):
- *   ai 0.25, beta 0.8, md 0.5, cut 10   DESIGN.md section 5
+ *   ai 0.25, beta 0.8, md 0.5, cut 10   docs/DESIGN.md section 5
  *   min_cwnd 1/64                        one op per 64 RTTs at worst
  *   init_cwnd = BDP in 4 KB ops, >= 1    link_bps * base / (8 * 4096);
  *                                        1RMA's start at 1 op needs

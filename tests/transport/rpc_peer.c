@@ -1,6 +1,6 @@
 /*
  * rpc_peer - one side of an RPC test across processes, for transports that
- * need a process per network namespace (tests/test_dpdk.sh):
+ * need a process per network namespace (tests/transport/test_dpdk.sh):
  *
  *   rpc_peer server URI          serves echo requests for 200 s at most
  *   rpc_peer client URI SERVER   runs the checks below, exits 0 if all pass

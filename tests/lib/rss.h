@@ -1,5 +1,5 @@
 /*
- * tests/rss.h - resident memory of a process, from /proc/PID/statm.
+ * tests/lib/rss.h - resident memory of a process, from /proc/PID/statm.
  */
 #ifndef ERMA_TESTS_RSS_H
 #define ERMA_TESTS_RSS_H

@@ -983,7 +983,7 @@ static void test_at_most_once(void **state)
  * log), then the leader is cut off from the other replicas (clients still
  * reach it), then the cut heals. Every
  * op's invoke and completion (virtual time) goes into a history checked by
- * tests/lincheck.c: it must be linearizable. During the cut, one more
+ * tests/raftkv/lincheck.c: it must be linearizable. During the cut, one more
  * client reads with GET_LOCAL (stale allowed) from the cut-off replica
  * only: the history with its reads must fail the check. */
 

@@ -1,6 +1,6 @@
 /*
  * rma_peer - one-sided ops and a KVCS run across processes, for transports
- * that need a process per network namespace (tests/test_dpdk.sh):
+ * that need a process per network namespace (tests/transport/test_dpdk.sh):
  *
  *   rma_peer server URI          a region and three kvcs servers, 120 s at most
  *   rma_peer client URI SERVER   runs the checks below, exits 0 if all pass
@@ -29,7 +29,7 @@
  * transfer), WRITEs read back byte-exact (1000 B, 4 KB, a 200 KB transfer,
  * the bytes around them untouched), a READ past the region's end
  * (ERMA_EBOUNDS), an unknown region (ERMA_ENOREGION), a key with one bit of
- * kd flipped (ERMA_EAUTH, as tests/test_rma.c's test_statuses finds), and a
+ * kd flipped (ERMA_EAUTH, as tests/rma/test_rma.c's test_statuses finds), and a
  * REKEY with no grace: the old key then fails (ERMA_EAUTH), a key derived
  * with erma_rma_derive() from the new region key works and equals the one
  * the target now exports. Then a kvcs client (at URI's port + 1) over the

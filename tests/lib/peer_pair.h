@@ -1,5 +1,5 @@
 /*
- * tests/peer_pair.h - the "pair URI" mode of the peer programs (rpc_peer,
+ * tests/lib/peer_pair.h - the "pair URI" mode of the peer programs (rpc_peer,
  * rma_peer), for fabrics that live in one process (verbs on the mock,
  * tests/verbs): the program's server on a thread, its client here.
  *

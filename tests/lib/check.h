@@ -1,5 +1,5 @@
 /*
- * tests/check.h - CHECK(cond, fmt, ...) for the plain-C tests (no cmocka):
+ * tests/lib/check.h - CHECK(cond, fmt, ...) for the plain-C tests (no cmocka):
  * prints "FAIL file:line: message" and counts the failure in `failures`,
  * then carries on, so that one run shows every check that failed. A test's
  * main returns failures ? 1 : 0 (or 77 to skip, saying why).

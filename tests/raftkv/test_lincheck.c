@@ -1,5 +1,5 @@
 /*
- * test_lincheck - the linearizability checker of tests/lincheck.h.
+ * test_lincheck - the linearizability checker of tests/raftkv/lincheck.h.
  * Hand-made histories that must pass (sequential, overlapping PUTs read in
  * either order, a GET overlapping a PUT seeing old or new, an unknown-outcome
  * PUT seen or not, DEL and ENOENT) and must fail (a stale read, a value never
@@ -11,7 +11,7 @@
  * made to read a value overwritten before it began, which must fail; and
  * histories of 20,000 ops, timed. Deterministic seeds.
  *   test_lincheck recorded FILE checks a history recorded from raftkv
- * (tests/data/raftkv_history.txt, tests/data/record_raftkv_history.sh):
+ * (tests/raftkv/data/raftkv_history.txt, tests/raftkv/data/record_raftkv_history.sh):
  * linearizable, in a few states per op; one GET made stale, not.
  */
 #include <stdio.h>
@@ -591,7 +591,7 @@ static void test_large(void)
     }
 }
 
-/* ---- a recorded raftkv history (tests/data/record_raftkv_history.sh) ---- */
+/* ---- a recorded raftkv history (tests/raftkv/data/record_raftkv_history.sh) ---- */
 
 struct rec {
     char key[32], value[32]; /* value "" when none */

@@ -1,5 +1,5 @@
 /*
- * tests/rpc_attack.h - a client that sends the first packet of a request on
+ * tests/lib/rpc_attack.h - a client that sends the first packet of a request on
  * every slot of one of its sessions and never the rest (raw packets from
  * the session's own transport, with its server session and request
  * numbers, read from rpc/internal.h). Include after cmocka.h.

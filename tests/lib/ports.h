@@ -1,5 +1,5 @@
 /*
- * tests/ports.h - fixed UDP ports for tests on loopback.
+ * tests/lib/ports.h - fixed UDP ports for tests on loopback.
  *
  * A test that must know its ports in advance takes span ports from
  * test_port_base(span): below the kernel's ephemeral range (32768 up), so

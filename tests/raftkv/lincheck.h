@@ -74,7 +74,7 @@
  *       the first is tried: any two such could trade places.
  *   So a linearizable history is found in a few configurations per
  *   operation, the search going nearly straight through (one recorded from
- *   raftkv, tests/data/raftkv_history.txt: 36,714 operations, 18,161 on
+ *   raftkv, tests/raftkv/data/raftkv_history.txt: 36,714 operations, 18,161 on
  *   one key, 127 writes of unknown outcome; 70,558 configurations, 0.06 s).
  *   One that is not linearizable makes the search visit every
  *   configuration reachable before the first return no order can pass:

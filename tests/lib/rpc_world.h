@@ -1,5 +1,5 @@
 /*
- * tests/rpc_world.h - a world of sim hosts, each with a nexus (an ECHO
+ * tests/lib/rpc_world.h - a world of sim hosts, each with a nexus (an ECHO
  * handler), an endpoint and its RPCs, for the RPC tests on the sim fabric
  * (virtual time). Include after cmocka.h.
  */

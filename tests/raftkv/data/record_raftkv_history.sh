@@ -1,5 +1,5 @@
 #!/bin/bash
-# record_raftkv_history.sh - records the history tests/data/raftkv_history.txt
+# record_raftkv_history.sh - records the history tests/raftkv/data/raftkv_history.txt
 # was made from: three raftkv_server replicas on udp loopback, CLIENTS
 # raftkv_client load --history runs side by side on KEYS keys (few keys: long
 # histories per key), while every second or so the leader is killed
@@ -46,7 +46,7 @@ for p in "${loads[@]}"; do wait "$p"; done
 grep -h 'history:' "$dir"/load*.log
 {
   echo "# raftkv_client load --history of $clients clients, $keys keys, $seconds s, leader" \
-    "killed or paused about every second (tests/data/record_raftkv_history.sh):"
+    "killed or paused about every second (tests/raftkv/data/record_raftkv_history.sh):"
   echo "# $(tr '\n' ';' <"$dir/events")"
   echo "# KIND KEY VALUE INVOKE_NS COMPLETE_NS OUTCOME (COMPLETE_NS - : unknown outcome)"
   cat "$dir"/h*.txt | grep -v '^#'

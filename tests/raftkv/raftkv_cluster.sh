@@ -1,4 +1,4 @@
-# tests/raftkv_cluster.sh - sourced by the raftkv scripts that run on udp
+# tests/raftkv/raftkv_cluster.sh - sourced by the raftkv scripts that run on udp
 # loopback: three raftkv_server replicas, each with its directory in a
 # temporary folder. Set server, client, base (the replicas listen on
 # base + 1 .. base + 3) and seconds (how long a replica lives, /10) first.
