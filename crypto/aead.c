@@ -35,14 +35,6 @@ void erma__aead_end(struct erma__aead *k)
     sodium_memzero(k, sizeof *k);
 }
 
-void erma__aead_nonce(uint8_t n[ERMA__AEAD_NONCE], uint64_t ctr, uint8_t dir)
-{
-    memset(n, 0, ERMA__AEAD_NONCE);
-    for (int i = 0; i < 8; i++)
-        n[i] = (uint8_t)(ctr >> (8 * i));
-    n[8] = dir;
-}
-
 void erma__aead_seal(const struct erma__aead *k, const uint8_t n[ERMA__AEAD_NONCE],
                      const uint8_t *ad, size_t adlen, const uint8_t *m, size_t mlen, uint8_t *c,
                      uint8_t tag[ERMA__AEAD_TAG])

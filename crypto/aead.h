@@ -38,8 +38,14 @@ int erma__aead_expand(struct erma__aead *k, const uint8_t key[ERMA__AEAD_KEY], b
 void erma__aead_end(struct erma__aead *k);
 
 /* The nonce of packet counter ctr in direction dir: ctr little-endian in
- * bytes 0-7, dir in byte 8, zero after. */
-void erma__aead_nonce(uint8_t n[ERMA__AEAD_NONCE], uint64_t ctr, uint8_t dir);
+ * bytes 0-7, dir in byte 8, zero after. (Inline: it runs per packet.) */
+static inline void erma__aead_nonce(uint8_t n[ERMA__AEAD_NONCE], uint64_t ctr, uint8_t dir)
+{
+    for (int i = 0; i < 8; i++)
+        n[i] = (uint8_t)(ctr >> (8 * i));
+    n[8] = dir;
+    n[9] = n[10] = n[11] = 0;
+}
 
 /* Encrypts mlen bytes of m into c (which may be m) and writes the tag,
  * authenticating ad too. */

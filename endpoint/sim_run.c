@@ -27,7 +27,7 @@ int erma__sim_drive(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n
         return ERMA_OK;
     r->busy = 0;
     for (;;) {
-        if (++r->passes >= r->max_passes && r->max_passes)
+        if (r->max_passes && ++r->passes >= r->max_passes)
             return ERMA_EAGAIN;
         int work = 0;
         for (unsigned i = 0; i < n; i++)
@@ -37,7 +37,7 @@ int erma__sim_drive(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n
         if (is_done(r))
             return ERMA_OK; /* before time moves on: a completion need not count as work */
         if (work) {
-            if (++r->busy >= r->max_busy && r->max_busy)
+            if (r->max_busy && ++r->busy >= r->max_busy)
                 return ERMA_EAGAIN;
             continue;
         }

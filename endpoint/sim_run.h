@@ -21,8 +21,9 @@ struct erma__sim_run {
      * with ERMA_OK (may be NULL). */
     bool (*done)(void *ctx);
     void *ctx;
-    /* Limits, 0 for none: passes (counted across runs on the same struct)
-     * and busy passes in a row at one virtual instant. */
+    /* Limits, 0 for none: passes (counted across runs on the same struct,
+     * only while max_passes is set) and busy passes in a row at one
+     * virtual instant (counted only while max_busy is set). */
     unsigned max_passes, max_busy;
     unsigned passes, busy;
 };

@@ -122,7 +122,7 @@ static bool defer_timeouts(struct erma_rma *rma, bool rx_full)
     struct rma_portal *p = rma->portal;
     const bool stalled = rma->ep->now - p->last_poll_ns > RMA_STALL_NS;
     p->last_poll_ns = rma->ep->now;
-    const int32_t first = erma__heap_first(rma);
+    const int32_t first = erma__heap_first(p);
     if (first < 0 || p->slots[first].deadline_ns > rma->ep->now)
         return false;
     if ((stalled || rx_full) && p->deferrals < RMA_MAX_DEFERRALS) {
@@ -153,7 +153,7 @@ int erma__portal_poll(struct erma_rma *rma, bool rx_full)
     work = erma__portal_issue(rma, work);
     if (defer_timeouts(rma, rx_full))
         return work + 1;
-    for (int32_t i; (i = erma__heap_first(rma)) >= 0 && p->slots[i].deadline_ns <= now; work++)
+    for (int32_t i; (i = erma__heap_first(p)) >= 0 && p->slots[i].deadline_ns <= now; work++)
         time_out(rma, &p->slots[i]);
     return work;
 }
@@ -177,7 +177,7 @@ uint64_t erma__portal_next_timer(const struct erma_rma *rma)
         blocked = at == UINT64_MAX;
         t = at < t ? at : t;
     }
-    const int32_t first = erma__heap_first(rma);
+    const int32_t first = erma__heap_first(p);
     if (first >= 0) {
         const uint64_t d = p->slots[first].deadline_ns;
         t = d < t ? d : t;

@@ -200,7 +200,10 @@ bool erma__slot_free_for(const struct erma_rma *rma, uint8_t prio, bool chunk);
 void erma__heap_push(struct erma_rma *rma, int32_t i);
 void erma__heap_remove(struct erma_rma *rma, int32_t i);
 /* The op in flight with the earliest deadline: its slot, -1 when none. */
-int32_t erma__heap_first(const struct erma_rma *rma);
+static inline int32_t erma__heap_first(const struct rma_portal *p)
+{
+    return p->nheap ? p->heap[0] : -1;
+}
 /* fence.c */
 /* Write wseq to (peer, region) ended with status: the fenced slots after
  * it wait for one write less (cancelled if it failed), and so, through

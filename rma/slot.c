@@ -130,8 +130,3 @@ void erma__heap_remove(struct erma_rma *rma, int32_t i)
     heap_down(p, (uint32_t)p->slots[last].heap_idx);
 }
 
-int32_t erma__heap_first(const struct erma_rma *rma)
-{
-    const struct rma_portal *p = rma->portal;
-    return p->nheap ? p->heap[0] : -1;
-}
