@@ -1,4 +1,13 @@
-/* Kernel UDP transport: non-blocking socket, sendmmsg/recvmmsg batches. */
+/* Kernel UDP transport: non-blocking socket, sendmmsg/recvmmsg batches.
+ *
+ * Segmentation offload (Linux 4.18 and 5.0 on): consecutive packets of a
+ * TX burst to one destination, all of one size but the last, go to the
+ * kernel as one super-datagram with UDP_SEGMENT, which the stack (or the
+ * NIC) cuts into those datagrams again; with UDP_GRO on, the kernel hands
+ * such runs up as one buffer and a cmsg giving the segment size, which
+ * rx_burst cuts into packets again. Nothing above the transport sees it:
+ * on the wire every datagram is one erma packet. ERMA_UDP_GSO=0 in the
+ * environment turns both off; a kernel without them runs without. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -8,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,15 +28,30 @@
 
 /* Kernel memory a queued datagram costs beyond its payload (skb truesize). */
 #define SKB_OVERHEAD 768
+/* The largest super-datagram: a UDP payload fits 65,507 bytes over IPv4. */
+#define GSO_MAX_BYTES 65000u
+#define GSO_MAX_SEGS 64u
+#define GRO_BUF 65536u
+#define CTRL_BYTES CMSG_SPACE(sizeof(int))
 
 struct udp {
     struct erma_transport base;
     int fd;
-    uint8_t *rx_mem; /* ERMA_MAX_BURST buffers of max_pkt bytes */
+    bool gso, gro;    /* UDP_SEGMENT on send, UDP_GRO on receive */
+    uint32_t rx_buf;  /* bytes of one receive buffer: max_pkt, or GRO_BUF with GRO */
+    uint8_t *rx_mem;  /* ERMA_MAX_BURST buffers of rx_buf bytes */
     struct mmsghdr rx_msg[ERMA_MAX_BURST];
     struct iovec rx_iov[ERMA_MAX_BURST];
+    /* GRO: the datagrams of the last recvmmsg, cut into packets over calls */
+    struct sockaddr_storage rx_src[ERMA_MAX_BURST];
+    _Alignas(struct cmsghdr) uint8_t rx_ctrl[ERMA_MAX_BURST][CTRL_BYTES];
+    uint32_t rx_seg[ERMA_MAX_BURST]; /* segment size of each */
+    unsigned rx_n, rx_i;             /* datagrams held; the one being cut */
+    uint32_t rx_off;                 /* where its next packet starts */
     struct mmsghdr tx_msg[ERMA_MAX_BURST];
     struct iovec tx_iov[2 * ERMA_MAX_BURST];
+    _Alignas(struct cmsghdr) uint8_t tx_ctrl[ERMA_MAX_BURST][CTRL_BYTES];
+    unsigned tx_pkts[ERMA_MAX_BURST]; /* packets in each message */
 };
 
 /* Parses "host:port" or "[v6host]:port" into a socket address. */
@@ -106,6 +131,20 @@ static void size_buffer(int fd, int force_opt, int opt, size_t bytes)
         setsockopt(fd, SOL_SOCKET, opt, &v, sizeof v);
 }
 
+/* Turns on what the kernel offers of UDP_SEGMENT and UDP_GRO, unless
+ * ERMA_UDP_GSO=0. */
+static void offload_on(struct udp *u)
+{
+    const char *env = getenv("ERMA_UDP_GSO");
+    if (env && strcmp(env, "0") == 0)
+        return;
+    int v = 0;
+    socklen_t len = sizeof v;
+    u->gso = getsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &v, &len) == 0;
+    v = 1;
+    u->gro = setsockopt(u->fd, SOL_UDP, UDP_GRO, &v, sizeof v) == 0;
+}
+
 static void udp_close(struct erma_transport *tr)
 {
     struct udp *u = (struct udp *)tr;
@@ -155,15 +194,19 @@ static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
     socklen_t len = sizeof u->base.local.raw;
     if (getsockname(u->fd, (struct sockaddr *)u->base.local.raw, &len) != 0)
         goto fail;
+    offload_on(u);
     rc = ERMA_ENOMEM;
-    u->rx_mem = malloc((size_t)ERMA_MAX_BURST * u->base.max_pkt);
+    u->rx_buf = u->gro ? GRO_BUF : u->base.max_pkt;
+    u->rx_mem = malloc((size_t)ERMA_MAX_BURST * u->rx_buf);
     if (!u->rx_mem)
         goto fail;
     for (unsigned i = 0; i < ERMA_MAX_BURST; i++) {
-        u->rx_iov[i] = (struct iovec){u->rx_mem + (size_t)i * u->base.max_pkt, u->base.max_pkt};
+        u->rx_iov[i] = (struct iovec){u->rx_mem + (size_t)i * u->rx_buf, u->rx_buf};
         u->rx_msg[i].msg_hdr.msg_iov = &u->rx_iov[i];
         u->rx_msg[i].msg_hdr.msg_iovlen = 1;
     }
+    ERMA_DEBUG("udp %s: segmentation offload %s, receive offload %s", rest,
+               u->gso ? "on" : "off", u->gro ? "on" : "off");
     *out = &u->base;
     return ERMA_OK;
 fail:
@@ -171,33 +214,94 @@ fail:
     return rc;
 }
 
+static uint32_t pkt_len(const struct erma_tx_pkt *p)
+{
+    return p->hdr_len + p->data_len;
+}
+
+static bool same_dst(const struct erma_addr *a, const struct erma_addr *b)
+{
+    return a == b || (a->len == b->len && memcmp(a->raw, b->raw, a->len) == 0);
+}
+
+/* How many of pkts[0..n) go as one super-datagram: to one destination,
+ * each of the first one's size but the last, which may be shorter. */
+static unsigned gso_run(const struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
+{
+    if (!u->gso)
+        return 1;
+    const uint32_t size = pkt_len(&pkts[0]);
+    uint32_t bytes = size;
+    unsigned k = 1;
+    while (k < n && k < GSO_MAX_SEGS && pkt_len(&pkts[k]) <= size &&
+           bytes + pkt_len(&pkts[k]) <= GSO_MAX_BYTES && same_dst(pkts[k].dst, pkts[0].dst)) {
+        bytes += pkt_len(&pkts[k]);
+        if (pkt_len(&pkts[k++]) < size)
+            break;
+    }
+    return k;
+}
+
+static void set_segment(struct msghdr *m, uint8_t *ctrl, uint16_t size)
+{
+    m->msg_control = ctrl;
+    m->msg_controllen = CMSG_SPACE(sizeof size);
+    struct cmsghdr *c = CMSG_FIRSTHDR(m);
+    c->cmsg_level = SOL_UDP;
+    c->cmsg_type = UDP_SEGMENT;
+    c->cmsg_len = CMSG_LEN(sizeof size);
+    memcpy(CMSG_DATA(c), &size, sizeof size);
+}
+
+/* The messages of pkts[0..n): one per packet, or per run with GSO. */
+static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
+{
+    unsigned nmsg = 0, nio = 0;
+    for (unsigned i = 0; i < n; nmsg++) {
+        const unsigned k = gso_run(u, pkts + i, n - i);
+        struct msghdr *m = &u->tx_msg[nmsg].msg_hdr;
+        *m = (struct msghdr){.msg_name = (void *)pkts[i].dst->raw,
+                             .msg_namelen = pkts[i].dst->len,
+                             .msg_iov = &u->tx_iov[nio]};
+        for (unsigned j = i; j < i + k; j++) {
+            u->tx_iov[nio++] = (struct iovec){(void *)pkts[j].hdr, pkts[j].hdr_len};
+            if (pkts[j].data_len)
+                u->tx_iov[nio++] = (struct iovec){(void *)pkts[j].data, pkts[j].data_len};
+        }
+        m->msg_iovlen = (size_t)(&u->tx_iov[nio] - m->msg_iov);
+        if (k > 1)
+            set_segment(m, u->tx_ctrl[nmsg], (uint16_t)pkt_len(&pkts[i]));
+        u->tx_pkts[nmsg] = k;
+        i += k;
+    }
+    return nmsg;
+}
+
 /* Sends pkts[0..n), n <= ERMA_MAX_BURST; returns how many the kernel took. */
 static unsigned send_batch(struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
 {
-    for (unsigned i = 0; i < n; i++) {
-        struct msghdr *m = &u->tx_msg[i].msg_hdr;
-        struct iovec *iov = &u->tx_iov[2 * i];
-        iov[0] = (struct iovec){(void *)pkts[i].hdr, pkts[i].hdr_len};
-        iov[1] = (struct iovec){(void *)pkts[i].data, pkts[i].data_len};
-        *m = (struct msghdr){.msg_name = (void *)pkts[i].dst->raw,
-                             .msg_namelen = pkts[i].dst->len,
-                             .msg_iov = iov,
-                             .msg_iovlen = pkts[i].data_len ? 2 : 1};
-    }
-    unsigned done = 0;
-    while (done < n) {
-        const int r = sendmmsg(u->fd, u->tx_msg + done, n - done, 0);
+    const unsigned nmsg = build_msgs(u, pkts, n);
+    unsigned done = 0, sent = 0; /* messages, packets */
+    while (done < nmsg) {
+        const int r = sendmmsg(u->fd, u->tx_msg + done, nmsg - done, 0);
         if (r > 0) {
-            done += (unsigned)r;
+            for (int i = 0; i < r; i++)
+                sent += u->tx_pkts[done++];
         } else if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR) {
             break;
+        } else if (u->tx_pkts[done] > 1 && (errno == EIO || errno == EINVAL)) {
+            /* A device that cannot segment: the rest, offered again, goes
+             * one datagram per packet. */
+            ERMA_WARN("udp: segmentation offload refused (%s): turned off", strerror(errno));
+            u->gso = false;
+            break;
         } else {
-            /* This packet cannot go (e.g. unreachable address): drop it alone. */
-            u->base.stats.tx_errors++;
-            done++;
+            /* These packets cannot go (e.g. unreachable address): drop them alone. */
+            u->base.stats.tx_errors += u->tx_pkts[done];
+            sent += u->tx_pkts[done++];
         }
     }
-    return done;
+    return sent;
 }
 
 static int udp_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
@@ -220,24 +324,83 @@ static int udp_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkt
     return (int)sent;
 }
 
-static int udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max)
+/* The segment size of a received datagram of len bytes: its UDP_GRO cmsg's,
+ * else len (one packet). */
+static uint32_t gro_size(struct msghdr *m, uint32_t len)
 {
-    struct udp *u = (struct udp *)tr;
-    if (max > ERMA_MAX_BURST)
-        max = ERMA_MAX_BURST;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+        if (c->cmsg_level != SOL_UDP || c->cmsg_type != UDP_GRO)
+            continue;
+        int size;
+        memcpy(&size, CMSG_DATA(c), sizeof size);
+        return size > 0 && (uint32_t)size < len ? (uint32_t)size : len;
+    }
+    return len;
+}
+
+/* Receives up to max datagrams into the GRO buffers; how many. */
+static unsigned gro_recv(struct udp *u, unsigned max)
+{
+    for (unsigned i = 0; i < max; i++) {
+        struct msghdr *m = &u->rx_msg[i].msg_hdr;
+        m->msg_name = &u->rx_src[i];
+        m->msg_namelen = ERMA_ADDR_MAX;
+        m->msg_control = u->rx_ctrl[i];
+        m->msg_controllen = CTRL_BYTES;
+        m->msg_flags = 0;
+    }
+    const int r = recvmmsg(u->fd, u->rx_msg, max, MSG_DONTWAIT, NULL);
+    u->rx_n = r > 0 ? (unsigned)r : 0;
+    u->rx_i = u->rx_off = 0;
+    for (unsigned i = 0; i < u->rx_n; i++) {
+        struct msghdr *m = &u->rx_msg[i].msg_hdr;
+        u->rx_seg[i] = m->msg_flags & MSG_TRUNC ? 0 : gro_size(m, u->rx_msg[i].msg_len);
+        u->base.stats.rx_dropped += u->rx_seg[i] == 0;
+    }
+    return u->rx_n;
+}
+
+/* With GRO: the packets of the datagrams held, cut at their segment size,
+ * receiving more only when all are handed out (their buffers stay valid
+ * until then). */
+static unsigned gro_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
+{
+    if (u->rx_i >= u->rx_n && !gro_recv(u, max))
+        return 0;
+    unsigned n = 0;
+    while (n < max && u->rx_i < u->rx_n) {
+        const struct mmsghdr *mm = &u->rx_msg[u->rx_i];
+        const uint32_t len = mm->msg_len, seg = u->rx_seg[u->rx_i];
+        if (!seg || u->rx_off >= len) {
+            u->rx_i++;
+            u->rx_off = 0;
+            continue;
+        }
+        const uint32_t take = len - u->rx_off < seg ? len - u->rx_off : seg;
+        pkts[n].data = (uint8_t *)mm->msg_hdr.msg_iov[0].iov_base + u->rx_off;
+        pkts[n].len = take;
+        pkts[n].src.len = (uint8_t)mm->msg_hdr.msg_namelen;
+        memcpy(pkts[n].src.raw, &u->rx_src[u->rx_i], pkts[n].src.len);
+        u->rx_off += take;
+        n++;
+    }
+    return n;
+}
+
+/* Without GRO: one datagram, one packet, received into place. */
+static unsigned plain_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
+{
     for (unsigned i = 0; i < max; i++) {
         u->rx_msg[i].msg_hdr.msg_name = pkts[i].src.raw;
         u->rx_msg[i].msg_hdr.msg_namelen = ERMA_ADDR_MAX;
         u->rx_msg[i].msg_hdr.msg_flags = 0;
     }
     const int r = recvmmsg(u->fd, u->rx_msg, max, MSG_DONTWAIT, NULL);
-    if (r <= 0)
-        return 0;
     unsigned n = 0;
     for (int i = 0; i < r; i++) {
         const struct msghdr *m = &u->rx_msg[i].msg_hdr;
         if (m->msg_flags & MSG_TRUNC) {
-            tr->stats.rx_dropped++;
+            u->base.stats.rx_dropped++;
             continue;
         }
         /* Compact: packet i's buffer and address move to slot n. */
@@ -246,9 +409,19 @@ static int udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, uns
         pkts[n].src.len = (uint8_t)m->msg_namelen;
         pkts[n].data = m->msg_iov[0].iov_base;
         pkts[n].len = u->rx_msg[i].msg_len;
-        tr->stats.rx_bytes += pkts[n].len;
         n++;
     }
+    return n;
+}
+
+static int udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max)
+{
+    struct udp *u = (struct udp *)tr;
+    if (max > ERMA_MAX_BURST)
+        max = ERMA_MAX_BURST;
+    const unsigned n = u->gro ? gro_rx(u, pkts, max) : plain_rx(u, pkts, max);
+    for (unsigned i = 0; i < n; i++)
+        tr->stats.rx_bytes += pkts[i].len;
     tr->stats.rx_pkts += n;
     return (int)(tr->drop_threshold ? erma_transport_inject_loss(tr, pkts, n) : n);
 }

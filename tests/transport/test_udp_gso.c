@@ -1,0 +1,229 @@
+/* transport/udp.c's segmentation offload (UDP_SEGMENT) and receive offload
+ * (UDP_GRO) on loopback: runs of packets go out as super-datagrams and come
+ * back cut into the same packets, in order, with their sources; a plain
+ * socket sees one datagram per packet; a hostile sender's super-datagram
+ * of 1-byte segments is cut, over many bursts, without harm. ctest runs it
+ * with the offloads (test_udp_gso) and again with ERMA_UDP_GSO=0
+ * (test_udp_gso_off): every assertion holds both ways. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "erma/clock.h"
+#include "erma/errors.h"
+#include "erma/sdk/transport_driver.h"
+
+#define NPKT 32
+#define TIMEOUT_NS 2000000000ull /* 10x what loopback needs, on a busy machine */
+
+static struct erma_transport *open_v4(void)
+{
+    struct erma_transport *t;
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:0", NULL, &t), ERMA_OK);
+    return t;
+}
+
+/* Receives want packets at most `per_call` at a time (the rest of a cut
+ * super-datagram waits for the next call), copying each into copy. */
+static unsigned receive(struct erma_transport *tr, struct erma_rx_pkt *out, uint8_t (*copy)[1472],
+                        unsigned want, unsigned per_call)
+{
+    unsigned got = 0;
+    const uint64_t end = erma_now_ns() + TIMEOUT_NS;
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    while (got < want && erma_now_ns() < end) {
+        const int n = erma_rx_burst(tr, rx, per_call);
+        assert_true(n >= 0 && (unsigned)n <= per_call);
+        for (int i = 0; i < n && got < want; i++, got++) {
+            out[got] = rx[i];
+            memcpy(copy[got], rx[i].data, rx[i].len);
+            out[got].data = copy[got];
+        }
+    }
+    return got;
+}
+
+/* Nothing more arrives within 50 ms (a late packet would show here). */
+static void nothing_more(struct erma_transport *tr)
+{
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    const uint64_t end = erma_now_ns() + 50000000;
+    while (erma_now_ns() < end)
+        assert_int_equal(erma_rx_burst(tr, rx, ERMA_MAX_BURST), 0);
+}
+
+static uint32_t fill(uint8_t *p, uint32_t len, unsigned i)
+{
+    for (uint32_t k = 0; k < len; k++)
+        p[k] = (uint8_t)(i * 31 + k);
+    return len;
+}
+
+/* A burst whose runs end every way a run can: a shorter packet (10 x 1000
+ * then 400), a longer one (5 x 300 then 1472), another destination in
+ * between (3 to c), the burst's end; some packets in two segments. */
+static const uint32_t sizes[NPKT] = {1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000,
+                                     400,  300,  300,  300,  300,  300,  1472, 200,  200,  200,
+                                     64,   64,   64,   64,   64,   64,   64,   64,   64,   64,
+                                     64,   17};
+static const bool to_c[NPKT] = {[17] = true, [18] = true, [19] = true};
+
+static void runs(unsigned per_call)
+{
+    struct erma_transport *a = open_v4(), *b = open_v4(), *c = open_v4();
+    static uint8_t data[NPKT][1472], copy[NPKT][1472];
+    struct erma_tx_pkt tx[NPKT];
+    for (unsigned i = 0; i < NPKT; i++) {
+        const uint32_t len = fill(data[i], sizes[i], i);
+        const struct erma_addr *dst = to_c[i] ? &c->local : &b->local;
+        tx[i] = i % 3 == 1 ? (struct erma_tx_pkt){.dst = dst, .hdr = data[i], .hdr_len = 16,
+                                                  .data = data[i] + 16, .data_len = len - 16}
+                           : (struct erma_tx_pkt){.dst = dst, .hdr = data[i], .hdr_len = len};
+    }
+    assert_int_equal(erma_tx_burst(a, tx, NPKT), NPKT);
+    struct erma_rx_pkt rx[NPKT];
+    assert_int_equal(receive(b, rx, copy, NPKT - 3, per_call), NPKT - 3);
+    for (unsigned i = 0, k = 0; i < NPKT; i++) { /* loopback keeps order */
+        if (to_c[i])
+            continue;
+        assert_int_equal(rx[k].len, sizes[i]);
+        assert_memory_equal(rx[k].data, data[i], sizes[i]);
+        assert_true(erma_addr_eq(&rx[k].src, &a->local));
+        k++;
+    }
+    assert_int_equal(receive(c, rx, copy, 3, per_call), 3);
+    for (unsigned k = 0; k < 3; k++)
+        assert_memory_equal(rx[k].data, data[17 + k], 200);
+    nothing_more(b);
+    assert_int_equal(b->stats.rx_pkts, NPKT - 3);
+    assert_int_equal(a->stats.tx_pkts, NPKT);
+    erma_transport_close(a);
+    erma_transport_close(b);
+    erma_transport_close(c);
+}
+
+static void test_runs(void **state)
+{
+    (void)state;
+    runs(ERMA_MAX_BURST);
+}
+
+static void test_runs_three_per_call(void **state)
+{
+    (void)state;
+    runs(3);
+}
+
+static int plain_socket(struct sockaddr_in *sa)
+{
+    const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(fd >= 0);
+    *sa = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof *sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)sa, sizeof *sa), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)sa, &len), 0);
+    const struct timeval tv = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* What goes on the wire: one datagram per packet, whatever was sent. */
+static void test_plain_receiver_sees_packets(void **state)
+{
+    (void)state;
+    struct sockaddr_in sa;
+    const int fd = plain_socket(&sa);
+    struct erma_addr dst = {.len = sizeof sa};
+    memcpy(dst.raw, &sa, sizeof sa);
+    struct erma_transport *a = open_v4();
+    static uint8_t data[NPKT][1472];
+    struct erma_tx_pkt tx[NPKT];
+    for (unsigned i = 0; i < NPKT; i++)
+        tx[i] = (struct erma_tx_pkt){.dst = &dst, .hdr = data[i],
+                                     .hdr_len = fill(data[i], i < 20 ? 1200 : 90, i)};
+    assert_int_equal(erma_tx_burst(a, tx, NPKT), NPKT);
+    uint8_t buf[65536];
+    for (unsigned i = 0; i < NPKT; i++) {
+        const ssize_t n = recv(fd, buf, sizeof buf, 0);
+        assert_int_equal(n, tx[i].hdr_len);
+        assert_memory_equal(buf, data[i], (size_t)n);
+    }
+    erma_transport_close(a);
+    close(fd);
+}
+
+/* Sends len bytes as one super-datagram of seg-byte segments, from a plain
+ * socket (the kernel refuses when it has no UDP_SEGMENT: then skips). */
+static bool send_segmented(int fd, const struct erma_addr *to, const uint8_t *p, size_t len,
+                           uint16_t seg)
+{
+    struct iovec iov = {(void *)p, len};
+    _Alignas(struct cmsghdr) uint8_t ctrl[CMSG_SPACE(sizeof seg)] = {0};
+    struct msghdr m = {.msg_name = (void *)to->raw, .msg_namelen = to->len, .msg_iov = &iov,
+                       .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = sizeof ctrl};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    *c = (struct cmsghdr){.cmsg_len = CMSG_LEN(sizeof seg), .cmsg_level = SOL_UDP,
+                          .cmsg_type = UDP_SEGMENT};
+    memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    return sendmsg(fd, &m, 0) == (ssize_t)len;
+}
+
+/* A peer's super-datagrams of tiny segments (the kernel takes at most 64
+ * segments in one): cut into that many packets over as many bursts as it
+ * takes, each right, then nothing more. */
+static void test_hostile_tiny_segments(void **state)
+{
+    (void)state;
+    struct sockaddr_in sa;
+    const int fd = plain_socket(&sa);
+    struct erma_transport *b = open_v4();
+    enum { SENDS = 50, SEGS = 64 };
+    static uint8_t data[SENDS * SEGS], copy[SENDS * SEGS][1472];
+    static struct erma_rx_pkt rx[SENDS * SEGS];
+    fill(data, sizeof data, 5);
+    if (!send_segmented(fd, &b->local, data, SEGS, 1)) {
+        print_message("  skipped: this kernel has no UDP_SEGMENT (%s)\n", strerror(errno));
+        erma_transport_close(b);
+        close(fd);
+        skip();
+    }
+    for (unsigned k = 1; k < SENDS; k++)
+        assert_true(send_segmented(fd, &b->local, data + k * SEGS, SEGS, 1));
+    assert_int_equal(receive(b, rx, copy, SENDS * SEGS, ERMA_MAX_BURST), SENDS * SEGS);
+    for (unsigned i = 0; i < SENDS * SEGS; i++) {
+        assert_int_equal(rx[i].len, 1);
+        assert_int_equal(copy[i][0], data[i]);
+    }
+    assert_true(send_segmented(fd, &b->local, data, 400, 7)); /* 57 x 7 and 1 */
+    assert_int_equal(receive(b, rx, copy, 58, 5), 58);
+    assert_int_equal(rx[56].len, 7);
+    assert_int_equal(rx[57].len, 1);
+    assert_memory_equal(copy[56], data + 392, 7);
+    assert_int_equal(copy[57][0], data[399]);
+    nothing_more(b);
+    erma_transport_close(b);
+    close(fd);
+}
+
+int main(void)
+{
+    const char *env = getenv("ERMA_UDP_GSO");
+    printf("udp segmentation and receive offload: %s\n",
+           env && strcmp(env, "0") == 0 ? "off (ERMA_UDP_GSO=0)" : "on where the kernel has them");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_runs),
+        cmocka_unit_test(test_runs_three_per_call),
+        cmocka_unit_test(test_plain_receiver_sees_packets),
+        cmocka_unit_test(test_hostile_tiny_segments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
