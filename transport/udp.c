@@ -7,7 +7,8 @@
  * such runs up as one buffer and a cmsg giving the segment size, which
  * rx_burst cuts into packets again. Nothing above the transport sees it:
  * on the wire every datagram is one erma packet. ERMA_UDP_GSO=0 in the
- * environment turns both off; a kernel without them runs without. */
+ * environment turns both off, ERMA_UDP_GRO=0 the receive side only; a
+ * kernel without them runs without. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -132,7 +133,7 @@ static void size_buffer(int fd, int force_opt, int opt, size_t bytes)
 }
 
 /* Turns on what the kernel offers of UDP_SEGMENT and UDP_GRO, unless
- * ERMA_UDP_GSO=0. */
+ * ERMA_UDP_GSO=0 (neither) or ERMA_UDP_GRO=0 (no UDP_GRO). */
 static void offload_on(struct udp *u)
 {
     const char *env = getenv("ERMA_UDP_GSO");
@@ -142,7 +143,9 @@ static void offload_on(struct udp *u)
     socklen_t len = sizeof v;
     u->gso = getsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &v, &len) == 0;
     v = 1;
-    u->gro = setsockopt(u->fd, SOL_UDP, UDP_GRO, &v, sizeof v) == 0;
+    const char *gro = getenv("ERMA_UDP_GRO");
+    u->gro = !(gro && strcmp(gro, "0") == 0) &&
+             setsockopt(u->fd, SOL_UDP, UDP_GRO, &v, sizeof v) == 0;
 }
 
 static void udp_close(struct erma_transport *tr)
