@@ -48,6 +48,7 @@ struct udp {
     _Alignas(struct cmsghdr) uint8_t rx_ctrl[ERMA_MAX_BURST][CTRL_BYTES];
     uint32_t rx_seg[ERMA_MAX_BURST]; /* segment size of each */
     unsigned rx_n, rx_i;             /* datagrams held; the one being cut */
+    bool rx_idle;                    /* the last receive found nothing */
     uint32_t rx_off;                 /* where its next packet starts */
     struct mmsghdr tx_msg[ERMA_MAX_BURST];
     struct iovec tx_iov[2 * ERMA_MAX_BURST];
@@ -281,12 +282,20 @@ static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsign
 }
 
 /* Sends pkts[0..n), n <= ERMA_MAX_BURST; returns how many the kernel took. */
+/* sendmmsg, or sendmsg for one message: the kernel's shorter path. */
+static int send_msgs(struct udp *u, unsigned from, unsigned count)
+{
+    if (count == 1)
+        return sendmsg(u->fd, &u->tx_msg[from].msg_hdr, 0) < 0 ? -1 : 1;
+    return sendmmsg(u->fd, u->tx_msg + from, count, 0);
+}
+
 static unsigned send_batch(struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
 {
     const unsigned nmsg = build_msgs(u, pkts, n);
     unsigned done = 0, sent = 0; /* messages, packets */
     while (done < nmsg) {
-        const int r = sendmmsg(u->fd, u->tx_msg + done, nmsg - done, 0);
+        const int r = send_msgs(u, done, nmsg - done);
         if (r > 0) {
             for (int i = 0; i < r; i++)
                 sent += u->tx_pkts[done++];
@@ -341,6 +350,20 @@ static uint32_t gro_size(struct msghdr *m, uint32_t len)
     return len;
 }
 
+/* recvmmsg, or recvmsg for one datagram: after a receive that found
+ * nothing (a polling loop's usual case) only one is asked for, sparing the
+ * kernel a second look at an empty queue. */
+static int recv_msgs(struct udp *u, unsigned count)
+{
+    if (count > 1)
+        return recvmmsg(u->fd, u->rx_msg, count, MSG_DONTWAIT, NULL);
+    const ssize_t r = recvmsg(u->fd, &u->rx_msg[0].msg_hdr, MSG_DONTWAIT);
+    if (r < 0)
+        return -1;
+    u->rx_msg[0].msg_len = (unsigned)r;
+    return 1;
+}
+
 /* Receives up to max datagrams into the GRO buffers; how many. */
 static unsigned gro_recv(struct udp *u, unsigned max)
 {
@@ -352,7 +375,7 @@ static unsigned gro_recv(struct udp *u, unsigned max)
         m->msg_controllen = CTRL_BYTES;
         m->msg_flags = 0;
     }
-    const int r = recvmmsg(u->fd, u->rx_msg, max, MSG_DONTWAIT, NULL);
+    const int r = recv_msgs(u, max);
     u->rx_n = r > 0 ? (unsigned)r : 0;
     u->rx_i = u->rx_off = 0;
     for (unsigned i = 0; i < u->rx_n; i++) {
@@ -368,7 +391,7 @@ static unsigned gro_recv(struct udp *u, unsigned max)
  * until then). */
 static unsigned gro_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
 {
-    if (u->rx_i >= u->rx_n && !gro_recv(u, max))
+    if (u->rx_i >= u->rx_n && !gro_recv(u, u->rx_idle ? 1 : max))
         return 0;
     unsigned n = 0;
     while (n < max && u->rx_i < u->rx_n) {
@@ -393,12 +416,14 @@ static unsigned gro_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
 /* Without GRO: one datagram, one packet, received into place. */
 static unsigned plain_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
 {
+    if (u->rx_idle)
+        max = 1;
     for (unsigned i = 0; i < max; i++) {
         u->rx_msg[i].msg_hdr.msg_name = pkts[i].src.raw;
         u->rx_msg[i].msg_hdr.msg_namelen = ERMA_ADDR_MAX;
         u->rx_msg[i].msg_hdr.msg_flags = 0;
     }
-    const int r = recvmmsg(u->fd, u->rx_msg, max, MSG_DONTWAIT, NULL);
+    const int r = recv_msgs(u, max);
     unsigned n = 0;
     for (int i = 0; i < r; i++) {
         const struct msghdr *m = &u->rx_msg[i].msg_hdr;
@@ -423,6 +448,7 @@ static int udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, uns
     if (max > ERMA_MAX_BURST)
         max = ERMA_MAX_BURST;
     const unsigned n = u->gro ? gro_rx(u, pkts, max) : plain_rx(u, pkts, max);
+    u->rx_idle = n == 0;
     for (unsigned i = 0; i < n; i++)
         tr->stats.rx_bytes += pkts[i].len;
     tr->stats.rx_pkts += n;
