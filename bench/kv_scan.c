@@ -2,7 +2,7 @@
  * kv_scan - point GETs on the kv service with and without long SCANs beside
  * them, in one run.
  *
- *   kv_scan [--sizes LIST] [--keys N] [--scan N] [--scan-credits C]
+ *   kv_scan [--sizes LIST] [--keys N] [--scan N] [--scan-credits C] [--window W]
  *           [--rounds R] [--round-seconds S] [--no-poll] [--cpu LIST] [--csv]
  *   kv_scan --role server [--server URI]            (on one host: until killed)
  *   kv_scan --role client --server URI [...]        (on another)
@@ -21,7 +21,10 @@
  * the scanning line the ratios scanning / quiet of p50 and p99 as the
  * median over the interleaved pairs of rounds (quiet round, then scanning
  * round), so that a machine that slows down for a while moves both rounds
- * of a pair. Every GET and SCAN is checked; exits 1 if one was wrong.
+ * of a pair, and each mode's GETs per second. With --window W (up to a
+ * session's 32 credits) W GETs are in flight: a pipelined client's rate,
+ * the figure set beside redis-benchmark's -P in bench/peers. Every GET and
+ * SCAN is checked; exits 1 if one was wrong.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +42,8 @@ static const char usage[] =
     "  --keys N            keys loaded (default 20000)\n"
     "  --scan N            keys per SCAN (default 10000)\n"
     "  --scan-credits C    credits of the SCAN session (default 2; 0: the endpoint's)\n"
+    "  --window W          GETs in flight, 1..32 (default 1): with more, gets_per_s is\n"
+    "                      the pipelined rate (bench/peers sets it beside redis)\n"
     "  --rounds R          rounds, quiet and scanning in turn (default 20)\n"
     "  --round-seconds S   seconds per round (default 0.1)\n"
     "  --no-poll           endpoints sleep when idle (default: busy-poll)\n"
@@ -57,7 +62,7 @@ static void parse(struct bench_cli *cli, struct bench_kv_scan_opts *o, const cha
         BENCH_COMMON_OPTIONS,
         {"uri", 1, 0, 'u'},    {"server", 1, 0, 's'}, {"keys", 1, 0, 'k'},
         {"value", 1, 0, 'v'},  {"scan", 1, 0, 'n'},   {"rounds", 1, 0, 'r'},
-        {"round-seconds", 1, 0, 't'}, {"scan-credits", 1, 0, 'C'},
+        {"round-seconds", 1, 0, 't'}, {"scan-credits", 1, 0, 'C'}, {"window", 1, 0, 'w'},
         {"role", 1, 0, 'R'},   {"no-poll", 0, 0, 'P'}, {0, 0, 0, 0}};
     bench_cli_init(cli, "kv_scan", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
@@ -70,6 +75,7 @@ static void parse(struct bench_cli *cli, struct bench_kv_scan_opts *o, const cha
         case 'r': o->rounds = (uint32_t)bench_cli_u64(cli, optarg); break;
         case 't': o->round_seconds = bench_cli_real(cli, optarg); break;
         case 'C': o->scan_credits = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 'w': o->get_window = (uint32_t)bench_cli_u64(cli, optarg); break;
         case 'R': *role = optarg; break;
         case 'P': o->busy_poll = false; break;
         default: bench_cli_fail(cli, NULL);
@@ -78,9 +84,11 @@ static void parse(struct bench_cli *cli, struct bench_kv_scan_opts *o, const cha
     if (strcmp(*role, "both") && strcmp(*role, "server") && strcmp(*role, "client"))
         bench_cli_fail(cli, "unknown role '%s'", *role);
     if (o->keys == 0 || o->keys > 1000000 || o->scan_count == 0 || o->scan_count > o->keys ||
-        o->rounds < 2 || o->rounds > 256 || o->round_seconds <= 0 || o->scan_credits > 32)
+        o->rounds < 2 || o->rounds > 256 || o->round_seconds <= 0 || o->scan_credits > 32 ||
+        o->get_window == 0 || o->get_window > 32)
         bench_cli_fail(cli, "--keys (1..10^6), --scan (1..keys), --rounds (2..256), "
-                            "--round-seconds or --scan-credits (0..32) out of range");
+                            "--round-seconds, --scan-credits (0..32) or --window (1..32) "
+                            "out of range");
     if (cli->nsizes == 0)
         cli->sizes[cli->nsizes++] = 100;
     for (unsigned i = 0; i < cli->nsizes; i++) {
@@ -111,13 +119,17 @@ static int run_size(const struct bench_kv_scan_opts *o, const struct bench_table
         return 1;
     }
     const unsigned long long wrong = r.wrong, failed = r.failed;
-    bench_table_row(t, "kv_scan,%u,quiet,%llu,%.1f,%.1f,%.1f,0,%llu,%llu,,", o->value_size,
+    /* rounds alternate quiet, scanning: GETs timed in each kind per second */
+    const double quiet_s = (o->rounds + 1) / 2 * o->round_seconds,
+                 scan_s = o->rounds / 2 * o->round_seconds;
+    bench_table_row(t, "kv_scan,%u,quiet,%llu,%.1f,%.1f,%.1f,0,%llu,%llu,,,%.0f", o->value_size,
                     (unsigned long long)r.quiet.samples, r.quiet.median_us, r.quiet.p99_us,
-                    r.quiet.p999_us, wrong, failed);
-    bench_table_row(t, "kv_scan,%u,scanning,%llu,%.1f,%.1f,%.1f,%llu,%llu,%llu,%.2f,%.2f",
+                    r.quiet.p999_us, wrong, failed, (double)r.quiet.samples / quiet_s);
+    bench_table_row(t, "kv_scan,%u,scanning,%llu,%.1f,%.1f,%.1f,%llu,%llu,%llu,%.2f,%.2f,%.0f",
                     o->value_size, (unsigned long long)r.scanning.samples,
                     r.scanning.median_us, r.scanning.p99_us, r.scanning.p999_us,
-                    (unsigned long long)r.scans, wrong, failed, r.p50_ratio, r.p99_ratio);
+                    (unsigned long long)r.scans, wrong, failed, r.p50_ratio, r.p99_ratio,
+                    (double)r.scanning.samples / scan_s);
     return r.wrong ? 1 : 0;
 }
 
@@ -127,7 +139,7 @@ int main(int argc, char **argv)
                                    .server = "udp://127.0.0.1:42310",
                                    .keys = 20000, .value_size = 100, .scan_count = 10000,
                                    .rounds = 20, .round_seconds = 0.1, .scan_credits = 2,
-                                   .busy_poll = true};
+                                   .get_window = 1, .busy_poll = true};
     const char *role = "both";
     struct bench_cli cli;
     parse(&cli, &o, &role, argc, argv);
@@ -140,15 +152,16 @@ int main(int argc, char **argv)
                    ? 0
                    : 1;
     }
-    bench_note(cli.csv, "kv_scan: %s -> %s, %u keys, SCANs of %u keys on %u credits, %u rounds "
-               "of %.2f s; %s; ratios: median over %u pairs of rounds", o.uri, o.server, o.keys,
-               o.scan_count, o.scan_credits, o.rounds, o.round_seconds,
+    bench_note(cli.csv, "kv_scan: %s -> %s, %u keys, %u GETs in flight, SCANs of %u keys on %u "
+               "credits, %u rounds of %.2f s; %s; ratios: median over %u pairs of rounds", o.uri,
+               o.server, o.keys, o.get_window, o.scan_count, o.scan_credits, o.rounds,
+               o.round_seconds,
                o.busy_poll ? "both endpoints busy-poll (cfg.busy_poll)"
                            : "endpoints sleep when idle (--no-poll)",
                o.rounds / 2);
     struct bench_table t;
     bench_table_start(&t, cli.csv, "bench,value,mode:8,gets,p50_us,p99_us,p999_us,scans,wrong,"
-                                   "failed,p50_ratio:9,p99_ratio:9");
+                                   "failed,p50_ratio:9,p99_ratio:9,gets_per_s:10");
     for (unsigned i = 0; i < cli.nsizes; i++) {
         o.value_size = cli.sizes[i];
         if (run_size(&o, &t, strcmp(role, "both") == 0, bench_cli_cpu(&cli, 1)) != 0)

@@ -18,6 +18,7 @@
 
 #define KV_BASE 10
 #define PUT_WINDOW 8
+#define GET_WINDOW 32 /* the most GETs in flight (--window): a session's credits */
 
 int bench_kv_scan_server(const char *uri, uint64_t max_ns, bool busy_poll)
 {
@@ -90,7 +91,7 @@ struct client {
     struct erma_endpoint *ep;
     struct erma_rpc *rpc;
     int get_sess, scan_sess;
-    struct call get, scan, put[PUT_WINDOW];
+    struct call get[GET_WINDOW], scan, put[PUT_WINDOW];
     uint64_t wrong, failed, scans, gets;
 };
 
@@ -162,29 +163,29 @@ static int load(struct client *cl)
     return left ? ERMA_ETIMEDOUT : ERMA_OK;
 }
 
-static int start_get(struct client *cl, struct erma_rand *r)
+static int start_get(struct client *cl, struct erma_rand *r, struct call *g)
 {
     char key[16];
-    cl->get.key = (uint32_t)erma_rand_below(r, cl->o->keys);
-    const int rc = kv_req_get(&cl->get.req, key, make_key(cl->get.key, key));
-    return rc == ERMA_OK ? issue(cl, cl->get_sess, KV_GET, &cl->get) : rc;
+    g->key = (uint32_t)erma_rand_below(r, cl->o->keys);
+    const int rc = kv_req_get(&g->req, key, make_key(g->key, key));
+    return rc == ERMA_OK ? issue(cl, cl->get_sess, KV_GET, g) : rc;
 }
 
-static void check_get(struct client *cl)
+static void check_get(struct client *cl, struct call *g)
 {
     uint8_t want[4096];
     const uint8_t *v;
     uint32_t vl;
     cl->gets++;
-    if (cl->get.status != ERMA_OK) {
-        fprintf(stderr, "kv_scan: GET k%06u: %s\n", cl->get.key, erma_strerror(cl->get.status));
+    if (g->status != ERMA_OK) {
+        fprintf(stderr, "kv_scan: GET k%06u: %s\n", g->key, erma_strerror(g->status));
         cl->failed++;
         return;
     }
-    const uint32_t wl = make_val(cl->get.key, cl->o->value_size, want);
-    if (kv_resp(&cl->get.resp, &v, &vl) != ERMA_OK || vl != wl || memcmp(v, want, wl) != 0) {
-        fprintf(stderr, "kv_scan: GET k%06u: wrong answer (%s, %u B)\n", cl->get.key,
-                erma_strerror(kv_resp(&cl->get.resp, &v, &vl)), vl);
+    const uint32_t wl = make_val(g->key, cl->o->value_size, want);
+    if (kv_resp(&g->resp, &v, &vl) != ERMA_OK || vl != wl || memcmp(v, want, wl) != 0) {
+        fprintf(stderr, "kv_scan: GET k%06u: wrong answer (%s, %u B)\n", g->key,
+                erma_strerror(kv_resp(&g->resp, &v, &vl)), vl);
         cl->wrong++;
     }
 }
@@ -237,13 +238,16 @@ static int round_run(struct client *cl, struct erma_rand *r, bool scanning, uint
     const uint64_t end = erma_now_ns() + (uint64_t)(cl->o->round_seconds * 1e9);
     int rc = ERMA_OK;
     while (rc == ERMA_OK && erma_now_ns() < end) {
-        if (!cl->get.busy) {
-            if (cl->get.start) {
+        for (unsigned i = 0; rc == ERMA_OK && i < cl->o->get_window; i++) {
+            struct call *g = &cl->get[i];
+            if (g->busy)
+                continue;
+            if (g->start) {
                 if (*n < cap)
-                    lat[(*n)++] = erma_now_ns() - cl->get.start;
-                check_get(cl);
+                    lat[(*n)++] = erma_now_ns() - g->start;
+                check_get(cl, g);
             }
-            rc = start_get(cl, r);
+            rc = start_get(cl, r, g);
         }
         if (rc == ERMA_OK && scanning && !cl->scan.busy) {
             if (cl->scan.start)
@@ -256,9 +260,13 @@ static int round_run(struct client *cl, struct erma_rand *r, bool scanning, uint
      * that a quiet round never sees a scan */
     if (rc == ERMA_OK && cl->scan.start && (rc = wait_call(cl, &cl->scan, 10000000000ull)) == ERMA_OK)
         check_scan(cl);
-    if (rc == ERMA_OK && cl->get.start && (rc = wait_call(cl, &cl->get, 5000000000ull)) == ERMA_OK)
-        check_get(cl);
-    cl->get.start = cl->scan.start = 0;
+    for (unsigned i = 0; i < cl->o->get_window; i++) {
+        struct call *g = &cl->get[i];
+        if (rc == ERMA_OK && g->start && (rc = wait_call(cl, g, 5000000000ull)) == ERMA_OK)
+            check_get(cl, g);
+        g->start = 0;
+    }
+    cl->scan.start = 0;
     return rc;
 }
 
@@ -280,11 +288,12 @@ static int client_up(struct client *cl)
     if (cl->get_sess < 0 || cl->scan_sess < 0)
         return cl->get_sess < 0 ? cl->get_sess : cl->scan_sess;
     const uint32_t item = 64 + cl->o->value_size;
-    rc = erma_msgbuf_alloc(cl->rpc, item, &cl->get.req);
-    if (rc == ERMA_OK)
-        rc = erma_msgbuf_alloc(cl->rpc, item, &cl->get.resp);
-    if (rc == ERMA_OK)
-        rc = erma_msgbuf_alloc(cl->rpc, 64, &cl->scan.req);
+    rc = erma_msgbuf_alloc(cl->rpc, 64, &cl->scan.req);
+    for (unsigned i = 0; rc == ERMA_OK && i < cl->o->get_window; i++) {
+        rc = erma_msgbuf_alloc(cl->rpc, item, &cl->get[i].req);
+        if (rc == ERMA_OK)
+            rc = erma_msgbuf_alloc(cl->rpc, item, &cl->get[i].resp);
+    }
     if (rc == ERMA_OK)
         rc = erma_msgbuf_alloc(cl->rpc, scan_resp, &cl->scan.resp);
     for (int i = 0; rc == ERMA_OK && i < PUT_WINDOW; i++) {
@@ -310,8 +319,12 @@ static double pair_ratio(const double *v, unsigned rounds)
 int bench_kv_scan(const struct bench_kv_scan_opts *o, struct bench_kv_scan_result *out)
 {
     if (!o || !out || o->keys == 0 || o->keys > 1000000 || o->scan_count == 0 ||
-        o->scan_count > o->keys || o->value_size > 2048 || o->rounds == 0 || o->rounds > 256)
+        o->scan_count > o->keys || o->value_size > 2048 || o->rounds == 0 || o->rounds > 256 ||
+        o->get_window > GET_WINDOW)
         return ERMA_EINVAL;
+    struct bench_kv_scan_opts one = *o;
+    one.get_window = o->get_window ? o->get_window : 1;
+    o = &one;
     struct client cl = {.o = o};
     const size_t cap = 4000000;
     uint64_t *lat[2] = {calloc(cap, 8), calloc(cap, 8)};
