@@ -8,9 +8,8 @@
  * rx_burst cuts into packets again. Nothing above the transport sees it:
  * on the wire every datagram is one erma packet. The receive buffers grow
  * to 64 KiB each for it (2 MiB a socket, touched only as bulk arrives).
- * ERMA_UDP_GSO=0 in the
- * environment turns both off, ERMA_UDP_GRO=0 the receive side only; a
- * kernel without them runs without. */
+ * ERMA_UDP_GSO=0 in the environment turns both off, ERMA_UDP_GRO=0 the
+ * receive side only; a kernel without them runs without. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
