@@ -44,7 +44,7 @@ struct udp {
     uint8_t *rx_mem;  /* ERMA_MAX_BURST buffers of rx_buf bytes */
     struct mmsghdr rx_msg[ERMA_MAX_BURST];
     struct iovec rx_iov[ERMA_MAX_BURST];
-    /* GRO: the datagrams of the last recvmmsg, cut into packets over calls */
+    /* the datagrams of the last receive, cut into packets over calls (GRO) */
     struct sockaddr_storage rx_src[ERMA_MAX_BURST];
     _Alignas(struct cmsghdr) uint8_t rx_ctrl[ERMA_MAX_BURST][CTRL_BYTES];
     uint32_t rx_seg[ERMA_MAX_BURST]; /* segment size of each */
@@ -365,8 +365,8 @@ static int recv_msgs(struct udp *u, unsigned count)
     return 1;
 }
 
-/* Receives up to max datagrams into the GRO buffers; how many. */
-static unsigned gro_recv(struct udp *u, unsigned max)
+/* Receives up to max datagrams into the receive buffers; how many. */
+static unsigned recv_held(struct udp *u, unsigned max)
 {
     for (unsigned i = 0; i < max; i++) {
         struct msghdr *m = &u->rx_msg[i].msg_hdr;
@@ -387,12 +387,12 @@ static unsigned gro_recv(struct udp *u, unsigned max)
     return u->rx_n;
 }
 
-/* With GRO: the packets of the datagrams held, cut at their segment size,
- * receiving more only when all are handed out (their buffers stay valid
- * until then). */
-static unsigned gro_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
+/* The packets of the datagrams held, each cut at its segment size (a
+ * datagram without GRO is one packet), receiving more only when all are
+ * handed out: their buffers stay valid until then. */
+static unsigned held_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
 {
-    if (u->rx_i >= u->rx_n && !gro_recv(u, u->rx_idle ? 1 : max))
+    if (u->rx_i >= u->rx_n && !recv_held(u, u->rx_idle ? 1 : max))
         return 0;
     unsigned n = 0;
     while (n < max && u->rx_i < u->rx_n) {
@@ -414,41 +414,12 @@ static unsigned gro_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
     return n;
 }
 
-/* Without GRO: one datagram, one packet, received into place. */
-static unsigned plain_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
-{
-    if (u->rx_idle)
-        max = 1;
-    for (unsigned i = 0; i < max; i++) {
-        u->rx_msg[i].msg_hdr.msg_name = pkts[i].src.raw;
-        u->rx_msg[i].msg_hdr.msg_namelen = ERMA_ADDR_MAX;
-        u->rx_msg[i].msg_hdr.msg_flags = 0;
-    }
-    const int r = recv_msgs(u, max);
-    unsigned n = 0;
-    for (int i = 0; i < r; i++) {
-        const struct msghdr *m = &u->rx_msg[i].msg_hdr;
-        if (m->msg_flags & MSG_TRUNC) {
-            u->base.stats.rx_dropped++;
-            continue;
-        }
-        /* Compact: packet i's buffer and address move to slot n. */
-        if ((unsigned)i != n)
-            memcpy(pkts[n].src.raw, pkts[i].src.raw, m->msg_namelen);
-        pkts[n].src.len = (uint8_t)m->msg_namelen;
-        pkts[n].data = m->msg_iov[0].iov_base;
-        pkts[n].len = u->rx_msg[i].msg_len;
-        n++;
-    }
-    return n;
-}
-
 static int udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max)
 {
     struct udp *u = (struct udp *)tr;
     if (max > ERMA_MAX_BURST)
         max = ERMA_MAX_BURST;
-    const unsigned n = u->gro ? gro_rx(u, pkts, max) : plain_rx(u, pkts, max);
+    const unsigned n = held_rx(u, pkts, max);
     u->rx_idle = n == 0;
     for (unsigned i = 0; i < n; i++)
         tr->stats.rx_bytes += pkts[i].len;
