@@ -4,23 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "crypto/aead.h"
 #include "internal.h"
-
-static bool aes_hw; /* the CPU has AES-NI (and CLMUL), set once */
-
-int erma__rma_crypto_init(void)
-{
-    if (!erma__crypto_init())
-        return ERMA_ENOTSUP;
-    aes_hw = erma__crypto_aes_available();
-    return ERMA_OK;
-}
-
-bool erma__rma_aes_available(void)
-{
-    return aes_hw;
-}
 
 /* BLAKE2b keyed with Kr over "erma-kd\0" | identity | address length |
  * address. */
@@ -54,13 +38,6 @@ void erma__rma_seal_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uin
     key_of(&k, kd, cipher);
     erma__aead_nonce(n, nonce_ctr, dir);
     erma__aead_seal(&k, n, pkt, AD_LEN, m, plen, pkt + AD_LEN, pkt + AD_LEN + plen);
-}
-
-void erma__rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
-                    uint8_t *pkt, const void *m, uint32_t plen)
-{
-    erma__rma_seal_as(kd, aes_hw ? ERMA_RMA_AES256_GCM : ERMA_RMA_CHACHA20_POLY1305, dir,
-                      nonce_ctr, pkt, m, plen);
 }
 
 int erma__rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,

@@ -183,9 +183,8 @@ int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
 {
     if (!ep || !out)
         return ERMA_EINVAL;
-    int rc = erma__rma_crypto_init();
-    if (rc != ERMA_OK)
-        return rc;
+    if (!erma__crypto_init())
+        return ERMA_ENOTSUP;
     struct erma_rma *rma = calloc(1, sizeof *rma);
     if (!rma)
         return ERMA_ENOMEM;
@@ -202,10 +201,10 @@ int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
      * engine restarted with the same identity and address (the same Kd)
      * starts past every nonce its predecessor used. */
     rma->ctr = erma__rma_wallclock_ns();
-    rma->aes = erma__rma_aes_available() && !rma->cfg.no_aes;
+    rma->aes = erma__crypto_aes_available() && !rma->cfg.no_aes;
     erma__ep_clock(ep); /* the parts start at ep->now */
     wire_sync(rma);
-    rc = parts_init(rma);
+    int rc = parts_init(rma);
     const struct erma_ep_proto hooks = {hook_rx, hook_poll, NULL, hook_next_timer, rma, NULL};
     const uint8_t id = ERMA_PROTO_RMA;
     if (rc == ERMA_OK)

@@ -10,6 +10,7 @@
 #ifndef ERMA_RMA_INTERNAL_H
 #define ERMA_RMA_INTERNAL_H
 
+#include "crypto/aead.h"
 #include "endpoint/proto.h"
 #include "erma/sdk/cc.h"
 #include "erma/rma.h"
@@ -68,8 +69,7 @@ static inline uint64_t erma__rma_work(const struct rma_ophdr *h)
 
 /* ---- crypto.c ---- */
 
-int erma__rma_crypto_init(void);
-bool erma__rma_aes_available(void);
+/* (libsodium's initialisation and the AES-NI test are crypto/aead.h's.) */
 /* Kd for identity at addr. */
 void erma__rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
                    const struct erma_addr *addr, uint8_t kd[ERMA_RMA_KEY_BYTES]);
@@ -78,10 +78,6 @@ void erma__rma_kdf(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint64_t identity,
  * to target, 1: back. */
 void erma__rma_seal_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
                        uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen);
-/* The same with the cipher a region registered here gets by default (for
- * tests/fuzz/fuzz_rma_serve.c). */
-void erma__rma_seal(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t dir, uint64_t nonce_ctr,
-                    uint8_t *pkt, const void *m, uint32_t plen);
 /* Opens a sealed packet of len bytes into m (len - RMA_OVERHEAD bytes);
  * 0 when authentic, -1 otherwise (m may then hold garbage: pass scratch). */
 int erma__rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
