@@ -12,23 +12,7 @@
 #include "erma/clock.h"
 #include "erma/errors.h"
 #include "erma/sdk/transport_driver.h"
-
-static unsigned receive(struct erma_transport *tr, struct erma_rx_pkt *out, uint8_t copy[][1472],
-                        unsigned want, uint64_t timeout_ns)
-{
-    unsigned got = 0;
-    const uint64_t end = erma_now_ns() + timeout_ns;
-    struct erma_rx_pkt rx[ERMA_MAX_BURST];
-    while (got < want && erma_now_ns() < end) {
-        const int n = erma_rx_burst(tr, rx, ERMA_MAX_BURST);
-        for (int i = 0; i < n && got < want; i++, got++) {
-            out[got] = rx[i];
-            memcpy(copy[got], rx[i].data, rx[i].len); /* valid until the next burst only */
-            out[got].data = copy[got];
-        }
-    }
-    return got;
-}
+#include "udp_rx.h"
 
 static void open_pair(const char *host, struct erma_transport **a, struct erma_transport **b,
                       struct erma_addr *b_addr)
@@ -63,7 +47,7 @@ static void exchange(const char *host)
     }
     assert_int_equal(erma_tx_burst(a, tx, 32), 32);
     struct erma_rx_pkt rx[32];
-    assert_int_equal(receive(b, rx, copy, 32, 2000000000ull), 32);
+    assert_int_equal(udp_receive(b, rx, copy, 32, ERMA_MAX_BURST, 2000000000ull, NULL), 32);
     for (unsigned i = 0; i < 32; i++) { /* loopback keeps order */
         assert_int_equal(rx[i].len, tx[i].hdr_len + tx[i].data_len);
         assert_memory_equal(rx[i].data, data[i], rx[i].len);
@@ -75,7 +59,7 @@ static void exchange(const char *host)
     struct erma_tx_pkt big[2] = {tx[0], {.dst = &to_b, .hdr = data[0], .hdr_len = a->max_pkt,
                                           .data = data[1], .data_len = 1}};
     assert_int_equal(erma_tx_burst(a, big, 2), ERMA_E2BIG);
-    assert_int_equal(receive(b, rx, copy, 1, 50000000), 0);
+    assert_int_equal(udp_receive(b, rx, copy, 1, ERMA_MAX_BURST, 50000000, NULL), 0);
     assert_int_equal(a->stats.tx_pkts, 32);
     erma_transport_close(a);
     erma_transport_close(b);

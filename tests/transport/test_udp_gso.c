@@ -21,6 +21,7 @@
 #include "erma/clock.h"
 #include "erma/errors.h"
 #include "erma/sdk/transport_driver.h"
+#include "udp_rx.h"
 
 #define NPKT 32
 #define TIMEOUT_NS 2000000000ull /* 10x what loopback needs, on a busy machine */
@@ -32,23 +33,14 @@ static struct erma_transport *open_v4(void)
     return t;
 }
 
-/* Receives want packets at most `per_call` at a time (the rest of a cut
- * super-datagram waits for the next call), copying each into copy. */
+/* Receives want packets at most per_call at a time: the rest of a cut
+ * super-datagram waits for the next call. */
 static unsigned receive(struct erma_transport *tr, struct erma_rx_pkt *out, uint8_t (*copy)[1472],
                         unsigned want, unsigned per_call)
 {
-    unsigned got = 0;
-    const uint64_t end = erma_now_ns() + TIMEOUT_NS;
-    struct erma_rx_pkt rx[ERMA_MAX_BURST];
-    while (got < want && erma_now_ns() < end) {
-        const int n = erma_rx_burst(tr, rx, per_call);
-        assert_true(n >= 0 && (unsigned)n <= per_call);
-        for (int i = 0; i < n && got < want; i++, got++) {
-            out[got] = rx[i];
-            memcpy(copy[got], rx[i].data, rx[i].len);
-            out[got].data = copy[got];
-        }
-    }
+    unsigned largest;
+    const unsigned got = udp_receive(tr, out, copy, want, per_call, TIMEOUT_NS, &largest);
+    assert_true(largest <= per_call);
     return got;
 }
 
