@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "erma/api.h"
 
@@ -55,9 +56,22 @@ struct erma_hdr {
 _Static_assert(ERMA_MAX_MSG_SIZE < (1u << 24), "msg_size must fit 24 bits");
 #endif
 
-/* Writes the low `bytes` bytes of v at p, little-endian. */
+/* Writes the low `bytes` bytes of v at p, little-endian. On a
+ * little-endian host the whole-word widths are one store: compilers do not
+ * merge the byte loop, and headers are written for every packet. */
 static inline void erma_put_le(uint8_t *p, uint64_t v, int bytes)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (bytes == 8) {
+        memcpy(p, &v, 8);
+        return;
+    }
+    if (bytes == 4) {
+        const uint32_t w = (uint32_t)v;
+        memcpy(p, &w, 4);
+        return;
+    }
+#endif
     for (int i = 0; i < bytes; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
@@ -65,6 +79,18 @@ static inline void erma_put_le(uint8_t *p, uint64_t v, int bytes)
 /* Reads `bytes` little-endian bytes at p. */
 static inline uint64_t erma_get_le(const uint8_t *p, int bytes)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (bytes == 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    if (bytes == 4) {
+        uint32_t w;
+        memcpy(&w, p, 4);
+        return w;
+    }
+#endif
     uint64_t v = 0;
     for (int i = 0; i < bytes; i++)
         v |= (uint64_t)p[i] << (8 * i);
@@ -92,16 +118,14 @@ static inline uint64_t erma_get(const uint8_t **p, int bytes)
 /* Copies n bytes of src to *p and moves *p past them. */
 static inline void erma_put_bytes(uint8_t **p, const void *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        (*p)[i] = ((const uint8_t *)src)[i];
+    memcpy(*p, src, n);
     *p += n;
 }
 
 /* Copies n bytes at *p to dst and moves *p past them. */
 static inline void erma_get_bytes(const uint8_t **p, void *dst, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        ((uint8_t *)dst)[i] = (*p)[i];
+    memcpy(dst, *p, n);
     *p += n;
 }
 
