@@ -248,7 +248,7 @@ int bench_incast(const struct bench_incast_cfg *cfg, struct bench_incast_result 
 struct bench_kv_scan_opts {
     const char *uri, *server;
     uint32_t keys, value_size, scan_count, rounds, scan_credits;
-    uint32_t get_window; /* GETs in flight, 0 or 1..32 (0: 1; latency is timed for 1) */
+    uint32_t get_window; /* GETs in flight, 0 or 1..512 on sessions of 8 (0: 1) */
     double round_seconds;
     bool busy_poll; /* the client endpoint's cfg.busy_poll */
 };

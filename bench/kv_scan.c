@@ -21,9 +21,10 @@
  * the scanning line the ratios scanning / quiet of p50 and p99 as the
  * median over the interleaved pairs of rounds (quiet round, then scanning
  * round), so that a machine that slows down for a while moves both rounds
- * of a pair, and each mode's GETs per second. With --window W (up to a
- * session's 32 credits) W GETs are in flight: a pipelined client's rate,
- * the figure set beside redis-benchmark's -P in bench/peers. Every GET and
+ * of a pair, and each mode's GETs per second. With --window W (up to 512)
+ * W GETs are in flight on W / 8 sessions (a session has ERMA_SESSION_SLOTS
+ * requests in flight, the rest would wait in its backlog): a pipelined
+ * client's rate, the figure set beside redis-benchmark's -P in bench/peers. Every GET and
  * SCAN is checked; exits 1 if one was wrong.
  */
 #include <stdio.h>
@@ -42,8 +43,9 @@ static const char usage[] =
     "  --keys N            keys loaded (default 20000)\n"
     "  --scan N            keys per SCAN (default 10000)\n"
     "  --scan-credits C    credits of the SCAN session (default 2; 0: the endpoint's)\n"
-    "  --window W          GETs in flight, 1..32 (default 1): with more, gets_per_s is\n"
-    "                      the pipelined rate (bench/peers sets it beside redis)\n"
+    "  --window W          GETs in flight, 1..512 (default 1), on sessions of 8 (a\n"
+    "                      session's slots): with more, gets_per_s is the pipelined\n"
+    "                      rate (bench/peers sets it beside redis)\n"
     "  --rounds R          rounds, quiet and scanning in turn (default 20)\n"
     "  --round-seconds S   seconds per round (default 0.1)\n"
     "  --no-poll           endpoints sleep when idle (default: busy-poll)\n"
@@ -85,9 +87,9 @@ static void parse(struct bench_cli *cli, struct bench_kv_scan_opts *o, const cha
         bench_cli_fail(cli, "unknown role '%s'", *role);
     if (o->keys == 0 || o->keys > 1000000 || o->scan_count == 0 || o->scan_count > o->keys ||
         o->rounds < 2 || o->rounds > 256 || o->round_seconds <= 0 || o->scan_credits > 32 ||
-        o->get_window == 0 || o->get_window > 32)
+        o->get_window == 0 || o->get_window > 512)
         bench_cli_fail(cli, "--keys (1..10^6), --scan (1..keys), --rounds (2..256), "
-                            "--round-seconds, --scan-credits (0..32) or --window (1..32) "
+                            "--round-seconds, --scan-credits (0..32) or --window (1..512) "
                             "out of range");
     if (cli->nsizes == 0)
         cli->sizes[cli->nsizes++] = 100;

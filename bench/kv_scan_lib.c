@@ -18,7 +18,10 @@
 
 #define KV_BASE 10
 #define PUT_WINDOW 8
-#define GET_WINDOW 32 /* the most GETs in flight (--window): a session's credits */
+/* The most GETs in flight (--window), on sessions of ERMA_SESSION_SLOTS each:
+ * a session has that many requests in flight, the rest wait in its backlog. */
+#define GET_WINDOW 512
+#define GET_SESSIONS (GET_WINDOW / ERMA_SESSION_SLOTS)
 
 int bench_kv_scan_server(const char *uri, uint64_t max_ns, bool busy_poll)
 {
@@ -90,8 +93,9 @@ struct client {
     struct erma_nexus *nx;
     struct erma_endpoint *ep;
     struct erma_rpc *rpc;
-    int get_sess, scan_sess;
-    struct call get[GET_WINDOW], scan, put[PUT_WINDOW];
+    int get_sess[GET_SESSIONS], scan_sess;
+    unsigned nget_sess;
+    struct call *get, scan, put[PUT_WINDOW];
     uint64_t wrong, failed, scans, gets;
 };
 
@@ -150,7 +154,7 @@ static int load(struct client *cl)
             int rc = kv_req_put(&c->req, key, kl, val, vl);
             c->key = next;
             if (rc == ERMA_OK)
-                rc = issue(cl, cl->get_sess, KV_PUT, c);
+                rc = issue(cl, cl->get_sess[0], KV_PUT, c);
             if (rc != ERMA_OK)
                 return rc;
             next++;
@@ -168,7 +172,8 @@ static int start_get(struct client *cl, struct erma_rand *r, struct call *g)
     char key[16];
     g->key = (uint32_t)erma_rand_below(r, cl->o->keys);
     const int rc = kv_req_get(&g->req, key, make_key(g->key, key));
-    return rc == ERMA_OK ? issue(cl, cl->get_sess, KV_GET, g) : rc;
+    const int sess = cl->get_sess[(size_t)(g - cl->get) / ERMA_SESSION_SLOTS];
+    return rc == ERMA_OK ? issue(cl, sess, KV_GET, g) : rc;
 }
 
 static void check_get(struct client *cl, struct call *g)
@@ -283,10 +288,16 @@ static int client_up(struct client *cl)
         rc = erma_rpc_create(cl->nx, cl->ep, &cfg, &cl->rpc);
     if (rc != ERMA_OK)
         return rc;
-    cl->get_sess = erma_session_create(cl->rpc, cl->o->server, 0);
+    cl->nget_sess = (cl->o->get_window + ERMA_SESSION_SLOTS - 1) / ERMA_SESSION_SLOTS;
+    for (unsigned i = 0; i < cl->nget_sess; i++)
+        if ((cl->get_sess[i] = erma_session_create(cl->rpc, cl->o->server, 0)) < 0)
+            return cl->get_sess[i];
     cl->scan_sess = erma_session_create_credits(cl->rpc, cl->o->server, 0, cl->o->scan_credits);
-    if (cl->get_sess < 0 || cl->scan_sess < 0)
-        return cl->get_sess < 0 ? cl->get_sess : cl->scan_sess;
+    if (cl->scan_sess < 0)
+        return cl->scan_sess;
+    cl->get = calloc(cl->o->get_window, sizeof *cl->get);
+    if (!cl->get)
+        return ERMA_ENOMEM;
     const uint32_t item = 64 + cl->o->value_size;
     rc = erma_msgbuf_alloc(cl->rpc, 64, &cl->scan.req);
     for (unsigned i = 0; rc == ERMA_OK && i < cl->o->get_window; i++) {
@@ -358,5 +369,6 @@ int bench_kv_scan(const struct bench_kv_scan_opts *o, struct bench_kv_scan_resul
         erma_rpc_destroy(cl.rpc);
     erma_endpoint_destroy(cl.ep);
     erma_nexus_destroy(cl.nx);
+    free(cl.get);
     return rc;
 }

@@ -2,7 +2,8 @@
  * session of 2 credits) beside point GETs: every GET and every SCAN is
  * answered, and answered correctly, while the other runs. The server is
  * another process on udp loopback. How much the SCANs slow the GETs is a
- * benchmark figure (bench/kv_scan), not asserted here. */
+ * benchmark figure (bench/kv_scan), not asserted here. A pipelined client
+ * (--window) keeps its GETs in flight on several sessions: each checked. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -42,10 +43,37 @@ static void test_scan_beside_gets(void **state)
                   r.scanning.median_us, r.scanning.p99_us);
 }
 
+/* 20 GETs in flight on three sessions (8, 8 and 4 slots' worth), beside
+ * SCANs: every one answered and right. */
+static void test_pipelined_gets(void **state)
+{
+    (void)state;
+    char uri[64], server[64];
+    const int base = 37000 + (getpid() % 400) * 8 + 1;
+    snprintf(uri, sizeof uri, "udp://127.0.0.1:%d", base);
+    snprintf(server, sizeof server, "udp://127.0.0.1:%d", base + 4);
+    const struct bench_kv_scan_opts o = {.uri = uri, .server = server, .keys = 2000,
+                                         .value_size = 10, .scan_count = 100, .rounds = 4,
+                                         .round_seconds = 0.1, .scan_credits = 2,
+                                         .get_window = 20};
+    const pid_t pid = bench_kv_scan_server_fork(server, -1, 120000000000ull, false);
+    assert_true(pid > 0);
+    struct bench_kv_scan_result r;
+    const int rc = bench_kv_scan(&o, &r);
+    bench_rpc_server_stop(pid);
+    assert_int_equal(rc, ERMA_OK);
+    assert_int_equal(r.wrong, 0);
+    assert_int_equal(r.failed, 0);
+    /* each round checks its last GET on every one of the 20 calls */
+    assert_true(r.gets >= (uint64_t)o.rounds * o.get_window);
+    print_message("  %llu pipelined GETs checked\n", (unsigned long long)r.gets);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scan_beside_gets),
+        cmocka_unit_test(test_pipelined_gets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
