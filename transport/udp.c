@@ -9,7 +9,13 @@
  * on the wire every datagram is one erma packet. The receive buffers grow
  * to 64 KiB each for it (2 MiB a socket, touched only as bulk arrives).
  * ERMA_UDP_GSO=0 in the environment turns both off, ERMA_UDP_GRO=0 the
- * receive side only; a kernel without them runs without. */
+ * receive side only; a kernel without them runs without.
+ *
+ * Coalescing: adjacent packets of a TX burst to one destination that fit
+ * one datagram together (small ones: requests, responses, credit returns
+ * of a few dozen bytes) go as one bundle (erma/sdk/bundle.h) instead of a
+ * datagram each; every received bundle is split again. ERMA_UDP_COALESCE=0
+ * turns the sending side off (bundles are always split on receive). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -25,6 +31,7 @@
 
 #include "erma/errors.h"
 #include "erma/log.h"
+#include "erma/sdk/bundle.h"
 #include "erma/sdk/transport_driver.h"
 #include "transport/builtin.h"
 
@@ -40,6 +47,7 @@ struct udp {
     struct erma_transport base;
     int fd;
     bool gso, gro;    /* UDP_SEGMENT on send, UDP_GRO on receive */
+    bool coalesce;    /* small packets to one destination go as a bundle */
     uint32_t rx_buf;  /* bytes of one receive buffer: max_pkt, or GRO_BUF with GRO */
     uint8_t *rx_mem;  /* ERMA_MAX_BURST buffers of rx_buf bytes */
     struct mmsghdr rx_msg[ERMA_MAX_BURST];
@@ -51,8 +59,12 @@ struct udp {
     unsigned rx_n, rx_i;             /* datagrams held; the one being cut */
     bool rx_idle;                    /* the last receive found nothing */
     uint32_t rx_off;                 /* where its next packet starts */
+    bool in_bundle;                  /* rx_bundle reads a bundle of datagram rx_i */
+    struct erma_bundle_reader rx_bundle;
     struct mmsghdr tx_msg[ERMA_MAX_BURST];
-    struct iovec tx_iov[2 * ERMA_MAX_BURST];
+    struct iovec tx_iov[4 * ERMA_MAX_BURST]; /* a bundle: header, then length, header, data */
+    uint8_t tx_bundle_hdr[ERMA_MAX_BURST][ERMA_HDR_SIZE];
+    uint8_t tx_len[ERMA_MAX_BURST][ERMA_BUNDLE_LEN_SIZE]; /* each bundled packet's */
     _Alignas(struct cmsghdr) uint8_t tx_ctrl[ERMA_MAX_BURST][CTRL_BYTES];
     unsigned tx_pkts[ERMA_MAX_BURST]; /* packets in each message */
 };
@@ -136,8 +148,15 @@ static void size_buffer(int fd, int force_opt, int opt, size_t bytes)
 
 /* Turns on what the kernel offers of UDP_SEGMENT and UDP_GRO, unless
  * ERMA_UDP_GSO=0 (neither) or ERMA_UDP_GRO=0 (no UDP_GRO). */
+static bool env_off(const char *name)
+{
+    const char *env = getenv(name);
+    return env && strcmp(env, "0") == 0;
+}
+
 static void offload_on(struct udp *u)
 {
+    u->coalesce = !env_off("ERMA_UDP_COALESCE");
     const char *env = getenv("ERMA_UDP_GSO");
     if (env && strcmp(env, "0") == 0)
         return;
@@ -210,8 +229,8 @@ static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
         u->rx_msg[i].msg_hdr.msg_iov = &u->rx_iov[i];
         u->rx_msg[i].msg_hdr.msg_iovlen = 1;
     }
-    ERMA_DEBUG("udp %s: segmentation offload %s, receive offload %s", rest,
-               u->gso ? "on" : "off", u->gro ? "on" : "off");
+    ERMA_DEBUG("udp %s: segmentation offload %s, receive offload %s, coalescing %s", rest,
+               u->gso ? "on" : "off", u->gro ? "on" : "off", u->coalesce ? "on" : "off");
     *out = &u->base;
     return ERMA_OK;
 fail:
@@ -258,23 +277,52 @@ static void set_segment(struct msghdr *m, uint8_t *ctrl, uint16_t size)
     memcpy(CMSG_DATA(c), &size, sizeof size);
 }
 
-/* The messages of pkts[0..n): one per packet, or per run with GSO. */
+/* How many of pkts[0..n) go as one bundle: adjacent, to one destination,
+ * together within max_pkt; 0 when fewer than two would. */
+static unsigned bundle_run(const struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
+{
+    if (!u->coalesce)
+        return 0;
+    uint32_t bytes = 0;
+    unsigned k = 0;
+    while (k < n && (k == 0 || same_dst(pkts[k].dst, pkts[0].dst)) &&
+           erma_bundle_size(k + 1, bytes + pkt_len(&pkts[k])) <= u->base.max_pkt)
+        bytes += pkt_len(&pkts[k++]);
+    return k >= 2 ? k : 0;
+}
+
+/* Adds packet p's header and data to the iovecs from *nio. */
+static void add_pkt(struct udp *u, unsigned *nio, const struct erma_tx_pkt *p)
+{
+    u->tx_iov[(*nio)++] = (struct iovec){(void *)p->hdr, p->hdr_len};
+    if (p->data_len)
+        u->tx_iov[(*nio)++] = (struct iovec){(void *)p->data, p->data_len};
+}
+
+/* The messages of pkts[0..n): one per bundle, per GSO run or per packet. */
 static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
 {
     unsigned nmsg = 0, nio = 0;
     for (unsigned i = 0; i < n; nmsg++) {
-        const unsigned k = gso_run(u, pkts + i, n - i);
+        const unsigned b = bundle_run(u, pkts + i, n - i);
+        const unsigned k = b ? b : gso_run(u, pkts + i, n - i);
         struct msghdr *m = &u->tx_msg[nmsg].msg_hdr;
         *m = (struct msghdr){.msg_name = (void *)pkts[i].dst->raw,
                              .msg_namelen = pkts[i].dst->len,
                              .msg_iov = &u->tx_iov[nio]};
+        if (b) {
+            erma_bundle_hdr(u->tx_bundle_hdr[nmsg], b);
+            u->tx_iov[nio++] = (struct iovec){u->tx_bundle_hdr[nmsg], ERMA_HDR_SIZE};
+        }
         for (unsigned j = i; j < i + k; j++) {
-            u->tx_iov[nio++] = (struct iovec){(void *)pkts[j].hdr, pkts[j].hdr_len};
-            if (pkts[j].data_len)
-                u->tx_iov[nio++] = (struct iovec){(void *)pkts[j].data, pkts[j].data_len};
+            if (b) {
+                erma_bundle_len(u->tx_len[j], pkt_len(&pkts[j]));
+                u->tx_iov[nio++] = (struct iovec){u->tx_len[j], ERMA_BUNDLE_LEN_SIZE};
+            }
+            add_pkt(u, &nio, &pkts[j]);
         }
         m->msg_iovlen = (size_t)(&u->tx_iov[nio] - m->msg_iov);
-        if (k > 1)
+        if (k > 1 && !b)
             set_segment(m, u->tx_ctrl[nmsg], (uint16_t)pkt_len(&pkts[i]));
         u->tx_pkts[nmsg] = k;
         i += k;
@@ -387,15 +435,45 @@ static unsigned recv_held(struct udp *u, unsigned max)
     return u->rx_n;
 }
 
+/* Hands out data[0..len) from the sender of datagram rx_i as *p. */
+static void put_pkt(const struct udp *u, struct erma_rx_pkt *p, const uint8_t *data, uint32_t len)
+{
+    p->data = (uint8_t *)data;
+    p->len = len;
+    p->src.len = (uint8_t)u->rx_msg[u->rx_i].msg_hdr.msg_namelen;
+    memcpy(p->src.raw, &u->rx_src[u->rx_i], p->src.len);
+}
+
+/* The next packet of the bundle being read into *p; false at its end
+ * (a bundle that did not end cleanly counts as dropped). */
+static bool bundle_pkt(struct udp *u, struct erma_rx_pkt *p)
+{
+    const uint8_t *data;
+    uint32_t len;
+    if (erma_bundle_next(&u->rx_bundle, &data, &len)) {
+        put_pkt(u, p, data, len);
+        return true;
+    }
+    u->base.stats.rx_dropped += !erma_bundle_done(&u->rx_bundle);
+    u->in_bundle = false;
+    return false;
+}
+
 /* The packets of the datagrams held, each cut at its segment size (a
- * datagram without GRO is one packet), receiving more only when all are
- * handed out: their buffers stay valid until then. */
+ * datagram without GRO is one packet) and each bundle split, receiving
+ * more only when all are handed out: their buffers stay valid until then. */
 static unsigned held_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
 {
-    if (u->rx_i >= u->rx_n && !recv_held(u, u->rx_idle ? 1 : max))
+    if (!u->in_bundle && u->rx_i >= u->rx_n && !recv_held(u, u->rx_idle ? 1 : max))
         return 0;
     unsigned n = 0;
-    while (n < max && u->rx_i < u->rx_n) {
+    while (n < max) {
+        if (u->in_bundle) {
+            n += bundle_pkt(u, &pkts[n]);
+            continue;
+        }
+        if (u->rx_i >= u->rx_n)
+            break;
         const struct mmsghdr *mm = &u->rx_msg[u->rx_i];
         const uint32_t len = mm->msg_len, seg = u->rx_seg[u->rx_i];
         if (!seg || u->rx_off >= len) {
@@ -404,12 +482,14 @@ static unsigned held_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
             continue;
         }
         const uint32_t take = len - u->rx_off < seg ? len - u->rx_off : seg;
-        pkts[n].data = (uint8_t *)mm->msg_hdr.msg_iov[0].iov_base + u->rx_off;
-        pkts[n].len = take;
-        pkts[n].src.len = (uint8_t)mm->msg_hdr.msg_namelen;
-        memcpy(pkts[n].src.raw, &u->rx_src[u->rx_i], pkts[n].src.len);
+        const uint8_t *data = (const uint8_t *)mm->msg_hdr.msg_iov[0].iov_base + u->rx_off;
         u->rx_off += take;
-        n++;
+        if (erma_bundle_open(&u->rx_bundle, data, take))
+            u->in_bundle = true;
+        else if (erma_bundle_is(data, take))
+            u->base.stats.rx_dropped++; /* a malformed bundle header */
+        else
+            put_pkt(u, &pkts[n++], data, take);
     }
     return n;
 }

@@ -1,9 +1,10 @@
 /* transport/udp.c's segmentation offload (UDP_SEGMENT) and receive offload
  * (UDP_GRO) on loopback: runs of packets go out as super-datagrams and come
  * back cut into the same packets, in order, with their sources; a plain
- * socket sees one datagram per packet; a hostile sender's super-datagram
- * of 1-byte segments is cut, over many bursts, without harm. ctest runs it
- * with the offloads (test_udp_gso) and again with ERMA_UDP_GSO=0
+ * socket sees one datagram per packet or bundles of small ones (coalescing);
+ * a hostile sender's super-datagram of 1-byte segments is cut, over many
+ * bursts, without harm. ctest runs it with the offloads and coalescing
+ * (test_udp_gso) and again with ERMA_UDP_GSO=0 ERMA_UDP_COALESCE=0
  * (test_udp_gso_off): every assertion holds both ways. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +21,7 @@
 
 #include "erma/clock.h"
 #include "erma/errors.h"
+#include "erma/sdk/bundle.h"
 #include "erma/sdk/transport_driver.h"
 #include "udp_rx.h"
 
@@ -128,7 +130,9 @@ static int plain_socket(struct sockaddr_in *sa)
     return fd;
 }
 
-/* What goes on the wire: one datagram per packet, whatever was sent. */
+/* What goes on the wire: one datagram per packet, or with coalescing
+ * (not ERMA_UDP_COALESCE=0) bundles of the small ones, whatever the
+ * segmentation offload did; every packet in order, intact. */
 static void test_plain_receiver_sees_packets(void **state)
 {
     (void)state;
@@ -143,12 +147,34 @@ static void test_plain_receiver_sees_packets(void **state)
         tx[i] = (struct erma_tx_pkt){.dst = &dst, .hdr = data[i],
                                      .hdr_len = fill(data[i], i < 20 ? 1200 : 90, i)};
     assert_int_equal(erma_tx_burst(a, tx, NPKT), NPKT);
-    uint8_t buf[65536];
-    for (unsigned i = 0; i < NPKT; i++) {
+    static uint8_t buf[65536];
+    unsigned got = 0, datagrams = 0;
+    while (got < NPKT) {
         const ssize_t n = recv(fd, buf, sizeof buf, 0);
-        assert_int_equal(n, tx[i].hdr_len);
-        assert_memory_equal(buf, data[i], (size_t)n);
+        assert_true(n > 0);
+        assert_true((size_t)n <= a->max_pkt);
+        datagrams++;
+        struct erma_bundle_reader r;
+        if (!erma_bundle_open(&r, buf, (size_t)n)) {
+            assert_int_equal(n, tx[got].hdr_len);
+            assert_memory_equal(buf, data[got++], (size_t)n);
+            continue;
+        }
+        const uint8_t *pkt;
+        uint32_t len;
+        while (erma_bundle_next(&r, &pkt, &len)) {
+            assert_true(got < NPKT);
+            assert_int_equal(len, tx[got].hdr_len);
+            assert_memory_equal(pkt, data[got++], len);
+        }
+        assert_true(erma_bundle_done(&r));
     }
+    const char *env = getenv("ERMA_UDP_COALESCE");
+    if (env && strcmp(env, "0") == 0)
+        assert_int_equal(datagrams, NPKT);
+    else
+        assert_true(datagrams <= 22); /* the twelve 90-byte packets share at most two */
+    print_message("  %u packets in %u datagrams\n", NPKT, datagrams);
     erma_transport_close(a);
     close(fd);
 }
@@ -206,16 +232,86 @@ static void test_hostile_tiny_segments(void **state)
     close(fd);
 }
 
+/* Writes a bundle header announcing count at p, then the packets of lens
+ * (each filled by fill()); returns the bytes. */
+static size_t make_bundle(uint8_t *p, uint32_t count, const uint32_t *lens, unsigned n)
+{
+    erma_bundle_hdr(p, count);
+    size_t at = ERMA_HDR_SIZE;
+    for (unsigned i = 0; i < n; i++) {
+        erma_bundle_len(p + at, lens[i]);
+        at += ERMA_BUNDLE_LEN_SIZE + fill(p + at + ERMA_BUNDLE_LEN_SIZE, lens[i], i);
+    }
+    return at;
+}
+
+/* A peer's bundles, good and bad, from a plain socket: every packet of a
+ * good one comes up with the sender's address; a bad one (a count that
+ * disagrees, a length past the end or of 0, reserved fields set, no
+ * packets) gives up the packets before the fault, counts one drop and
+ * harms nothing after it; bundles as GSO segments are split too. */
+static void test_hostile_bundles(void **state)
+{
+    (void)state;
+    struct sockaddr_in sa;
+    const int fd = plain_socket(&sa);
+    struct erma_transport *b = open_v4();
+    static uint8_t dg[8][256], copy[16][1472];
+    static struct erma_rx_pkt rx[16];
+    size_t len[8];
+    const uint32_t three[] = {20, 30, 40}, two[] = {10, 10}, past[] = {10, 500}, zero[] = {10, 0};
+    len[0] = make_bundle(dg[0], 3, three, 3);      /* 3 packets */
+    len[1] = make_bundle(dg[1], 5, two, 2);        /* 2, then a drop */
+    len[2] = make_bundle(dg[2], 2, past, 1);       /* 1, then a drop */
+    erma_bundle_len(dg[2] + len[2], 500);
+    memset(dg[2] + len[2] + 2, 7, 5);
+    len[2] += 7;
+    len[3] = make_bundle(dg[3], 0, NULL, 0);       /* a drop */
+    len[4] = make_bundle(dg[4], 2, two, 2);        /* a drop: reserved bits */
+    dg[4][15] |= 0x10;
+    len[5] = make_bundle(dg[5], 2, zero, 2);       /* 1, then a drop */
+    len[6] = fill(dg[6], 24, 9);                   /* a plain packet */
+    for (unsigned i = 0; i < 7; i++)
+        assert_int_equal(sendto(fd, dg[i], len[i], 0, (const struct sockaddr *)b->local.raw,
+                                b->local.len), (ssize_t)len[i]);
+    assert_int_equal(receive(b, rx, copy, 8, 2), 8);
+    const uint32_t want[8] = {20, 30, 40, 10, 10, 10, 10, 24};
+    for (unsigned i = 0; i < 8; i++) {
+        assert_int_equal(rx[i].len, want[i]);
+        assert_int_equal(rx[i].src.len, sizeof sa);
+        assert_memory_equal(rx[i].src.raw, &sa, sizeof sa);
+    }
+    assert_memory_equal(copy[2], dg[0] + ERMA_HDR_SIZE + 2 + 20 + 2 + 30 + 2, 40);
+    assert_memory_equal(copy[7], dg[6], 24);
+    nothing_more(b);
+    assert_int_equal(b->stats.rx_dropped, 5);
+    /* two bundles of two as one super-datagram of 40-byte segments */
+    len[7] = make_bundle(dg[7], 2, two, 2);
+    memcpy(dg[7] + len[7], dg[7], len[7]);
+    if (send_segmented(fd, &b->local, dg[7], 2 * len[7], (uint16_t)len[7])) {
+        assert_int_equal(receive(b, rx, copy, 4, ERMA_MAX_BURST), 4);
+        for (unsigned i = 0; i < 4; i++)
+            assert_memory_equal(copy[i], dg[7] + ERMA_HDR_SIZE + 2 + (i % 2) * 12, 10);
+        nothing_more(b);
+    } else {
+        print_message("  bundles as segments: skipped, no UDP_SEGMENT (%s)\n", strerror(errno));
+    }
+    erma_transport_close(b);
+    close(fd);
+}
+
 int main(void)
 {
-    const char *env = getenv("ERMA_UDP_GSO");
-    printf("udp segmentation and receive offload: %s\n",
-           env && strcmp(env, "0") == 0 ? "off (ERMA_UDP_GSO=0)" : "on where the kernel has them");
+    const char *env = getenv("ERMA_UDP_GSO"), *co = getenv("ERMA_UDP_COALESCE");
+    printf("udp segmentation and receive offload: %s; coalescing: %s\n",
+           env && strcmp(env, "0") == 0 ? "off (ERMA_UDP_GSO=0)" : "on where the kernel has them",
+           co && strcmp(co, "0") == 0 ? "off (ERMA_UDP_COALESCE=0)" : "on");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_runs),
         cmocka_unit_test(test_runs_three_per_call),
         cmocka_unit_test(test_plain_receiver_sees_packets),
         cmocka_unit_test(test_hostile_tiny_segments),
+        cmocka_unit_test(test_hostile_bundles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,121 @@
+/*
+ * erma/sdk/bundle.h - several erma packets for one destination in one
+ * datagram (coalescing), for transports.
+ *
+ * A transport may put small packets of one TX burst that go to the same
+ * destination into one bundle instead of a datagram each, and must split
+ * every bundle it receives into its packets again before they go up: no
+ * protocol ever sees a bundle, and each packet inside keeps its own header
+ * and, on a secure session, its own seal. Layout (docs/PROTOCOL.md):
+ *
+ *   bundle header: an erma header (wire.h) with proto ERMA_PROTO_BUNDLE,
+ *                  msg_size the number of packets, every other field zero
+ *   then per packet: its length (2 bytes, little-endian), its bytes
+ *
+ * A bundle is never longer than the transport's max_pkt, so it fits any
+ * datagram a single packet fits. The reader trusts nothing: a length that
+ * runs past the datagram, a zero length or a count that disagrees ends the
+ * split and the rest is dropped (each packet is checked above as usual).
+ * erma_hdr_check() rejects a bundle, so one a transport failed to split is
+ * dropped as malformed. Peers older than bundles drop them the same way:
+ * turn coalescing off (udp: ERMA_UDP_COALESCE=0) when talking to one.
+ */
+#ifndef ERMA_BUNDLE_H
+#define ERMA_BUNDLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "erma/sdk/wire.h"
+
+ERMA_BEGIN_DECLS
+
+#define ERMA_PROTO_BUNDLE 4u
+#define ERMA_BUNDLE_LEN_SIZE 2u /* the length before each packet */
+
+/* Bytes a bundle of n packets of `bytes` bytes in all takes. */
+static inline uint32_t erma_bundle_size(uint32_t n, uint32_t bytes)
+{
+    return ERMA_HDR_SIZE + n * ERMA_BUNDLE_LEN_SIZE + bytes;
+}
+
+/* Writes the header of a bundle of n packets at buf[0..ERMA_HDR_SIZE). */
+static inline void erma_bundle_hdr(void *buf, uint32_t n)
+{
+    struct erma_hdr h;
+    memset(&h, 0, sizeof h);
+    h.msg_size = n;
+    h.proto = ERMA_PROTO_BUNDLE;
+    erma_hdr_encode(&h, buf);
+}
+
+/* Writes the length of the next packet at buf[0..ERMA_BUNDLE_LEN_SIZE). */
+static inline void erma_bundle_len(uint8_t *buf, uint32_t len)
+{
+    erma_put_le(buf, len, (int)ERMA_BUNDLE_LEN_SIZE);
+}
+
+/* True when the datagram of len bytes is a bundle (by its header alone). */
+static inline bool erma_bundle_is(const uint8_t *dgram, size_t len)
+{
+    if (len < ERMA_HDR_SIZE)
+        return false;
+    const uint64_t w1 = erma_get_le(dgram + 8, 8);
+    return ((w1 >> 44) & 0xfu) == ERMA_HDR_MAGIC && ((w1 >> 48) & 0xfu) == ERMA_PROTO_BUNDLE;
+}
+
+/* Reading a bundle: start with erma_bundle_open(), then call
+ * erma_bundle_next() until it returns false. */
+struct erma_bundle_reader {
+    const uint8_t *at, *end;
+    uint32_t left; /* packets the header announced and not yet read */
+};
+
+/* Starts reading the bundle dgram[0..len); false when its header is not a
+ * well-formed bundle's (a count of 0 or the reserved fields not zero). */
+static inline bool erma_bundle_open(struct erma_bundle_reader *r, const uint8_t *dgram,
+                                    size_t len)
+{
+    if (!erma_bundle_is(dgram, len))
+        return false;
+    struct erma_hdr h;
+    erma_hdr_decode(dgram, &h);
+    const uint64_t w1 = erma_get_le(dgram + 8, 8);
+    if (h.msg_size == 0 || h.req_type || h.dest_session || h.pkt_type || h.pkt_num ||
+        h.req_num || (w1 >> 52) != 0)
+        return false;
+    r->at = dgram + ERMA_HDR_SIZE;
+    r->end = dgram + len;
+    r->left = h.msg_size;
+    return true;
+}
+
+/* The next packet: *pkt and *len, true; false at the end or at the first
+ * length that does not fit (the rest is not read). */
+static inline bool erma_bundle_next(struct erma_bundle_reader *r, const uint8_t **pkt,
+                                    uint32_t *len)
+{
+    if (r->left == 0 || (size_t)(r->end - r->at) < ERMA_BUNDLE_LEN_SIZE)
+        return false;
+    const uint32_t n = (uint32_t)erma_get_le(r->at, (int)ERMA_BUNDLE_LEN_SIZE);
+    if (n == 0 || (size_t)(r->end - r->at) - ERMA_BUNDLE_LEN_SIZE < n)
+        return false;
+    *pkt = r->at + ERMA_BUNDLE_LEN_SIZE;
+    *len = n;
+    r->at += ERMA_BUNDLE_LEN_SIZE + n;
+    r->left--;
+    return true;
+}
+
+/* True when the reader consumed the bundle exactly: every announced
+ * packet, nothing after the last. */
+static inline bool erma_bundle_done(const struct erma_bundle_reader *r)
+{
+    return r->left == 0 && r->at == r->end;
+}
+
+ERMA_END_DECLS
+
+#endif
