@@ -13,9 +13,10 @@
  *
  * Coalescing: adjacent packets of a TX burst to one destination that fit
  * one datagram together (small ones: requests, responses, credit returns
- * of a few dozen bytes) go as one bundle (erma/sdk/bundle.h) instead of a
- * datagram each; every received bundle is split again. ERMA_UDP_COALESCE=0
- * turns the sending side off (bundles are always split on receive). */
+ * of a few dozen bytes) and do not make a GSO run go as one bundle
+ * (erma/sdk/bundle.h) instead of a datagram each; every received bundle
+ * is split again. ERMA_UDP_COALESCE=0 turns the sending side off (bundles
+ * are always split on receive). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -299,13 +300,17 @@ static void add_pkt(struct udp *u, unsigned *nio, const struct erma_tx_pkt *p)
         u->tx_iov[(*nio)++] = (struct iovec){(void *)p->data, p->data_len};
 }
 
-/* The messages of pkts[0..n): one per bundle, per GSO run or per packet. */
+/* The messages of pkts[0..n): one per GSO run, per bundle or per packet.
+ * A run of one size goes by GSO, which costs the kernel one buffer however
+ * long the run (on loopback: measured 4% above bundles of the same
+ * packets); bundles take what would go alone, mixed sizes. */
 static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
 {
     unsigned nmsg = 0, nio = 0;
     for (unsigned i = 0; i < n; nmsg++) {
-        const unsigned b = bundle_run(u, pkts + i, n - i);
-        const unsigned k = b ? b : gso_run(u, pkts + i, n - i);
+        const unsigned g = gso_run(u, pkts + i, n - i);
+        const unsigned b = g == 1 ? bundle_run(u, pkts + i, n - i) : 0;
+        const unsigned k = b ? b : g;
         struct msghdr *m = &u->tx_msg[nmsg].msg_hdr;
         *m = (struct msghdr){.msg_name = (void *)pkts[i].dst->raw,
                              .msg_namelen = pkts[i].dst->len,
