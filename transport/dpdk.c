@@ -1,4 +1,6 @@
-/* DPDK transport: Ethernet + IPv4 + UDP frames built in userspace (erma/dpdk.h). */
+/* DPDK transport: Ethernet + IPv4 + UDP frames built in userspace (erma/dpdk.h).
+ * This file sets up the EAL, the port and endpoints; transport/dpdk_io.c
+ * moves the frames. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -23,49 +25,14 @@
 #include "erma/log.h"
 #include "erma/version.h"
 #include "transport/module.h"
-#include "common/ring.h"
+#include "transport/dpdk_port.h"
 
-#define MAX_EP 64
-#define MAX_TXQ 16
-#define SW_RING 1024
-#define TX_DESC 1024
-#define NEIGH 64 /* learned neighbours per endpoint (a direct-mapped cache) */
-#define FRAME_HDR (RTE_ETHER_HDR_LEN + 20 + 8)
-#define ADDR_LEN 12 /* IPv4 (4), UDP port (2), MAC (6); all in network order */
 #define QUERY_KEYS "vdev", "pci", "port", "lcores", "mem"
 
-struct dpdk {
-    struct erma_transport base;
-    uint32_t ip;   /* network order */
-    uint16_t port; /* network order */
-    uint16_t txq;
-    struct erma_mpsc ring; /* frames other pollers found for us */
-    struct rte_mbuf *held[ERMA_MAX_BURST]; /* returned by the last rx_burst */
-    unsigned nheld;
-    struct {
-        uint32_t ip;
-        struct rte_ether_addr mac;
-    } neigh[NEIGH];
-};
-
-/* The process's one port. Set up under mu; the data path reads it freely. */
 static const struct erma_transport_ops erma_dpdk_ops;
 
-static struct {
-    pthread_mutex_t mu;
-    int init_rc; /* 1 until tried, then the outcome of the EAL/port setup */
-    uint16_t id, ntxq, next_txq;
-    uint32_t mtu;
-    bool tx_csum, rx_csum;
-    struct erma_transport_hints hints; /* of every endpoint on the port */
-    struct rte_ether_addr mac;
-    struct rte_mempool *pool;
-    unsigned nep;
-    rte_spinlock_t rx_lock;
-    uint64_t orphans; /* frames for no endpoint or a full ring; under rx_lock */
-    rte_spinlock_t tx_lock[MAX_TXQ];
-    struct dpdk *_Atomic by_port[65536]; /* demux: UDP port (host order) -> endpoint */
-} P = {.mu = PTHREAD_MUTEX_INITIALIZER, .init_rc = 1};
+struct dpdk_port erma__dpdk = {.mu = PTHREAD_MUTEX_INITIALIZER, .init_rc = 1};
+#define P erma__dpdk /* the port, P for short */
 
 /* ---- URI query: "k=v&k=v" lists, from the URI first, then ERMA_DPDK ---- */
 
@@ -406,21 +373,6 @@ static int dpdk_addr_str(const struct erma_transport *tr, const struct erma_addr
     return n < 0 || (size_t)n >= len ? ERMA_EINVAL : ERMA_OK;
 }
 
-static void make_addr(struct erma_addr *a, uint32_t ip, uint16_t port,
-                      const struct rte_ether_addr *mac)
-{
-    memset(a, 0, sizeof *a);
-    a->len = ADDR_LEN;
-    memcpy(a->raw, &ip, 4);
-    memcpy(a->raw + 4, &port, 2);
-    memcpy(a->raw + 6, mac->addr_bytes, 6);
-}
-
-static unsigned neigh_slot(uint32_t ip)
-{
-    return (ntohl(ip) * 2654435761u) >> 26; /* 6 bits: NEIGH = 64 */
-}
-
 /* Looks for ip in "IP=MAC,IP=MAC" (ERMA_DPDK_NEIGH). */
 static bool static_neigh(uint32_t ip, struct rte_ether_addr *mac)
 {
@@ -460,14 +412,14 @@ static int dpdk_resolve(struct erma_transport *tr, const char *rest, struct erma
     if (kv_find(query, "mac", val, sizeof val)) {
         if (!parse_mac(val, &mac))
             return ERMA_EADDR;
-    } else if (d->neigh[neigh_slot(ip)].ip == ip) {
-        mac = d->neigh[neigh_slot(ip)].mac;
+    } else if (d->neigh[erma__dpdk_neigh_slot(ip)].ip == ip) {
+        mac = d->neigh[erma__dpdk_neigh_slot(ip)].mac;
     } else if (!static_neigh(ip, &mac)) {
         ERMA_WARN("dpdk: no MAC address known for %s: add ?mac=, set ERMA_DPDK_NEIGH, or "
                   "receive a packet from it first", rest);
         return ERMA_EADDR;
     }
-    make_addr(out, ip, port, &mac);
+    erma__dpdk_addr(out, ip, port, &mac);
     return ERMA_OK;
 }
 
@@ -482,7 +434,7 @@ static void dpdk_close(struct erma_transport *tr)
     rte_spinlock_unlock(&P.rx_lock);
     P.nep--;
     pthread_mutex_unlock(&P.mu);
-    rte_pktmbuf_free_bulk(d->held, d->nheld);
+    erma__dpdk_rx_release(d);
     for (struct rte_mbuf *m; (m = erma__mpsc_pop(&d->ring));)
         rte_pktmbuf_free(m);
     erma__mpsc_destroy(&d->ring);
@@ -539,7 +491,9 @@ static int dpdk_open(const char *rest, const struct erma_transport_cfg *cfg,
         d->ip = ip;
         d->port = htons((uint16_t)hport);
         d->txq = P.next_txq++ % P.ntxq;
-        make_addr(&d->base.local, ip, d->port, &P.mac);
+        const char *co = getenv("ERMA_DPDK_COALESCE");
+        d->coalesce = !(co && strcmp(co, "0") == 0);
+        erma__dpdk_addr(&d->base.local, ip, d->port, &P.mac);
         P.nep++;
         atomic_store(&P.by_port[hport], d);
     }
@@ -553,174 +507,12 @@ static int dpdk_open(const char *rest, const struct erma_transport_cfg *cfg,
     return ERMA_OK;
 }
 
-/* Writes frame headers and packet p into m. */
-static void build(struct dpdk *d, struct rte_mbuf *m, const struct erma_tx_pkt *p)
-{
-    const uint32_t len = p->hdr_len + p->data_len;
-    uint8_t *f = rte_pktmbuf_mtod(m, uint8_t *);
-    struct rte_ether_hdr *eth = (struct rte_ether_hdr *)f;
-    struct rte_ipv4_hdr *ip = (struct rte_ipv4_hdr *)(f + RTE_ETHER_HDR_LEN);
-    struct rte_udp_hdr *udp = (struct rte_udp_hdr *)(ip + 1);
-    const uint8_t *dst = p->dst->raw;
-    memcpy(eth->dst_addr.addr_bytes, dst + 6, 6);
-    eth->src_addr = P.mac;
-    eth->ether_type = htons(RTE_ETHER_TYPE_IPV4);
-    *ip = (struct rte_ipv4_hdr){.version_ihl = RTE_IPV4_VHL_DEF,
-                                .total_length = htons((uint16_t)(len + 28)),
-                                .fragment_offset = htons(RTE_IPV4_HDR_DF_FLAG),
-                                .time_to_live = 64,
-                                .next_proto_id = IPPROTO_UDP,
-                                .src_addr = d->ip};
-    memcpy(&ip->dst_addr, dst, 4);
-    udp->src_port = d->port;
-    memcpy(&udp->dst_port, dst + 4, 2);
-    udp->dgram_len = htons((uint16_t)(len + 8));
-    udp->dgram_cksum = 0;
-    memcpy(f + FRAME_HDR, p->hdr, p->hdr_len);
-    if (p->data_len)
-        memcpy(f + FRAME_HDR + p->hdr_len, p->data, p->data_len);
-    m->data_len = (uint16_t)(FRAME_HDR + len);
-    m->pkt_len = FRAME_HDR + len;
-    if (P.tx_csum) {
-        m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
-        m->l2_len = RTE_ETHER_HDR_LEN;
-        m->l3_len = 20;
-    } else {
-        ip->hdr_checksum = rte_ipv4_cksum(ip);
-    }
-}
-
-static int dpdk_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
-{
-    struct dpdk *d = (struct dpdk *)tr;
-    const int rc = erma_transport_check_tx(tr, pkts, n, ADDR_LEN);
-    if (rc != ERMA_OK)
-        return rc;
-    unsigned sent = 0;
-    while (sent < n) {
-        const unsigned want = n - sent < ERMA_MAX_BURST ? n - sent : ERMA_MAX_BURST;
-        struct rte_mbuf *m[ERMA_MAX_BURST];
-        if (rte_pktmbuf_alloc_bulk(P.pool, m, want) != 0)
-            break;
-        for (unsigned i = 0; i < want; i++)
-            build(d, m[i], &pkts[sent + i]);
-        rte_spinlock_lock(&P.tx_lock[d->txq]);
-        const unsigned got = rte_eth_tx_burst(P.id, d->txq, m, (uint16_t)want);
-        rte_spinlock_unlock(&P.tx_lock[d->txq]);
-        if (got < want)
-            rte_pktmbuf_free_bulk(m + got, want - got);
-        for (unsigned i = sent; i < sent + got; i++)
-            tr->stats.tx_bytes += pkts[i].hdr_len + pkts[i].data_len;
-        sent += got;
-        if (got < want)
-            break;
-    }
-    tr->stats.tx_pkts += sent;
-    return (int)sent;
-}
-
-/* The IPv4 header of m when m is an IPv4/UDP frame long enough for it and
- * its UDP header, else NULL; *ihl gets the IPv4 header length. */
-static const struct rte_ipv4_hdr *udp4(const struct rte_mbuf *m, uint32_t *ihl)
-{
-    const uint8_t *f = rte_pktmbuf_mtod(m, const uint8_t *);
-    if (m->nb_segs != 1 || m->data_len < FRAME_HDR ||
-        ((const struct rte_ether_hdr *)f)->ether_type != htons(RTE_ETHER_TYPE_IPV4))
-        return NULL;
-    const struct rte_ipv4_hdr *ip = (const struct rte_ipv4_hdr *)(f + RTE_ETHER_HDR_LEN);
-    *ihl = (ip->version_ihl & 0xf) * 4u;
-    if ((ip->version_ihl >> 4) != 4 || *ihl < 20 || ip->next_proto_id != IPPROTO_UDP ||
-        RTE_ETHER_HDR_LEN + *ihl + 8 > m->data_len)
-        return NULL;
-    return ip;
-}
-
-/* The endpoint m is addressed to (by UDP destination port), or NULL. */
-static struct dpdk *demux(const struct rte_mbuf *m)
-{
-    uint32_t ihl;
-    const struct rte_ipv4_hdr *ip = udp4(m, &ihl);
-    if (!ip)
-        return NULL;
-    const struct rte_udp_hdr *udp = (const struct rte_udp_hdr *)((const uint8_t *)ip + ihl);
-    return atomic_load_explicit(&P.by_port[ntohs(udp->dst_port)], memory_order_acquire);
-}
-
-/* Validates frame m for d and hands it out as pkts[*n], or frees it. */
-static void take(struct dpdk *d, struct rte_mbuf *m, struct erma_rx_pkt *pkts, unsigned *n)
-{
-    uint32_t ihl;
-    const struct rte_ipv4_hdr *ip = udp4(m, &ihl);
-    const struct rte_udp_hdr *udp = ip ? (const void *)((const uint8_t *)ip + ihl) : NULL;
-    const uint32_t ip_len = ip ? ntohs(ip->total_length) : 0;
-    const uint32_t udp_len = udp ? ntohs(udp->dgram_len) : 0;
-    const uint64_t csum = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
-    if (!ip || udp->dst_port != d->port || (ip->dst_addr != d->ip) ||
-        (ip->fragment_offset & htons(RTE_IPV4_HDR_MF_FLAG | RTE_IPV4_HDR_OFFSET_MASK)) ||
-        ip_len < ihl + 8 || RTE_ETHER_HDR_LEN + ip_len > m->data_len || udp_len < 8 ||
-        udp_len > ip_len - ihl || udp_len - 8 > d->base.max_pkt ||
-        csum == RTE_MBUF_F_RX_IP_CKSUM_BAD ||
-        (csum != RTE_MBUF_F_RX_IP_CKSUM_GOOD && rte_raw_cksum(ip, ihl) != 0xffff)) {
-        d->base.stats.rx_dropped++;
-        rte_pktmbuf_free(m);
-        return;
-    }
-    const struct rte_ether_hdr *eth = rte_pktmbuf_mtod(m, const struct rte_ether_hdr *);
-    struct erma_rx_pkt *p = &pkts[(*n)++];
-    p->data = (uint8_t *)udp + 8;
-    p->len = udp_len - 8;
-    make_addr(&p->src, ip->src_addr, udp->src_port, &eth->src_addr);
-    const unsigned s = neigh_slot(ip->src_addr); /* learn the sender's MAC */
-    d->neigh[s].ip = ip->src_addr;
-    d->neigh[s].mac = eth->src_addr;
-    d->held[d->nheld++] = m;
-    d->base.stats.rx_pkts++;
-    d->base.stats.rx_bytes += p->len;
-}
-
-static int dpdk_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max)
-{
-    struct dpdk *d = (struct dpdk *)tr;
-    if (d->nheld) {
-        rte_pktmbuf_free_bulk(d->held, d->nheld);
-        d->nheld = 0;
-    }
-    if (max > ERMA_MAX_BURST)
-        max = ERMA_MAX_BURST;
-    unsigned n = 0;
-    /* Take the queue before draining the ring, so frames stay in order: only
-     * rx_lock holders push to rings. */
-    const bool polling = rte_spinlock_trylock(&P.rx_lock);
-    struct rte_mbuf *m;
-    while (n < max && (m = erma__mpsc_pop(&d->ring)))
-        take(d, m, pkts, &n);
-    if (polling && n < max) {
-        struct rte_mbuf *b[ERMA_MAX_BURST];
-        const uint16_t got = rte_eth_rx_burst(P.id, 0, b, ERMA_MAX_BURST);
-        for (uint16_t i = 0; i < got; i++) {
-            struct dpdk *o = demux(b[i]);
-            if (o == d && n < max) {
-                take(d, b[i], pkts, &n);
-            } else if (!o || erma__mpsc_push(&o->ring, b[i]) != ERMA_OK) {
-                if (o == d)
-                    d->base.stats.rx_dropped++;
-                else
-                    P.orphans++;
-                rte_pktmbuf_free(b[i]);
-            } /* else queued; ours beyond max land at our ring's tail, in order */
-        }
-    }
-    if (polling)
-        rte_spinlock_unlock(&P.rx_lock);
-    return (int)n;
-}
-
 static const struct erma_transport_ops erma_dpdk_ops = {
     .scheme = "dpdk",
     .open = dpdk_open,
     .close = dpdk_close,
-    .tx_burst = dpdk_tx_burst,
-    .rx_burst = dpdk_rx_burst,
+    .tx_burst = erma__dpdk_tx_burst,
+    .rx_burst = erma__dpdk_rx_burst,
     .resolve = dpdk_resolve,
     .addr_str = dpdk_addr_str,
 };

@@ -68,6 +68,7 @@ struct udp {
     uint8_t tx_len[ERMA_MAX_BURST][ERMA_BUNDLE_LEN_SIZE]; /* each bundled packet's */
     _Alignas(struct cmsghdr) uint8_t tx_ctrl[ERMA_MAX_BURST][CTRL_BYTES];
     unsigned tx_pkts[ERMA_MAX_BURST]; /* packets in each message */
+    bool tx_bundle[ERMA_MAX_BURST];   /* the message is a bundle */
 };
 
 /* Parses "host:port" or "[v6host]:port" into a socket address. */
@@ -330,6 +331,7 @@ static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsign
         if (k > 1 && !b)
             set_segment(m, u->tx_ctrl[nmsg], (uint16_t)pkt_len(&pkts[i]));
         u->tx_pkts[nmsg] = k;
+        u->tx_bundle[nmsg] = b > 0;
         i += k;
     }
     return nmsg;
@@ -351,8 +353,10 @@ static unsigned send_batch(struct udp *u, const struct erma_tx_pkt *pkts, unsign
     while (done < nmsg) {
         const int r = send_msgs(u, done, nmsg - done);
         if (r > 0) {
-            for (int i = 0; i < r; i++)
-                sent += u->tx_pkts[done++];
+            for (int i = 0; i < r; i++, done++) {
+                sent += u->tx_pkts[done];
+                u->base.stats.tx_bundles += u->tx_bundle[done];
+            }
         } else if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR) {
             break;
         } else if (u->tx_pkts[done] > 1 && (errno == EIO || errno == EINVAL)) {
@@ -491,9 +495,7 @@ static unsigned held_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
         u->rx_off += take;
         if (erma_bundle_open(&u->rx_bundle, data, take))
             u->in_bundle = true;
-        else if (erma_bundle_is(data, take))
-            u->base.stats.rx_dropped++; /* a malformed bundle header */
-        else
+        else /* a packet (one that only looks like a bundle fails checks above) */
             put_pkt(u, &pkts[n++], data, take);
     }
     return n;

@@ -316,11 +316,22 @@ static int client(const char *uri1, const char *uri2, const char *server)
         }
     }
     for (int i = 0; i < 2; i++)
-        printf("client port %u: %llu echoes byte-exact, rx %llu dropped %llu, tx %llu\n",
+        printf("client port %u: %llu echoes byte-exact, rx %llu dropped %llu, tx %llu in "
+               "%llu bundles and the rest alone\n",
                e[i].port, (unsigned long long)e[i].echoes,
                (unsigned long long)e[i].tr->stats.rx_pkts,
                (unsigned long long)e[i].tr->stats.rx_dropped,
-               (unsigned long long)e[i].tr->stats.tx_pkts);
+               (unsigned long long)e[i].tr->stats.tx_pkts,
+               (unsigned long long)e[i].tr->stats.tx_bundles);
+    /* each batch has small packets side by side: they share frames unless
+     * ERMA_DPDK_COALESCE=0 */
+    const char *co = getenv("ERMA_DPDK_COALESCE");
+    const bool coalesce = !(co && strcmp(co, "0") == 0);
+    if ((e[0].tr->stats.tx_bundles > 0) != coalesce) {
+        printf("FAIL: %llu bundles sent with coalescing %s\n",
+               (unsigned long long)e[0].tr->stats.tx_bundles, coalesce ? "on" : "off");
+        return 1;
+    }
     fill(big, STOP_SEQ, e[0].port, 8);
     const struct erma_tx_pkt stop = {.dst = &e[0].server, .hdr = big, .hdr_len = 8};
     for (int i = 0; i < 3; i++)

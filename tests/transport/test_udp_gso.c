@@ -170,10 +170,13 @@ static void test_plain_receiver_sees_packets(void **state)
         assert_true(erma_bundle_done(&r));
     }
     const char *env = getenv("ERMA_UDP_COALESCE");
-    if (env && strcmp(env, "0") == 0)
+    if (env && strcmp(env, "0") == 0) {
         assert_int_equal(datagrams, NPKT);
-    else
+        assert_int_equal(a->stats.tx_bundles, 0);
+    } else {
         assert_true(datagrams <= 22); /* the twelve small ones, all of other sizes, share */
+        assert_true(a->stats.tx_bundles >= 1 && a->stats.tx_bundles <= 2);
+    }
     print_message("  %u packets in %u datagrams\n", NPKT, datagrams);
     erma_transport_close(a);
     close(fd);
@@ -247,9 +250,11 @@ static size_t make_bundle(uint8_t *p, uint32_t count, const uint32_t *lens, unsi
 
 /* A peer's bundles, good and bad, from a plain socket: every packet of a
  * good one comes up with the sender's address; a bad one (a count that
- * disagrees, a length past the end or of 0, reserved fields set, no
- * packets) gives up the packets before the fault, counts one drop and
- * harms nothing after it; bundles as GSO segments are split too. */
+ * disagrees, a length past the end or of 0) gives up the packets before
+ * the fault, counts one drop and harms nothing after it; a header that is
+ * not exactly a bundle's (no packets, reserved fields set) comes up as one
+ * packet, which erma_hdr_check() rejects; bundles as GSO segments are
+ * split too. */
 static void test_hostile_bundles(void **state)
 {
     (void)state;
@@ -266,25 +271,28 @@ static void test_hostile_bundles(void **state)
     erma_bundle_len(dg[2] + len[2], 500);
     memset(dg[2] + len[2] + 2, 7, 5);
     len[2] += 7;
-    len[3] = make_bundle(dg[3], 0, NULL, 0);       /* a drop */
-    len[4] = make_bundle(dg[4], 2, two, 2);        /* a drop: reserved bits */
+    len[3] = make_bundle(dg[3], 0, NULL, 0);       /* no bundle: one packet */
+    len[4] = make_bundle(dg[4], 2, two, 2);        /* reserved bits: one packet */
     dg[4][15] |= 0x10;
     len[5] = make_bundle(dg[5], 2, zero, 2);       /* 1, then a drop */
     len[6] = fill(dg[6], 24, 9);                   /* a plain packet */
     for (unsigned i = 0; i < 7; i++)
         assert_int_equal(sendto(fd, dg[i], len[i], 0, (const struct sockaddr *)b->local.raw,
                                 b->local.len), (ssize_t)len[i]);
-    assert_int_equal(receive(b, rx, copy, 8, 2), 8);
-    const uint32_t want[8] = {20, 30, 40, 10, 10, 10, 10, 24};
-    for (unsigned i = 0; i < 8; i++) {
+    assert_int_equal(receive(b, rx, copy, 10, 2), 10);
+    const uint32_t want[10] = {20, 30, 40, 10, 10, 10, 16, 40, 10, 24};
+    for (unsigned i = 0; i < 10; i++) {
         assert_int_equal(rx[i].len, want[i]);
         assert_int_equal(rx[i].src.len, sizeof sa);
         assert_memory_equal(rx[i].src.raw, &sa, sizeof sa);
     }
     assert_memory_equal(copy[2], dg[0] + ERMA_HDR_SIZE + 2 + 20 + 2 + 30 + 2, 40);
-    assert_memory_equal(copy[7], dg[6], 24);
+    assert_memory_equal(copy[9], dg[6], 24);
+    struct erma_hdr h; /* the two that are no bundles, as packets: rejected above */
+    assert_int_equal(erma_hdr_check(copy[6], rx[6].len, &h), ERMA_EBADPKT);
+    assert_int_equal(erma_hdr_check(copy[7], rx[7].len, &h), ERMA_EBADPKT);
     nothing_more(b);
-    assert_int_equal(b->stats.rx_dropped, 5);
+    assert_int_equal(b->stats.rx_dropped, 3);
     /* two bundles of two as one super-datagram of 40-byte segments */
     len[7] = make_bundle(dg[7], 2, two, 2);
     memcpy(dg[7] + len[7], dg[7], len[7]);

@@ -13,12 +13,16 @@
  *   then per packet: its length (2 bytes, little-endian), its bytes
  *
  * A bundle is never longer than the transport's max_pkt, so it fits any
- * datagram a single packet fits. The reader trusts nothing: a length that
- * runs past the datagram, a zero length or a count that disagrees ends the
- * split and the rest is dropped (each packet is checked above as usual).
- * erma_hdr_check() rejects a bundle, so one a transport failed to split is
- * dropped as malformed. Peers older than bundles drop them the same way:
- * turn coalescing off (udp: ERMA_UDP_COALESCE=0) when talking to one.
+ * datagram a single packet fits. A datagram is a bundle only when its first
+ * 16 bytes are exactly a bundle header (erma_bundle_open); any other goes
+ * up as one packet, where erma_hdr_check() rejects proto 4, so a malformed
+ * bundle header is dropped as a malformed packet and a transport's own
+ * payloads that are not erma packets (raw tests) are never taken apart.
+ * The reader trusts nothing: a length that runs past the datagram, a zero
+ * length or a count that disagrees ends the split and the rest is dropped
+ * (each packet is checked above as usual). Peers older than bundles drop
+ * them as malformed: turn coalescing off (udp: ERMA_UDP_COALESCE=0, dpdk:
+ * ERMA_DPDK_COALESCE=0) when talking to one.
  */
 #ifndef ERMA_BUNDLE_H
 #define ERMA_BUNDLE_H
@@ -26,7 +30,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "erma/sdk/wire.h"
 
@@ -41,14 +44,15 @@ static inline uint32_t erma_bundle_size(uint32_t n, uint32_t bytes)
     return ERMA_HDR_SIZE + n * ERMA_BUNDLE_LEN_SIZE + bytes;
 }
 
-/* Writes the header of a bundle of n packets at buf[0..ERMA_HDR_SIZE). */
+/* Word 1 of every bundle header: the magic and proto 4, nothing else. */
+#define ERMA_BUNDLE_W1 ((uint64_t)ERMA_HDR_MAGIC << 44 | (uint64_t)ERMA_PROTO_BUNDLE << 48)
+
+/* Writes the header of a bundle of n packets (n < 2^24) at
+ * buf[0..ERMA_HDR_SIZE): word 0 holds n as msg_size. */
 static inline void erma_bundle_hdr(void *buf, uint32_t n)
 {
-    struct erma_hdr h;
-    memset(&h, 0, sizeof h);
-    h.msg_size = n;
-    h.proto = ERMA_PROTO_BUNDLE;
-    erma_hdr_encode(&h, buf);
+    erma_put_le((uint8_t *)buf, (uint64_t)(n & 0xffffffu) << 8, 8);
+    erma_put_le((uint8_t *)buf + 8, ERMA_BUNDLE_W1, 8);
 }
 
 /* Writes the length of the next packet at buf[0..ERMA_BUNDLE_LEN_SIZE). */
@@ -78,17 +82,15 @@ struct erma_bundle_reader {
 static inline bool erma_bundle_open(struct erma_bundle_reader *r, const uint8_t *dgram,
                                     size_t len)
 {
-    if (!erma_bundle_is(dgram, len))
+    if (len < ERMA_HDR_SIZE)
         return false;
-    struct erma_hdr h;
-    erma_hdr_decode(dgram, &h);
-    const uint64_t w1 = erma_get_le(dgram + 8, 8);
-    if (h.msg_size == 0 || h.req_type || h.dest_session || h.pkt_type || h.pkt_num ||
-        h.req_num || (w1 >> 52) != 0)
+    const uint64_t w0 = erma_get_le(dgram, 8), w1 = erma_get_le(dgram + 8, 8);
+    const uint32_t count = (uint32_t)(w0 >> 8) & 0xffffffu;
+    if (w1 != ERMA_BUNDLE_W1 || w0 != (uint64_t)count << 8 || count == 0)
         return false;
     r->at = dgram + ERMA_HDR_SIZE;
     r->end = dgram + len;
-    r->left = h.msg_size;
+    r->left = count;
     return true;
 }
 

@@ -52,6 +52,7 @@ struct erma_transport_cfg {
 
 struct erma_transport_stats {
     uint64_t tx_pkts, tx_bytes, tx_errors;
+    uint64_t tx_bundles; /* datagrams that carried several packets (erma/sdk/bundle.h) */
     uint64_t rx_pkts, rx_bytes, rx_dropped, rx_injected_drops;
 };
 
