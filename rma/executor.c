@@ -116,6 +116,32 @@ static bool next_chunk(const struct xfer *x, uint64_t *off)
 
 static void xfer_complete(struct erma_rma *rma, struct xfer *x, uint32_t id);
 
+/* Whether the windows let a chunk of n bytes of x go now, and in *at the
+ * time it counts as issued. The windows pace their ops; a flow their
+ * pacing held back is asked as of the time it was due (a burst ago at
+ * most), so that a loop pass longer than their gap issues every chunk that
+ * came due in it, each at its time, rather than one per pass, which held
+ * the rate to the loop's. With timers on time this changes nothing. */
+static bool window_lets(struct erma_rma *rma, struct xfer *x, uint32_t n, uint64_t *at)
+{
+    struct rma_exec *e = rma->exec;
+    const uint64_t now = rma->ep->now, burst = erma__portal_burst_ns(rma);
+    const bool late = x->due_ns && x->due_ns < now;
+    const uint64_t from = !late ? now : now - x->due_ns < burst ? x->due_ns : now - burst;
+    if (erma_window_next_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, from, at) !=
+            ERMA_OK ||
+        *at == UINT64_MAX) {
+        x->due_ns = 0;
+        return false;
+    }
+    /* held back, or caught up to: the next chunk goes on from here */
+    x->due_ns = *at > now || late ? *at : 0;
+    if (*at <= now)
+        return true;
+    e->wake_ns = *at < e->wake_ns ? *at : e->wake_ns;
+    return false;
+}
+
 /* Submits one chunk of x if the windows allow; false when they do not. */
 static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint64_t off)
 {
@@ -130,24 +156,17 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
     if (rma->cfg.cc_off && x->op == ERMA_RMA_READ &&
         erma__portal_inbound(rma) + n > rma->cfg.inbound_window)
         return false;
-    if (!rma->cfg.cc_off) {
-        uint64_t at;
-        if (erma_window_next_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now,
-                                   &at) != ERMA_OK)
-            return false;
-        if (at > rma->ep->now) {
-            e->wake_ns = at < e->wake_ns ? at : e->wake_ns;
-            return false;
-        }
-    }
+    uint64_t at = rma->ep->now;
+    if (!rma->cfg.cc_off && !window_lets(rma, x, n, &at))
+        return false;
     const struct erma_rma_cmd c = {.op = x->op, .peer = x->peer, .rkey = x->rkey,
                                    .offset = x->offset + off, .local = x->local + off,
                                    .len = n, .priority = x->prio, .tag = id,
                                    .fence = x->fence};
-    if (erma__portal_submit(rma, &c, true) < 0)
+    if (erma__portal_submit_chunk(rma, &c, at) < 0)
         return false;
     if (!rma->cfg.cc_off)
-        erma_window_on_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now);
+        erma_window_on_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, at);
     if (x->nredo && x->redo[x->nredo - 1] == off)
         x->nredo--;
     else

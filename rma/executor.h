@@ -30,6 +30,7 @@ struct xfer {
     uint64_t tried;          /* exec->gen of the last poll that could not issue it */
     uint64_t served;         /* exec->served when it last issued a chunk */
     const struct erma_window *win; /* its flow's, found by each erma__exec_poll */
+    uint64_t due_ns;         /* when its windows' pacing lets it go (0: not held back) */
 };
 
 struct rma_exec {
