@@ -309,7 +309,7 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
         k->kd = erma__region_kd(rma, r, kr, h->key_gen, h->identity, &base);
         k->cipher = r->cipher;
     }
-    if (!kr || erma__rma_open_as(k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {
+    if (!kr || erma__rma_open(rma, k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {
         rma->stats.auth_failed++;
         return ERMA_EAUTH;
     }
@@ -355,7 +355,8 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
         h->region != s->req.region || h->offset != s->req.offset || h->len != s->req.len ||
         h->key_gen != s->req.key_gen || h->deadline != s->req.deadline || h->pkt_idx >= 32 ||
         (s->got >> h->pkt_idx & 1) || plen == 0 || h->pkt_off + plen > s->req.len ||
-        erma__rma_open_as(s->kd, s->cipher, 0, h->nonce_ctr, pkt->data, pkt->len, rma->scratch)) {
+        erma__rma_open(rma, s->kd, s->cipher, 0, h->nonce_ctr, pkt->data, pkt->len,
+                       rma->scratch)) {
         rma->stats.data_rejected++;
         return;
     }
