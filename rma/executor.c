@@ -46,7 +46,10 @@ void erma__exec_fini(struct erma_rma *rma)
 
 void erma__exec_release(struct erma_rma *rma, uint32_t id)
 {
-    rma->exec->xfers[id].state = XFER_FREE;
+    struct rma_exec *e = rma->exec;
+    e->xfers[id].state = XFER_FREE;
+    while (e->used && e->xfers[e->used - 1].state == XFER_FREE)
+        e->used--;
 }
 
 /* A slot, a window or a transfer may let a chunk go: the executor looks at
@@ -95,6 +98,7 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
             e->fenced++;
             rma->stats.fence_held++;
         }
+        e->used = i + 1 > e->used ? i + 1 : e->used;
         wake(rma);
         return (int)i;
     }
@@ -180,7 +184,7 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
 static void find_windows(struct erma_rma *rma)
 {
     struct rma_exec *e = rma->exec;
-    for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
+    for (uint32_t id = 0; id < e->used; id++) {
         struct xfer *x = &e->xfers[id];
         x->win = x->state == XFER_ACTIVE && !rma->cfg.cc_off
                      ? erma_window_find(&e->wcc, (uint64_t)x->peer, dir_of(x->op))
@@ -203,7 +207,7 @@ static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen, uint64_
     const struct rma_exec *e = rma->exec;
     uint32_t best = UINT32_MAX;
     double least = INFINITY;
-    for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
+    for (uint32_t id = 0; id < e->used; id++) {
         const struct xfer *x = &e->xfers[id];
         uint64_t o;
         if (x->prio != p || x->tried == gen || !next_chunk(x, &o))
@@ -227,7 +231,7 @@ static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen, uint64_
 static void flow_tried(struct erma_rma *rma, const struct xfer *x, uint64_t gen)
 {
     struct rma_exec *e = rma->exec;
-    for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
+    for (uint32_t id = 0; id < e->used; id++) {
         struct xfer *y = &e->xfers[id];
         if (y->peer == x->peer && dir_of(y->op) == dir_of(x->op) && y->prio == x->prio)
             y->tried = gen;
@@ -240,7 +244,7 @@ int erma__exec_poll(struct erma_rma *rma)
     if (e->wake_ns > rma->ep->now)
         return 0;
     e->wake_ns = UINT64_MAX;
-    const uint32_t nx = rma->cfg.transfers;
+    const uint32_t nx = e->used;
     int work = 0;
     /* Fenced transfers a failed write cancelled (fence.c): they
      * complete without a chunk sent. */
@@ -434,7 +438,7 @@ static uint32_t writes(const struct erma_rma *rma, int peer, uint32_t region)
 {
     const struct rma_exec *e = rma->exec;
     uint32_t n = 0;
-    for (uint32_t i = 0; i < rma->cfg.transfers; i++) {
+    for (uint32_t i = 0; i < e->used; i++) {
         const struct xfer *x = &e->xfers[i];
         n += x->state == XFER_ACTIVE && x->op == ERMA_RMA_WRITE && x->peer == peer &&
              x->rkey.region == region;
@@ -449,7 +453,7 @@ static void write_done(struct erma_rma *rma, int peer, uint32_t region, uint64_t
                        int status)
 {
     struct rma_exec *e = rma->exec;
-    for (uint32_t i = 0; e->fenced && i < rma->cfg.transfers; i++) {
+    for (uint32_t i = 0; e->fenced && i < e->used; i++) {
         struct xfer *x = &e->xfers[i];
         if (x->state != XFER_ACTIVE || !x->fence_wait || x->wseq <= wseq || x->peer != peer ||
             x->rkey.region != region)

@@ -35,6 +35,7 @@ struct xfer {
 
 struct rma_exec {
     struct xfer *xfers;          /* cfg.transfers */
+    uint32_t used;               /* xfers[used..] are free: the loops stop there */
     struct erma_window_cc wcc;
     uint64_t wake_ns;            /* the next time a window may open */
     uint64_t gen;                /* erma__exec_poll calls, for xfer.tried */
