@@ -29,6 +29,20 @@ static void key_of(struct erma__aead *k, const uint8_t kd[ERMA_RMA_KEY_BYTES], u
     k->aes = cipher == ERMA_RMA_AES256_GCM;
 }
 
+/* Whether two keys are equal, in constant time (sodium_memcmp's byte loop
+ * cost as much as the expansion it saved). */
+static bool same_key(const uint8_t *a, const uint8_t *b)
+{
+    uint64_t d = 0;
+    for (unsigned i = 0; i < ERMA__AEAD_KEY; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        d |= x ^ y;
+    }
+    return d == 0;
+}
+
 /* Kd with its cipher and, for AES, its schedule from the engine's cache,
  * expanded there on a miss (on each call if memory runs out). A bulk
  * transfer's thousands of packets use one key. */
@@ -40,7 +54,7 @@ static void key_cached(struct erma_rma *rma, struct erma__aead *k,
         return;
     struct rma_keys *c = &rma->keys;
     for (unsigned i = 0; i < RMA_KEYS; i++)
-        if (c->k[i].expanded && sodium_memcmp(c->k[i].key, kd, ERMA__AEAD_KEY) == 0) {
+        if (c->k[i].expanded && same_key(c->k[i].key, kd)) {
             k->expanded = c->k[i].expanded;
             return;
         }
