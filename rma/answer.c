@@ -100,8 +100,8 @@ void erma__portal_rx(struct erma_rma *rma, const struct rma_ophdr *h,
         erma__portal_finish(rma, s, status);
         return;
     }
-    if (erma__rma_open_as(s->rkey.kd, s->rkey.cipher, 1, h->nonce_ctr, pkt->data, pkt->len,
-                          rma->scratch) != 0) {
+    if (erma__rma_open(rma, s->rkey.kd, s->rkey.cipher, 1, h->nonce_ctr, pkt->data, pkt->len,
+                       rma->scratch) != 0) {
         rma->stats.rx_unsealed_bad++;
         return;
     }

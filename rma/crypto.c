@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "erma/errors.h"
 #include "internal.h"
 
 /* BLAKE2b keyed with Kr over "erma-kd\0" | identity | address length |
@@ -28,29 +29,103 @@ static void key_of(struct erma__aead *k, const uint8_t kd[ERMA_RMA_KEY_BYTES], u
     k->aes = cipher == ERMA_RMA_AES256_GCM;
 }
 
+/* Whether two keys are equal, in constant time (sodium_memcmp's byte loop
+ * cost as much as the expansion it saved). */
+static bool same_key(const uint8_t *a, const uint8_t *b)
+{
+    uint64_t d = 0;
+    for (unsigned i = 0; i < ERMA__AEAD_KEY; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        d |= x ^ y;
+    }
+    return d == 0;
+}
+
+/* Kd with its cipher and, for AES, its schedule from the engine's cache,
+ * expanded there on a miss (on each call if memory runs out). A bulk
+ * transfer's thousands of packets use one key. */
+static void key_cached(struct erma_rma *rma, struct erma__aead *k,
+                       const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher)
+{
+    key_of(k, kd, cipher);
+    if (!k->aes)
+        return;
+    struct rma_keys *c = &rma->keys;
+    for (unsigned i = 0; i < RMA_KEYS; i++)
+        if (c->k[i].expanded && same_key(c->k[i].key, kd)) {
+            k->expanded = c->k[i].expanded;
+            return;
+        }
+    struct erma__aead *e = &c->k[c->next++ % RMA_KEYS];
+    if (erma__aead_expand(e, kd, true) == ERMA_OK)
+        k->expanded = e->expanded;
+}
+
+void erma__rma_keys_forget(struct erma_rma *rma)
+{
+    for (unsigned i = 0; i < RMA_KEYS; i++)
+        erma__aead_end(&rma->keys.k[i]);
+}
+
 #define AD_LEN (ERMA_HDR_SIZE + RMA_OPHDR)
+
+static void seal(const struct erma__aead *k, uint8_t dir, uint64_t nonce_ctr, uint8_t *pkt,
+                 const void *m, uint32_t plen)
+{
+    uint8_t n[ERMA__AEAD_NONCE];
+    erma__aead_nonce(n, nonce_ctr, dir);
+    erma__aead_seal(k, n, pkt, AD_LEN, m, plen, pkt + AD_LEN, pkt + AD_LEN + plen);
+}
+
+static int open_pkt(const struct erma__aead *k, uint8_t dir, uint64_t nonce_ctr,
+                    const uint8_t *pkt, uint32_t len, uint8_t *m)
+{
+    if (len < RMA_OVERHEAD)
+        return -1;
+    uint8_t n[ERMA__AEAD_NONCE];
+    erma__aead_nonce(n, nonce_ctr, dir);
+    const uint32_t plen = len - RMA_OVERHEAD;
+    return erma__aead_open(k, n, pkt, AD_LEN, pkt + AD_LEN, plen, pkt + AD_LEN + plen, m);
+}
 
 void erma__rma_seal_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
                        uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen)
 {
     struct erma__aead k;
-    uint8_t n[ERMA__AEAD_NONCE];
     key_of(&k, kd, cipher);
-    erma__aead_nonce(n, nonce_ctr, dir);
-    erma__aead_seal(&k, n, pkt, AD_LEN, m, plen, pkt + AD_LEN, pkt + AD_LEN + plen);
+    seal(&k, dir, nonce_ctr, pkt, m, plen);
+    sodium_memzero(&k, sizeof k);
 }
 
 int erma__rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint8_t dir,
                       uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m)
 {
-    if (len < RMA_OVERHEAD)
-        return -1;
     struct erma__aead k;
-    uint8_t n[ERMA__AEAD_NONCE];
     key_of(&k, kd, cipher);
-    erma__aead_nonce(n, nonce_ctr, dir);
-    const uint32_t plen = len - RMA_OVERHEAD;
-    return erma__aead_open(&k, n, pkt, AD_LEN, pkt + AD_LEN, plen, pkt + AD_LEN + plen, m);
+    const int rc = open_pkt(&k, dir, nonce_ctr, pkt, len, m);
+    sodium_memzero(&k, sizeof k);
+    return rc;
+}
+
+void erma__rma_seal(struct erma_rma *rma, const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher,
+                    uint8_t dir, uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen)
+{
+    struct erma__aead k;
+    key_cached(rma, &k, kd, cipher);
+    seal(&k, dir, nonce_ctr, pkt, m, plen);
+    sodium_memzero(&k, sizeof k);
+}
+
+int erma__rma_open(struct erma_rma *rma, const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher,
+                   uint8_t dir, uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m)
+{
+    struct erma__aead k;
+    key_cached(rma, &k, kd, cipher);
+    const int rc = open_pkt(&k, dir, nonce_ctr, pkt, len, m);
+    sodium_memzero(&k, sizeof k);
+    return rc;
 }
 
 uint64_t erma__rma_wallclock_ns(void)

@@ -176,6 +176,7 @@ static void parts_fini(struct erma_rma *rma)
     erma__serve_fini(rma);
     erma__regions_fini(rma);
     erma__cq_fini(rma);
+    erma__rma_keys_forget(rma);
 }
 
 int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,

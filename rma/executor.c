@@ -46,7 +46,10 @@ void erma__exec_fini(struct erma_rma *rma)
 
 void erma__exec_release(struct erma_rma *rma, uint32_t id)
 {
-    rma->exec->xfers[id].state = XFER_FREE;
+    struct rma_exec *e = rma->exec;
+    e->xfers[id].state = XFER_FREE;
+    while (e->used && e->xfers[e->used - 1].state == XFER_FREE)
+        e->used--;
 }
 
 /* A slot, a window or a transfer may let a chunk go: the executor looks at
@@ -95,6 +98,7 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
             e->fenced++;
             rma->stats.fence_held++;
         }
+        e->used = i + 1 > e->used ? i + 1 : e->used;
         wake(rma);
         return (int)i;
     }
@@ -116,6 +120,32 @@ static bool next_chunk(const struct xfer *x, uint64_t *off)
 
 static void xfer_complete(struct erma_rma *rma, struct xfer *x, uint32_t id);
 
+/* Whether the windows let a chunk of n bytes of x go now, and in *at the
+ * time it counts as issued. The windows pace their ops; a flow their
+ * pacing held back is asked as of the time it was due (a burst ago at
+ * most), so that a loop pass longer than their gap issues every chunk that
+ * came due in it, each at its time, rather than one per pass, which held
+ * the rate to the loop's. With timers on time this changes nothing. */
+static bool window_lets(struct erma_rma *rma, struct xfer *x, uint32_t n, uint64_t *at)
+{
+    struct rma_exec *e = rma->exec;
+    const uint64_t now = rma->ep->now, burst = erma__portal_burst_ns(rma);
+    const bool late = x->due_ns && x->due_ns < now;
+    const uint64_t from = !late ? now : now - x->due_ns < burst ? x->due_ns : now - burst;
+    if (erma_window_next_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, from, at) !=
+            ERMA_OK ||
+        *at == UINT64_MAX) {
+        x->due_ns = 0;
+        return false;
+    }
+    /* held back, or caught up to: the next chunk goes on from here */
+    x->due_ns = *at > now || late ? *at : 0;
+    if (*at <= now)
+        return true;
+    e->wake_ns = *at < e->wake_ns ? *at : e->wake_ns;
+    return false;
+}
+
 /* Submits one chunk of x if the windows allow; false when they do not. */
 static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint64_t off)
 {
@@ -130,24 +160,17 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
     if (rma->cfg.cc_off && x->op == ERMA_RMA_READ &&
         erma__portal_inbound(rma) + n > rma->cfg.inbound_window)
         return false;
-    if (!rma->cfg.cc_off) {
-        uint64_t at;
-        if (erma_window_next_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now,
-                                   &at) != ERMA_OK)
-            return false;
-        if (at > rma->ep->now) {
-            e->wake_ns = at < e->wake_ns ? at : e->wake_ns;
-            return false;
-        }
-    }
+    uint64_t at = rma->ep->now;
+    if (!rma->cfg.cc_off && !window_lets(rma, x, n, &at))
+        return false;
     const struct erma_rma_cmd c = {.op = x->op, .peer = x->peer, .rkey = x->rkey,
                                    .offset = x->offset + off, .local = x->local + off,
                                    .len = n, .priority = x->prio, .tag = id,
                                    .fence = x->fence};
-    if (erma__portal_submit(rma, &c, true) < 0)
+    if (erma__portal_submit_chunk(rma, &c, at) < 0)
         return false;
     if (!rma->cfg.cc_off)
-        erma_window_on_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, rma->ep->now);
+        erma_window_on_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, at);
     if (x->nredo && x->redo[x->nredo - 1] == off)
         x->nredo--;
     else
@@ -161,7 +184,7 @@ static bool issue_chunk(struct erma_rma *rma, struct xfer *x, uint32_t id, uint6
 static void find_windows(struct erma_rma *rma)
 {
     struct rma_exec *e = rma->exec;
-    for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
+    for (uint32_t id = 0; id < e->used; id++) {
         struct xfer *x = &e->xfers[id];
         x->win = x->state == XFER_ACTIVE && !rma->cfg.cc_off
                      ? erma_window_find(&e->wcc, (uint64_t)x->peer, dir_of(x->op))
@@ -184,7 +207,7 @@ static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen, uint64_
     const struct rma_exec *e = rma->exec;
     uint32_t best = UINT32_MAX;
     double least = INFINITY;
-    for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
+    for (uint32_t id = 0; id < e->used; id++) {
         const struct xfer *x = &e->xfers[id];
         uint64_t o;
         if (x->prio != p || x->tried == gen || !next_chunk(x, &o))
@@ -208,7 +231,7 @@ static uint32_t next_xfer(struct erma_rma *rma, uint8_t p, uint64_t gen, uint64_
 static void flow_tried(struct erma_rma *rma, const struct xfer *x, uint64_t gen)
 {
     struct rma_exec *e = rma->exec;
-    for (uint32_t id = 0; id < rma->cfg.transfers; id++) {
+    for (uint32_t id = 0; id < e->used; id++) {
         struct xfer *y = &e->xfers[id];
         if (y->peer == x->peer && dir_of(y->op) == dir_of(x->op) && y->prio == x->prio)
             y->tried = gen;
@@ -221,7 +244,7 @@ int erma__exec_poll(struct erma_rma *rma)
     if (e->wake_ns > rma->ep->now)
         return 0;
     e->wake_ns = UINT64_MAX;
-    const uint32_t nx = rma->cfg.transfers;
+    const uint32_t nx = e->used;
     int work = 0;
     /* Fenced transfers a failed write cancelled (fence.c): they
      * complete without a chunk sent. */
@@ -415,7 +438,7 @@ static uint32_t writes(const struct erma_rma *rma, int peer, uint32_t region)
 {
     const struct rma_exec *e = rma->exec;
     uint32_t n = 0;
-    for (uint32_t i = 0; i < rma->cfg.transfers; i++) {
+    for (uint32_t i = 0; i < e->used; i++) {
         const struct xfer *x = &e->xfers[i];
         n += x->state == XFER_ACTIVE && x->op == ERMA_RMA_WRITE && x->peer == peer &&
              x->rkey.region == region;
@@ -430,7 +453,7 @@ static void write_done(struct erma_rma *rma, int peer, uint32_t region, uint64_t
                        int status)
 {
     struct rma_exec *e = rma->exec;
-    for (uint32_t i = 0; e->fenced && i < rma->cfg.transfers; i++) {
+    for (uint32_t i = 0; e->fenced && i < e->used; i++) {
         struct xfer *x = &e->xfers[i];
         if (x->state != XFER_ACTIVE || !x->fence_wait || x->wseq <= wseq || x->peer != peer ||
             x->rkey.region != region)

@@ -30,10 +30,12 @@ struct xfer {
     uint64_t tried;          /* exec->gen of the last poll that could not issue it */
     uint64_t served;         /* exec->served when it last issued a chunk */
     const struct erma_window *win; /* its flow's, found by each erma__exec_poll */
+    uint64_t due_ns;         /* when its windows' pacing lets it go (0: not held back) */
 };
 
 struct rma_exec {
     struct xfer *xfers;          /* cfg.transfers */
+    uint32_t used;               /* xfers[used..] are free: the loops stop there */
     struct erma_window_cc wcc;
     uint64_t wake_ns;            /* the next time a window may open */
     uint64_t gen;                /* erma__exec_poll calls, for xfer.tried */

@@ -84,6 +84,14 @@ int erma__rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint
                       uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m);
 uint64_t erma__rma_wallclock_ns(void);
 
+/* The engine's cache of expanded AES-256-GCM keys (key schedules) by Kd,
+ * so that the packets of a peer's ops do not expand their key each. */
+#define RMA_KEYS 4
+struct rma_keys {
+    struct erma__aead k[RMA_KEYS]; /* key: a Kd; expanded: its schedule (NULL: empty) */
+    uint32_t next;                 /* the entry a miss replaces */
+};
+
 /* ---- the engine core (engine.c) ---- */
 
 struct rma_regions; /* region.h */
@@ -110,6 +118,7 @@ struct erma_rma {
     uint32_t rx_pass;          /* RMA packets received in this loop pass */
     struct erma_rma_stats stats; /* each part counts its own */
     struct rma_cq cq;
+    struct rma_keys keys;      /* crypto.c */
     struct rma_regions *regions;
     struct rma_target *target;
     struct rma_portal *portal;
@@ -124,6 +133,15 @@ static inline uint64_t erma__rma_wire_now(const struct erma_rma *rma)
 {
     return rma->ep->now + (uint64_t)rma->wire_off;
 }
+
+/* erma__rma_seal_as and erma__rma_open_as with AES-256-GCM keys expanded
+ * once, in rma->keys. */
+void erma__rma_seal(struct erma_rma *rma, const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher,
+                    uint8_t dir, uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen);
+int erma__rma_open(struct erma_rma *rma, const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher,
+                   uint8_t dir, uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m);
+/* Wipes and frees the expanded keys. */
+void erma__rma_keys_forget(struct erma_rma *rma);
 
 /* ---- packet.c ---- */
 

@@ -52,12 +52,25 @@ static uint64_t issue_at(const struct erma_rma *rma, const struct slot *s)
     return paced && p->answers_at_ns > now ? p->answers_at_ns : now;
 }
 
+uint64_t erma__portal_burst_ns(const struct erma_rma *rma)
+{
+    return answer_ns(rma, ERMA_MAX_BURST * rma->pkt_data);
+}
+
 /* Every READ's answer takes the link; a burst of commands delays the
- * chunks behind it by at most half a dispatch timeout. */
+ * chunks behind it by at most half a dispatch timeout. A chunk is paced
+ * from when its windows let it go (a burst ago at most), not from the loop
+ * pass that issues it: a pass longer than an answer's time then issues
+ * every chunk that came due in it, rather than one per pass, which held
+ * the rate to the loop's. With timers on time this changes nothing. */
 static void pace(struct erma_rma *rma, const struct slot *s)
 {
     struct rma_portal *p = rma->portal;
-    const uint64_t from = p->answers_at_ns > s->issue_ns ? p->answers_at_ns : s->issue_ns;
+    const uint64_t burst = erma__portal_burst_ns(rma);
+    uint64_t from = s->issue_ns;
+    if (s->chunk && s->due_ns < from)
+        from = from - s->due_ns < burst ? s->due_ns : from - burst;
+    from = p->answers_at_ns > from ? p->answers_at_ns : from;
     const uint64_t cap = s->issue_ns + rma->cfg.dispatch_timeout_ns / 2;
     p->answers_at_ns = from + answer_ns(rma, s->len);
     if (!s->chunk && p->answers_at_ns > cap)

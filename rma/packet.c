@@ -61,7 +61,7 @@ void erma__rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rm
     erma_hdr_encode(&eh, pkt);
     erma__rma_ophdr_encode(h, pkt + ERMA_HDR_SIZE);
     if (kd)
-        erma__rma_seal_as(kd, cipher, dir, h->nonce_ctr, pkt, m, plen);
+        erma__rma_seal(rma, kd, cipher, dir, h->nonce_ctr, pkt, m, plen);
     else /* unsealed error: no payload, zero tag */
         memset(pkt + ERMA_HDR_SIZE + RMA_OPHDR, 0, RMA_TAG);
     erma__ep_tx_room_len(rma->ep, p, RMA_OVERHEAD + plen);

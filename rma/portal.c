@@ -50,7 +50,7 @@ static int cmd_valid(const struct erma_rma *rma, const struct erma_rma_cmd *c)
     return erma__rkey_usable(rma, &c->rkey);
 }
 
-int erma__portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool chunk)
+static int submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool chunk, uint64_t due)
 {
     const int valid = cmd_valid(rma, c);
     if (valid != ERMA_OK)
@@ -72,7 +72,7 @@ int erma__portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool
                        .offset = c->offset, .local = c->local,
                        .len = c->op == ERMA_RMA_REKEY ? RMA_REKEY_DATA : c->len,
                        .grace_ns = c->grace_ns, .tag = c->tag,
-                       .submit_ns = now, .queued_ns = now, .fence = c->fence,
+                       .submit_ns = now, .queued_ns = now, .due_ns = due, .fence = c->fence,
                        .fence_wait = wait,
                        .wseq = c->op == ERMA_RMA_WRITE && !chunk ? erma__fence_number(rma) : 0};
     if (wait)
@@ -87,7 +87,13 @@ int erma__portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool
     return i;
 }
 
+int erma__portal_submit_chunk(struct erma_rma *rma, const struct erma_rma_cmd *cmd,
+                              uint64_t due_ns)
+{
+    return submit(rma, cmd, true, due_ns);
+}
+
 int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd)
 {
-    return erma__portal_submit(rma, cmd, false);
+    return submit(rma, cmd, false, 0);
 }

@@ -36,6 +36,7 @@ struct slot {
     uint64_t init_ctr;
     uint64_t submit_ns, issue_ns;
     uint64_t queued_ns;     /* entered the local queue (DISPATCH_TIMEOUT from here) */
+    uint64_t due_ns;        /* a chunk: when its windows let it go (issue.c, pace) */
     uint64_t wseq;          /* WRITE command (not a chunk): its place among writes */
     uint32_t fence_wait;    /* SLOT_FENCED: earlier writes not yet completed */
     int fence_status;       /* ERMA_OK, or ERMA_ECANCELLED: one of them failed */
@@ -112,8 +113,10 @@ struct rma_portal {
 int erma__portal_init(struct erma_rma *rma);
 void erma__portal_fini(struct erma_rma *rma);
 void erma__portal_set_hooks(struct erma_rma *rma, const struct rma_portal_hooks *h);
-/* Takes cmd into a slot, a transfer's chunk if chunk; its id, or an error. */
-int erma__portal_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd, bool chunk);
+/* Takes a transfer's chunk into a slot (as erma_rma_submit() a command);
+ * its windows let it go at due_ns. Its slot's id, or an error. */
+int erma__portal_submit_chunk(struct erma_rma *rma, const struct erma_rma_cmd *cmd,
+                              uint64_t due_ns);
 /* ERMA_OK when this engine can use key k (its cipher), else why not. */
 int erma__rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k);
 /* peer.c */
@@ -139,6 +142,9 @@ int erma__portal_poll(struct erma_rma *rma, bool rx_full);
 uint64_t erma__portal_next_timer(const struct erma_rma *rma);
 /* READ bytes in flight or waiting in the local queue. */
 uint64_t erma__portal_inbound(const struct erma_rma *rma);
+/* How far behind their schedule the pacers catch up at most: the time
+ * this host's link takes to bring in one receive burst of answers. */
+uint64_t erma__portal_burst_ns(const struct erma_rma *rma);
 /* answer.c */
 void erma__portal_rx(struct erma_rma *rma, const struct rma_ophdr *h,
                      const struct erma_rx_pkt *pkt);

@@ -89,6 +89,7 @@ static void kd_forget(struct erma_rma *rma, uint32_t id)
     for (unsigned i = 0; i < RMA_KD_CACHE; i++)
         if (cache[i].region == id)
             sodium_memzero(&cache[i], sizeof cache[i]);
+    erma__rma_keys_forget(rma); /* key schedules too (of any region: they are few) */
 }
 
 void erma__region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now)

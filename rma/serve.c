@@ -82,14 +82,38 @@ static void send_status(struct erma_rma *rma, const struct erma_addr *to,
         rma->stats.nacks_sent++;
 }
 
+static void send_tails(struct erma_rma *rma)
+{
+    struct rma_target *t = rma->target;
+    for (uint32_t i = 0; i < t->ntails; i++) {
+        struct tail *l = &t->tails[i];
+        erma__rma_send(rma, &l->to, &l->h, l->kd, l->cipher, 1, l->src, l->len);
+    }
+    sodium_memzero(t->tails, t->ntails * sizeof *t->tails);
+    t->ntails = 0;
+}
+
+/* The full packets of a READ's answer; its last, shorter packet waits in
+ * the pass's tails (send_tails), so that the answers of a pass leave as
+ * one run of equal packets (one UDP_SEGMENT send where the transport
+ * offers it) and one of tails, not a run per answer. */
 static void send_read(struct erma_rma *rma, const struct erma_addr *to,
                       const struct rma_ophdr *req, const uint8_t *src, const struct key *k)
 {
+    struct rma_target *t = rma->target;
     struct rma_ophdr a = answer_of(req, RMA_READ_RESP);
     for (uint32_t off = 0; off < req->len; off += rma->pkt_data, a.pkt_idx++) {
         const uint32_t n = req->len - off < rma->pkt_data ? req->len - off : rma->pkt_data;
         a.pkt_off = (uint16_t)off;
-        erma__rma_send(rma, to, &a, k->kd, k->cipher, 1, src + off, n);
+        if (n == rma->pkt_data || off == 0) {
+            erma__rma_send(rma, to, &a, k->kd, k->cipher, 1, src + off, n);
+            continue;
+        }
+        if (t->ntails == RMA_TAILS)
+            send_tails(rma);
+        struct tail *l = &t->tails[t->ntails++];
+        *l = (struct tail){.to = *to, .h = a, .src = src + off, .len = n, .cipher = k->cipher};
+        memcpy(l->kd, k->kd, sizeof l->kd);
     }
 }
 
@@ -309,7 +333,7 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
         k->kd = erma__region_kd(rma, r, kr, h->key_gen, h->identity, &base);
         k->cipher = r->cipher;
     }
-    if (!kr || erma__rma_open_as(k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {
+    if (!kr || erma__rma_open(rma, k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {
         rma->stats.auth_failed++;
         return ERMA_EAUTH;
     }
@@ -355,7 +379,8 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
         h->region != s->req.region || h->offset != s->req.offset || h->len != s->req.len ||
         h->key_gen != s->req.key_gen || h->deadline != s->req.deadline || h->pkt_idx >= 32 ||
         (s->got >> h->pkt_idx & 1) || plen == 0 || h->pkt_off + plen > s->req.len ||
-        erma__rma_open_as(s->kd, s->cipher, 0, h->nonce_ctr, pkt->data, pkt->len, rma->scratch)) {
+        erma__rma_open(rma, s->kd, s->cipher, 0, h->nonce_ctr, pkt->data, pkt->len,
+                       rma->scratch)) {
         rma->stats.data_rejected++;
         return;
     }
@@ -442,6 +467,7 @@ int erma__serve_poll(struct erma_rma *rma)
         t->q_head = (t->q_head + 1) % rma->cfg.nack_threshold;
         t->q_len--;
     }
+    send_tails(rma);
     if (rma->ep->now >= t->sol_expiry_ns)
         sol_expire(rma);
     return work;

@@ -25,8 +25,23 @@ struct solicit {       /* the target's own outstanding solicitation */
     int32_t next_hash;     /* chain of live solicitations by (identity, init_ctr) */
 };
 
+/* A READ answer's last packet, shorter than the others: sent after the
+ * full packets of the other answers of its loop pass (serve.c), or of the
+ * RMA_TAILS answers before it. */
+#define RMA_TAILS 32
+struct tail {
+    struct erma_addr to;
+    struct rma_ophdr h;        /* pkt_idx and pkt_off set */
+    const uint8_t *src;        /* its bytes in the region */
+    uint32_t len;
+    uint8_t kd[ERMA_RMA_KEY_BYTES];
+    uint8_t cipher;
+};
+
 struct rma_target {
     struct queued_req *queue;  /* ring of nack_threshold */
+    struct tail tails[RMA_TAILS]; /* this pass's, not yet sent */
+    uint32_t ntails;
     uint32_t q_head, q_len;
     uint64_t q_bytes;          /* queued work: erma__rma_work() of each request */
     uint64_t busy_until_ns;    /* cfg.serve_ns: no request served before this */

@@ -95,6 +95,56 @@ static void test_read_write(void **state)
     free(t.mem);
 }
 
+/* Answers under more keys than the engines keep expanded (crypto.c), in
+ * flight together so that one target pass seals under all of them (and
+ * sends their short last packets after the full ones, serve.c): every byte
+ * arrives; after a deregistration, which drops the expanded keys, the
+ * region is gone and the others still read. */
+static void test_many_keys(void **state)
+{
+    enum { REGIONS = 6, PER = 8, N = REGIONS * PER };
+    struct world w;
+    world_up(&w, ON_SIM(state), 2);
+    uint8_t *mem = malloc(REGIONS * REGION_LEN), *buf = calloc(N, ERMA_RMA_MAX_OP);
+    assert_true(mem && buf);
+    for (size_t i = 0; i < REGIONS * REGION_LEN; i++)
+        mem[i] = (uint8_t)(i * 13 + 5);
+    uint32_t id[REGIONS];
+    struct erma_rkey k[REGIONS];
+    for (unsigned r = 0; r < REGIONS; r++) {
+        assert_int_equal(erma_region_register(w.rma[0], mem + r * REGION_LEN, REGION_LEN,
+                                              ERMA_RMA_PERM_READ, &id[r]),
+                         ERMA_OK);
+        k[r] = rkey_for(&w, 1, id[r]);
+    }
+    const int p = peer0(&w, 1);
+    for (unsigned i = 0; i < N; i++) {
+        const struct erma_rma_cmd c = cmd_of(ERMA_RMA_READ, p, &k[i % REGIONS],
+                                             (i / REGIONS) * ERMA_RMA_MAX_OP,
+                                             buf + i * ERMA_RMA_MAX_OP, ERMA_RMA_MAX_OP, i);
+        assert_true(erma_rma_submit(w.rma[1], &c) >= 0);
+    }
+    struct erma_rma_completion done[N];
+    assert_int_equal(world_wait(&w, 1, done, N, 2000000000ull), N);
+    for (unsigned i = 0; i < N; i++) {
+        assert_int_equal(done[i].status, ERMA_OK);
+        const unsigned j = (unsigned)done[i].tag;
+        assert_memory_equal(buf + j * ERMA_RMA_MAX_OP,
+                            mem + (j % REGIONS) * REGION_LEN + (j / REGIONS) * ERMA_RMA_MAX_OP,
+                            ERMA_RMA_MAX_OP);
+    }
+    assert_int_equal(erma_region_deregister(w.rma[0], id[0]), ERMA_OK);
+    for (unsigned r = 0; r < REGIONS; r++) {
+        const struct erma_rma_cmd c = cmd_of(ERMA_RMA_READ, p, &k[r], 0, buf, ERMA_RMA_MAX_OP, r);
+        assert_int_equal(world_op(&w, 1, c, NULL), r ? ERMA_OK : ERMA_ENOREGION);
+        if (r)
+            assert_memory_equal(buf, mem + r * REGION_LEN, ERMA_RMA_MAX_OP);
+    }
+    world_down(&w);
+    free(mem);
+    free(buf);
+}
+
 /* ---- every status from a real cause ---- */
 
 static void test_statuses(void **state)
@@ -894,6 +944,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_read_write, &SIM),
         cmocka_unit_test_prestate(test_read_write, &UDP),
+        cmocka_unit_test_prestate(test_many_keys, &SIM),
+        cmocka_unit_test_prestate(test_many_keys, &UDP),
         cmocka_unit_test_prestate(test_statuses, &SIM),
         cmocka_unit_test_prestate(test_statuses, &UDP),
         cmocka_unit_test_prestate(test_nack, &SIM),
