@@ -51,6 +51,7 @@ void erma__serve_fini(struct erma_rma *rma)
     free(t->sol);
     free(t->sol_hash);
     sodium_memzero(t->token_key, sizeof t->token_key);
+    sodium_memzero(t->tails, sizeof t->tails);
     free(t);
     rma->target = NULL;
 }
@@ -82,12 +83,16 @@ static void send_status(struct erma_rma *rma, const struct erma_addr *to,
         rma->stats.nacks_sent++;
 }
 
+/* The tails held: each only while its region is still registered (the
+ * application may deregister it, and free its memory, in a callback of
+ * the same pass; the READ then times out and finds no region). */
 static void send_tails(struct erma_rma *rma)
 {
     struct rma_target *t = rma->target;
     for (uint32_t i = 0; i < t->ntails; i++) {
         struct tail *l = &t->tails[i];
-        erma__rma_send(rma, &l->to, &l->h, l->kd, l->cipher, 1, l->src, l->len);
+        if (erma__region_find(rma, l->h.region))
+            erma__rma_send(rma, &l->to, &l->h, l->kd, l->cipher, 1, l->src, l->len);
     }
     sodium_memzero(t->tails, t->ntails * sizeof *t->tails);
     t->ntails = 0;
