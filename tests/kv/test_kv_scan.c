@@ -14,25 +14,33 @@
 #include "../bench/bench.h"
 #include "erma/errors.h"
 
+/* Runs o (its uri and server filled in here, port_off apart from another
+ * test's) against a kv_scan server in another process: every GET and SCAN
+ * answered and right. */
+static void scan_run(struct bench_kv_scan_opts o, int port_off, struct bench_kv_scan_result *r)
+{
+    char uri[64], server[64];
+    const int base = 37000 + (getpid() % 400) * 8 + port_off;
+    snprintf(uri, sizeof uri, "udp://127.0.0.1:%d", base);
+    snprintf(server, sizeof server, "udp://127.0.0.1:%d", base + 4);
+    o.uri = uri;
+    o.server = server;
+    const pid_t pid = bench_kv_scan_server_fork(server, -1, 120000000000ull, false);
+    assert_true(pid > 0);
+    const int rc = bench_kv_scan(&o, r);
+    bench_rpc_server_stop(pid);
+    assert_int_equal(rc, ERMA_OK);
+    assert_int_equal(r->wrong, 0);
+    assert_int_equal(r->failed, 0);
+}
+
 static void test_scan_beside_gets(void **state)
 {
     (void)state;
-    char uri[64], server[64];
-    const int base = 37000 + (getpid() % 400) * 8;
-    snprintf(uri, sizeof uri, "udp://127.0.0.1:%d", base);
-    snprintf(server, sizeof server, "udp://127.0.0.1:%d", base + 4);
-    const struct bench_kv_scan_opts o = {.uri = uri, .server = server, .keys = 20000,
-                                         .value_size = 100, .scan_count = 10000,
-                                         .rounds = 10, .round_seconds = 0.1,
-                                         .scan_credits = 2};
-    const pid_t pid = bench_kv_scan_server_fork(server, -1, 120000000000ull, false);
-    assert_true(pid > 0);
+    const struct bench_kv_scan_opts o = {.keys = 20000, .value_size = 100, .scan_count = 10000,
+                                         .rounds = 10, .round_seconds = 0.1, .scan_credits = 2};
     struct bench_kv_scan_result r;
-    const int rc = bench_kv_scan(&o, &r);
-    bench_rpc_server_stop(pid);
-    assert_int_equal(rc, ERMA_OK);
-    assert_int_equal(r.wrong, 0);
-    assert_int_equal(r.failed, 0);
+    scan_run(o, 0, &r);
     /* Each round ends by checking its last GET, and each scanning round
      * its last SCAN of 10^4 keys: these hold at any speed. */
     assert_true(r.gets >= o.rounds);
@@ -48,22 +56,11 @@ static void test_scan_beside_gets(void **state)
 static void test_pipelined_gets(void **state)
 {
     (void)state;
-    char uri[64], server[64];
-    const int base = 37000 + (getpid() % 400) * 8 + 1;
-    snprintf(uri, sizeof uri, "udp://127.0.0.1:%d", base);
-    snprintf(server, sizeof server, "udp://127.0.0.1:%d", base + 4);
-    const struct bench_kv_scan_opts o = {.uri = uri, .server = server, .keys = 2000,
-                                         .value_size = 10, .scan_count = 100, .rounds = 4,
-                                         .round_seconds = 0.1, .scan_credits = 2,
+    const struct bench_kv_scan_opts o = {.keys = 2000, .value_size = 10, .scan_count = 100,
+                                         .rounds = 4, .round_seconds = 0.1, .scan_credits = 2,
                                          .get_window = 20};
-    const pid_t pid = bench_kv_scan_server_fork(server, -1, 120000000000ull, false);
-    assert_true(pid > 0);
     struct bench_kv_scan_result r;
-    const int rc = bench_kv_scan(&o, &r);
-    bench_rpc_server_stop(pid);
-    assert_int_equal(rc, ERMA_OK);
-    assert_int_equal(r.wrong, 0);
-    assert_int_equal(r.failed, 0);
+    scan_run(o, 1, &r);
     /* each round checks its last GET on every one of the 20 calls */
     assert_true(r.gets >= (uint64_t)o.rounds * o.get_window);
     print_message("  %llu pipelined GETs checked\n", (unsigned long long)r.gets);
