@@ -468,13 +468,11 @@ static bool bundle_pkt(struct udp *u, struct erma_rx_pkt *p)
     return false;
 }
 
-/* The packets of the datagrams held, each cut at its segment size (a
- * datagram without GRO is one packet) and each bundle split, receiving
- * more only when all are handed out: their buffers stay valid until then. */
-static unsigned held_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
+/* Hands out the packets of the datagrams held, each cut at its segment
+ * size (a datagram without GRO is one packet) and each bundle split; 0
+ * when all are handed out. */
+static unsigned cut_held(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
 {
-    if (!u->in_bundle && u->rx_i >= u->rx_n && !recv_held(u, u->rx_idle ? 1 : max))
-        return 0;
     unsigned n = 0;
     while (n < max) {
         if (u->in_bundle) {
@@ -499,6 +497,19 @@ static unsigned held_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
             put_pkt(u, &pkts[n++], data, take);
     }
     return n;
+}
+
+/* The packets held, else those of a new receive: their buffers stay valid
+ * until the next call. A call returns 0 only when the kernel had nothing
+ * (callers take a short burst for an empty queue: one-sided timeouts);
+ * the held datagrams' last packets, handed out in a full burst, must not
+ * make the next call come back empty with more queued. */
+static unsigned held_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
+{
+    const unsigned n = cut_held(u, pkts, max);
+    if (n > 0 || !recv_held(u, u->rx_idle ? 1 : max))
+        return n;
+    return cut_held(u, pkts, max);
 }
 
 static int udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max)

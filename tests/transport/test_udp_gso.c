@@ -308,6 +308,37 @@ static void test_hostile_bundles(void **state)
     close(fd);
 }
 
+/* 40 datagrams queued, taken 32 at most a call: no call comes back empty
+ * while some are still queued (callers take an empty or short burst for
+ * an empty queue: the one-sided engine times its ops out then). */
+static void test_no_empty_burst_while_queued(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    struct sockaddr_in sa;
+    const int fd = plain_socket(&sa);
+    struct erma_transport *b = open_v4();
+    static uint8_t data[N][64];
+    for (unsigned i = 0; i < N; i++) {
+        fill(data[i], sizeof data[i], i);
+        assert_int_equal(sendto(fd, data[i], sizeof data[i], 0,
+                                (const struct sockaddr *)b->local.raw, b->local.len),
+                         (ssize_t)sizeof data[i]);
+    }
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    unsigned got = 0, calls = 0;
+    while (got < N && calls++ < 100) {
+        const int n = erma_rx_burst(b, rx, ERMA_MAX_BURST);
+        assert_true(n > 0);
+        for (int i = 0; i < n; i++, got++)
+            assert_memory_equal(rx[i].data, data[got], sizeof data[got]);
+    }
+    assert_int_equal(got, N);
+    nothing_more(b);
+    erma_transport_close(b);
+    close(fd);
+}
+
 int main(void)
 {
     const char *env = getenv("ERMA_UDP_GSO"), *co = getenv("ERMA_UDP_COALESCE");
@@ -320,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_plain_receiver_sees_packets),
         cmocka_unit_test(test_hostile_tiny_segments),
         cmocka_unit_test(test_hostile_bundles),
+        cmocka_unit_test(test_no_empty_burst_while_queued),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
