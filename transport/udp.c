@@ -45,10 +45,9 @@
 #define GSO_MAX_SEGS 64u
 #define GRO_BUF 65536u
 #define CTRL_BYTES CMSG_SPACE(sizeof(int))
-/* Datagrams in one receive that turn the receive offload on. Off, a lone
- * datagram's round trip is 0.2 us (4%) shorter on loopback (a plain
- * recvmsg ping-pong, UDP_GRO on and off), and latency-bound endpoints
- * never see such a burst. */
+/* Datagrams in one receive that turn the receive offload on. Off, the
+ * 32 B RPC round trip on loopback is 0.90x of on (docs/PERFORMANCE.md),
+ * and latency-bound endpoints never see such a burst. */
 #define GRO_AFTER 8u
 
 struct udp {
