@@ -46,7 +46,7 @@
 #define GRO_BUF 65536u
 #define CTRL_BYTES CMSG_SPACE(sizeof(int))
 /* Datagrams in one receive that turn the receive offload on. Off, the
- * 32 B RPC round trip on loopback is 0.90x of on (docs/PERFORMANCE.md),
+ * 32 B RPC round trip on loopback is 0.97x of on (docs/PERFORMANCE.md),
  * and latency-bound endpoints never see such a burst. */
 #define GRO_AFTER 8u
 
