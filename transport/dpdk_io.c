@@ -49,48 +49,29 @@ static uint8_t *frame(struct dpdk *d, struct rte_mbuf *m, const struct erma_tx_p
     return f + FRAME_HDR;
 }
 
-static uint32_t pkt_len(const struct erma_tx_pkt *p)
-{
-    return p->hdr_len + p->data_len;
-}
-
-/* Copies packet p to w; returns the byte after it. */
-static uint8_t *put_pkt(uint8_t *w, const struct erma_tx_pkt *p)
-{
-    memcpy(w, p->hdr, p->hdr_len);
-    if (p->data_len)
-        memcpy(w + p->hdr_len, p->data, p->data_len);
-    return w + pkt_len(p);
-}
-
-/* How many of pkts[0..n) share one frame: adjacent, to one destination,
- * together within max_pkt as a bundle; 1 when fewer than two would. */
+/* How many of pkts[0..n) share one frame: a bundle's, else 1. */
 static unsigned frame_run(const struct dpdk *d, const struct erma_tx_pkt *pkts, unsigned n)
 {
-    uint32_t bytes = 0;
-    unsigned k = 0;
-    while (d->coalesce && k < n && (k == 0 || erma_addr_eq(pkts[k].dst, pkts[0].dst)) &&
-           erma_bundle_size(k + 1, bytes + pkt_len(&pkts[k])) <= d->base.max_pkt)
-        bytes += pkt_len(&pkts[k++]);
-    return k >= 2 ? k : 1;
+    const unsigned k = d->coalesce ? erma_bundle_run(pkts, n, d->base.max_pkt) : 0;
+    return k ? k : 1;
 }
 
 /* Builds pkts[0..k) into m: the packet alone, or a bundle of them. */
 static void build(struct dpdk *d, struct rte_mbuf *m, const struct erma_tx_pkt *pkts, unsigned k)
 {
     if (k == 1) {
-        put_pkt(frame(d, m, pkts, pkt_len(pkts)), pkts);
+        erma_tx_pkt_copy(frame(d, m, pkts, erma_tx_pkt_len(pkts)), pkts);
         return;
     }
     uint32_t bytes = 0;
     for (unsigned i = 0; i < k; i++)
-        bytes += pkt_len(&pkts[i]);
+        bytes += erma_tx_pkt_len(&pkts[i]);
     uint8_t *w = frame(d, m, pkts, erma_bundle_size(k, bytes));
     erma_bundle_hdr(w, k);
     w += ERMA_HDR_SIZE;
     for (unsigned i = 0; i < k; i++) {
-        erma_bundle_len(w, pkt_len(&pkts[i]));
-        w = put_pkt(w + ERMA_BUNDLE_LEN_SIZE, &pkts[i]);
+        erma_bundle_len(w, erma_tx_pkt_len(&pkts[i]));
+        w = erma_tx_pkt_copy(w + ERMA_BUNDLE_LEN_SIZE, &pkts[i]);
     }
 }
 
@@ -135,7 +116,7 @@ int erma__dpdk_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkt
     while (sent < n && !full) {
         const unsigned got = send_frames(d, pkts + sent, n - sent, &full);
         for (unsigned i = sent; i < sent + got; i++)
-            tr->stats.tx_bytes += pkt_len(&pkts[i]);
+            tr->stats.tx_bytes += erma_tx_pkt_len(&pkts[i]);
         sent += got;
     }
     tr->stats.tx_pkts += sent;

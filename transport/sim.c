@@ -626,15 +626,13 @@ int erma_sim_flow_path(const struct erma_sim *s, uint16_t src_host, uint16_t src
 static int send_one(struct erma_sim *s, uint16_t sh, uint16_t sp, uint16_t dh, uint16_t dp,
                     const struct erma_tx_pkt *t)
 {
-    const uint32_t len = t->hdr_len + t->data_len;
+    const uint32_t len = erma_tx_pkt_len(t);
     struct pkt *p = malloc(sizeof *p + len);
     if (!p)
         return ERMA_ENOMEM;
     *p = (struct pkt){.src_host = sh, .src_port = sp, .dst_host = dh, .dst_port = dp,
                       .len = len};
-    memcpy(p->data, t->hdr, t->hdr_len);
-    if (t->data_len)
-        memcpy(p->data + t->hdr_len, t->data, t->data_len);
+    erma_tx_pkt_copy(p->data, t);
     p->path = (uint8_t)flow_path(s, sh, sp, dh, dp);
     if (s->tap) {
         const struct erma_sim_event ev = {s->now, ERMA_SIM_DELIVER, sh, sp, dh, dp, len,
@@ -697,7 +695,7 @@ static int sim_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkt
         if (send_one(s, port->host, port->port, dh, dp, &pkts[i]) != ERMA_OK)
             return (int)i;
         tr->stats.tx_pkts++;
-        tr->stats.tx_bytes += pkts[i].hdr_len + pkts[i].data_len;
+        tr->stats.tx_bytes += erma_tx_pkt_len(&pkts[i]);
     }
     return (int)n;
 }

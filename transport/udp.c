@@ -249,29 +249,20 @@ fail:
     return rc;
 }
 
-static uint32_t pkt_len(const struct erma_tx_pkt *p)
-{
-    return p->hdr_len + p->data_len;
-}
-
-static bool same_dst(const struct erma_addr *a, const struct erma_addr *b)
-{
-    return a == b || (a->len == b->len && memcmp(a->raw, b->raw, a->len) == 0);
-}
-
 /* How many of pkts[0..n) go as one super-datagram: to one destination,
  * each of the first one's size but the last, which may be shorter. */
 static unsigned gso_run(const struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
 {
     if (!u->gso)
         return 1;
-    const uint32_t size = pkt_len(&pkts[0]);
+    const uint32_t size = erma_tx_pkt_len(&pkts[0]);
     uint32_t bytes = size;
     unsigned k = 1;
-    while (k < n && k < GSO_MAX_SEGS && pkt_len(&pkts[k]) <= size &&
-           bytes + pkt_len(&pkts[k]) <= GSO_MAX_BYTES && same_dst(pkts[k].dst, pkts[0].dst)) {
-        bytes += pkt_len(&pkts[k]);
-        if (pkt_len(&pkts[k++]) < size)
+    while (k < n && k < GSO_MAX_SEGS && erma_tx_pkt_len(&pkts[k]) <= size &&
+           bytes + erma_tx_pkt_len(&pkts[k]) <= GSO_MAX_BYTES &&
+           erma_addr_eq(pkts[k].dst, pkts[0].dst)) {
+        bytes += erma_tx_pkt_len(&pkts[k]);
+        if (erma_tx_pkt_len(&pkts[k++]) < size)
             break;
     }
     return k;
@@ -286,20 +277,6 @@ static void set_segment(struct msghdr *m, uint8_t *ctrl, uint16_t size)
     c->cmsg_type = UDP_SEGMENT;
     c->cmsg_len = CMSG_LEN(sizeof size);
     memcpy(CMSG_DATA(c), &size, sizeof size);
-}
-
-/* How many of pkts[0..n) go as one bundle: adjacent, to one destination,
- * together within max_pkt; 0 when fewer than two would. */
-static unsigned bundle_run(const struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
-{
-    if (!u->coalesce)
-        return 0;
-    uint32_t bytes = 0;
-    unsigned k = 0;
-    while (k < n && (k == 0 || same_dst(pkts[k].dst, pkts[0].dst)) &&
-           erma_bundle_size(k + 1, bytes + pkt_len(&pkts[k])) <= u->base.max_pkt)
-        bytes += pkt_len(&pkts[k++]);
-    return k >= 2 ? k : 0;
 }
 
 /* Adds packet p's header and data to the iovecs from *nio. */
@@ -319,7 +296,8 @@ static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsign
     unsigned nmsg = 0, nio = 0;
     for (unsigned i = 0; i < n; nmsg++) {
         const unsigned g = gso_run(u, pkts + i, n - i);
-        const unsigned b = g == 1 ? bundle_run(u, pkts + i, n - i) : 0;
+        const unsigned b =
+            g == 1 && u->coalesce ? erma_bundle_run(pkts + i, n - i, u->base.max_pkt) : 0;
         const unsigned k = b ? b : g;
         struct msghdr *m = &u->tx_msg[nmsg].msg_hdr;
         *m = (struct msghdr){.msg_name = (void *)pkts[i].dst->raw,
@@ -331,14 +309,14 @@ static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsign
         }
         for (unsigned j = i; j < i + k; j++) {
             if (b) {
-                erma_bundle_len(u->tx_len[j], pkt_len(&pkts[j]));
+                erma_bundle_len(u->tx_len[j], erma_tx_pkt_len(&pkts[j]));
                 u->tx_iov[nio++] = (struct iovec){u->tx_len[j], ERMA_BUNDLE_LEN_SIZE};
             }
             add_pkt(u, &nio, &pkts[j]);
         }
         m->msg_iovlen = (size_t)(&u->tx_iov[nio] - m->msg_iov);
         if (k > 1 && !b)
-            set_segment(m, u->tx_ctrl[nmsg], (uint16_t)pkt_len(&pkts[i]));
+            set_segment(m, u->tx_ctrl[nmsg], (uint16_t)erma_tx_pkt_len(&pkts[i]));
         u->tx_pkts[nmsg] = k;
         u->tx_bundle[nmsg] = b > 0;
         i += k;
@@ -394,7 +372,7 @@ static int udp_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkt
         const unsigned want = n - sent < ERMA_MAX_BURST ? n - sent : ERMA_MAX_BURST;
         const unsigned got = send_batch(u, pkts + sent, want);
         for (unsigned i = sent; i < sent + got; i++)
-            tr->stats.tx_bytes += pkts[i].hdr_len + pkts[i].data_len;
+            tr->stats.tx_bytes += erma_tx_pkt_len(&pkts[i]);
         sent += got;
         if (got < want)
             break;

@@ -684,10 +684,8 @@ static void prep_send(struct verbs *v, const struct erma_tx_pkt *pkt, struct ibv
                       uint64_t seq, struct ibv_send_wr *wr, struct ibv_sge *sge)
 {
     uint8_t *buf = v->mem + ((size_t)v->rq_depth + seq % SQ_DEPTH) * v->rx_stride;
-    const uint32_t len = pkt->hdr_len + pkt->data_len;
-    memcpy(buf, pkt->hdr, pkt->hdr_len);
-    if (pkt->data_len)
-        memcpy(buf + pkt->hdr_len, pkt->data, pkt->data_len);
+    const uint32_t len = erma_tx_pkt_len(pkt);
+    erma_tx_pkt_copy(buf, pkt);
     uint32_t qpn;
     memcpy(&qpn, pkt->dst->raw + 18, 4);
     *sge = (struct ibv_sge){.addr = (uintptr_t)buf, .length = len, .lkey = v->mr->lkey};

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "erma/sdk/transport_driver.h"
 #include "erma/sdk/wire.h"
 
 ERMA_BEGIN_DECLS
@@ -53,6 +54,19 @@ static inline void erma_bundle_hdr(void *buf, uint32_t n)
 {
     erma_put_le((uint8_t *)buf, (uint64_t)(n & 0xffffffu) << 8, 8);
     erma_put_le((uint8_t *)buf + 8, ERMA_BUNDLE_W1, 8);
+}
+
+/* How many of pkts[0..n) a transport puts in one bundle: adjacent, to one
+ * destination, together within max_pkt; 0 when fewer than two would. */
+static inline unsigned erma_bundle_run(const struct erma_tx_pkt *pkts, unsigned n,
+                                       uint32_t max_pkt)
+{
+    uint32_t bytes = 0;
+    unsigned k = 0;
+    while (k < n && (k == 0 || erma_addr_eq(pkts[k].dst, pkts[0].dst)) &&
+           erma_bundle_size(k + 1, bytes + erma_tx_pkt_len(&pkts[k])) <= max_pkt)
+        bytes += erma_tx_pkt_len(&pkts[k++]);
+    return k >= 2 ? k : 0;
 }
 
 /* Writes the length of the next packet at buf[0..ERMA_BUNDLE_LEN_SIZE). */

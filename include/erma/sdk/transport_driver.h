@@ -19,6 +19,8 @@
 #ifndef ERMA_TRANSPORT_DRIVER_H
 #define ERMA_TRANSPORT_DRIVER_H
 
+#include <string.h>
+
 #include "erma/sdk/rand.h"
 #include "erma/transport.h"
 
@@ -35,6 +37,22 @@ struct erma_tx_pkt {
     uint32_t data_len;
     uint8_t path;
 };
+
+/* The bytes packet p puts on the wire: its two segments. */
+static inline uint32_t erma_tx_pkt_len(const struct erma_tx_pkt *p)
+{
+    return p->hdr_len + p->data_len;
+}
+
+/* Copies packet p's two segments to buf, one after the other; returns the
+ * byte after them (for transports that build frames themselves). */
+static inline uint8_t *erma_tx_pkt_copy(uint8_t *buf, const struct erma_tx_pkt *p)
+{
+    memcpy(buf, p->hdr, p->hdr_len);
+    if (p->data_len)
+        memcpy(buf + p->hdr_len, p->data, p->data_len);
+    return buf + erma_tx_pkt_len(p);
+}
 
 struct erma_rx_pkt {
     uint8_t *data;
@@ -165,7 +183,7 @@ static inline int erma_transport_check_tx(const struct erma_transport *tr,
                                           uint8_t addr_len)
 {
     for (unsigned i = 0; i < n; i++) {
-        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt)
+        if ((uint64_t)pkts[i].hdr_len + pkts[i].data_len > tr->max_pkt) /* no 32-bit wrap */
             return ERMA_E2BIG;
         if (!pkts[i].dst || pkts[i].dst->len != addr_len)
             return ERMA_EADDR;
