@@ -155,28 +155,25 @@ static void size_buffer(int fd, int force_opt, int opt, size_t bytes)
         setsockopt(fd, SOL_SOCKET, opt, &v, sizeof v);
 }
 
-/* Turns on what the kernel offers of UDP_SEGMENT and UDP_GRO, unless
- * ERMA_UDP_GSO=0 (neither) or ERMA_UDP_GRO=0 (no UDP_GRO). */
 static bool env_off(const char *name)
 {
     const char *env = getenv(name);
     return env && strcmp(env, "0") == 0;
 }
 
+/* Finds what the kernel offers of UDP_SEGMENT and UDP_GRO, unless
+ * ERMA_UDP_GSO=0 (neither) or ERMA_UDP_GRO=0 (no UDP_GRO); coalescing
+ * unless ERMA_UDP_COALESCE=0. */
 static void offload_on(struct udp *u)
 {
     u->coalesce = !env_off("ERMA_UDP_COALESCE");
-    const char *env = getenv("ERMA_UDP_GSO");
-    if (env && strcmp(env, "0") == 0)
+    if (env_off("ERMA_UDP_GSO"))
         return;
-    int v = 0;
+    int v;
     socklen_t len = sizeof v;
     u->gso = getsockopt(u->fd, SOL_UDP, UDP_SEGMENT, &v, &len) == 0;
-    v = 1;
-    const char *gro = getenv("ERMA_UDP_GRO");
     len = sizeof v;
-    u->gro_ok = !(gro && strcmp(gro, "0") == 0) &&
-                getsockopt(u->fd, SOL_UDP, UDP_GRO, &v, &len) == 0;
+    u->gro_ok = !env_off("ERMA_UDP_GRO") && getsockopt(u->fd, SOL_UDP, UDP_GRO, &v, &len) == 0;
 }
 
 static void udp_close(struct erma_transport *tr)
@@ -324,7 +321,6 @@ static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsign
     return nmsg;
 }
 
-/* Sends pkts[0..n), n <= ERMA_MAX_BURST; returns how many the kernel took. */
 /* sendmmsg, or sendmsg for one message: the kernel's shorter path. */
 static int send_msgs(struct udp *u, unsigned from, unsigned count)
 {
@@ -333,6 +329,7 @@ static int send_msgs(struct udp *u, unsigned from, unsigned count)
     return sendmmsg(u->fd, u->tx_msg + from, count, 0);
 }
 
+/* Sends pkts[0..n), n <= ERMA_MAX_BURST; returns how many the kernel took. */
 static unsigned send_batch(struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
 {
     const unsigned nmsg = build_msgs(u, pkts, n);
