@@ -131,7 +131,7 @@ static bool window_lets(struct erma_rma *rma, struct xfer *x, uint32_t n, uint64
     struct rma_exec *e = rma->exec;
     const uint64_t now = rma->ep->now, burst = erma__portal_burst_ns(rma);
     const bool late = x->due_ns && x->due_ns < now;
-    const uint64_t from = !late ? now : now - x->due_ns < burst ? x->due_ns : now - burst;
+    const uint64_t from = late ? erma__rma_catch_up(x->due_ns, now, burst) : now;
     if (erma_window_next_issue(&e->wcc, (uint64_t)x->peer, dir_of(x->op), n, from, at) !=
             ERMA_OK ||
         *at == UINT64_MAX) {

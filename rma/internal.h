@@ -143,6 +143,15 @@ int erma__rma_open(struct erma_rma *rma, const uint8_t kd[ERMA_RMA_KEY_BYTES], u
 /* Wipes and frees the expanded keys. */
 void erma__rma_keys_forget(struct erma_rma *rma);
 
+/* Where a flow that pacing held back since due (< now) counts from: its
+ * due time, but no more than a burst of link time before now, so that a
+ * long loop pass issues what came due in it without building up credit
+ * (issue.c's answer pacer and the executor's windows). */
+static inline uint64_t erma__rma_catch_up(uint64_t due, uint64_t now, uint64_t burst)
+{
+    return now - due < burst ? due : now - burst;
+}
+
 /* ---- packet.c ---- */
 
 void erma__rma_ophdr_encode(const struct rma_ophdr *o, uint8_t *p);
