@@ -31,6 +31,8 @@ int erma__aead_expand(struct erma__aead *k, const uint8_t key[ERMA__AEAD_KEY], b
 
 void erma__aead_end(struct erma__aead *k)
 {
+    if (k->expanded) /* the AES key schedule is key material too */
+        sodium_memzero(k->expanded, sizeof *k->expanded);
     free(k->expanded);
     sodium_memzero(k, sizeof *k);
 }
