@@ -387,6 +387,12 @@ int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps)
                 (unsigned long long)st.retransmitted_pkts, (unsigned long long)st.fast_retransmits,
                 (unsigned long long)st.spurious_retransmits, (unsigned long long)st.retransmits,
                 (unsigned long long)st.paths_pruned);
+        struct erma_endpoint_stats es;
+        erma_endpoint_get_stats(c.ep, &es);
+        fprintf(stderr, "# bw: client endpoint %llu packets out, %llu in, %llu dropped at tx, "
+                        "%llu malformed\n",
+                (unsigned long long)es.tx_pkts, (unsigned long long)es.rx_pkts,
+                (unsigned long long)es.tx_dropped, (unsigned long long)es.rx_bad);
     }
     call_free(&c, &k);
     client_close(&c);

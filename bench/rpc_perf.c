@@ -45,6 +45,7 @@
 #include "erma/errors.h"
 #include "erma/rpc.h"
 #include "erma/sdk/wire.h"
+#include "erma/transport.h"
 
 static const char usage[] =
     "usage: rpc_perf [--mode lat|rate|bw|sessions] [options]\n"
@@ -67,6 +68,8 @@ static const char usage[] =
     "  --symmetric       rate: both processes send and serve\n"
     "  --no-poll         erma endpoints sleep when idle (default: busy-poll)\n"
     "  --paths K         erma endpoints with K virtual paths (ports; default 1)\n"
+    "  --mtu M           erma endpoints' Ethernet MTU, 576..9000 (default 1500;\n"
+    "                    the raw baseline keeps 1500)\n"
     "  --cc-off          erma clients without congestion control\n"
     "  --go-back-n       erma clients and servers with eRPC's go-back-N recovery\n"
     "  --cpu LIST        CPUs: this process, then its servers (default: no pinning;\n"
@@ -109,13 +112,15 @@ static pid_t spawn_server(const struct opts *o, const char *role, const char *ur
     int argc = 0;
     for (char *t = strtok(prefix, " "); t && argc < 32; t = strtok(NULL, " "))
         argv[argc++] = t;
-    char sessions[16], credits[16], paths[16];
+    char sessions[16], credits[16], paths[16], mtu[16];
     snprintf(sessions, sizeof sessions, "%u", o->rpc.sessions);
     snprintf(credits, sizeof credits, "%u", o->cfg.credits);
     snprintf(paths, sizeof paths, "%u", o->ep.paths ? o->ep.paths : 1);
+    snprintf(mtu, sizeof mtu, "%u", o->ep.mtu ? o->ep.mtu : ERMA_DEFAULT_MTU);
     char *tail[] = {self,     "--role",    (char *)role, "--server",
                     (char *)uri, "--sessions", sessions, "--credits",
-                    credits,  "--paths",   paths,        o->ep.busy_poll ? NULL : "--no-poll",
+                    credits,  "--paths",   paths,        "--mtu",      mtu,
+                    o->ep.busy_poll ? NULL : "--no-poll",
                     NULL};
     memcpy(argv + argc, tail, sizeof tail);
     const pid_t pid = fork();
@@ -271,6 +276,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"factors", 0, 0, 'f'},  {"role", 1, 0, 'o'},    {"spawn", 1, 0, 'p'},
         {"listen-server", 1, 0, 'L'}, {"listen-raw", 1, 0, 'W'}, {"symmetric", 0, 0, 'y'},
         {"no-poll", 0, 0, 'P'},  {"secure", 0, 0, 'S'},  {"paths", 1, 0, 'k'},
+        {"mtu", 1, 0, 'M'},
         {"cc-off", 0, 0, 'C'},   {"go-back-n", 0, 0, 'G'}, {0, 0, 0, 0}};
     bench_cli_init(cli, "rpc_perf", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
@@ -296,6 +302,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'P': o->ep.busy_poll = false; break;
         case 'S': o->secure = true; break;
         case 'k': o->ep.paths = (uint32_t)bench_cli_u64(cli, optarg); break;
+        case 'M': o->ep.mtu = (uint32_t)bench_cli_u64(cli, optarg); break;
         case 'C': o->cfg.cc.off = true; break;
         case 'G': o->cfg.go_back_n = true; break;
         default: bench_cli_fail(cli, NULL);
