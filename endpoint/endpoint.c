@@ -279,9 +279,11 @@ void erma__ep_tx_flush(struct erma_endpoint *ep)
 {
     if (ep->ntx == 0)
         return;
+    const uint64_t t = erma_now_ns(), late = t > ep->now ? t - ep->now : 0;
     for (unsigned i = 0; i < ep->ntx; i++)
         if (ep->prep[i])
-            ep->prep[i](ep->prep_ctx[i], &ep->tx[i], ep->room + (size_t)i * ep->tr->max_pkt);
+            ep->prep[i](ep->prep_ctx[i], &ep->tx[i], ep->room + (size_t)i * ep->tr->max_pkt,
+                        late);
     if (ep->npaths == 1) {
         send_run(ep, ep->tr, 0, ep->ntx);
     } else { /* runs of packets on one path, in order */
@@ -335,8 +337,11 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
     const uint64_t now = erma__ep_clock(ep); /* the one reading of this pass */
     int work = n > 0 ? n : 0;
     ep->stats.rx_pkts += (uint64_t)work;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        if (rx[i].rx_ns == 0 || rx[i].rx_ns > now)
+            rx[i].rx_ns = now; /* no stamp: the pass's time */
         demux(ep, &rx[i]);
+    }
     for (unsigned k = 0; k < ep->nprotos; k++)
         work += ep->protos[k].poll(ep->protos[k].ctx, now);
     erma__ep_tx_flush(ep);

@@ -22,6 +22,45 @@ static uint64_t path_rest(const struct erma_rpc *rpc)
     return PRUNE_RTOS * rpc->cfg.rto_ns;
 }
 
+/* The retransmission timeout's estimate (rpc.h, Busy hosts): the longest
+ * round trip lately halves every RTO_STALL_HALF_NS; the estimate is at
+ * most RTO_MAX x cfg.rto_ns. */
+#define RTO_STALL_HALF_NS 100000000ull
+#define RTO_MAX 32
+
+static uint64_t stall_now(const struct sess_cc *cc, uint64_t now)
+{
+    const uint64_t halvings = since(now, cc->stall_at_ns) / RTO_STALL_HALF_NS;
+    return halvings < 64 ? cc->stall_ns >> halvings : 0;
+}
+
+/* A whole round trip (RFC 6298's smoothing, and the longest lately). */
+static void rto_sample(struct sess_cc *cc, uint64_t rtt, uint64_t now)
+{
+    if (!cc->srtt_ns) {
+        cc->srtt_ns = rtt;
+        cc->rttvar_ns = rtt / 2;
+    } else {
+        const uint64_t err = rtt > cc->srtt_ns ? rtt - cc->srtt_ns : cc->srtt_ns - rtt;
+        cc->rttvar_ns = (3 * cc->rttvar_ns + err) / 4;
+        cc->srtt_ns = (7 * cc->srtt_ns + rtt) / 8;
+    }
+    if (rtt >= stall_now(cc, now)) {
+        cc->stall_ns = rtt;
+        cc->stall_at_ns = now;
+    }
+}
+
+static uint64_t session_rto(const struct erma_rpc *rpc, const struct session *s, uint64_t now)
+{
+    const struct sess_cc *cc = &s->cc;
+    uint64_t rto = cc->srtt_ns + 4 * cc->rttvar_ns;
+    const uint64_t stall = 2 * stall_now(cc, now);
+    rto = stall > rto ? stall : rto;
+    rto = rto < rpc->cfg.rto_ns ? rpc->cfg.rto_ns : rto;
+    return rto < RTO_MAX * rpc->cfg.rto_ns ? rto : RTO_MAX * rpc->cfg.rto_ns;
+}
+
 static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost,
                       const struct client_slot *c)
 {
@@ -90,40 +129,69 @@ static int client_take_resp(struct erma_rpc *rpc, struct session *s, struct clie
     return ERMA_OK;
 }
 
+/* How long a host that made a delay above Timely's t_low counts as busy. */
+#define BUSY_HOLD_NS 20000000ull
+
+/* True when this sample says nothing of the network: a host on the path
+ * is busy (this sample's host delays, or another's lately, above t_low),
+ * and the network's part is no faster than t_low. A loop descheduled
+ * inside a send or between its reading of the clock and the kernel's
+ * stamp makes delays no stamp sees, as long as a time slice; while the
+ * host is this busy the credits bound its load, and Timely only rises. */
+static bool host_busy(struct erma_rpc *rpc, struct session *s, uint64_t host, uint64_t net)
+{
+    const uint64_t t_low = rpc->cc.timely_cfg.t_low_ns, now = rpc->ep->now;
+    if (host > t_low)
+        s->cc.busy_until_ns = now + BUSY_HOLD_NS;
+    if (net < t_low || now >= s->cc.busy_until_ns)
+        return false;
+    s->cc.busy_samples++;
+    return true;
+}
+
 /* An RTT sample from the reply to packet i feeds Timely; none from a
  * packet sent again, whose reply may answer either copy (Karn). A reply
  * to a copy sent sooner than half the smallest RTT ago answers the first
  * one: the loss was reordering, and fast retransmits wait for more. */
-static void cc_sample(struct erma_rpc *rpc, struct session *s, const struct client_slot *c,
-                      uint32_t i)
+static void cc_sample(struct erma_rpc *rpc, struct session *s, struct client_slot *c, uint32_t i,
+                      const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
     const uint64_t now = cc_now(rpc);
     const uint32_t elapsed = (uint32_t)now - c->tx_ns[i % ERMA_MAX_CREDITS]; /* mod 2^32 */
     const uint64_t rtt = elapsed ? elapsed : 1;
+    const uint64_t own = pkt->rx_ns && pkt->rx_ns < now ? now - pkt->rx_ns : 0;
+    const uint64_t host = erma_delay_decode(h->host_delay) + own;
+    const uint64_t net = rtt > host ? rtt - host : 1; /* the network's part */
     if (c->again & bit(i - c->num_rx)) {
-        if (2 * rtt < s->cc.min_rtt_ns) {
+        if (2 * net >= s->cc.min_rtt_ns)
+            return;
+        if (!(c->timed & bit(i - c->num_rx))) {
             rpc->stats.spurious_retransmits++;
             s->client.dupthresh = s->client.dupthresh < WINDOW / 2 ? 2 * s->client.dupthresh
                                                                    : WINDOW;
+        } else if (c->waited_ns) { /* the first reply since the timeout: count it once */
+            rpc->stats.spurious_timeouts++;
+            rto_sample(&s->cc, rtt + c->waited_ns, rpc->ep->now); /* the first copy's, at least */
         }
         return;
     }
-    if (rtt < s->cc.min_rtt_ns || !s->cc.min_rtt_ns)
-        s->cc.min_rtt_ns = rtt;
+    rto_sample(&s->cc, rtt, rpc->ep->now);
+    if (net < s->cc.min_rtt_ns || !s->cc.min_rtt_ns)
+        s->cc.min_rtt_ns = net;
     const uint32_t newest = c->rx_bits ? c->num_rx + 63 - (uint32_t)__builtin_clzll(c->rx_bits)
                                        : i;
     if (s->ps.n > 1) {
         const uint8_t p = c->tx_path[i % ERMA_MAX_CREDITS];
-        rpc->stats.paths_pruned += erma_paths_sample(&s->ps, p, rtt, newest > i ? newest - i : 0,
+        rpc->stats.paths_pruned += erma_paths_sample(&s->ps, p, net, newest > i ? newest - i : 0,
                                                      rpc->ep->now, path_rest(rpc));
         if (s->ps.p[p].pruned_until)
             return; /* a path that stands out says nothing of the others' congestion */
     }
     s->cc.rtt_samples++;
-    if (!rpc->cfg.cc.off)
-        erma_timely_update(&s->cc.timely, rtt, now);
+    if (!rpc->cfg.cc.off && !host_busy(rpc, s, host, net))
+        erma_timely_update(&s->cc.timely, net, now);
     if (rpc->cfg.rtt_hook)
-        rpc->cfg.rtt_hook(rpc->cfg.rtt_ctx, s->num, rtt);
+        rpc->cfg.rtt_hook(rpc->cfg.rtt_ctx, s->num, net);
 }
 
 /* Marks the reply to packet i received (it returns its credit); the
@@ -146,6 +214,7 @@ static void client_mark(struct session *s, struct client_slot *c, uint32_t i)
         c->rx_bits >>= 1;
         c->resend >>= 1;
         c->again >>= 1;
+        c->timed >>= 1;
         c->num_rx++;
     }
 }
@@ -243,7 +312,7 @@ void erma__client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_
     }
     if (i != c->num_rx)
         rpc->stats.rx_reordered++;
-    cc_sample(rpc, s, c, i);
+    cc_sample(rpc, s, c, i, h, pkt);
     /* The first response packet says the server has every request packet:
      * credit returns still missing were lost, or are late duplicates
      * (num_rx is always the first packet without a reply). */
@@ -253,6 +322,7 @@ void erma__client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_
     if (is_cr)
         client_take_acks(s, c, pkt->data + ERMA_HDR_SIZE);
     c->backoff = 0;
+    c->waited_ns = 0;
     if (!rpc->cfg.go_back_n)
         client_fast_resend(rpc, s, c, i);
     if (s->ps.n > 1)
@@ -280,10 +350,12 @@ void erma__client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t re
 static void slot_timeout(struct erma_rpc *rpc, struct session *s, struct client_slot *c,
                          uint64_t now)
 {
+    c->waited_ns += since(now, c->progress_ns); /* since the first of a row */
     const uint64_t out = slot_unanswered(c);
     path_lost(rpc, s, out & -out, c);
     paths_done(s, c, out & (out - 1));
     slot_resend(rpc, s, c, out);
+    c->timed |= out;
     c->progress_ns = now;
     c->backoff += c->backoff < MAX_BACKOFF; /* the path may be slower than rto_ns */
     rpc->stats.retransmits++;
@@ -303,7 +375,7 @@ bool erma__client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
             erma__slot_finish(rpc, s, sl, ERMA_ETIMEDOUT);
             kick = true;
         } else if (slot_unanswered(c) &&
-                   since(now, c->progress_ns) > rpc->cfg.rto_ns << c->backoff) {
+                   since(now, c->progress_ns) > session_rto(rpc, s, now) << c->backoff) {
             slot_timeout(rpc, s, c, now);
             kick = true;
         }

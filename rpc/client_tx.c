@@ -151,7 +151,8 @@ int erma_session_cc_stats(const struct erma_rpc *rpc, int num, struct erma_sessi
                                     .timely_updates = t->updates,
                                     .timely_bypasses = t->bypasses,
                                     .paced_pkts = s->cc.paced_pkts,
-                                    .direct_pkts = s->cc.direct_pkts};
+                                    .direct_pkts = s->cc.direct_pkts,
+                                    .busy_samples = s->cc.busy_samples};
     return ERMA_OK;
 }
 
@@ -188,7 +189,8 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     c->tag = b->tag;
     c->req_pkts = erma__msg_pkts(c->req->size, rpc->pkt_data);
     c->resp_pkts = c->num_tx = c->num_rx = 0;
-    c->rx_bits = c->resend = c->again = 0;
+    c->rx_bits = c->resend = c->again = c->timed = 0;
+    c->waited_ns = 0;
     c->backoff = 0;
     c->progress_ns = c->start_ns = rpc->ep->now;
     for (uint32_t k = 0; k < c->req_pkts; k++)

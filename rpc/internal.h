@@ -77,6 +77,7 @@ struct erma_req {
     int err;                     /* the request failed before any handler ran */
     uint32_t charged;            /* bytes counted against the budgets (budget.c) */
     uint64_t progress_ns;        /* partly received: when its last new packet came */
+    uint64_t rx_ns;              /* the receive time of the packet being answered */
     struct erma_req *part_prev, *part_next; /* rpc's partly received requests */
 };
 
@@ -96,7 +97,9 @@ struct client_slot {
     uint64_t rx_bits;             /* bit k: the reply to packet num_rx + k came (out of order) */
     uint64_t resend;              /* bit k: packet num_rx + k is to be sent again (lost) */
     uint64_t again;               /* bit k: packet num_rx + k was sent again already */
-    uint8_t backoff;              /* timeouts in a row: the timeout is rto_ns << backoff */
+    uint64_t timed;               /* bit k: ... by a timeout (not a fast retransmit) */
+    uint8_t backoff;              /* timeouts in a row: the timeout is the RTO << backoff */
+    uint64_t waited_ns;           /* how long the last timeout waited (spurious ones' samples) */
     uint32_t charged;             /* a response buffer erma grew: bytes on the budgets */
     uint32_t unheard;             /* requests in a row given up on without a reply */
     uint64_t progress_ns, start_ns;
@@ -160,8 +163,16 @@ struct sess_cc {
     struct erma_timely timely;
     uint64_t next_tx_ns;  /* pacing: when the next packet may leave */
     bool in_wheel;        /* the wheel holds this session's next packet */
-    uint64_t min_rtt_ns;  /* smallest RTT sample, from packets sent once */
+    uint64_t min_rtt_ns;  /* smallest network RTT sample, from packets sent once */
     uint64_t rtt_samples, paced_pkts, direct_pkts;
+    /* The retransmission timeout's estimate, from whole round trips (host
+     * delays in): smoothed RTT and its mean deviation, and the longest
+     * round trip lately (halved every RTO_STALL_HALF_NS since stall_at_ns). */
+    uint64_t srtt_ns, rttvar_ns, stall_ns, stall_at_ns;
+    /* A host on the path (this one or the server's) is busy until then:
+     * one of its delays lately was above Timely's t_low (client_rx.c). */
+    uint64_t busy_until_ns;
+    uint64_t busy_samples; /* samples Timely did not take for that */
 };
 
 struct session {
@@ -311,6 +322,13 @@ static inline void hdr_put(uint8_t *buf, uint8_t type, uint32_t msg_size, uint16
                                .pkt_type = (uint8_t)pkt_type, .pkt_num = (uint16_t)pkt_num,
                                .req_num = req_num, .proto = ERMA_PROTO_RPC};
     erma_hdr_encode(&h, buf);
+}
+
+/* The host delay of an answer sent now to a packet received at rx_ns
+ * (erma/sdk/wire.h, host_delay). */
+static inline uint16_t erma__host_delay(const struct erma_rpc *rpc, uint64_t rx_ns)
+{
+    return erma_delay_encode(rx_ns && rx_ns < rpc->ep->now ? rpc->ep->now - rx_ns : 0);
 }
 
 /* Which of s's virtual paths a packet from a came on (its peer's port

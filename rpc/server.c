@@ -15,7 +15,9 @@ static void server_send_resp_pkt(struct erma_rpc *rpc, struct session *s, struct
     const uint8_t *data;
     uint32_t len;
     erma__msg_pkt_span(rq->resp, j, &data, &len);
-    erma__tx_data(rpc, s, &s->peer, erma__msg_hdr(rq->resp, j), data, len);
+    uint8_t *h = erma__msg_hdr(rq->resp, j);
+    erma_hdr_set_delay(h, erma__host_delay(rpc, rq->rx_ns));
+    erma__tx_data(rpc, s, &s->peer, h, data, len);
 }
 
 /* A credit return for request packet i, with the server's arrival bitmap:
@@ -26,6 +28,7 @@ static void server_send_cr(struct erma_rpc *rpc, struct session *s, const struct
 {
     uint8_t *h = erma__tx_ctrl(rpc, s, &s->peer, ERMA_HDR_SIZE + CR_ACK_LEN);
     hdr_put(h, sl->server.rq->type, 0, s->remote_num, ERMA_PKT_CR, i, sl->req_num);
+    erma_hdr_set_delay(h, erma__host_delay(rpc, sl->server.rq->rx_ns));
     erma_put_le(h + ERMA_HDR_SIZE, sl->server.num_rx, 4);
     erma_put_le(h + ERMA_HDR_SIZE + 4, sl->server.rx_bits, 8);
 }
@@ -346,6 +349,7 @@ void erma__server_rx(struct erma_rpc *rpc, struct session *s, const struct erma_
         server_send_error(rpc, s, sl);
         return;
     }
+    rq->rx_ns = pkt->rx_ns; /* the packet answered next */
     if (h->pkt_type == ERMA_PKT_REQ) {
         server_req_pkt(rpc, s, sl, h, pkt);
         return;

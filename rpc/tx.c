@@ -7,9 +7,8 @@
 /* Seals p under session s's keys into room: header and data in one
  * segment, the data encrypted, counter and tag after it. At the flush, so
  * that a control packet's caller may fill it after queueing it. */
-static void tx_seal(void *ctx, struct erma_tx_pkt *p, uint8_t *room)
+static void tx_seal(struct session *s, struct erma_tx_pkt *p, uint8_t *room)
 {
-    struct session *s = ctx;
     const uint8_t *hdr = p->hdr;
     const uint8_t *data = p->data_len ? p->data : hdr + ERMA_HDR_SIZE;
     const uint32_t len = p->data_len ? p->data_len : p->hdr_len - ERMA_HDR_SIZE;
@@ -19,21 +18,52 @@ static void tx_seal(void *ctx, struct erma_tx_pkt *p, uint8_t *room)
     p->data_len = 0;
 }
 
+/* A batch that leaves LATE_NS or more after its pass's time moves the
+ * times its packets carry to the time they leave: a client's send times
+ * (its RTT samples), a server's host delays (rpc.h, Busy hosts). */
+#define LATE_NS 2000
+
+static void tx_late(struct session *s, struct erma_tx_pkt *p, uint64_t late_ns)
+{
+    uint8_t *hdr = (uint8_t *)p->hdr;
+    struct erma_hdr h;
+    erma_hdr_decode(hdr, &h);
+    if (h.proto != ERMA_PROTO_RPC)
+        return;
+    if (s->role == SERVER && (h.pkt_type == ERMA_PKT_CR || h.pkt_type == ERMA_PKT_RESP)) {
+        erma_hdr_set_delay(hdr, erma_delay_encode(erma_delay_decode(h.host_delay) + late_ns));
+    } else if (s->role == CLIENT && (h.pkt_type == ERMA_PKT_REQ || h.pkt_type == ERMA_PKT_RFR)) {
+        struct slot *sl = &s->slots[h.req_num % ERMA_SESSION_SLOTS];
+        if (sl->client.busy && sl->req_num == h.req_num)
+            sl->client.tx_ns[h.pkt_num % ERMA_MAX_CREDITS] += (uint32_t)late_ns;
+        if (late_ns > s->cc.timely.cfg->t_low_ns) /* this host is busy (client_rx.c) */
+            s->cc.busy_until_ns = erma_now_ns() + 20000000ull;
+    }
+}
+
+/* Every RPC packet's prep at the flush: late times moved, then sealed. */
+static void tx_prep(void *ctx, struct erma_tx_pkt *p, uint8_t *room, uint64_t late_ns)
+{
+    struct session *s = ctx;
+    if (late_ns >= LATE_NS)
+        tx_late(s, p, late_ns);
+    if (s->seal.on)
+        tx_seal(s, p, room);
+}
+
 /* On virtual path k a client sends from its port k to the server's own
  * port; the server answers from its port k to the client's port k. */
 static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s,
                                    const struct erma_addr *dst, uint8_t **room)
 {
-    const bool sealed = s && s->seal.on;
     if (!s || s->ps.n <= 1)
-        return erma__ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL, room);
+        return erma__ep_tx(rpc->ep, dst, s ? tx_prep : NULL, s, room);
     const uint8_t path = s->tx_path < s->ps.n ? s->tx_path : 0;
     struct erma_addr there;
     if (path && s->role == SERVER && dst == &s->peer &&
         erma__ep_path_addr(rpc->ep, dst, path, &there) == ERMA_OK)
         dst = &there;
-    struct erma_tx_pkt *p = erma__ep_tx(rpc->ep, dst, sealed ? tx_seal : NULL, sealed ? s : NULL,
-                                        room);
+    struct erma_tx_pkt *p = erma__ep_tx(rpc->ep, dst, tx_prep, s, room);
     p->path = path;
     return p;
 }

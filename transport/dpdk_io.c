@@ -156,6 +156,7 @@ static void hand_out(struct dpdk *d, struct erma_rx_pkt *p, const uint8_t *data,
 {
     p->data = (uint8_t *)data;
     p->len = len;
+    p->rx_ns = 0; /* no receive stamps on the PMDs this runs on */
     p->src = *src;
     d->base.stats.rx_pkts++;
     d->base.stats.rx_bytes += len;

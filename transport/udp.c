@@ -28,10 +28,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "erma/clock.h"
 #include "erma/errors.h"
 #include "erma/log.h"
 #include "erma/sdk/bundle.h"
@@ -44,7 +46,8 @@
 #define GSO_MAX_BYTES 65000u
 #define GSO_MAX_SEGS 64u
 #define GRO_BUF 65536u
-#define CTRL_BYTES CMSG_SPACE(sizeof(int))
+/* a UDP_GRO segment size and an SO_TIMESTAMPNS receive stamp */
+#define CTRL_BYTES (CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct timespec)))
 /* Datagrams in one receive that turn the receive offload on. Off, the
  * 32 B RPC round trip on loopback is 0.97x of on (docs/PERFORMANCE.md),
  * and latency-bound endpoints never see such a burst. */
@@ -64,6 +67,7 @@ struct udp {
     struct sockaddr_storage rx_src[ERMA_MAX_BURST];
     _Alignas(struct cmsghdr) uint8_t rx_ctrl[ERMA_MAX_BURST][CTRL_BYTES];
     uint32_t rx_seg[ERMA_MAX_BURST]; /* segment size of each */
+    uint64_t rx_ns[ERMA_MAX_BURST];  /* the kernel's receive stamp of each, erma clock; 0 none */
     unsigned rx_n, rx_i;             /* datagrams held; the one being cut */
     bool rx_idle;                    /* the last receive found nothing */
     uint32_t rx_off;                 /* where its next packet starts */
@@ -176,6 +180,16 @@ static void offload_on(struct udp *u)
     u->gro_ok = !env_off("ERMA_UDP_GRO") && getsockopt(u->fd, SOL_UDP, UDP_GRO, &v, &len) == 0;
 }
 
+/* The kernel stamps each datagram's arrival (SO_TIMESTAMPNS), unless
+ * ERMA_UDP_STAMP=0: the host delay starts there (erma_rx_pkt.rx_ns). */
+static void stamps_on(struct udp *u)
+{
+    const int v = 1;
+    if (!env_off("ERMA_UDP_STAMP") &&
+        setsockopt(u->fd, SOL_SOCKET, SO_TIMESTAMPNS, &v, sizeof v) != 0)
+        ERMA_DEBUG("udp: no receive stamps (SO_TIMESTAMPNS: errno %d)", errno);
+}
+
 static void udp_close(struct erma_transport *tr)
 {
     struct udp *u = (struct udp *)tr;
@@ -226,6 +240,7 @@ static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
     if (getsockname(u->fd, (struct sockaddr *)u->base.local.raw, &len) != 0)
         goto fail;
     offload_on(u);
+    stamps_on(u);
     rc = ERMA_ENOMEM;
     u->rx_buf = u->gro_ok ? GRO_BUF : u->base.max_pkt;
     u->rx_mem = malloc((size_t)ERMA_MAX_BURST * u->rx_buf);
@@ -378,18 +393,39 @@ static int udp_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkt
     return (int)sent;
 }
 
-/* The segment size of a received datagram of len bytes: its UDP_GRO cmsg's,
- * else len (one packet). */
-static uint32_t gro_size(struct msghdr *m, uint32_t len)
+/* The segment size of a received datagram of len bytes (its UDP_GRO
+ * cmsg's, else len: one packet) and its SO_TIMESTAMPNS receive stamp in
+ * CLOCK_REALTIME ns (0: none). */
+static uint32_t read_cmsgs(struct msghdr *m, uint32_t len, uint64_t *stamp)
 {
+    uint32_t seg = len;
+    *stamp = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
-        if (c->cmsg_level != SOL_UDP || c->cmsg_type != UDP_GRO)
-            continue;
-        int size;
-        memcpy(&size, CMSG_DATA(c), sizeof size);
-        return size > 0 && (uint32_t)size < len ? (uint32_t)size : len;
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+            int size;
+            memcpy(&size, CMSG_DATA(c), sizeof size);
+            seg = size > 0 && (uint32_t)size < len ? (uint32_t)size : len;
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            *stamp = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        }
     }
-    return len;
+    return seg;
+}
+
+/* The kernel's stamps (CLOCK_REALTIME) on erma_now_ns()'s clock: later
+ * than now (a clock step) reads as now. */
+static void stamps_to_erma(struct udp *u, const uint64_t *real, unsigned n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const uint64_t now = erma_now_ns();
+    const uint64_t real_now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    for (unsigned i = 0; i < n; i++) {
+        const uint64_t ago = real[i] && real[i] < real_now ? real_now - real[i] : 0;
+        u->rx_ns[i] = real[i] == 0 ? 0 : ago < now ? now - ago : now;
+    }
 }
 
 /* recvmmsg, or recvmsg for one datagram: after a receive that found
@@ -434,11 +470,15 @@ static unsigned recv_held(struct udp *u, unsigned max)
     if (u->rx_n >= GRO_AFTER && u->gro_ok && !u->gro)
         gro_on(u);
     u->rx_i = u->rx_off = 0;
+    uint64_t real[ERMA_MAX_BURST];
     for (unsigned i = 0; i < u->rx_n; i++) {
         struct msghdr *m = &u->rx_msg[i].msg_hdr;
-        u->rx_seg[i] = m->msg_flags & MSG_TRUNC ? 0 : gro_size(m, u->rx_msg[i].msg_len);
+        const uint32_t seg = read_cmsgs(m, u->rx_msg[i].msg_len, &real[i]);
+        u->rx_seg[i] = m->msg_flags & MSG_TRUNC ? 0 : seg;
         u->base.stats.rx_dropped += u->rx_seg[i] == 0;
     }
+    if (u->rx_n)
+        stamps_to_erma(u, real, u->rx_n);
     return u->rx_n;
 }
 
@@ -447,6 +487,7 @@ static void put_pkt(const struct udp *u, struct erma_rx_pkt *p, const uint8_t *d
 {
     p->data = (uint8_t *)data;
     p->len = len;
+    p->rx_ns = u->rx_ns[u->rx_i];
     p->src.len = (uint8_t)u->rx_msg[u->rx_i].msg_hdr.msg_namelen;
     memcpy(p->src.raw, &u->rx_src[u->rx_i], p->src.len);
 }

@@ -817,6 +817,7 @@ static int verbs_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, u
         struct erma_rx_pkt *p = &pkts[n++];
         p->data = buf + GRH;
         p->len = wc[i].byte_len - GRH;
+        p->rx_ns = 0;
         rx_source(&wc[i], buf, &p->src);
         tr->stats.rx_bytes += p->len;
     }

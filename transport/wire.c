@@ -24,7 +24,8 @@ void erma_hdr_encode(const struct erma_hdr *h, void *buf)
                         (uint64_t)(h->pkt_num & ERMA_MAX_PKT_NUM) << 50;
     const uint64_t w1 = (h->req_num & ERMA_MAX_REQ_NUM) |
                         (uint64_t)ERMA_HDR_MAGIC << 44 |
-                        (uint64_t)(h->proto & 0xfu) << 48;
+                        (uint64_t)(h->proto & 0xfu) << 48 |
+                        (uint64_t)(h->host_delay & 0xfffu) << 52;
     uint8_t *p = buf;
     erma_put(&p, w0, 8);
     erma_put(&p, w1, 8);
@@ -40,6 +41,7 @@ void erma_hdr_decode(const void *buf, struct erma_hdr *h)
     h->pkt_num = (uint16_t)(w0 >> 50);
     h->req_num = w1 & ERMA_MAX_REQ_NUM;
     h->proto = (uint8_t)(w1 >> 48) & 0xfu;
+    h->host_delay = (uint16_t)(w1 >> 52);
 }
 
 int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h)
@@ -47,10 +49,13 @@ int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h)
     if (!pkt || len < ERMA_HDR_SIZE)
         return ERMA_EBADPKT;
     const uint64_t w1 = get_le64((const uint8_t *)pkt + 8);
-    if (((w1 >> 44) & 0xfu) != ERMA_HDR_MAGIC || (w1 >> 52) != 0)
+    if (((w1 >> 44) & 0xfu) != ERMA_HDR_MAGIC)
         return ERMA_EBADPKT;
     erma_hdr_decode(pkt, h);
     if (h->proto < ERMA_PROTO_RPC || h->proto > ERMA_PROTO_SM)
+        return ERMA_EBADPKT;
+    if (h->host_delay && (h->proto != ERMA_PROTO_RPC ||
+                          (h->pkt_type != ERMA_PKT_CR && h->pkt_type != ERMA_PKT_RESP)))
         return ERMA_EBADPKT;
     if (h->msg_size > ERMA_MAX_MSG_SIZE)
         return ERMA_EBADPKT;

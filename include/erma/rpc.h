@@ -115,8 +115,24 @@ struct erma_cc_switches {
  * request-for-response packets; packets that come out of order are kept
  * (selective acknowledgement: each reply acknowledges its own packet);
  * only the packets without a reply are sent again, once replies to three
- * later packets came (fast retransmit), else after cfg.rto_ns
- * (cfg.go_back_n brings back eRPC's go-back-N, for comparisons).
+ * later packets came (fast retransmit), else after the session's
+ * retransmission timeout (below; cfg.go_back_n brings back eRPC's
+ * go-back-N, for comparisons).
+ *
+ * Busy hosts: a server puts in each credit return and response how long
+ * the packet it answers spent inside its host (from the kernel's receive
+ * stamp on udp to the answer: queued behind a busy or descheduled loop,
+ * and the handler). The client takes that and its own such delay out of
+ * each round trip: Timely and the virtual paths see only what is left,
+ * the network's part, so a busy host is not taken for a congested network
+ * (its load is bounded by credits instead). The retransmission timeout
+ * comes from the whole round trips, host delays in: the larger of
+ * cfg.rto_ns (the floor), srtt + 4 x rttvar (RFC 6298) and twice the
+ * longest round trip lately (halved every 100 ms), at most 32 x cfg.rto_ns,
+ * doubled per timeout in a row. A timeout whose packet turns out to have
+ * been answered the first time (its answer says it waited in the server
+ * since before the copy was sent) counts in stats.spurious_timeouts, and
+ * its round trip raises the timeout; no timeout slows the session down.
  *
  * Virtual paths: on endpoints opened with erma_endpoint_cfg.paths = K > 1
  * (both ends; a session takes the smaller K), a session spreads its
@@ -129,7 +145,7 @@ struct erma_cc_switches {
 struct erma_rpc_cfg {
     uint32_t credits;          /* per session, default and most ERMA_MAX_CREDITS (32);
                                   sessions x credits fit the endpoint's RX ring */
-    uint64_t rto_ns;           /* resend timeout, default 5 ms */
+    uint64_t rto_ns;           /* resend timeout's floor, default 5 ms (Busy hosts above) */
     uint64_t failure_ns;       /* peer declared dead after this silence, default 500 ms */
     uint64_t keepalive_ns;     /* ping an idle peer this often, default failure_ns / 5 */
     uint64_t connect_retry_ns; /* first resend of a connect request, default 20 ms;
@@ -184,6 +200,8 @@ struct erma_rpc_stats {
     uint64_t fast_retransmits;  /* packets sent again before the timeout: replies to
                                    later ones came */
     uint64_t spurious_retransmits; /* of those, ones whose first reply came after all */
+    uint64_t spurious_timeouts; /* timeouts whose first packet had been answered after all:
+                                   the peer or this host was slow, nothing was lost */
     uint64_t paths_pruned;      /* virtual paths taken out of use for loss or delay */
     uint64_t handler_calls, rpcs_done, rpcs_failed;
     uint64_t sessions_refused;
@@ -402,6 +420,7 @@ struct erma_session_cc {
     uint64_t last_rtt_ns, min_rtt_ns;
     uint64_t rtt_samples, timely_updates, timely_bypasses;
     uint64_t paced_pkts, direct_pkts;
+    uint64_t busy_samples; /* samples left out of Timely: a host was busy (Busy hosts) */
 };
 
 /* Fills *out with client session's congestion-control state; ERMA_ENOENT

@@ -37,7 +37,8 @@ static bool hdr_eq(const struct erma_hdr *a, const struct erma_hdr *b)
 {
     return a->req_type == b->req_type && a->msg_size == b->msg_size &&
            a->dest_session == b->dest_session && a->pkt_type == b->pkt_type &&
-           a->pkt_num == b->pkt_num && a->req_num == b->req_num && a->proto == b->proto;
+           a->pkt_num == b->pkt_num && a->req_num == b->req_num && a->proto == b->proto &&
+           a->host_delay == b->host_delay;
 }
 
 /* What docs/PROTOCOL.md says erma_hdr_check() accepts. */
@@ -47,8 +48,9 @@ static bool valid_by_spec(const uint8_t *p, size_t len)
         return false;
     const uint64_t w0 = word(p), w1 = word(p + 8);
     const uint64_t msg_size = (w0 >> 8) & 0xffffff, magic = (w1 >> 44) & 0xf;
-    const uint64_t proto = (w1 >> 48) & 0xf, reserved = w1 >> 52;
-    return magic == ERMA_HDR_MAGIC && reserved == 0 && proto >= 1 && proto <= 3 &&
+    const uint64_t proto = (w1 >> 48) & 0xf, delay = w1 >> 52, pkt_type = (w0 >> 48) & 3;
+    const bool answer = proto == ERMA_PROTO_RPC && (pkt_type == ERMA_PKT_CR || pkt_type == ERMA_PKT_RESP);
+    return magic == ERMA_HDR_MAGIC && (delay == 0 || answer) && proto >= 1 && proto <= 3 &&
            msg_size <= ERMA_MAX_MSG_SIZE;
 }
 
@@ -83,7 +85,7 @@ static void check_raw(const uint8_t *data, size_t size)
     erma_hdr_decode(data, &h);
     erma_hdr_encode(&h, enc);
     const uint64_t w1 = (word(data + 8) & ((UINT64_C(1) << 44) - 1)) |
-                        (uint64_t)ERMA_HDR_MAGIC << 44 | (word(data + 8) & UINT64_C(0xf) << 48);
+                        (uint64_t)ERMA_HDR_MAGIC << 44 | (word(data + 8) & ~UINT64_C(0) << 48);
     FUZZ_CHECK(word(enc) == word(data), "word 0 round trip");
     FUZZ_CHECK(word(enc + 8) == w1, "word 1 round trip");
     erma_hdr_decode(enc, &h2);
@@ -100,23 +102,48 @@ static void check_fields(const uint8_t *data, size_t size)
                                .pkt_type = data[7],
                                .pkt_num = (uint16_t)erma_get_le(data + 8, 2),
                                .req_num = erma_get_le(data + 10, 8),
-                               .proto = data[18]};
+                               .proto = data[18],
+                               .host_delay = (uint16_t)erma_get_le(data + 11, 2)};
     const struct erma_hdr want = {.req_type = h.req_type,
                                   .msg_size = h.msg_size & 0xffffff,
                                   .dest_session = h.dest_session,
                                   .pkt_type = h.pkt_type & 3,
                                   .pkt_num = h.pkt_num & ERMA_MAX_PKT_NUM,
                                   .req_num = h.req_num & ERMA_MAX_REQ_NUM,
-                                  .proto = h.proto & 0xf};
+                                  .proto = h.proto & 0xf,
+                                  .host_delay = h.host_delay & 0xfff};
     uint8_t enc[ERMA_HDR_SIZE];
     struct erma_hdr got, checked;
     erma_hdr_encode(&h, enc);
     erma_hdr_decode(enc, &got);
     FUZZ_CHECK(hdr_eq(&got, &want), "fields masked to their widths");
-    const bool ok = want.proto >= 1 && want.proto <= 3 && want.msg_size <= ERMA_MAX_MSG_SIZE;
+    const bool answer = want.proto == ERMA_PROTO_RPC &&
+                        (want.pkt_type == ERMA_PKT_CR || want.pkt_type == ERMA_PKT_RESP);
+    const bool ok = want.proto >= 1 && want.proto <= 3 && want.msg_size <= ERMA_MAX_MSG_SIZE &&
+                    (want.host_delay == 0 || answer);
     const int rc = erma_hdr_check(enc, sizeof enc, &checked);
     FUZZ_CHECK((rc == ERMA_OK) == ok, "check of an encoded header: %d", rc);
     FUZZ_CHECK(rc != ERMA_OK || hdr_eq(&checked, &want), "check decodes the fields");
+}
+
+/* host_delay's codec: rounds down, within 1/256 (and 128 ns), saturates. */
+static void check_delay(const uint8_t *data, size_t size)
+{
+    if (size < 8)
+        return;
+    const uint64_t ns = erma_get_le(data, 8) >> (data[0] & 63);
+    const uint16_t d = erma_delay_encode(ns);
+    const uint64_t back = erma_delay_decode(d);
+    FUZZ_CHECK(d < 4096, "12 bits");
+    FUZZ_CHECK(erma_delay_encode(back) == d, "decode then encode is stable");
+    if (ns < erma_delay_decode(0xfff)) {
+        FUZZ_CHECK(back <= ns, "rounds down: %llu > %llu", (unsigned long long)back,
+                   (unsigned long long)ns);
+        FUZZ_CHECK(ns - back < 128 + ns / 256, "within 1/256: %llu for %llu",
+                   (unsigned long long)back, (unsigned long long)ns);
+    } else {
+        FUZZ_CHECK(d == 0xfff, "saturates");
+    }
 }
 
 static void check_ophdr(const uint8_t *data, size_t size)
@@ -136,6 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_raw(data, size);
     check_fields(data, size);
     check_ophdr(data, size);
+    check_delay(data, size);
     return 0;
 }
 
@@ -144,7 +172,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 static size_t seed_hdr(uint8_t *buf, uint8_t type, uint32_t msg_size, uint16_t dest,
                        uint8_t pkt_type, uint16_t pkt_num, uint64_t req_num, uint8_t proto)
 {
-    const struct erma_hdr h = {type, msg_size, dest, pkt_type, pkt_num, req_num, proto};
+    const struct erma_hdr h = {type, msg_size, dest, pkt_type, pkt_num, req_num, proto, 0};
     erma_hdr_encode(&h, buf);
     return ERMA_HDR_SIZE;
 }
@@ -157,6 +185,8 @@ int fuzz_write_seeds(const char *dir)
     n += fuzz_save(dir, "rpc_req", buf, ERMA_HDR_SIZE);
     seed_hdr(buf, 1, 3000, 2, ERMA_PKT_CR, 1, 0x123456789ab, ERMA_PROTO_RPC);
     n += fuzz_save(dir, "rpc_cr", buf, ERMA_HDR_SIZE);
+    erma_hdr_set_delay(buf, erma_delay_encode(123456));
+    n += fuzz_save(dir, "rpc_cr_delay", buf, ERMA_HDR_SIZE);
     seed_hdr(buf, 1, 0, 2, ERMA_PKT_RFR, 3, ERMA_MAX_REQ_NUM, ERMA_PROTO_RPC);
     n += fuzz_save(dir, "rpc_rfr", buf, ERMA_HDR_SIZE);
     seed_hdr(buf, 255, ERMA_MAX_MSG_SIZE, 0xfffe, ERMA_PKT_RESP, ERMA_MAX_PKT_NUM, 9,

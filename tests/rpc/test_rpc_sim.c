@@ -288,6 +288,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_request_timeout), cmocka_unit_test(test_inconsistent_sizes),
         cmocka_unit_test(test_session_credits),
         cmocka_unit_test(test_deferred_request),
+        cmocka_unit_test(test_stalled_server),
         cmocka_unit_test(test_connect_flood),
         cmocka_unit_test(test_connect_under_loss),
         cmocka_unit_test(test_secure_sessions),

@@ -20,6 +20,9 @@ void test_disconnect(void **state);
 void test_request_timeout(void **state);
 void test_deferred_request(void **state);
 
+/* rpc_sim_busy.c */
+void test_stalled_server(void **state);
+
 /* rpc_sim_connect.c */
 void test_connect_flood(void **state);
 void test_connect_under_loss(void **state);

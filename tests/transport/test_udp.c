@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
@@ -63,6 +64,45 @@ static void exchange(const char *host)
     assert_int_equal(a->stats.tx_pkts, 32);
     erma_transport_close(a);
     erma_transport_close(b);
+}
+
+/* Each packet carries the kernel's receive stamp on erma_now_ns()'s clock:
+ * when it arrived, not when it was read (the host delay starts there);
+ * with ERMA_UDP_STAMP=0 none (0). */
+static void test_receive_stamps(void **state)
+{
+    (void)state;
+    for (int off = 0; off < 2; off++) {
+        if (off)
+            setenv("ERMA_UDP_STAMP", "0", 1);
+        struct erma_transport *a, *b;
+        struct erma_addr to_b;
+        open_pair("127.0.0.1", &a, &b, &to_b);
+        unsetenv("ERMA_UDP_STAMP");
+        static uint8_t data[4][64], copy[4][1472];
+        struct erma_tx_pkt tx[4];
+        for (unsigned i = 0; i < 4; i++)
+            tx[i] = (struct erma_tx_pkt){.dst = &to_b, .hdr = data[i], .hdr_len = 64};
+        const uint64_t before = erma_now_ns();
+        assert_int_equal(erma_tx_burst(a, tx, 4), 4);
+        const uint64_t sent = erma_now_ns();
+        usleep(20000); /* the packets wait in b's socket */
+        const uint64_t read_at = erma_now_ns();
+        struct erma_rx_pkt rx[4];
+        assert_int_equal(udp_receive(b, rx, copy, 4, ERMA_MAX_BURST, 2000000000ull, NULL), 4);
+        for (unsigned i = 0; i < 4; i++) {
+            if (off) {
+                assert_int_equal(rx[i].rx_ns, 0);
+                continue;
+            }
+            /* the clocks convert within a few microseconds */
+            assert_true(rx[i].rx_ns + 100000 >= before);
+            assert_true(rx[i].rx_ns <= sent + 100000);
+            assert_true(rx[i].rx_ns + 15000000 <= read_at);
+        }
+        erma_transport_close(a);
+        erma_transport_close(b);
+    }
 }
 
 static void test_exchange_v4(void **state)
@@ -155,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_exchange_v6),
         cmocka_unit_test(test_bad_uris),
         cmocka_unit_test(test_jumbo_and_loss_injection),
+        cmocka_unit_test(test_receive_stamps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

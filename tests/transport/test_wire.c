@@ -12,13 +12,16 @@
 
 static struct erma_hdr random_hdr(struct erma_rand *r)
 {
-    return (struct erma_hdr){.req_type = (uint8_t)erma_rand_u64(r),
+    struct erma_hdr h = {.req_type = (uint8_t)erma_rand_u64(r),
                              .msg_size = (uint32_t)erma_rand_below(r, ERMA_MAX_MSG_SIZE + 1),
                              .dest_session = (uint16_t)erma_rand_u64(r),
                              .pkt_type = (uint8_t)erma_rand_below(r, 4),
                              .pkt_num = (uint16_t)erma_rand_below(r, ERMA_MAX_PKT_NUM + 1),
                              .req_num = erma_rand_u64(r) & ERMA_MAX_REQ_NUM,
                              .proto = (uint8_t)(1 + erma_rand_below(r, 3))};
+    if (h.proto == ERMA_PROTO_RPC && (h.pkt_type == ERMA_PKT_CR || h.pkt_type == ERMA_PKT_RESP))
+        h.host_delay = (uint16_t)erma_rand_below(r, 4096);
+    return h;
 }
 
 static void assert_hdr_equal(const struct erma_hdr *a, const struct erma_hdr *b)
@@ -30,6 +33,7 @@ static void assert_hdr_equal(const struct erma_hdr *a, const struct erma_hdr *b)
     assert_int_equal(a->pkt_num, b->pkt_num);
     assert_int_equal(a->req_num, b->req_num);
     assert_int_equal(a->proto, b->proto);
+    assert_int_equal(a->host_delay, b->host_delay);
 }
 
 static void test_round_trip(void **state)
@@ -46,7 +50,7 @@ static void test_round_trip(void **state)
         assert_hdr_equal(&h, &d);
     }
     const struct erma_hdr max = {0xff, ERMA_MAX_MSG_SIZE, 0xffff, 3, ERMA_MAX_PKT_NUM,
-                                 ERMA_MAX_REQ_NUM, ERMA_PROTO_SM};
+                                 ERMA_MAX_REQ_NUM, ERMA_PROTO_RPC, 0xfff};
     struct erma_hdr d;
     erma_hdr_encode(&max, buf);
     assert_int_equal(erma_hdr_check(buf, sizeof buf, &d), ERMA_OK);
@@ -103,7 +107,20 @@ static void test_rejects(void **state)
     bad[13] ^= 0x10; /* magic */
     assert_int_equal(erma_hdr_check(bad, 16, &d), ERMA_EBADPKT);
     memcpy(bad, good, 16);
-    bad[15] |= 0x80; /* reserved bits */
+    bad[15] |= 0x80; /* a host delay in a request */
+    assert_int_equal(erma_hdr_check(bad, 16, &d), ERMA_EBADPKT);
+    struct erma_hdr answer = h;
+    answer.pkt_type = ERMA_PKT_CR;
+    answer.host_delay = 0x123;
+    erma_hdr_encode(&answer, bad);
+    assert_int_equal(erma_hdr_check(bad, 16, &d), ERMA_OK);
+    assert_int_equal(d.host_delay, 0x123);
+    erma_hdr_set_delay(bad, 0xabc);
+    assert_int_equal(erma_hdr_check(bad, 16, &d), ERMA_OK);
+    assert_int_equal(d.host_delay, 0xabc);
+    assert_int_equal(d.proto, ERMA_PROTO_RPC);
+    answer.proto = ERMA_PROTO_SM; /* not an RPC answer: no host delay */
+    erma_hdr_encode(&answer, bad);
     assert_int_equal(erma_hdr_check(bad, 16, &d), ERMA_EBADPKT);
     memcpy(bad, good, 16);
     bad[14] = (uint8_t)((bad[14] & 0xf0) | 0x0); /* proto 0 */
@@ -115,6 +132,20 @@ static void test_rejects(void **state)
     erma_hdr_encode(&big, bad);
     assert_int_equal(erma_hdr_check(bad, 16, &d), ERMA_EBADPKT);
     assert_int_equal(erma_hdr_check(good, 16, &d), ERMA_OK);
+}
+
+/* host_delay's codec: exact below 32 us, within 1/256 above, saturating. */
+static void test_delay_codec(void **state)
+{
+    (void)state;
+    assert_int_equal(erma_delay_encode(0), 0);
+    assert_int_equal(erma_delay_decode(erma_delay_encode(127)), 0);
+    assert_int_equal(erma_delay_decode(erma_delay_encode(5000)), 4992); /* 39 x 128 */
+    assert_int_equal(erma_delay_decode(erma_delay_encode(32639)), 32640 - 128);
+    const uint64_t ms = 7000000, back = erma_delay_decode(erma_delay_encode(ms));
+    assert_true(back <= ms && ms - back <= ms / 256);
+    assert_int_equal(erma_delay_encode(UINT64_MAX), 0xfff);
+    assert_int_equal(erma_delay_decode(0xfff), (uint64_t)255 << 15 << 7);
 }
 
 /* Random bytes of random lengths: whatever is accepted re-encodes to itself. */
@@ -151,6 +182,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip), cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_delay_codec),
         cmocka_unit_test(test_masking),    cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_fuzz),
     };

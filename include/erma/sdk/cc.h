@@ -66,6 +66,15 @@ ERMA_BEGIN_DECLS
  * thresholds can be derived from the transport's base RTT with
  * erma_timely_cfg_for().
  *
+ * What a sample measures: the RPC layer gives Timely the network's part of
+ * a round trip only, the client's reading of the reply less the time the
+ * packet spent inside the server (its host delay, reported in the reply:
+ * from the kernel's receive stamp to the answer, handler included) and
+ * the time the reply waited in the client before it was read (erma/rpc.h,
+ * Busy hosts). A host whose loop is busy or descheduled makes its own
+ * delay, which Timely does not see; what is left is queues in the path
+ * (the kernel's and the links'). t_low and t_high are thresholds on that.
+ *
  * Common-case bypass: when cfg.bypass is set, a sample below t_low while the
  * rate is already link_bps only records the sample (last_rtt_ns, min_rtt_ns
  * and the counters); gradient, avg_rtt_ns and the update time are left as

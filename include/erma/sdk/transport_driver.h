@@ -59,6 +59,12 @@ struct erma_rx_pkt {
     uint32_t len;
     struct erma_addr src;
     uint8_t path;
+    /* When the packet arrived, on erma_now_ns()'s clock: the kernel's
+     * receive stamp on udp, the fabric's arrival on sim; 0 where the
+     * transport cannot tell (the endpoint takes its pass's time). The time
+     * a packet waited in the host, behind a busy or descheduled loop, is
+     * its protocol's reading minus this (rpc.h, host delay). */
+    uint64_t rx_ns;
 };
 
 struct erma_transport_cfg {

@@ -6,10 +6,12 @@
  *
  * Layout (two little-endian 64-bit words; docs/PROTOCOL.md has the picture):
  *   word 0: req_type 8 | msg_size 24 | dest_session 16 | pkt_type 2 | pkt_num 14
- *   word 1: req_num 44 | magic 4 | proto 4 | reserved 12 (zero)
+ *   word 1: req_num 44 | magic 4 | proto 4 | host_delay 12
  * The first 112 bits are eRPC's header; erma adds proto, which tells RPC,
- * one-sided (RMA) and session-management packets apart, and keeps 12 bits
- * reserved. erma_hdr_check() is the gate every received packet passes.
+ * one-sided (RMA) and session-management packets apart, and host_delay:
+ * in an RPC credit return or response, how long the packet it answers
+ * spent inside the answering host (erma_delay_encode; zero in every other
+ * packet). erma_hdr_check() is the gate every received packet passes.
  */
 #ifndef ERMA_WIRE_H
 #define ERMA_WIRE_H
@@ -50,7 +52,35 @@ struct erma_hdr {
     uint16_t pkt_num;      /* 14 bits */
     uint64_t req_num;      /* 44 bits */
     uint8_t proto;         /* 4 bits */
+    uint16_t host_delay;   /* 12 bits, erma_delay_encode(); RPC CR and RESP only */
 };
+
+/* host_delay's 12 bits: a 4-bit exponent e and an 8-bit mantissa m for
+ * (m << e) units of 128 ns, rounded down: exact to 128 ns below 32 us,
+ * within 1/256 above, at most 1.07 s (longer reads as that). */
+static inline uint16_t erma_delay_encode(uint64_t ns)
+{
+    uint64_t v = ns >> 7;
+    unsigned e = 0;
+    while (v > 255 && e < 15) {
+        v >>= 1;
+        e++;
+    }
+    return (uint16_t)(e << 8 | (v > 255 ? 255 : v));
+}
+
+static inline uint64_t erma_delay_decode(uint16_t d)
+{
+    return ((uint64_t)(d & 255u) << (d >> 8 & 15u)) << 7;
+}
+
+/* Sets the host_delay of the encoded header at buf (bits 52..63 of word 1). */
+static inline void erma_hdr_set_delay(void *buf, uint16_t d)
+{
+    uint8_t *p = (uint8_t *)buf + 14;
+    p[0] = (uint8_t)((p[0] & 0x0fu) | (d & 0x0fu) << 4);
+    p[1] = (uint8_t)(d >> 4);
+}
 
 #ifndef __cplusplus
 _Static_assert(ERMA_MAX_MSG_SIZE < (1u << 24), "msg_size must fit 24 bits");
@@ -135,8 +165,9 @@ void erma_hdr_encode(const struct erma_hdr *h, void *buf);
 void erma_hdr_decode(const void *buf, struct erma_hdr *h);
 /* Decodes and validates a received packet of len bytes: ERMA_OK or
  * ERMA_EBADPKT. It accepts the packet only when it is at least a header
- * long, has the magic, a known proto and pkt_type, zero reserved bits and
- * a msg_size within ERMA_MAX_MSG_SIZE; it reads nothing past len. */
+ * long, has the magic, a known proto and pkt_type, a host_delay of zero
+ * unless it is an RPC credit return or response, and a msg_size within
+ * ERMA_MAX_MSG_SIZE; it reads nothing past len. */
 int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h);
 
 ERMA_END_DECLS
