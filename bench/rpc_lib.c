@@ -382,11 +382,11 @@ int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps)
     if (getenv("ERMA_BENCH_STATS")) {
         struct erma_rpc_stats st;
         erma_rpc_get_stats(c.rpc, &st);
-        fprintf(stderr, "# bw: %llu packets sent again (%llu fast, %llu spurious) in %llu timeouts, "
-                        "%llu paths pruned\n",
+        fprintf(stderr, "# bw: %llu packets sent again (%llu fast, %llu spurious) in %llu timeouts "
+                        "(%llu spurious), %llu paths pruned\n",
                 (unsigned long long)st.retransmitted_pkts, (unsigned long long)st.fast_retransmits,
                 (unsigned long long)st.spurious_retransmits, (unsigned long long)st.retransmits,
-                (unsigned long long)st.paths_pruned);
+                (unsigned long long)st.spurious_timeouts, (unsigned long long)st.paths_pruned);
         struct erma_endpoint_stats es;
         erma_endpoint_get_stats(c.ep, &es);
         fprintf(stderr, "# bw: client endpoint %llu packets out, %llu in, %llu dropped at tx, "
