@@ -6,8 +6,10 @@
  * client one endpoint with one session keeping --window requests in
  * flight, their sizes taken in turn from --sizes (32 B requests are echoes
  * whose round trips are recorded; every other request gets a 32 B
- * response), beside --hogs processes that spin for the whole round: the
- * host's cores are busy, as a KV or Raft server's are. No process is
+ * response and goes in turn to a handler in the event loop, one on the
+ * server's worker thread and one that answers on a later loop pass),
+ * beside --hogs processes that spin for the whole round: the host's cores
+ * are busy, as a KV or Raft server's are. No process is
  * pinned and no endpoint busy-polls (they sleep when idle, the default).
  * Each round runs both variants, the order swapped every round: "cc" (the
  * default) and "cc_off" (erma_rpc_cfg.cc.off on the clients).
@@ -15,7 +17,9 @@
  * Per round and variant: RPCs completed, Gb/s of request bytes, the 32 B
  * round trip's p50 and p99, packets the clients sent, packets sent again,
  * timeouts and the spurious ones (rpc.h, Busy hosts). Then the medians
- * of the per-round ratios cc / cc_off. Figures: docs/PERFORMANCE.md.
+ * of the per-round ratios cc / cc_off. With ERMA_BENCH_CC=1 each client
+ * also prints its session's Timely state (erma_session_cc_stats) at the
+ * end. Figures: docs/PERFORMANCE.md.
  */
 #include <errno.h>
 #include <signal.h>
@@ -47,7 +51,10 @@ static const char usage[] =
     "  --csv         CSV instead of the table\n"
     "  -h, --help    this text\n";
 
+enum { DISPATCH = 1, WORKER, DEFERRED }; /* the server's handlers */
+
 #define MAX_CLIENTS 16
+#define MAX_HELD 256
 #define MAX_LAT (1u << 20) /* 32 B round trips kept per client */
 #define DRAIN_NS 2000000000ull
 
@@ -81,7 +88,7 @@ struct client {
     struct erma_rpc *rpc;
     int sess;
     struct call calls[ERMA_SESSION_SLOTS];
-    unsigned inflight, next_size;
+    unsigned inflight, next_size, next_type;
     bool measuring;
     struct result *res;
     uint64_t *lat;
@@ -121,7 +128,8 @@ static void issue(struct client *c)
         k->req.size = k->size < 4 ? 4 : k->size;
         memcpy(k->req.data, &resp, 4);
         k->t0 = erma_now_ns();
-        if (erma_rpc_call(c->rpc, c->sess, 1, &k->req, &k->resp, on_done, k) != ERMA_OK)
+        const uint8_t type = k->size <= 32 ? DISPATCH : (uint8_t)(DISPATCH + c->next_type++ % 3);
+        if (erma_rpc_call(c->rpc, c->sess, type, &k->req, &k->resp, on_done, k) != ERMA_OK)
             return;
         k->busy = true;
         c->inflight++;
@@ -178,9 +186,11 @@ static int client_body(struct client *c, struct erma_endpoint *ep)
     struct erma_session_cc cc;
     if (getenv("ERMA_BENCH_CC") && erma_session_cc_stats(c->rpc, c->sess, &cc) == ERMA_OK)
         fprintf(stderr, "# client %d: rate %.3f Gb/s, avg RTT %.1f us, last %.1f us, min %.1f us, "
-                        "%llu samples, %llu paced, %llu direct\n", (int)getpid(),
+                        "%llu samples (%llu left out: busy), %llu paced, %llu direct\n",
+                (int)getpid(),
                 cc.rate_bps / 1e9, cc.avg_rtt_ns / 1e3, cc.last_rtt_ns / 1e3, cc.min_rtt_ns / 1e3,
-                (unsigned long long)cc.rtt_samples, (unsigned long long)cc.paced_pkts,
+                (unsigned long long)cc.rtt_samples, (unsigned long long)cc.busy_samples,
+                (unsigned long long)cc.paced_pkts,
                 (unsigned long long)cc.direct_pkts);
     return ERMA_OK;
 }
@@ -210,6 +220,82 @@ static int client_run(const struct opts *o, bool cc_off, struct result *res, uin
     erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
     return rc;
+}
+
+/* ---- the server: the three handlers, each answering 32 B ---- */
+
+struct server {
+    struct erma_req *held[MAX_HELD];
+    unsigned nheld;
+};
+
+static void answer(struct erma_req *req)
+{
+    struct erma_msgbuf *resp = erma_req_resp_buf(req);
+    erma_msgbuf_resize(resp, 32);
+    memset(resp->data, 0xa5, 32);
+    erma_req_respond(req, resp);
+}
+
+static void on_now(struct erma_req *req, void *ctx)
+{
+    (void)ctx;
+    answer(req);
+}
+
+static void on_later(struct erma_req *req, void *ctx)
+{
+    struct server *sv = ctx;
+    if (sv->nheld == MAX_HELD)
+        answer(req);
+    else
+        sv->held[sv->nheld++] = req; /* answered after this loop pass */
+}
+
+static bool has_held(void *ctx)
+{
+    return ((const struct server *)ctx)->nheld > 0;
+}
+
+static int serve(const char *uri, uint64_t max_ns)
+{
+    static struct server sv;
+    const struct erma_nexus_cfg ncfg = {.workers = 1};
+    struct erma_nexus *nx = NULL;
+    struct erma_endpoint *ep = NULL;
+    struct erma_rpc *rpc = NULL;
+    int rc = erma_nexus_create(&ncfg, &nx);
+    if (rc == ERMA_OK)
+        rc = erma_handler_register(nx, DISPATCH, on_now, ERMA_DISPATCH, NULL);
+    if (rc == ERMA_OK)
+        rc = erma_handler_register(nx, WORKER, on_now, ERMA_WORKER, NULL);
+    if (rc == ERMA_OK)
+        rc = erma_handler_register(nx, DEFERRED, on_later, ERMA_DISPATCH, &sv);
+    if (rc == ERMA_OK)
+        rc = erma_endpoint_create(uri, 0, NULL, &ep);
+    if (rc == ERMA_OK)
+        rc = erma_rpc_create(nx, ep, NULL, &rpc);
+    const uint64_t end = erma_now_ns() + max_ns;
+    while (rc == ERMA_OK && erma_now_ns() < end && getppid() != 1) {
+        erma_endpoint_run_until(ep, has_held, &sv, 10000000);
+        for (unsigned i = 0; i < sv.nheld; i++)
+            answer(sv.held[i]);
+        sv.nheld = 0;
+    }
+    if (rc != ERMA_OK)
+        fprintf(stderr, "busy_host: server: %s\n", erma_strerror(rc));
+    erma_rpc_destroy(rpc);
+    erma_endpoint_destroy(ep);
+    erma_nexus_destroy(nx);
+    return rc;
+}
+
+static pid_t start_server(const char *uri, uint64_t max_ns)
+{
+    const pid_t pid = fork();
+    if (pid == 0)
+        _exit(serve(uri, max_ns) == ERMA_OK ? 0 : 1);
+    return pid;
 }
 
 static pid_t start_hog(void)
@@ -243,7 +329,7 @@ static int run_variant(const struct opts *o, struct shared *sh, bool cc_off, str
 {
     memset(sh->res, 0, sizeof sh->res);
     const uint64_t max_ns = (uint64_t)(o->seconds * 1e9) + 30000000000ull;
-    const pid_t server = bench_rpc_server_fork(o->server, NULL, NULL, -1, max_ns);
+    const pid_t server = start_server(o->server, max_ns);
     pid_t hogs[16], kids[MAX_CLIENTS];
     for (unsigned h = 0; h < o->hogs; h++)
         hogs[h] = start_hog();
@@ -259,7 +345,7 @@ static int run_variant(const struct opts *o, struct shared *sh, bool cc_off, str
         waitpid(kids[k], NULL, 0);
     for (unsigned h = 0; h < o->hogs; h++)
         stop(hogs[h]);
-    bench_rpc_server_stop(server);
+    stop(server);
     memset(sum, 0, sizeof *sum);
     uint64_t n = 0;
     for (unsigned k = 0; k < o->clients; k++) {

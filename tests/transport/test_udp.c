@@ -68,13 +68,14 @@ static void exchange(const char *host)
 
 /* Each packet carries the kernel's receive stamp on erma_now_ns()'s clock:
  * when it arrived, not when it was read (the host delay starts there);
- * with ERMA_UDP_STAMP=0 none (0). */
+ * none (0) with ERMA_UDP_STAMP=0, or before the first burst of 8. */
 static void test_receive_stamps(void **state)
 {
     (void)state;
-    for (int off = 0; off < 2; off++) {
-        if (off)
-            setenv("ERMA_UDP_STAMP", "0", 1);
+    for (int off = 0; off < 3; off++) {
+        setenv("ERMA_UDP_STAMP", off == 0 ? "1" : "0", 1);
+        if (off == 2) /* lazily: none until a burst */
+            unsetenv("ERMA_UDP_STAMP");
         struct erma_transport *a, *b;
         struct erma_addr to_b;
         open_pair("127.0.0.1", &a, &b, &to_b);
@@ -99,6 +100,23 @@ static void test_receive_stamps(void **state)
             assert_true(rx[i].rx_ns + 100000 >= before);
             assert_true(rx[i].rx_ns <= sent + 100000);
             assert_true(rx[i].rx_ns + 15000000 <= read_at);
+        }
+        if (off == 2) { /* a burst of 8 turns them on for the next datagrams */
+            struct erma_tx_pkt burst[8];
+            for (unsigned i = 0; i < 8; i++)
+                burst[i] = tx[i % 4];
+            assert_int_equal(erma_tx_burst(a, burst, 8), 8);
+            usleep(10000);
+            struct erma_rx_pkt more[8];
+            static uint8_t copy8[8][1472];
+            assert_int_equal(udp_receive(b, more, copy8, 8, ERMA_MAX_BURST, 2000000000ull, NULL),
+                             8);
+            const uint64_t t0 = erma_now_ns();
+            assert_int_equal(erma_tx_burst(a, tx, 1), 1);
+            usleep(20000);
+            assert_int_equal(udp_receive(b, rx, copy, 1, ERMA_MAX_BURST, 2000000000ull, NULL), 1);
+            assert_true(rx[0].rx_ns + 100000 >= t0);
+            assert_true(rx[0].rx_ns + 15000000 <= erma_now_ns());
         }
         erma_transport_close(a);
         erma_transport_close(b);
