@@ -40,9 +40,11 @@ struct erma_ep_proto {
 
 /* Called on every packet of the batch with one, at the flush, before it is
  * sent: may rewrite the packet, building it in room (max_pkt bytes).
- * late_ns is how long after the pass's time (ep->now, every time its
- * protocol took) the batch leaves: a long pass, or a loop descheduled. */
-typedef void (*erma_ep_prep_fn)(void *ctx, struct erma_tx_pkt *p, uint8_t *room, uint64_t late_ns);
+ * flush_ns is when the batch leaves, pass_ns the pass's time (ep->now,
+ * every time its protocol took): a long pass, or a loop descheduled,
+ * puts them apart. */
+typedef void (*erma_ep_prep_fn)(void *ctx, struct erma_tx_pkt *p, uint8_t *room, uint64_t pass_ns,
+                                uint64_t flush_ns);
 
 struct erma_endpoint {
     struct erma_endpoint_cfg cfg;

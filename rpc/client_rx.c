@@ -51,6 +51,18 @@ static void rto_sample(struct sess_cc *cc, uint64_t rtt, uint64_t now)
     }
 }
 
+static uint64_t session_rto(const struct erma_rpc *rpc, const struct session *s, uint64_t now);
+
+/* The slot's timeout: the session's RTO doubled per timeout in a row, at
+ * most 64 x rto_ns (the longest wait before a resend, as before the RTO
+ * adapted). */
+static uint64_t slot_timeout_ns(const struct erma_rpc *rpc, const struct session *s,
+                                const struct client_slot *c, uint64_t now)
+{
+    const uint64_t t = session_rto(rpc, s, now) << c->backoff, cap = rpc->cfg.rto_ns << MAX_BACKOFF;
+    return t < cap ? t : cap;
+}
+
 static uint64_t session_rto(const struct erma_rpc *rpc, const struct session *s, uint64_t now)
 {
     const struct sess_cc *cc = &s->cc;
@@ -129,19 +141,18 @@ static int client_take_resp(struct erma_rpc *rpc, struct session *s, struct clie
     return ERMA_OK;
 }
 
-/* How long a host that made a delay above Timely's t_low counts as busy. */
-#define BUSY_HOLD_NS 20000000ull
-
 /* True when this sample says nothing of the network: a host on the path
- * is busy (this sample's host delays, or another's lately, above t_low),
- * and the network's part is no faster than t_low. A loop descheduled
+ * is busy (this sample's queueing in the hosts, or another's lately, above
+ * t_low: the client's own wait and a credit return's host delay; a
+ * response's includes its handler, which is work, not a queue) and the
+ * network's part is no faster than t_low. A loop descheduled
  * inside a send or between its reading of the clock and the kernel's
  * stamp makes delays no stamp sees, as long as a time slice; while the
  * host is this busy the credits bound its load, and Timely only rises. */
-static bool host_busy(struct erma_rpc *rpc, struct session *s, uint64_t host, uint64_t net)
+static bool host_busy(struct erma_rpc *rpc, struct session *s, uint64_t queued, uint64_t net)
 {
     const uint64_t t_low = rpc->cc.timely_cfg.t_low_ns, now = rpc->ep->now;
-    if (host > t_low)
+    if (queued > t_low)
         s->cc.busy_until_ns = now + BUSY_HOLD_NS;
     if (net < t_low || now >= s->cc.busy_until_ns)
         return false;
@@ -158,9 +169,11 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, struct client_slo
 {
     const uint64_t now = cc_now(rpc);
     const uint32_t elapsed = (uint32_t)now - c->tx_ns[i % ERMA_MAX_CREDITS]; /* mod 2^32 */
+    if ((int32_t)elapsed < 0)
+        return; /* sent after now by this clock: no sample */
     const uint64_t rtt = elapsed ? elapsed : 1;
     const uint64_t own = pkt->rx_ns && pkt->rx_ns < now ? now - pkt->rx_ns : 0;
-    const uint64_t host = erma_delay_decode(h->host_delay) + own;
+    const uint64_t server = erma_delay_decode(h->host_delay), host = server + own;
     const uint64_t net = rtt > host ? rtt - host : 1; /* the network's part */
     if (c->again & bit(i - c->num_rx)) {
         if (2 * net >= s->cc.min_rtt_ns)
@@ -176,6 +189,8 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, struct client_slo
         return;
     }
     rto_sample(&s->cc, rtt, rpc->ep->now);
+    if (host >= rtt)
+        return; /* the clocks disagree (or a peer lies): nothing of the network */
     if (net < s->cc.min_rtt_ns || !s->cc.min_rtt_ns)
         s->cc.min_rtt_ns = net;
     const uint32_t newest = c->rx_bits ? c->num_rx + 63 - (uint32_t)__builtin_clzll(c->rx_bits)
@@ -188,7 +203,8 @@ static void cc_sample(struct erma_rpc *rpc, struct session *s, struct client_slo
             return; /* a path that stands out says nothing of the others' congestion */
     }
     s->cc.rtt_samples++;
-    if (!rpc->cfg.cc.off && !host_busy(rpc, s, host, net))
+    const uint64_t queued = own + (h->pkt_type == ERMA_PKT_CR ? server : 0);
+    if (!rpc->cfg.cc.off && !host_busy(rpc, s, queued, net))
         erma_timely_update(&s->cc.timely, net, now);
     if (rpc->cfg.rtt_hook)
         rpc->cfg.rtt_hook(rpc->cfg.rtt_ctx, s->num, net);
@@ -375,7 +391,7 @@ bool erma__client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
             erma__slot_finish(rpc, s, sl, ERMA_ETIMEDOUT);
             kick = true;
         } else if (slot_unanswered(c) &&
-                   since(now, c->progress_ns) > session_rto(rpc, s, now) << c->backoff) {
+                   since(now, c->progress_ns) > slot_timeout_ns(rpc, s, c, now)) {
             slot_timeout(rpc, s, c, now);
             kick = true;
         }

@@ -77,7 +77,7 @@ struct erma_req {
     int err;                     /* the request failed before any handler ran */
     uint32_t charged;            /* bytes counted against the budgets (budget.c) */
     uint64_t progress_ns;        /* partly received: when its last new packet came */
-    uint64_t rx_ns;              /* the receive time of the packet being answered */
+    uint64_t rx_ns;              /* when its last packet came (deferred responses' delay) */
     struct erma_req *part_prev, *part_next; /* rpc's partly received requests */
 };
 
@@ -172,6 +172,7 @@ struct sess_cc {
     /* A host on the path (this one or the server's) is busy until then:
      * one of its delays lately was above Timely's t_low (client_rx.c). */
     uint64_t busy_until_ns;
+#define BUSY_HOLD_NS 20000000ull /* how long a busy host counts as busy */
     uint64_t busy_samples; /* samples Timely did not take for that */
 };
 
@@ -352,6 +353,12 @@ void erma__msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t 
  * when s is a secure session (s NULL: in the clear). */
 uint8_t *erma__tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
                        uint32_t len);
+/* A data packet with its own copy of the header, in the batch's room: the
+ * flush may change it for this packet alone (a response's host delay).
+ * Returns the copy. */
+uint8_t *erma__tx_data_own_hdr(struct erma_rpc *rpc, struct session *s,
+                               const struct erma_addr *dst, const uint8_t *hdr,
+                               const uint8_t *data, uint32_t data_len);
 void erma__tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
                    const uint8_t *hdr, const uint8_t *data, uint32_t data_len);
 void erma__complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,

@@ -9,26 +9,27 @@
 #include "erma/log.h"
 #include "server.h"
 
+/* Response packet j, answering a packet that came at rx_ns: each queued
+ * copy has its own header, whose host delay is its own. */
 static void server_send_resp_pkt(struct erma_rpc *rpc, struct session *s, struct erma_req *rq,
-                                 uint32_t j)
+                                 uint32_t j, uint64_t rx_ns)
 {
     const uint8_t *data;
     uint32_t len;
     erma__msg_pkt_span(rq->resp, j, &data, &len);
-    uint8_t *h = erma__msg_hdr(rq->resp, j);
-    erma_hdr_set_delay(h, erma__host_delay(rpc, rq->rx_ns));
-    erma__tx_data(rpc, s, &s->peer, h, data, len);
+    uint8_t *h = erma__tx_data_own_hdr(rpc, s, &s->peer, erma__msg_hdr(rq->resp, j), data, len);
+    erma_hdr_set_delay(h, erma__host_delay(rpc, rx_ns));
 }
 
 /* A credit return for request packet i, with the server's arrival bitmap:
  * the packets it has without a gap (num_rx) and the 64 after (rx_bits),
  * so that one CR also stands for earlier ones that were lost. */
 static void server_send_cr(struct erma_rpc *rpc, struct session *s, const struct slot *sl,
-                           uint32_t i)
+                           uint32_t i, uint64_t rx_ns)
 {
     uint8_t *h = erma__tx_ctrl(rpc, s, &s->peer, ERMA_HDR_SIZE + CR_ACK_LEN);
     hdr_put(h, sl->server.rq->type, 0, s->remote_num, ERMA_PKT_CR, i, sl->req_num);
-    erma_hdr_set_delay(h, erma__host_delay(rpc, sl->server.rq->rx_ns));
+    erma_hdr_set_delay(h, erma__host_delay(rpc, rx_ns));
     erma_put_le(h + ERMA_HDR_SIZE, sl->server.num_rx, 4);
     erma_put_le(h + ERMA_HDR_SIZE + 4, sl->server.rx_bits, 8);
 }
@@ -123,7 +124,7 @@ static void server_respond(struct erma_rpc *rpc, struct erma_req *rq)
     for (uint32_t j = 0; j < rq->resp_pkts; j++)
         hdr_put(erma__msg_hdr(rq->resp, j), rq->type, rq->resp->size, s->remote_num,
                 ERMA_PKT_RESP, req_pkts - 1 + j, sl->req_num);
-    server_send_resp_pkt(rpc, s, rq, 0);
+    server_send_resp_pkt(rpc, s, rq, 0, rq->rx_ns);
 }
 
 /* The handler that held rq has answered: send the response, unless rq is
@@ -268,11 +269,11 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
         /* a retransmission: answer again what is idempotent */
         rpc->stats.rx_dup++;
         if (i + 1 < req_pkts)
-            server_send_cr(rpc, s, sl, i);
+            server_send_cr(rpc, s, sl, i, pkt->rx_ns);
         else if (rq->err != ERMA_OK)
             server_send_error(rpc, s, sl);
         else if (!rq->held && rq->responded) /* a worker may be writing responded */
-            server_send_resp_pkt(rpc, s, rq, 0);
+            server_send_resp_pkt(rpc, s, rq, 0, pkt->rx_ns);
         return;
     }
     const uint8_t *data = pkt->data + ERMA_HDR_SIZE;
@@ -293,9 +294,11 @@ static void server_req_pkt(struct erma_rpc *rpc, struct session *s, struct slot 
         v->num_rx++;
     }
     if (i + 1 < req_pkts)
-        server_send_cr(rpc, s, sl, i);
-    if (v->num_rx == req_pkts)
+        server_send_cr(rpc, s, sl, i, pkt->rx_ns);
+    if (v->num_rx == req_pkts) {
+        rq->rx_ns = pkt->rx_ns; /* the response's delay runs from here */
         server_call(rpc, s, sl);
+    }
 }
 
 /* A new request on sl: the last one was delivered (or given up on). */
@@ -349,7 +352,6 @@ void erma__server_rx(struct erma_rpc *rpc, struct session *s, const struct erma_
         server_send_error(rpc, s, sl);
         return;
     }
-    rq->rx_ns = pkt->rx_ns; /* the packet answered next */
     if (h->pkt_type == ERMA_PKT_REQ) {
         server_req_pkt(rpc, s, sl, h, pkt);
         return;
@@ -362,7 +364,7 @@ void erma__server_rx(struct erma_rpc *rpc, struct session *s, const struct erma_
         rpc->stats.rx_stale++;
         return;
     }
-    server_send_resp_pkt(rpc, s, rq, j);
+    server_send_resp_pkt(rpc, s, rq, j, pkt->rx_ns);
 }
 
 /* ---- request handle accessors ---- */

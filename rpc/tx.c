@@ -23,7 +23,7 @@ static void tx_seal(struct session *s, struct erma_tx_pkt *p, uint8_t *room)
  * (its RTT samples), a server's host delays (rpc.h, Busy hosts). */
 #define LATE_NS 2000
 
-static void tx_late(struct session *s, struct erma_tx_pkt *p, uint64_t late_ns)
+static void tx_late(struct session *s, struct erma_tx_pkt *p, uint64_t flush_ns, uint64_t late_ns)
 {
     uint8_t *hdr = (uint8_t *)p->hdr;
     struct erma_hdr h;
@@ -34,19 +34,20 @@ static void tx_late(struct session *s, struct erma_tx_pkt *p, uint64_t late_ns)
         erma_hdr_set_delay(hdr, erma_delay_encode(erma_delay_decode(h.host_delay) + late_ns));
     } else if (s->role == CLIENT && (h.pkt_type == ERMA_PKT_REQ || h.pkt_type == ERMA_PKT_RFR)) {
         struct slot *sl = &s->slots[h.req_num % ERMA_SESSION_SLOTS];
-        if (sl->client.busy && sl->req_num == h.req_num)
-            sl->client.tx_ns[h.pkt_num % ERMA_MAX_CREDITS] += (uint32_t)late_ns;
+        if (sl->client.busy && sl->req_num == h.req_num) /* it leaves now */
+            sl->client.tx_ns[h.pkt_num % ERMA_MAX_CREDITS] = (uint32_t)flush_ns;
         if (late_ns > s->cc.timely.cfg->t_low_ns) /* this host is busy (client_rx.c) */
-            s->cc.busy_until_ns = erma_now_ns() + 20000000ull;
+            s->cc.busy_until_ns = flush_ns + BUSY_HOLD_NS;
     }
 }
 
 /* Every RPC packet's prep at the flush: late times moved, then sealed. */
-static void tx_prep(void *ctx, struct erma_tx_pkt *p, uint8_t *room, uint64_t late_ns)
+static void tx_prep(void *ctx, struct erma_tx_pkt *p, uint8_t *room, uint64_t pass_ns,
+                    uint64_t flush_ns)
 {
     struct session *s = ctx;
-    if (late_ns >= LATE_NS)
-        tx_late(s, p, late_ns);
+    if (flush_ns - pass_ns >= LATE_NS)
+        tx_late(s, p, flush_ns, flush_ns - pass_ns);
     if (s->seal.on)
         tx_seal(s, p, room);
 }
@@ -91,6 +92,20 @@ void erma__tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_ad
         p->data = data;
         p->data_len = data_len;
     }
+}
+
+uint8_t *erma__tx_data_own_hdr(struct erma_rpc *rpc, struct session *s,
+                               const struct erma_addr *dst, const uint8_t *hdr,
+                               const uint8_t *data, uint32_t data_len)
+{
+    uint8_t *room;
+    struct erma_tx_pkt *p = tx_next(rpc, s, dst, &room);
+    memcpy(room, hdr, ERMA_HDR_SIZE); /* sealed in place at the flush */
+    p->hdr = room;
+    p->hdr_len = ERMA_HDR_SIZE;
+    p->data = data_len ? data : NULL;
+    p->data_len = data_len;
+    return room;
 }
 
 /* ---- continuations ---- */

@@ -17,7 +17,7 @@
 #include "erma/log.h"
 #include "erma/sdk/transport_driver.h"
 
-#define ERMA_MODULE_ABI 1
+#define ERMA_MODULE_ABI 2 /* 2: erma_rx_pkt.rx_ns */
 #define ERMA_MODULE_SYMBOL "erma_transport_module"
 
 struct erma_transport_module {

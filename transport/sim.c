@@ -717,7 +717,10 @@ static int sim_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, uns
         p->held[p->nheld++] = k;
         pkts[n].data = k->data;
         pkts[n].len = k->len;
-        pkts[n].rx_ns = k->time; /* its arrival; sim time is erma_now_ns()'s */
+        /* its arrival, when sim time is erma_now_ns()'s (erma_sim_use_clock) */
+        pkts[n].rx_ns = erma_clock_source.fn == sim_clock && erma_clock_source.ctx == p->sim
+                            ? k->time
+                            : 0;
         encode_addr(&pkts[n].src, k->src_host, k->src_port);
         tr->stats.rx_bytes += k->len;
     }

@@ -498,8 +498,10 @@ static unsigned recv_held(struct udp *u, unsigned max)
         u->rx_seg[i] = m->msg_flags & MSG_TRUNC ? 0 : seg;
         u->base.stats.rx_dropped += u->rx_seg[i] == 0;
     }
-    if (u->rx_n)
+    if (u->rx_n && u->stamp)
         stamps_to_erma(u, real, u->rx_n);
+    else
+        memset(u->rx_ns, 0, sizeof u->rx_ns[0] * u->rx_n);
     return u->rx_n;
 }
 

@@ -126,7 +126,7 @@ static void check_fields(const uint8_t *data, size_t size)
     FUZZ_CHECK(rc != ERMA_OK || hdr_eq(&checked, &want), "check decodes the fields");
 }
 
-/* host_delay's codec: rounds down, within 1/256 (and 128 ns), saturates. */
+/* host_delay's codec: rounds down, within 1/128 (and 128 ns), saturates. */
 static void check_delay(const uint8_t *data, size_t size)
 {
     if (size < 8)
@@ -139,7 +139,7 @@ static void check_delay(const uint8_t *data, size_t size)
     if (ns < erma_delay_decode(0xfff)) {
         FUZZ_CHECK(back <= ns, "rounds down: %llu > %llu", (unsigned long long)back,
                    (unsigned long long)ns);
-        FUZZ_CHECK(ns - back < 128 + ns / 256, "within 1/256: %llu for %llu",
+        FUZZ_CHECK(ns - back < 128 + ns / 128, "within 1/128: %llu for %llu",
                    (unsigned long long)back, (unsigned long long)ns);
     } else {
         FUZZ_CHECK(d == 0xfff, "saturates");

@@ -57,7 +57,8 @@ struct erma_hdr {
 
 /* host_delay's 12 bits: a 4-bit exponent e and an 8-bit mantissa m for
  * (m << e) units of 128 ns, rounded down: exact to 128 ns below 32 us,
- * within 1/256 above, at most 1.07 s (longer reads as that). */
+ * within 1/128 above (m >= 128 there), at most 1.07 s (longer reads as
+ * that). */
 static inline uint16_t erma_delay_encode(uint64_t ns)
 {
     uint64_t v = ns >> 7;
