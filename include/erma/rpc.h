@@ -125,11 +125,16 @@ struct erma_cc_switches {
  * and the handler). The client takes that and its own such delay out of
  * each round trip: Timely and the virtual paths see only what is left,
  * the network's part, so a busy host is not taken for a congested network
- * (its load is bounded by credits instead). The retransmission timeout
- * comes from the whole round trips, host delays in: the larger of
- * cfg.rto_ns (the floor), srtt + 4 x rttvar (RFC 6298) and twice the
- * longest round trip lately (halved every 100 ms), at most 32 x cfg.rto_ns,
- * doubled per timeout in a row. A timeout whose packet turns out to have
+ * (its load is bounded by credits instead). A loop descheduled where no
+ * stamp sees it still delays packets by a time slice: while a host on the
+ * path queues packets for more than Timely's t_low (the client's own wait,
+ * a credit return's host delay), and for 20 ms after, samples at or above
+ * t_low stay out of Timely (erma_session_cc.busy_samples counts them). The
+ * retransmission timeout comes from the whole round trips, host delays
+ * in: the larger of cfg.rto_ns (the floor), srtt + 4 x rttvar (RFC 6298)
+ * and twice the longest round trip lately (halved every 100 ms), at most
+ * 32 x cfg.rto_ns, doubled per timeout in a row up to 64 x cfg.rto_ns.
+ * A timeout whose packet turns out to have
  * been answered the first time (its answer says it waited in the server
  * since before the copy was sent) counts in stats.spurious_timeouts, and
  * its round trip raises the timeout; no timeout slows the session down.
