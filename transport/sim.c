@@ -1,4 +1,5 @@
-/* The simulated fabric (sim.h) and its transport. */
+/* The simulated fabric (sim.h): hosts, links, paths and virtual time; its
+ * transport, the ports endpoints open on it, is sim_port.c. */
 #include "erma/sim.h"
 
 #include <pthread.h>
@@ -11,52 +12,7 @@
 #include "erma/sdk/rand.h"
 #include "erma/sdk/transport_driver.h"
 #include "erma/sdk/wire.h"
-#include "transport/builtin.h"
-
-enum stage { AT_PATH, AT_EGRESS, DELIVER };
-
-struct pkt {
-    uint64_t time, seq;
-    uint64_t left; /* past AT_PATH: when its last bit left the path's queue */
-    uint16_t src_host, src_port, dst_host, dst_port;
-    uint8_t stage, path;
-    uint32_t len;
-    uint8_t data[];
-};
-
-/* A serialising link with an optional drop-tail buffer. */
-struct queue {
-    uint64_t bps, buffer, free_at, max_bytes;
-};
-
-struct sim_port {
-    struct erma_transport base;
-    struct erma_sim *sim;
-    uint16_t host, port;
-    struct pkt **ring;
-    uint32_t head, count;
-    struct pkt *held[ERMA_MAX_BURST];
-    unsigned nheld;
-};
-
-struct erma_sim {
-    char name[64];
-    struct erma_sim_cfg cfg;
-    uint64_t now, seq;
-    struct erma_rand rng;
-    struct queue *uplink, *egress, path[ERMA_SIM_MAX_PATHS];
-    struct pkt **heap;
-    size_t heap_len, heap_cap;
-    struct sim_port **ports; /* open addressing, key host:port */
-    size_t ports_cap, ports_len;
-    uint16_t next_port;
-    struct erma_sim_stats stats;
-    erma_sim_trace_fn trace;
-    void *trace_ctx;
-    erma_sim_tap_fn tap;
-    void *tap_ctx;
-    struct erma_sim *next;
-};
+#include "transport/sim_fabric.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct erma_sim *registry;
@@ -175,12 +131,12 @@ static size_t port_slot(const struct erma_sim *s, uint16_t host, uint16_t port)
     return i;
 }
 
-static struct sim_port *port_find(const struct erma_sim *s, uint16_t host, uint16_t port)
+struct sim_port *erma__sim_port_find(const struct erma_sim *s, uint16_t host, uint16_t port)
 {
     return s->ports_cap ? s->ports[port_slot(s, host, port)] : NULL;
 }
 
-static int port_insert(struct erma_sim *s, struct sim_port *p)
+int erma__sim_port_insert(struct erma_sim *s, struct sim_port *p)
 {
     if (2 * (s->ports_len + 1) > s->ports_cap) {
         const size_t old_cap = s->ports_cap, cap = old_cap ? 2 * old_cap : 64;
@@ -201,7 +157,7 @@ static int port_insert(struct erma_sim *s, struct sim_port *p)
     return ERMA_OK;
 }
 
-static void port_remove(struct erma_sim *s, struct sim_port *p)
+void erma__sim_port_remove(struct erma_sim *s, struct sim_port *p)
 {
     size_t i = port_slot(s, p->host, p->port);
     if (s->ports[i] != p)
@@ -251,7 +207,7 @@ static void schedule(struct erma_sim *s, struct pkt *p, enum stage stage, uint64
 
 static void deliver(struct erma_sim *s, struct pkt *p)
 {
-    struct sim_port *port = port_find(s, p->dst_host, p->dst_port);
+    struct sim_port *port = erma__sim_port_find(s, p->dst_host, p->dst_port);
     if (!port) {
         drop(s, p, ERMA_SIM_DROP_NO_PORT, &s->stats.drop_no_port);
     } else if (port->count == port->base.rx_ring) {
@@ -333,6 +289,34 @@ static uint64_t sim_clock(void *ctx)
 void erma_sim_use_clock(struct erma_sim *s)
 {
     erma_clock_set_source(sim_clock, s);
+}
+
+/* Unloaded RTT: a full packet out and a header back, each crossing two
+ * serialising hops and two link delays, plus the slowest path twice. */
+uint64_t erma__sim_base_rtt(const struct erma_sim *s, uint32_t max_pkt)
+{
+    const uint32_t big = max_pkt + s->cfg.frame_overhead;
+    const uint32_t small = ERMA_HDR_SIZE + s->cfg.frame_overhead;
+    uint64_t path = 0;
+    for (uint32_t k = 0; k < s->cfg.paths; k++)
+        path = s->cfg.path_delay_ns[k] > path ? s->cfg.path_delay_ns[k] : path;
+    return 2 * (ser_ns(big, s->cfg.link_bps) + ser_ns(small, s->cfg.link_bps)) +
+           4 * s->cfg.link_delay_ns + 2 * path;
+}
+
+bool erma__sim_is_clock(const struct erma_sim *s)
+{
+    return erma_clock_source.fn == sim_clock && erma_clock_source.ctx == s;
+}
+
+struct erma_sim *erma__sim_find(const char *name)
+{
+    pthread_mutex_lock(&registry_lock);
+    struct erma_sim *s = registry;
+    while (s && strcmp(s->name, name) != 0)
+        s = s->next;
+    pthread_mutex_unlock(&registry_lock);
+    return s;
 }
 
 void erma_sim_get_stats(const struct erma_sim *s, struct erma_sim_stats *out)
@@ -495,118 +479,6 @@ void erma_sim_destroy(struct erma_sim *s)
     free(s);
 }
 
-/* ---- the transport ---- */
-
-/* Parses "NAME/HOST:PORT" (NAME may be empty for resolve within a fabric). */
-static int parse(const char *rest, char *name, size_t name_len, uint32_t *host, uint32_t *port)
-{
-    const char *slash = strchr(rest, '/');
-    if (!slash || (size_t)(slash - rest) >= name_len)
-        return ERMA_EADDR;
-    memcpy(name, rest, (size_t)(slash - rest));
-    name[slash - rest] = 0;
-    char tail;
-    if (sscanf(slash + 1, "%u:%u%c", host, port, &tail) != 2 || *port > 65535 ||
-        *host > 65535 || slash[1] < '0' || slash[1] > '9')
-        return ERMA_EADDR;
-    return ERMA_OK;
-}
-
-static void encode_addr(struct erma_addr *a, uint16_t host, uint16_t port)
-{
-    memset(a, 0, sizeof *a);
-    a->len = 4;
-    memcpy(a->raw, &host, 2);
-    memcpy(a->raw + 2, &port, 2);
-}
-
-static void decode_addr(const struct erma_addr *a, uint16_t *host, uint16_t *port)
-{
-    memcpy(host, a->raw, 2);
-    memcpy(port, a->raw + 2, 2);
-}
-
-static void free_held(struct sim_port *p)
-{
-    for (unsigned i = 0; i < p->nheld; i++)
-        free(p->held[i]);
-    p->nheld = 0;
-}
-
-static void sim_close(struct erma_transport *tr)
-{
-    struct sim_port *p = (struct sim_port *)tr;
-    free_held(p);
-    for (uint32_t i = 0; i < p->count; i++)
-        free(p->ring[(p->head + i) % tr->rx_ring]);
-    if (p->sim)
-        port_remove(p->sim, p);
-    free(p->ring);
-    free(p);
-}
-
-static struct erma_sim *find_fabric(const char *name)
-{
-    pthread_mutex_lock(&registry_lock);
-    struct erma_sim *s = registry;
-    while (s && strcmp(s->name, name) != 0)
-        s = s->next;
-    pthread_mutex_unlock(&registry_lock);
-    return s;
-}
-
-static int sim_open(const char *rest, const struct erma_transport_cfg *cfg,
-                    struct erma_transport **out)
-{
-    char name[64];
-    uint32_t host, port;
-    int rc = parse(rest, name, sizeof name, &host, &port);
-    if (rc != ERMA_OK)
-        return rc;
-    struct erma_sim *s = find_fabric(name);
-    if (!s || host >= s->cfg.hosts)
-        return ERMA_EADDR;
-    for (unsigned tries = 0; port == 0 && tries < 16384; tries++) {
-        const uint16_t cand = s->next_port;
-        s->next_port = s->next_port == 65535 ? 49152 : s->next_port + 1;
-        if (!port_find(s, (uint16_t)host, cand))
-            port = cand;
-    }
-    if (port == 0 || port_find(s, (uint16_t)host, (uint16_t)port))
-        return ERMA_EADDR;
-    struct sim_port *p = calloc(1, sizeof *p);
-    if (!p || !(p->ring = calloc(cfg->rx_ring, sizeof *p->ring))) {
-        free(p);
-        return ERMA_ENOMEM;
-    }
-    p->base.ops = &erma__sim_ops;
-    p->base.rx_ring = cfg->rx_ring;
-    p->base.max_pkt = cfg->mtu - ERMA_IP_UDP_OVERHEAD;
-    /* Unloaded RTT: a full packet out and a header back, each crossing two
-     * serialising hops and two link delays, plus the slowest path twice. */
-    const uint32_t big = p->base.max_pkt + s->cfg.frame_overhead;
-    const uint32_t small = ERMA_HDR_SIZE + s->cfg.frame_overhead;
-    uint64_t path = 0;
-    for (uint32_t k = 0; k < s->cfg.paths; k++)
-        path = s->cfg.path_delay_ns[k] > path ? s->cfg.path_delay_ns[k] : path;
-    p->base.hints.shared_clock = true;
-    p->base.hints.link_bps = s->cfg.link_bps;
-    p->base.hints.frame_overhead = s->cfg.frame_overhead;
-    p->base.hints.base_rtt_ns = 2 * (ser_ns(big, s->cfg.link_bps) + ser_ns(small, s->cfg.link_bps)) +
-                          4 * s->cfg.link_delay_ns + 2 * path;
-    p->sim = s;
-    p->host = (uint16_t)host;
-    p->port = (uint16_t)port;
-    encode_addr(&p->base.local, p->host, p->port);
-    if ((rc = port_insert(s, p)) != ERMA_OK) {
-        free(p->ring);
-        free(p);
-        return rc;
-    }
-    *out = &p->base;
-    return ERMA_OK;
-}
-
 static uint32_t flow_path(const struct erma_sim *s, uint16_t sh, uint16_t sp, uint16_t dh,
                           uint16_t dp)
 {
@@ -622,8 +494,7 @@ int erma_sim_flow_path(const struct erma_sim *s, uint16_t src_host, uint16_t src
     return (int)flow_path(s, src_host, src_port, dst_host, dst_port);
 }
 
-/* Puts one packet on the fabric at the source's uplink (after the tap). */
-static int send_one(struct erma_sim *s, uint16_t sh, uint16_t sp, uint16_t dh, uint16_t dp,
+int erma__sim_send(struct erma_sim *s, uint16_t sh, uint16_t sp, uint16_t dh, uint16_t dp,
                     const struct erma_tx_pkt *t)
 {
     const uint32_t len = erma_tx_pkt_len(t);
@@ -655,7 +526,7 @@ int erma_sim_inject(struct erma_sim *s, uint16_t src_host, uint16_t src_port,
     if (!s || !data || len == 0 || src_host >= s->cfg.hosts || dst_host >= s->cfg.hosts)
         return ERMA_EINVAL;
     const struct erma_tx_pkt t = {.hdr = data, .hdr_len = len};
-    return send_one(s, src_host, src_port, dst_host, dst_port, &t);
+    return erma__sim_send(s, src_host, src_port, dst_host, dst_port, &t);
 }
 
 void erma_sim_set_tap(struct erma_sim *s, erma_sim_tap_fn fn, void *ctx)
@@ -673,106 +544,3 @@ uint64_t erma_sim_uplink_bytes(const struct erma_sim *s, uint32_t host)
 {
     return host < s->cfg.hosts ? backlog_bytes(&s->uplink[host], s->now) : 0;
 }
-
-static int sim_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
-{
-    struct sim_port *port = (struct sim_port *)tr;
-    struct erma_sim *s = port->sim;
-    if (!s)
-        return ERMA_EINVAL;
-    const int rc = erma_transport_check_tx(tr, pkts, n, 4);
-    if (rc != ERMA_OK)
-        return rc;
-    for (unsigned i = 0; i < n; i++) {
-        uint16_t dh, dp;
-        decode_addr(pkts[i].dst, &dh, &dp);
-        if (dh >= s->cfg.hosts)
-            return ERMA_EADDR;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        uint16_t dh, dp;
-        decode_addr(pkts[i].dst, &dh, &dp);
-        if (send_one(s, port->host, port->port, dh, dp, &pkts[i]) != ERMA_OK)
-            return (int)i;
-        tr->stats.tx_pkts++;
-        tr->stats.tx_bytes += erma_tx_pkt_len(&pkts[i]);
-    }
-    return (int)n;
-}
-
-static int sim_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max)
-{
-    struct sim_port *p = (struct sim_port *)tr;
-    free_held(p);
-    if (!p->sim)
-        return 0;
-    erma_sim_advance_to(p->sim, p->sim->now);
-    if (max > ERMA_MAX_BURST)
-        max = ERMA_MAX_BURST;
-    unsigned n = 0;
-    for (; n < max && p->count; n++) {
-        struct pkt *k = p->ring[p->head];
-        p->head = (p->head + 1) % tr->rx_ring;
-        p->count--;
-        p->held[p->nheld++] = k;
-        pkts[n].data = k->data;
-        pkts[n].len = k->len;
-        /* its arrival, when sim time is erma_now_ns()'s (erma_sim_use_clock) */
-        pkts[n].rx_ns = erma_clock_source.fn == sim_clock && erma_clock_source.ctx == p->sim
-                            ? k->time
-                            : 0;
-        encode_addr(&pkts[n].src, k->src_host, k->src_port);
-        tr->stats.rx_bytes += k->len;
-    }
-    tr->stats.rx_pkts += n;
-    return (int)n;
-}
-
-static int sim_resolve(struct erma_transport *tr, const char *rest, struct erma_addr *out)
-{
-    char name[64];
-    uint32_t host, port;
-    const struct sim_port *p = (const struct sim_port *)tr;
-    if (parse(rest, name, sizeof name, &host, &port) != ERMA_OK || !p->sim ||
-        strcmp(name, p->sim->name) != 0 || host >= p->sim->cfg.hosts)
-        return ERMA_EADDR;
-    encode_addr(out, (uint16_t)host, (uint16_t)port);
-    return ERMA_OK;
-}
-
-static int sim_addr_str(const struct erma_transport *tr, const struct erma_addr *a, char *buf,
-                        size_t len)
-{
-    const struct sim_port *p = (const struct sim_port *)tr;
-    uint16_t host, port;
-    if (a->len != 4 || !p->sim)
-        return ERMA_EINVAL;
-    decode_addr(a, &host, &port);
-    const int n = snprintf(buf, len, "%s/%u:%u", p->sim->name, host, port);
-    return n < 0 || (size_t)n >= len ? ERMA_EINVAL : ERMA_OK;
-}
-
-static int sim_addr_path(const struct erma_transport *tr, const struct erma_addr *a, int k,
-                         struct erma_addr *out)
-{
-    (void)tr;
-    uint16_t host, port;
-    if (a->len != 4)
-        return ERMA_EADDR;
-    decode_addr(a, &host, &port);
-    if (port + k > 65535 || port + k < 0)
-        return ERMA_EADDR;
-    encode_addr(out, host, (uint16_t)(port + k));
-    return ERMA_OK;
-}
-
-const struct erma_transport_ops erma__sim_ops = {
-    .scheme = "sim",
-    .open = sim_open,
-    .close = sim_close,
-    .tx_burst = sim_tx_burst,
-    .rx_burst = sim_rx_burst,
-    .resolve = sim_resolve,
-    .addr_str = sim_addr_str,
-    .addr_path = sim_addr_path,
-};
