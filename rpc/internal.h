@@ -244,7 +244,12 @@ struct rpc_sm {
 /* The scans of the loop's poll (rpc.c). */
 struct rpc_timers {
     uint64_t next_scan_ns, scan_ns;       /* retransmission scan of the busy sessions */
-    uint64_t next_sm_scan_ns, sm_scan_ns; /* session-management scan of all sessions */
+    /* Session management scans every session: every sm_scan_ns while a
+     * client session connects or disconnects (retries), else every
+     * live_scan_ns (keepalives, silent peers, idle clients). */
+    uint64_t next_sm_scan_ns, sm_scan_ns, next_live_scan_ns, live_scan_ns;
+    uint32_t pending; /* client sessions connecting or disconnecting at the last scan,
+                         or made so since */
 };
 
 /* What peers make the endpoint hold (budget.c). */

@@ -77,6 +77,8 @@ void erma__sm_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct er
 void erma__busy_scan(struct erma_rpc *rpc, uint64_t now);
 /* Connect and disconnect retries, keepalive pings, silent peers, idle
  * server sessions. */
-void erma__sessions_scan(struct erma_rpc *rpc, uint64_t now);
+/* Session management's scan of every session; returns the client
+ * sessions still connecting or disconnecting. */
+uint32_t erma__sessions_scan(struct erma_rpc *rpc, uint64_t now);
 
 #endif

@@ -53,6 +53,7 @@ int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
     if (!s)
         return ERMA_ENOMEM;
     s->state = CONNECTING;
+    rpc->timers.pending++; /* retries from the next scan on */
     s->peer = peer;
     s->remote_tid = remote_tid;
     s->remote_num = NO_SESSION;
@@ -78,6 +79,7 @@ int erma_session_destroy(struct erma_rpc *rpc, int num)
         return ERMA_OK;
     }
     s->state = DISCONNECTING;
+    rpc->timers.pending++;
     s->sm.start_ns = s->sm.last_tx_ns = erma__ep_clock(rpc->ep);
     s->sm.retries = 0;
     const struct sm_msg m = erma__sess_msg(s);

@@ -63,15 +63,19 @@ void erma__busy_scan(struct erma_rpc *rpc, uint64_t now)
     }
 }
 
-void erma__sessions_scan(struct erma_rpc *rpc, uint64_t now)
+uint32_t erma__sessions_scan(struct erma_rpc *rpc, uint64_t now)
 {
+    uint32_t pending = 0;
     for (uint32_t i = 0; i < rpc->table.n; i++) {
         struct session *s = rpc->table.sessions[i];
         if (!s || s->state == FREE)
             continue;
-        if (s->role == CLIENT)
+        if (s->role == CLIENT) {
             scan_client(rpc, s, now);
-        else if (since(now, s->sm.last_rx_ns) > s->sm.idle_ns)
+            pending += s->state == CONNECTING || s->state == DISCONNECTING;
+        } else if (since(now, s->sm.last_rx_ns) > s->sm.idle_ns) {
             erma__session_release(rpc, s); /* the client is gone */
+        }
     }
+    return pending;
 }
