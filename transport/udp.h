@@ -1,0 +1,62 @@
+/* The udp transport's state, shared by udp.c (open, send, addresses) and
+ * udp_rx.c (receive). Private to the transport. */
+#ifndef ERMA_TRANSPORT_UDP_H
+#define ERMA_TRANSPORT_UDP_H
+
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "erma/sdk/bundle.h"
+#include "erma/sdk/transport_driver.h"
+
+/* Kernel memory a queued datagram costs beyond its payload (skb truesize). */
+#define SKB_OVERHEAD 768
+/* The largest super-datagram: a UDP payload fits 65,507 bytes over IPv4. */
+#define GSO_MAX_BYTES 65000u
+#define GSO_MAX_SEGS 64u
+#define GRO_BUF 65536u
+/* a UDP_GRO segment size and an SO_TIMESTAMPNS receive stamp */
+#define CTRL_BYTES (CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct timespec)))
+/* Datagrams in one receive that turn the receive offload on. Off, the
+ * 32 B RPC round trip on loopback is 0.97x of on (docs/PERFORMANCE.md),
+ * and latency-bound endpoints never see such a burst. */
+#define GRO_AFTER 8u
+
+struct udp {
+    struct erma_transport base;
+    int fd;
+    bool gso;         /* UDP_SEGMENT on send */
+    bool gro_ok, gro; /* UDP_GRO on receive: possible; turned on (at the first burst) */
+    bool coalesce;    /* small packets to one destination go as a bundle */
+    bool stamp_ok, stamp; /* SO_TIMESTAMPNS: allowed; turned on (at the first burst) */
+    uint32_t rx_buf;  /* bytes of one receive buffer: max_pkt, or GRO_BUF with GRO */
+    uint8_t *rx_mem;  /* ERMA_MAX_BURST buffers of rx_buf bytes */
+    struct mmsghdr rx_msg[ERMA_MAX_BURST];
+    struct iovec rx_iov[ERMA_MAX_BURST];
+    /* the datagrams of the last receive, cut into packets over calls (GRO) */
+    struct sockaddr_storage rx_src[ERMA_MAX_BURST];
+    _Alignas(struct cmsghdr) uint8_t rx_ctrl[ERMA_MAX_BURST][CTRL_BYTES];
+    uint32_t rx_seg[ERMA_MAX_BURST]; /* segment size of each */
+    uint64_t rx_ns[ERMA_MAX_BURST];  /* the kernel's receive stamp of each, erma clock; 0 none */
+    unsigned rx_n, rx_i;             /* datagrams held; the one being cut */
+    bool rx_idle;                    /* the last receive found nothing */
+    uint32_t rx_off;                 /* where its next packet starts */
+    bool in_bundle;                  /* rx_bundle reads a bundle of datagram rx_i */
+    struct erma_bundle_reader rx_bundle;
+    struct mmsghdr tx_msg[ERMA_MAX_BURST];
+    struct iovec tx_iov[4 * ERMA_MAX_BURST]; /* a bundle: header, then length, header, data */
+    uint8_t tx_bundle_hdr[ERMA_MAX_BURST][ERMA_HDR_SIZE];
+    uint8_t tx_len[ERMA_MAX_BURST][ERMA_BUNDLE_LEN_SIZE]; /* each bundled packet's */
+    _Alignas(struct cmsghdr) uint8_t tx_ctrl[ERMA_MAX_BURST][CTRL_BYTES];
+    unsigned tx_pkts[ERMA_MAX_BURST]; /* packets in each message */
+    bool tx_bundle[ERMA_MAX_BURST];   /* the message is a bundle */
+};
+
+/* From now on the kernel stamps each datagram's arrival (SO_TIMESTAMPNS). */
+void erma__udp_stamps_on(struct udp *u);
+int erma__udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max);
+
+#endif
