@@ -279,11 +279,17 @@ void erma__ep_tx_flush(struct erma_endpoint *ep)
 {
     if (ep->ntx == 0)
         return;
-    const uint64_t t = erma_now_ns(), flush = t > ep->now ? t : ep->now;
-    for (unsigned i = 0; i < ep->ntx; i++)
-        if (ep->prep[i])
-            ep->prep[i](ep->prep_ctx[i], &ep->tx[i], ep->room + (size_t)i * ep->tr->max_pkt,
-                        ep->now, flush);
+    uint64_t flush = 0; /* read at the first packet with a prep */
+    for (unsigned i = 0; i < ep->ntx; i++) {
+        if (!ep->prep[i])
+            continue;
+        if (!flush) {
+            const uint64_t t = erma_now_ns();
+            flush = t > ep->now ? t : ep->now;
+        }
+        ep->prep[i](ep->prep_ctx[i], &ep->tx[i], ep->room + (size_t)i * ep->tr->max_pkt,
+                    ep->now, flush);
+    }
     if (ep->npaths == 1) {
         send_run(ep, ep->tr, 0, ep->ntx);
     } else { /* runs of packets on one path, in order */

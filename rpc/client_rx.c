@@ -51,7 +51,15 @@ static void rto_sample(struct sess_cc *cc, uint64_t rtt, uint64_t now)
     }
 }
 
-static uint64_t session_rto(const struct erma_rpc *rpc, const struct session *s, uint64_t now);
+static uint64_t session_rto(const struct erma_rpc *rpc, const struct session *s, uint64_t now)
+{
+    const struct sess_cc *cc = &s->cc;
+    uint64_t rto = cc->srtt_ns + 4 * cc->rttvar_ns;
+    const uint64_t stall = 2 * stall_now(cc, now);
+    rto = stall > rto ? stall : rto;
+    rto = rto < rpc->cfg.rto_ns ? rpc->cfg.rto_ns : rto;
+    return rto < RTO_MAX * rpc->cfg.rto_ns ? rto : RTO_MAX * rpc->cfg.rto_ns;
+}
 
 /* The slot's timeout: the session's RTO doubled per timeout in a row, at
  * most 64 x rto_ns (the longest wait before a resend, as before the RTO
@@ -61,16 +69,6 @@ static uint64_t slot_timeout_ns(const struct erma_rpc *rpc, const struct session
 {
     const uint64_t t = session_rto(rpc, s, now) << c->backoff, cap = rpc->cfg.rto_ns << MAX_BACKOFF;
     return t < cap ? t : cap;
-}
-
-static uint64_t session_rto(const struct erma_rpc *rpc, const struct session *s, uint64_t now)
-{
-    const struct sess_cc *cc = &s->cc;
-    uint64_t rto = cc->srtt_ns + 4 * cc->rttvar_ns;
-    const uint64_t stall = 2 * stall_now(cc, now);
-    rto = stall > rto ? stall : rto;
-    rto = rto < rpc->cfg.rto_ns ? rpc->cfg.rto_ns : rto;
-    return rto < RTO_MAX * rpc->cfg.rto_ns ? rto : RTO_MAX * rpc->cfg.rto_ns;
 }
 
 static void path_lost(struct erma_rpc *rpc, struct session *s, uint64_t lost,
@@ -153,7 +151,7 @@ static bool host_busy(struct erma_rpc *rpc, struct session *s, uint64_t queued, 
 {
     const uint64_t t_low = rpc->cc.timely_cfg.t_low_ns, now = rpc->ep->now;
     if (queued > t_low)
-        s->cc.busy_until_ns = now + BUSY_HOLD_NS;
+        erma__host_busy(s, now);
     if (net < t_low || now >= s->cc.busy_until_ns)
         return false;
     s->cc.busy_samples++;

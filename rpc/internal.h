@@ -330,6 +330,14 @@ static inline void hdr_put(uint8_t *buf, uint8_t type, uint32_t msg_size, uint16
     erma_hdr_encode(&h, buf);
 }
 
+/* A host on s's path (this one or the server's) queued packets for more
+ * than Timely's t_low at now: slow samples stay out of Timely for a while
+ * (client_rx.c, host_busy). */
+static inline void erma__host_busy(struct session *s, uint64_t now)
+{
+    s->cc.busy_until_ns = now + BUSY_HOLD_NS;
+}
+
 /* The host delay of an answer sent now to a packet received at rx_ns
  * (erma/sdk/wire.h, host_delay). */
 static inline uint16_t erma__host_delay(const struct erma_rpc *rpc, uint64_t rx_ns)

@@ -36,8 +36,8 @@ static void tx_late(struct session *s, struct erma_tx_pkt *p, uint64_t flush_ns,
         struct slot *sl = &s->slots[h.req_num % ERMA_SESSION_SLOTS];
         if (sl->client.busy && sl->req_num == h.req_num) /* it leaves now */
             sl->client.tx_ns[h.pkt_num % ERMA_MAX_CREDITS] = (uint32_t)flush_ns;
-        if (late_ns > s->cc.timely.cfg->t_low_ns) /* this host is busy (client_rx.c) */
-            s->cc.busy_until_ns = flush_ns + BUSY_HOLD_NS;
+        if (late_ns > s->cc.timely.cfg->t_low_ns) /* this host is busy */
+            erma__host_busy(s, flush_ns);
     }
 }
 
