@@ -1,134 +1,22 @@
-/* The kvcs client (erma/kvcs.h): ops over the key's replicas, GETs by RPC
- * or by one-sided READ (kv_reader), with failover and down marks. */
+/* The kvcs client's ops (erma/kvcs.h): GETs by RPC or by one-sided READ
+ * (kv_reader) at one replica after another, hedged when a try is slower
+ * than its replica's round trips; PUTs and DELs at every replica. */
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "erma/clock.h"
-#include "kv/kv.h"
-#include "kvcs/kvcs.h"
 #include "erma/rma.h"
-#include "erma/rpc.h"
+#include "kvcs/client.h"
 
-#define MAX_R KVCS_MAX_REPLICAS
 #define ITEM_OVERHEAD (16 + 8 + 7) /* kv item header, check, padding */
 #define GET_RESP 512               /* a GET's first response buffer; erma grows it */
-#define REGION_RESP 128
-#define MAX_SESS 4     /* sessions per server: 8 requests in flight on each */
-#define RX_SESSIONS 128 /* sessions the endpoint's RX ring takes (4096 / 32 credits) */
 /* start_try: the replica is marked down and cannot be tried now (its
  * sessions failed or, for a READ, its key is not fetched again yet) */
 #define PASSED_DOWN 2
-
-enum kind { GET, PUT, DEL };
-
-struct op;
-
-/* One request to one replica. An RPC try past its deadline is abandoned:
- * its op goes on as if it had timed out, and the try (op NULL) waits for
- * its continuation to free it. */
-struct try {
-    struct kvcs_client *c;
-    struct op *op;
-    uint32_t pos; /* in op->rep */
-    bool read;    /* a one-sided GET: the RMA op timeout bounds it */
-    uint64_t deadline;
-    struct erma_msgbuf req, resp;
-};
-
-struct op {
-    struct kvcs_client *c;
-    bool live;
-    enum kind kind;
-    enum kvcs_method method;
-    uint8_t key[KVCS_MAX_KEY];
-    uint32_t klen, nrep, rep[MAX_R];
-    int st[MAX_R];    /* each replica's last outcome, KVCS_NOT_TRIED */
-    uint32_t pending; /* PUT, DEL: tries not finished */
-    int last_err;     /* GET: the last failed try's status */
-    uint32_t answered;
-    kvcs_fn cb;
-    void *tag;
-    struct try *tries[MAX_R]; /* in flight */
-    int result;             /* finished while starting: delivered by the loop */
-    struct op *next_done;
-};
-
-struct server {
-    char uri[128];
-    int sess[MAX_SESS]; /* -1: failed */
-    uint32_t next_sess;
-    struct kv_remote remote;
-    struct kvcs_client *c;
-    uint64_t down_until; /* when marked down: the next probe */
-    bool down, probing;
-    int down_err;        /* the failure that marked it down, or its last probe's */
-    int region_rc; /* 1 asked, 0 known, < 0 to ask again */
-    struct erma_msgbuf req, resp;
-};
-
-struct kvcs_client {
-    struct kvcs_client_cfg cfg;
-    struct erma_nexus *nx;
-    struct erma_endpoint *ep;
-    struct erma_rpc *rpc;
-    struct erma_rma *rma;
-    struct kv_reader *reader;
-    struct kvcs_ring *ring;
-    struct server *srv;
-    struct op *ops;
-    uint32_t *free_ops, nfree;
-    struct op *done_head, *done_tail; /* finished while starting */
-    int starting;                     /* inside a call that starts an op */
-    bool destroying;
-    bool in_cb;                       /* info: the op whose callback runs */
-    struct kvcs_op_info info;
-    int completed;
-    uint32_t nsess; /* per server */
-    uint64_t next_expiry, expiry_ns; /* timer work: expired tries, due probes */
-    struct kvcs_client_stats stats;
-};
-
-static bool transport_failure(int st)
-{
-    switch (st) {
-    case ERMA_ETIMEDOUT:
-    case ERMA_EPEERFAILED:
-    case ERMA_ESESSRESET:
-    case ERMA_ECANCELLED:
-    case ERMA_EREFUSED:
-    case ERMA_ENACK:
-    case ERMA_EDISPATCH:
-    case ERMA_EAUTH:
-    case ERMA_ENOREGION:
-        return true;
-    default:
-        return false;
-    }
-}
-
-/* Ops pass a server marked down by; down_ns after its first failure a
- * probe (the REGION request, which also fetches a restarted server's new
- * key) asks whether it is back. Failures while it is down (tries already
- * under way, ops whose replicas are all down) do not delay that probe. */
-static void mark_down(struct kvcs_client *c, uint32_t server, int err)
-{
-    struct server *s = &c->srv[server];
-    if (!s->down)
-        s->down_until = erma_now_ns() + c->cfg.down_ns;
-    s->down = true;
-    s->down_err = err;
-}
-
-/* The probe failed (err, when it got that far): the next one in down_ns. */
-static void probe_later(struct kvcs_client *c, struct server *s, int err)
-{
-    s->down = true;
-    s->down_until = erma_now_ns() + c->cfg.down_ns;
-    if (err)
-        s->down_err = err;
-}
+#define HEDGE_MIN_NS 100000ull   /* no hedge sooner than this after a try */
+#define HEDGE_FIRST_NS 1000000ull /* before a round trip was measured */
+#define CHECK_NS 20000ull         /* how often tries' timers are looked at */
 
 /* ---- finishing ops ---- */
 
@@ -156,9 +44,16 @@ static void deliver(struct kvcs_client *c, struct op *op, int status, const uint
     c->in_cb = false;
 }
 
+/* Tries still in flight leave the op: they complete to no op. */
 static void finish_op(struct kvcs_client *c, struct op *op, int status, const uint8_t *val,
                       uint32_t vlen)
 {
+    for (uint32_t i = 0; i < op->nrep; i++)
+        if (op->tries[i]) {
+            op->tries[i]->op = NULL;
+            op->tries[i] = NULL;
+        }
+    op->inflight = 0;
     if (status != ERMA_OK && status != ERMA_ENOENT)
         c->stats.failed++;
     if (!c->starting) {
@@ -198,7 +93,7 @@ static int write_result(const struct op *op)
             stored = true;
         else if (op->kind == DEL && st == ERMA_ENOENT)
             absent = true;
-        else if (transport_failure(st))
+        else if (kvcs__transport_failure(st))
             transport = st;
         else if (!other)
             other = st;
@@ -212,38 +107,105 @@ static int write_result(const struct op *op)
 
 /* ---- tries ---- */
 
+static struct try *try_new(struct kvcs_client *c)
+{
+    struct try *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->c = c;
+    t->next = c->tries;
+    if (c->tries)
+        c->tries->prev = t;
+    c->tries = t;
+    return t;
+}
+
+static void try_free(struct kvcs_client *c, struct try *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        c->tries = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    free(t);
+}
+
+void kvcs__free_tries(struct kvcs_client *c)
+{
+    while (c->tries)
+        try_free(c, c->tries);
+}
+
+static void rtt_sample(struct rtt *e, uint64_t ns)
+{
+    if (!e->srtt) {
+        e->srtt = ns;
+        e->var = ns / 2;
+        return;
+    }
+    const int64_t err = (int64_t)ns - (int64_t)e->srtt;
+    e->var = (uint64_t)((int64_t)e->var + ((err < 0 ? -err : err) - (int64_t)e->var) / 4);
+    e->srtt = (uint64_t)((int64_t)e->srtt + err / 8);
+}
+
+/* How long a try at s may take before the GET asks the next replica too:
+ * srtt + 4 rttvar of the method's tries there (TCP's RTO), at least
+ * HEDGE_MIN_NS, at most half the attempt timeout. */
+static uint64_t hedge_ns(const struct kvcs_client *c, const struct server *s, bool read)
+{
+    const struct rtt *e = &s->rtt[read];
+    uint64_t ns = e->srtt ? e->srtt + 4 * e->var : HEDGE_FIRST_NS;
+    if (ns < HEDGE_MIN_NS)
+        ns = HEDGE_MIN_NS;
+    return ns < c->cfg.attempt_timeout_ns / 2 ? ns : c->cfg.attempt_timeout_ns / 2;
+}
+
 static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int status,
                      const uint8_t *val, uint32_t vlen);
+
+/* A try's outcome: a round trip to its server, news of a failed server,
+ * and, while it is still in its op, the op's next step. */
+static void try_end(struct kvcs_client *c, struct try *t, int status, const uint8_t *val,
+                    uint32_t vlen)
+{
+    struct op *op = t->op;
+    if (status == ERMA_OK || status == ERMA_ENOENT)
+        rtt_sample(&c->srv[t->server].rtt[t->read], erma_now_ns() - t->start);
+    if (!op) {
+        if (kvcs__transport_failure(status))
+            kvcs__mark_down(c, t->server, status);
+        return;
+    }
+    op->tries[t->pos] = NULL;
+    op->inflight--;
+    try_done(c, op, t->pos, status, val, vlen);
+}
 
 static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
 {
     struct try *t = tag;
-    struct op *op = t->op;
-    if (t->c->destroying) {
-        free(t); /* the endpoint frees its buffers */
+    struct kvcs_client *c = t->c;
+    if (c->destroying) {
+        try_free(c, t); /* the endpoint frees its buffers */
         return;
     }
     const uint8_t *val = NULL;
     uint32_t vlen = 0;
-    if (op && status == ERMA_OK)
-        status = op->kind == GET ? kv_resp(resp, &val, &vlen) : kv_resp(resp, NULL, NULL);
-    if (op) {
-        op->tries[t->pos] = NULL;
-        try_done(t->c, op, t->pos, status, val, vlen);
-    }
+    if (t->op && status == ERMA_OK)
+        status = t->op->kind == GET ? kv_resp(resp, &val, &vlen) : kv_resp(resp, NULL, NULL);
+    try_end(c, t, status, val, vlen);
     erma_msgbuf_free(rpc, &t->req);
     erma_msgbuf_free(rpc, &t->resp);
-    free(t);
+    try_free(c, t);
 }
 
 static void on_read(void *tag, int status, const uint8_t *val, uint32_t vlen)
 {
     struct try *t = tag;
-    struct op *op = t->op;
-    const uint32_t pos = t->pos;
-    op->tries[pos] = NULL;
-    free(t);
-    try_done(op->c, op, pos, status, val, vlen);
+    struct kvcs_client *c = t->c;
+    try_end(c, t, status, val, vlen);
+    try_free(c, t);
 }
 
 static int fill_req(const struct op *op, struct erma_msgbuf *req, const void *val, uint32_t vlen)
@@ -255,24 +217,12 @@ static int fill_req(const struct op *op, struct erma_msgbuf *req, const void *va
     return kv_req_del(req, op->key, op->klen);
 }
 
-/* The server's sessions in turn, so that its requests share their slots;
- * -1 when none is there (failed ones are opened again by the probe). */
-static int session_of(struct kvcs_client *c, struct server *s)
-{
-    for (uint32_t k = 0; k < c->nsess; k++) {
-        int *sess = &s->sess[s->next_sess++ % c->nsess];
-        if (*sess >= 0)
-            return *sess;
-    }
-    return -1;
-}
-
 static int start_rpc(struct kvcs_client *c, struct try *t, struct server *s,
                      const void *val, uint32_t vlen)
 {
     const struct op *op = t->op;
     static const uint8_t types[] = {KV_GET, KV_PUT, KV_DEL};
-    const int sess = session_of(c, s);
+    const int sess = kvcs__session_of(c, s);
     if (sess < 0)
         return PASSED_DOWN; /* its sessions failed: marked down (on_sm) */
     int rc = erma_msgbuf_alloc(c->rpc, 8 + (size_t)op->klen + vlen, &t->req);
@@ -294,28 +244,33 @@ static int start_rpc(struct kvcs_client *c, struct try *t, struct server *s,
     return rc == ERMA_ENOENT ? ERMA_ESESSRESET : rc; /* ENOENT: the session is gone */
 }
 
-static int ask_region(struct kvcs_client *c, struct server *s);
-static void probe_servers(struct kvcs_client *c, uint64_t now);
-
 static int start_try(struct kvcs_client *c, struct op *op, uint32_t pos, const void *val,
                      uint32_t vlen)
 {
-    struct server *s = &c->srv[op->rep[pos]];
+    const uint32_t server = op->rep[pos];
+    struct server *s = &c->srv[server];
     const bool read = op->kind == GET && op->method == KVCS_READ;
     if (read && s->region_rc != 0)
         return PASSED_DOWN; /* marked down, its key not fetched again yet */
-    struct try *t = calloc(1, sizeof *t);
+    struct try *t = try_new(c);
     if (!t)
         return ERMA_ENOMEM;
-    *t = (struct try){.c = c, .op = op, .pos = pos, .read = read,
-                      .deadline = erma_now_ns() + c->cfg.attempt_timeout_ns};
-    const int rc = t->read ? kv_rget(c->reader, &s->remote, op->key, op->klen, on_read, t)
-                           : start_rpc(c, t, s, val, vlen);
+    const uint64_t now = erma_now_ns();
+    t->op = op;
+    t->pos = pos;
+    t->server = server;
+    t->read = read;
+    t->start = now;
+    t->hedge_at = now + hedge_ns(c, s, read);
+    t->deadline = now + c->cfg.attempt_timeout_ns;
+    const int rc = read ? kv_rget(c->reader, &s->remote, op->key, op->klen, on_read, t)
+                        : start_rpc(c, t, s, val, vlen);
     if (rc != ERMA_OK) {
-        free(t);
+        try_free(c, t);
         return rc;
     }
     op->tries[pos] = t;
+    op->inflight++;
     return ERMA_OK;
 }
 
@@ -327,39 +282,22 @@ static int not_started(struct kvcs_client *c, struct op *op, uint32_t pos, int r
     const bool passed = rc == PASSED_DOWN;
     if (passed)
         rc = ERMA_EPEERFAILED;
-    if (transport_failure(rc) && !(passed && c->srv[op->rep[pos]].down))
-        mark_down(c, op->rep[pos], rc);
+    if (kvcs__transport_failure(rc) && !(passed && c->srv[op->rep[pos]].down))
+        kvcs__mark_down(c, op->rep[pos], rc);
     op->st[pos] = rc;
     return rc;
-}
-
-/* RPC tries past their deadline (they may wait behind others for one of
- * the session's slots, where the request timeout does not run yet) fail
- * as timed out; their requests complete later, to no op. */
-static void expire_tries(struct kvcs_client *c, uint64_t now)
-{
-    for (uint32_t i = 0; i < c->cfg.max_ops; i++) {
-        struct op *op = &c->ops[i];
-        for (uint32_t p = 0; op->live && p < op->nrep; p++) {
-            struct try *t = op->tries[p];
-            if (!t || t->read || now < t->deadline)
-                continue;
-            t->op = NULL;
-            op->tries[p] = NULL;
-            try_done(c, op, p, ERMA_ETIMEDOUT, NULL, 0);
-        }
-    }
 }
 
 /* ---- GET: one replica after another ---- */
 
 /* The first untried replica not marked down (*passed: after one that is),
- * else the first untried one; -1 when every replica was tried. */
+ * else the first untried one; -1 when every replica was tried or is being
+ * tried. */
 static int pick(struct kvcs_client *c, const struct op *op, bool *passed)
 {
     int any = -1;
     for (uint32_t i = 0; i < op->nrep; i++) {
-        if (op->st[i] != KVCS_NOT_TRIED)
+        if (op->st[i] != KVCS_NOT_TRIED || op->tries[i])
             continue;
         if (!c->srv[op->rep[i]].down) {
             *passed = any >= 0;
@@ -375,16 +313,20 @@ static int pick(struct kvcs_client *c, const struct op *op, bool *passed)
 /* A failed try: should the GET move on to another replica? */
 static bool move_on(int status)
 {
-    return transport_failure(status) || status == ERMA_EAGAIN;
+    return kvcs__transport_failure(status) || status == ERMA_EAGAIN;
 }
 
+/* Starts a try at the next replica; the op fails when none is left and no
+ * try is in flight (one still in flight may answer: a hedge that cannot
+ * start is no failure). */
 static void get_next(struct kvcs_client *c, struct op *op)
 {
     for (;;) {
         bool passed;
         const int pos = pick(c, op, &passed);
         if (pos < 0) {
-            finish_op(c, op, op->last_err, NULL, 0);
+            if (!op->inflight)
+                finish_op(c, op, op->last_err, NULL, 0);
             return;
         }
         c->stats.skipped += passed;
@@ -392,11 +334,14 @@ static void get_next(struct kvcs_client *c, struct op *op)
         int rc = start_try(c, op, (uint32_t)pos, NULL, 0);
         if (rc == ERMA_OK)
             return;
-        rc = op->last_err = not_started(c, op, (uint32_t)pos, rc);
-        if (!move_on(rc)) {
-            finish_op(c, op, rc, NULL, 0);
-            return;
+        rc = not_started(c, op, (uint32_t)pos, rc);
+        if (move_on(rc)) {
+            op->last_err = rc;
+            continue;
         }
+        if (!op->inflight)
+            finish_op(c, op, rc, NULL, 0);
+        return;
     }
 }
 
@@ -404,8 +349,8 @@ static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int sta
                      const uint8_t *val, uint32_t vlen)
 {
     op->st[pos] = status;
-    if (transport_failure(status))
-        mark_down(c, op->rep[pos], status);
+    if (kvcs__transport_failure(status))
+        kvcs__mark_down(c, op->rep[pos], status);
     if (op->kind != GET) {
         if (--op->pending == 0)
             finish_op(c, op, write_result(op), NULL, 0);
@@ -414,9 +359,40 @@ static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int sta
         finish_op(c, op, status, val, vlen);
     } else if (move_on(status)) {
         op->last_err = status;
-        get_next(c, op);
+        if (!op->inflight)
+            get_next(c, op);
     } else {
         finish_op(c, op, status, NULL, 0);
+    }
+}
+
+/* The timers of the tries in flight. A GET try slower than its replica's
+ * round trips (hedge_at) is joined by a try at the next replica; both stay
+ * in flight and the first answer wins, so a replica that stalls (a
+ * descheduled server) costs a GET about one round trip more, not a
+ * failure. An RPC try past its deadline (it may wait behind others for one
+ * of its session's slots, where the request timeout does not run yet)
+ * fails as timed out; its request completes later, to no op. Tries started
+ * here are put at the list's head, behind the walk. */
+static void check_tries(struct kvcs_client *c, uint64_t now)
+{
+    struct try *next;
+    for (struct try *t = c->tries; t; t = next) {
+        next = t->next;
+        struct op *op = t->op;
+        if (!op)
+            continue;
+        if (!t->read && now >= t->deadline) {
+            t->op = NULL;
+            op->tries[t->pos] = NULL;
+            op->inflight--;
+            try_done(c, op, t->pos, ERMA_ETIMEDOUT, NULL, 0);
+        } else if (op->kind == GET && !t->hedged && now >= t->hedge_at) {
+            t->hedged = true;
+            const uint32_t before = op->inflight;
+            get_next(c, op);
+            c->stats.hedges += op->live && op->inflight > before;
+        }
     }
 }
 
@@ -443,6 +419,7 @@ static int new_op(struct kvcs_client *c, enum kind kind, const void *key, uint32
     op->cb = cb;
     op->tag = tag;
     op->last_err = 0;
+    op->inflight = 0;
     op->answered = UINT32_MAX;
     op->live = true;
     *out = op;
@@ -479,6 +456,7 @@ static void send_detached(struct kvcs_client *c, struct op *op, uint32_t pos,
         return;
     op->tries[pos]->op = NULL;
     op->tries[pos] = NULL;
+    op->inflight--;
 }
 
 static void write_all(struct kvcs_client *c, struct op *op, const void *val, uint32_t vlen)
@@ -543,10 +521,13 @@ int kvcs_client_run_once(struct kvcs_client *c)
     for (int i = 0; i < 4 && kv_reader_poll(c->reader) > 0; i++)
         ;
     const uint64_t now = erma_now_ns();
-    if (now >= c->next_expiry) { /* timer work, every expiry_ns */
-        c->next_expiry = now + c->expiry_ns;
-        expire_tries(c, now);
-        probe_servers(c, now);
+    if (c->tries && now >= c->next_check) {
+        c->next_check = now + CHECK_NS;
+        check_tries(c, now);
+    }
+    if (now >= c->next_probe) {
+        c->next_probe = now + c->probe_tick;
+        kvcs__probe_servers(c, now);
     }
     deliver_deferred(c);
     return c->completed;
@@ -572,240 +553,3 @@ int kvcs_op_info(const struct kvcs_client *c, struct kvcs_op_info *out)
     return ERMA_OK;
 }
 
-/* ---- setting up: sessions and each table's region ---- */
-
-static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err, void *ctx)
-{
-    (void)rpc;
-    struct kvcs_client *c = ctx;
-    if (ev != ERMA_SM_PEER_FAILED && ev != ERMA_SM_CONNECT_FAILED)
-        return;
-    for (uint32_t i = 0; i < c->cfg.nservers; i++)
-        for (uint32_t k = 0; k < c->nsess; k++)
-            if (c->srv[i].sess[k] == session) {
-                c->srv[i].sess[k] = -1;
-                mark_down(c, i, err);
-            }
-}
-
-/* The answer to a REGION request, at start or as a probe. */
-static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
-{
-    (void)rpc;
-    struct server *s = tag;
-    if (s->c->destroying)
-        return;
-    if (status == ERMA_OK)
-        status = kv_resp_region(resp, &s->remote);
-    s->region_rc = status == ERMA_OK ? 0 : status;
-    s->probing = false;
-    if (status == ERMA_OK)
-        s->down = false;
-    else
-        probe_later(s->c, s, status);
-}
-
-/* Opens the server's sessions that are not (or no longer) there, and asks
- * for its region over the first once the last answer failed. */
-static int ask_region(struct kvcs_client *c, struct server *s)
-{
-    for (uint32_t k = 0; k < c->nsess; k++)
-        if (s->sess[k] < 0 && (s->sess[k] = erma_session_create(c->rpc, s->uri, 0)) < 0)
-            return s->sess[k];
-    if (s->region_rc >= 0)
-        return ERMA_OK;
-    int rc = kv_req_region(&s->req, erma_rma_identity(c->rma));
-    if (rc == ERMA_OK)
-        rc = erma_rpc_call(c->rpc, s->sess[0], KVCS_TYPE_BASE + KV_REGION,
-                           &s->req, &s->resp, on_region, s);
-    if (rc == ERMA_OK)
-        s->region_rc = 1;
-    return rc == ERMA_ENOMEM ? rc : ERMA_OK; /* else asked again next time */
-}
-
-/* Servers marked down whose mark has passed are asked for their region
- * again: the probe. */
-static void probe_servers(struct kvcs_client *c, uint64_t now)
-{
-    for (uint32_t i = 0; i < c->cfg.nservers; i++) {
-        struct server *s = &c->srv[i];
-        if (!s->down || s->probing || now < s->down_until)
-            continue;
-        s->region_rc = -1;
-        const int rc = ask_region(c, s);
-        if (rc == ERMA_OK && s->region_rc == 1)
-            s->probing = true;
-        else
-            probe_later(c, s, rc); /* could not even ask */
-    }
-}
-
-static bool server_ready(const struct kvcs_client *c, const struct server *s)
-{
-    for (uint32_t k = 0; k < c->nsess; k++)
-        if (!erma_session_connected(c->rpc, s->sess[k]))
-            return false;
-    return s->region_rc == 0;
-}
-
-/* Every server's sessions, region and key, before the deadline. */
-static int fetch_regions(struct kvcs_client *c)
-{
-    const uint64_t end = erma_now_ns() + c->cfg.connect_timeout_ns;
-    for (;;) {
-        bool all = true;
-        for (uint32_t i = 0; i < c->cfg.nservers; i++) {
-            struct server *s = &c->srv[i];
-            const int rc = ask_region(c, s);
-            if (rc != ERMA_OK)
-                return rc;
-            all = all && server_ready(c, s);
-        }
-        if (all)
-            return ERMA_OK;
-        if (erma_now_ns() > end)
-            return ERMA_ETIMEDOUT;
-        erma_endpoint_run_once(c->ep);
-    }
-}
-
-static int servers_up(struct kvcs_client *c, const char *const *uris)
-{
-    for (uint32_t i = 0; i < c->cfg.nservers; i++) {
-        struct server *s = &c->srv[i];
-        s->c = c;
-        for (uint32_t k = 0; k < MAX_SESS; k++)
-            s->sess[k] = -1;
-        s->region_rc = -1;
-        if (!uris[i] || (size_t)snprintf(s->uri, sizeof s->uri, "%s", uris[i]) >= sizeof s->uri)
-            return ERMA_EADDR;
-        s->remote.peer = erma_rma_peer(c->rma, s->uri, 0);
-        if (s->remote.peer < 0)
-            return s->remote.peer;
-        /* kept for asking again, after a restart (the endpoint frees them) */
-        if (erma_msgbuf_alloc(c->rpc, 8, &s->req) != ERMA_OK ||
-            erma_msgbuf_alloc(c->rpc, REGION_RESP, &s->resp) != ERMA_OK)
-            return ERMA_ENOMEM;
-    }
-    return fetch_regions(c);
-}
-
-static void defaults(struct kvcs_client_cfg *cfg)
-{
-    if (!cfg->replicas)
-        cfg->replicas = 3;
-    if (cfg->replicas > cfg->nservers)
-        cfg->replicas = cfg->nservers;
-    if (cfg->replicas > MAX_R)
-        cfg->replicas = MAX_R;
-    if (!cfg->vnodes)
-        cfg->vnodes = 64;
-    if (!cfg->max_ops)
-        cfg->max_ops = 256;
-    if (!cfg->attempt_timeout_ns)
-        cfg->attempt_timeout_ns = 5000000;
-    if (!cfg->down_ns)
-        cfg->down_ns = 200000000;
-    if (!cfg->connect_timeout_ns)
-        cfg->connect_timeout_ns = 5000000000ull;
-}
-
-static int endpoint_up(struct kvcs_client *c)
-{
-    const struct kvcs_client_cfg *cfg = &c->cfg;
-    const struct erma_rpc_cfg rcfg = {.req_timeout_ns = cfg->attempt_timeout_ns,
-                                      .failure_ns = cfg->failure_ns,
-                                      .sm_handler = on_sm, .sm_ctx = c, .cc = {.off = cfg->cc_off}};
-    /* Room for every GET's largest item at once, and no executor windows:
-     * the executor holds a transfer's chunks while slots, the inbound
-     * window or its CC window are short, and only a transfer's own
-     * completions wake it again (GETs of big items stalled). max_ops
-     * bounds the reads in flight instead. */
-    const uint64_t chunks = (KV_MAX_ITEM + ERMA_RMA_MAX_OP - 1) / ERMA_RMA_MAX_OP;
-    const uint64_t slots = cfg->max_ops * chunks + 64, window = cfg->max_ops * 32768ull;
-    const struct erma_rma_cfg mcfg = {.slots = slots < 65535 ? (uint32_t)slots : 65535,
-                                      .inbound_window = window < (1u << 30) ? (uint32_t)window
-                                                                            : 1u << 30,
-                                      .transfers = cfg->max_ops, .cc_off = true,
-                                      .op_timeout_ns = cfg->attempt_timeout_ns,
-                                      .dispatch_timeout_ns = cfg->attempt_timeout_ns};
-    int rc = erma_nexus_create(NULL, &c->nx);
-    if (rc == ERMA_OK)
-        rc = erma_endpoint_create(cfg->uri, 0, NULL, &c->ep);
-    if (rc == ERMA_OK)
-        rc = erma_rpc_create(c->nx, c->ep, &rcfg, &c->rpc);
-    if (rc == ERMA_OK)
-        rc = erma_rma_create(c->ep, &mcfg, &c->rma);
-    if (rc == ERMA_OK)
-        rc = kv_reader_create(c->rma, cfg->max_ops, 0, &c->reader);
-    return rc;
-}
-
-static int client_up(struct kvcs_client *c)
-{
-    const uint32_t n = c->cfg.max_ops;
-    c->srv = calloc(c->cfg.nservers, sizeof *c->srv);
-    c->ops = calloc(n, sizeof *c->ops);
-    c->free_ops = calloc(n, sizeof *c->free_ops);
-    if (!c->srv || !c->ops || !c->free_ops)
-        return ERMA_ENOMEM;
-    for (uint32_t i = 0; i < n; i++) {
-        c->ops[i].c = c;
-        c->free_ops[c->nfree++] = n - 1 - i;
-    }
-    int rc = kvcs_ring_create(c->cfg.nservers, c->cfg.vnodes, &c->ring);
-    if (rc == ERMA_OK)
-        rc = endpoint_up(c);
-    if (rc == ERMA_OK)
-        rc = servers_up(c, c->cfg.servers);
-    return rc;
-}
-
-int kvcs_client_create(const struct kvcs_client_cfg *cfg,
-                       struct kvcs_client **out)
-{
-    if (!cfg || !cfg->uri || !cfg->servers || !cfg->nservers || !out ||
-        cfg->max_ops > 65536 || (cfg->method != KVCS_RPC && cfg->method != KVCS_READ))
-        return ERMA_EINVAL;
-    struct kvcs_client *c = calloc(1, sizeof *c);
-    if (!c)
-        return ERMA_ENOMEM;
-    c->cfg = *cfg;
-    defaults(&c->cfg);
-    c->nsess = RX_SESSIONS / c->cfg.nservers < MAX_SESS ? RX_SESSIONS / c->cfg.nservers
-                                                        : MAX_SESS;
-    if (!c->nsess)
-        c->nsess = 1;
-    c->expiry_ns = c->cfg.attempt_timeout_ns / 8;
-    if (c->expiry_ns > 1000000)
-        c->expiry_ns = 1000000;
-    const int rc = client_up(c);
-    if (rc != ERMA_OK) {
-        kvcs_client_destroy(c);
-        return rc;
-    }
-    c->cfg.servers = NULL; /* the caller's; copied into srv[] */
-    *out = c;
-    return ERMA_OK;
-}
-
-void kvcs_client_destroy(struct kvcs_client *c)
-{
-    if (!c)
-        return;
-    erma_rma_destroy(c->rma); /* drops the reader's reads without completions */
-    kv_reader_destroy(c->reader);
-    for (uint32_t i = 0; c->ops && i < c->cfg.max_ops; i++)
-        for (uint32_t p = 0; c->ops[i].live && p < c->ops[i].nrep; p++)
-            if (c->ops[i].tries[p] && c->ops[i].tries[p]->read)
-                free(c->ops[i].tries[p]);
-    c->destroying = true;     /* requests fail now: their tries are freed, no callback */
-    erma_rpc_destroy(c->rpc);
-    erma_endpoint_destroy(c->ep);
-    erma_nexus_destroy(c->nx);
-    kvcs_ring_destroy(c->ring);
-    free(c->srv);
-    free(c->ops);
-    free(c->free_ops);
-    free(c);
-}

@@ -28,15 +28,24 @@
  *   behind them timed out once a failed replica's load moved to the others)
  *   and fetches each table's region and a key derived for this client (the
  *   kv REGION request), blocking up to connect_timeout_ns; ERMA_ETIMEDOUT
- *   if some server cannot be reached. A try lasts at most
- *   about attempt_timeout_ns: requests fail after it (rpc
+ *   if some server cannot be reached.
+ *
+ *   Tries. An op's request to one replica is a try. A try has its full
+ *   chance, attempt_timeout_ns (default 100 ms): requests fail after it (rpc
  *   cfg.req_timeout_ns), and so do one-sided ops (rma cfg.op_timeout_ns and
  *   dispatch_timeout_ns; a one-sided GET makes two or more READs, each so
  *   bounded); an RPC try still unanswered at its deadline, e.g. waiting
- *   behind others for one of its session's ERMA_SESSION_SLOTS, is abandoned
- *   as ERMA_ETIMEDOUT (its request completes later, to no op). So a dead
- *   replica costs the GETs that find it dead about one attempt timeout;
- *   later ops pass it by (below).
+ *   behind others for one of its session's ERMA_SESSION_SLOTS, is given up
+ *   as ERMA_ETIMEDOUT (its request completes later, to no op). A GET try
+ *   is also hedged: once it has taken longer than srtt + 4 rttvar of the
+ *   answered tries by its method at its replica (TCP's retransmission
+ *   timeout; at least 100 us, 1 ms before the first answer, at most half
+ *   the attempt timeout), the GET tries the next replica too, and the first
+ *   answer wins (stats.hedges). So a replica that stalls (a descheduled or
+ *   overloaded server) or dies makes a GET slower by about one round trip
+ *   to it, not a failure, and it is not marked down for being slow: only a
+ *   try's failure marks it down (below), also a try whose op had finished
+ *   without it. A GET fails only when every replica's try failed.
  *
  *   Ops start with kvcs_get/put/del and complete in
  *   kvcs_client_run_once(): cb(tag, status, val, vlen) runs exactly
@@ -46,18 +55,19 @@
  *   start new ops (the slot of the op whose callback runs is free again),
  *   not destroy the client.
  *
- *   GET  tries the key's replicas in ring order, one at a time, by the
- *        method in force when it starts: KVCS_RPC (a kv GET request) or
- *        KVCS_READ (kv_rget: bucket, then item, torn reads read
- *        again). A replica marked down is skipped while some untried replica
- *        is not down. A try that fails at the transport level
- *        (ERMA_ETIMEDOUT, ERMA_EPEERFAILED, ERMA_ESESSRESET, ERMA_ECANCELLED,
- *        ERMA_EREFUSED, ERMA_ENACK, ERMA_EDISPATCH, and for READs
- *        ERMA_EAUTH and ERMA_ENOREGION, a restarted server's answers) marks
- *        its replica down and the GET moves on to the next replica (a
- *        failover, as is passing over a replica marked down).
- *        ERMA_EAGAIN (too many torn reads) moves on without marking it
- *        down. ERMA_ENOENT from a replica is a final answer: a cache miss.
+ *   GET  tries the key's replicas in ring order, one at a time unless a
+ *        try is hedged (above), by the method in force when it starts:
+ *        KVCS_RPC (a kv GET request) or KVCS_READ (kv_rget: bucket, then
+ *        item, torn reads read again). A replica marked down is skipped
+ *        while some untried replica is not down. A try that fails at the
+ *        transport level (ERMA_ETIMEDOUT, ERMA_EPEERFAILED, ERMA_ESESSRESET,
+ *        ERMA_ECANCELLED, ERMA_EREFUSED, ERMA_ENACK, ERMA_EDISPATCH, and for
+ *        READs ERMA_EAUTH and ERMA_ENOREGION, a restarted server's answers)
+ *        marks its replica down, and once no try of the GET is in flight it
+ *        moves on to the next replica (a failover, as is passing over a
+ *        replica marked down). ERMA_EAGAIN (too many torn reads) moves on
+ *        without marking it down. ERMA_ENOENT from a replica is a final
+ *        answer: a cache miss.
  *        When every replica is marked down, the GET tries them all the
  *        same, except one that cannot be tried: its sessions failed or, for
  *        a READ, its region and key are not fetched again yet (its probe
@@ -173,7 +183,8 @@ struct kvcs_client_cfg {
     uint32_t vnodes;                 /* default 64 */
     enum kvcs_method method;         /* how GETs are done */
     uint32_t max_ops;                /* ops in progress at once, default 256 */
-    uint64_t attempt_timeout_ns;     /* per try at one replica, default 5 ms (udp) */
+    uint64_t attempt_timeout_ns;     /* a try's full chance at one replica, default
+                                        100 ms */
     uint64_t down_ns;                /* a replica that failed is probed after this
                                         long (and after each failed probe), default
                                         200 ms */
@@ -205,12 +216,14 @@ void kvcs_client_set_method(struct kvcs_client *c, enum kvcs_method m);
 
 /* gets, puts, dels: ops started; failovers: GET tries on a later replica,
  * because an earlier one failed in this GET or was passed over as marked
- * down; skipped: those that passed over a replica marked down; failed: ops
- * completed with a status other than ERMA_OK and ERMA_ENOENT; read_gets,
- * rpc_gets: GETs started by each method. */
+ * down; skipped: those that passed over a replica marked down; hedges: GET
+ * tries on a later replica while an earlier one was still in flight,
+ * slower than its replica's round trips; failed: ops completed with a
+ * status other than ERMA_OK and ERMA_ENOENT; read_gets, rpc_gets: GETs
+ * started by each method. */
 struct kvcs_client_stats {
     uint64_t gets, puts, dels, failovers, failed, read_gets, rpc_gets;
-    uint64_t skipped;
+    uint64_t skipped, hedges;
 };
 void kvcs_client_get_stats(const struct kvcs_client *c,
                            struct kvcs_client_stats *out);

@@ -1,8 +1,9 @@
 /* kvcs (erma/kvcs.h): the consistent-hashing ring; a client against three
  * servers (forked processes, udp loopback) doing PUTs, GETs by RPC and by
  * one-sided READ, DELs and refused inputs; a mixed workload while one
- * replica is killed, every GET checked against the values its key had; and
- * the error of a GET whose every replica is down. */
+ * replica is killed, every GET checked against the values its key had; the
+ * error of a GET whose every replica is down; and GETs hedged past a
+ * stalled replica. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -786,6 +787,67 @@ static void test_all_replicas_down(void **state)
     kvcs_client_destroy(c);
 }
 
+/* ---- 6: a stalled replica ---- */
+
+/* GETs of recs[0..n) by m, 64 at a time, until ns have passed. */
+static uint32_t gets_for(struct kvcs_client *c, struct rec *recs, uint32_t n, uint64_t ns)
+{
+    const uint64_t end = erma_now_ns() + ns;
+    uint32_t done = 0;
+    for (uint32_t i = 0; erma_now_ns() < end; i = (i + 64) % n) {
+        for (uint32_t k = i; k < i + 64; k++)
+            recs[k].calls = 0;
+        batch(c, &recs[i], 64, 64, get_rec);
+        for (uint32_t k = i; k < i + 64; k++) {
+            assert_int_equal(recs[k].status, ERMA_OK);
+            assert_true(recs[k].value_ok);
+            for (uint32_t r = 0; r < recs[k].info.nreplicas; r++)
+                assert_int_equal(recs[k].info.down_err[r], 0); /* no down mark */
+        }
+        done += 64;
+    }
+    return done;
+}
+
+/* Server 0 stopped (SIGSTOP) for 50 ms at a time, ten times, while GETs by
+ * both methods go on: the GETs whose primary it is are hedged to the next
+ * replica after about a round trip, none fails or waits for the stall to
+ * end, and server 0 is never marked down (its tries' full chance, 2 s, is
+ * not over). Without hedges the batches under way at the 50 ms mark would
+ * wait for server 0, which is continued only after them: their tries would
+ * time out at 2 s and mark it down. */
+static void test_stalled_replica(void **state)
+{
+    (void)state;
+    static struct servers s;
+    static struct rec recs[KEYS + 1];
+    servers_up(&s, 0);
+    const struct kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
+                                        .nservers = s.n, .replicas = 3,
+                                        .attempt_timeout_ns = 2 * SEC,
+                                        .failure_ns = 20 * SEC, .cc_off = true};
+    struct kvcs_client *c;
+    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
+    recs_reset(recs, 1024, c, 0);
+    batch(c, recs, 1024, 64, put_rec);
+    put_again(c, recs, 1024);
+    uint32_t gets = 0;
+    for (int round = 0; round < 10; round++) {
+        kvcs_client_set_method(c, round % 2 ? KVCS_READ : KVCS_RPC);
+        gets_for(c, recs, 1024, 10000000); /* round trips measured unstalled */
+        assert_int_equal(kill(s.pid[0], SIGSTOP), 0);
+        gets += gets_for(c, recs, 1024, 50000000);
+        assert_int_equal(kill(s.pid[0], SIGCONT), 0);
+    }
+    struct kvcs_client_stats st;
+    kvcs_client_get_stats(c, &st);
+    print_message("  %u GETs while server 0 was stopped, %lu hedged, %lu failed in all\n",
+                  gets, (unsigned long)st.hedges, (unsigned long)st.failed);
+    assert_int_equal(st.failed, 0);
+    assert_true(st.hedges > 0);
+    kvcs_client_destroy(c);
+}
+
 static void test_replica_failure(void **state)
 {
     (void)state;
@@ -801,6 +863,7 @@ int main(void)
         cmocka_unit_test_teardown(test_replica_failure, kill_servers),
         cmocka_unit_test_teardown(test_lone_replica_rejoins, kill_servers),
         cmocka_unit_test_teardown(test_all_replicas_down, kill_servers),
+        cmocka_unit_test_teardown(test_stalled_replica, kill_servers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
