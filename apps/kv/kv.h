@@ -14,7 +14,8 @@
  * 8-byte units 36 (0: empty). An item is
  *   [u64 stamp][u32 key_len][u32 value_len][key][value][pad to 8][u64 check]
  * where stamp = its log position + 1 (so an item overwritten by the wrapping
- * log no longer matches its slot) and check = SipHash-2-4 (libsodium's
+ * log no longer matches its slot; its top bit set once the slot names
+ * another item or none: superseded) and check = SipHash-2-4 (libsodium's
  * crypto_shorthash) of everything before it (so an item read in pieces
  * while being overwritten is detected). Items never wrap around the log's
  * end.
@@ -79,7 +80,7 @@ int kv_bucket_find(const void *bucket, uint64_t nbuckets, uint64_t log_bytes,
  * into item) when it is whole and holds key; ERMA_ENOENT when it holds
  * another key (whose tag matched) or the log has overwritten it (the slot
  * is dead: the key is not there); ERMA_EAGAIN when it is torn, i.e. read in
- * pieces while being overwritten (read the bucket again). */
+ * pieces while being overwritten, or superseded (read the bucket again). */
 int kv_item_check(const void *item, const struct kv_ref *ref, const void *key,
                   uint32_t klen, const uint8_t **val, uint32_t *vlen);
 
@@ -159,14 +160,28 @@ typedef void (*kv_get_fn)(void *tag, int status, const uint8_t *val, uint32_t vl
 
 struct kv_reader;
 
+/* retries: bucket re-reads after a change or a torn item; cache_hits: GETs
+ * answered by one READ at a remembered location; cache_stale: remembered
+ * locations that no longer held the key's live item (one READ more). */
 struct kv_reader_stats {
-    uint64_t gets, reads, retries; /* retries: bucket re-reads after a change or a torn item */
+    uint64_t gets, reads, retries;
+    uint64_t cache_hits, cache_stale;
 };
 
 /* max_gets in progress at once; max_tries per GET (0: 16). */
 int kv_reader_create(struct erma_rma *rma, uint32_t max_gets, uint32_t max_tries,
                      struct kv_reader **out);
 void kv_reader_destroy(struct kv_reader *r);
+/* A location cache of `entries` entries (rounded up to a power of two, at
+ * most 2^24; 0: none, the default), direct-mapped by a hash of the table
+ * (peer, region, key generation) and the key: a GET of a key found before
+ * READs its item alone, one round trip instead of two. The item's checks
+ * stand as ever (stamp, SipHash, the key itself), and the owner marks an
+ * item superseded when its slot changes (put again, deleted, dropped for
+ * room), so an item that is not the key's live one is never returned from
+ * a remembered location: the GET reads the bucket, as without a cache.
+ * ERMA_EAGAIN while GETs are in progress, ERMA_ENOMEM. */
+int kv_reader_cache(struct kv_reader *r, uint32_t entries);
 /* Starts a GET; ERMA_ENOSLOTS when max_gets are in progress or the engine
  * has no free command slot; keys up to 256 bytes. */
 int kv_rget(struct kv_reader *r, const struct kv_remote *remote,

@@ -1,4 +1,5 @@
-/* One-sided GETs on a kv table (erma/kv.h): bucket READ, item READ, check. */
+/* One-sided GETs on a kv table (erma/kv.h): bucket READ, item READ, check;
+ * or, for a key whose item was found before, the item READ alone. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +20,23 @@ struct get {
     struct kv_ref refs[KV_SLOTS];
     int nrefs, ref;       /* ref < 0: reading the bucket */
     uint8_t *item;        /* KV_MAX_ITEM bytes */
+    uint64_t loc;         /* its location's tag (loc_tag); 0 without a cache */
+    bool cached;          /* reading the item at a remembered location */
+};
+
+/* Where a key's item was found: its table (peer, region, key generation)
+ * and key hashed into tag (0: an empty entry). */
+struct loc {
+    uint64_t tag;
+    struct kv_ref ref;
 };
 
 struct kv_reader {
     struct erma_rma *rma;
     struct get *gets;
     uint32_t max_gets, max_tries;
+    struct loc *locs; /* direct-mapped, nlocs a power of two; NULL: no cache */
+    uint32_t nlocs;
     struct kv_reader_stats stats;
 };
 
@@ -52,7 +64,47 @@ void kv_reader_destroy(struct kv_reader *r)
     for (uint32_t i = 0; i < r->max_gets; i++)
         free(r->gets[i].item);
     free(r->gets);
+    free(r->locs);
     free(r);
+}
+
+int kv_reader_cache(struct kv_reader *r, uint32_t entries)
+{
+    if (!r || entries > (1u << 24))
+        return ERMA_EINVAL;
+    for (uint32_t i = 0; i < r->max_gets; i++)
+        if (r->gets[i].live)
+            return ERMA_EAGAIN;
+    free(r->locs);
+    r->locs = NULL;
+    r->nlocs = 0;
+    if (!entries)
+        return ERMA_OK;
+    uint32_t n = 1;
+    while (n < entries)
+        n <<= 1;
+    if (!(r->locs = calloc(n, sizeof *r->locs)))
+        return ERMA_ENOMEM;
+    r->nlocs = n;
+    return ERMA_OK;
+}
+
+/* FNV-1a over the table's identity and the key; never 0. */
+static uint64_t loc_tag(const struct kv_remote *rm, const void *key, uint32_t klen)
+{
+    const uint64_t prime = 1099511628211ull;
+    uint64_t h = 14695981039346656037ull;
+    const uint64_t id[3] = {(uint64_t)(uint32_t)rm->peer, rm->rkey.region, rm->rkey.key_gen};
+    for (int i = 0; i < 3; i++)
+        h = (h ^ id[i]) * prime;
+    for (uint32_t i = 0; i < klen; i++)
+        h = (h ^ ((const uint8_t *)key)[i]) * prime;
+    return h | 1;
+}
+
+static struct loc *loc_of(const struct kv_reader *r, uint64_t tag)
+{
+    return &r->locs[(tag ^ tag >> 32) & (r->nlocs - 1)];
 }
 
 void kv_reader_get_stats(const struct kv_reader *r, struct kv_reader_stats *out)
@@ -88,6 +140,12 @@ static int read_bucket(struct kv_reader *r, struct get *g)
     return read_into(r, g, off, g->bucket, len);
 }
 
+static int read_ref(struct kv_reader *r, struct get *g)
+{
+    const struct kv_ref *ref = &g->refs[g->ref];
+    return ref->len > KV_MAX_ITEM ? ERMA_EBADPKT : read_into(r, g, ref->off, g->item, ref->len);
+}
+
 static void finish(struct get *g, int status, const uint8_t *val, uint32_t vlen)
 {
     g->live = false;
@@ -113,7 +171,15 @@ int kv_rget(struct kv_reader *r, const struct kv_remote *remote,
         g->cb = cb;
         g->tag = tag;
         g->tries = 0;
-        const int rc = read_bucket(r, g);
+        g->loc = r->locs ? loc_tag(remote, key, klen) : 0;
+        const struct loc *l = g->loc ? loc_of(r, g->loc) : NULL;
+        g->cached = l && l->tag == g->loc;
+        if (g->cached) {
+            g->refs[0] = l->ref;
+            g->nrefs = 1;
+            g->ref = 0;
+        }
+        const int rc = g->cached ? read_ref(r, g) : read_bucket(r, g);
         if (rc == ERMA_OK) {
             g->live = true;
             r->stats.gets++;
@@ -139,11 +205,21 @@ static void next_item(struct kv_reader *r, struct get *g)
         finish(g, ERMA_ENOENT, NULL, 0);
         return;
     }
-    const struct kv_ref *ref = &g->refs[g->ref];
-    const int rc = ref->len > KV_MAX_ITEM ? ERMA_EBADPKT
-                                          : read_into(r, g, ref->off, g->item, ref->len);
+    const int rc = read_ref(r, g);
     if (rc != ERMA_OK)
         finish(g, rc, NULL, 0);
+}
+
+/* A GET that found its item: the cache keeps where. */
+static void remember(struct kv_reader *r, const struct get *g)
+{
+    if (g->cached) {
+        r->stats.cache_hits++;
+    } else if (g->loc) {
+        struct loc *l = loc_of(r, g->loc);
+        l->tag = g->loc;
+        l->ref = g->refs[g->ref];
+    }
 }
 
 static void advance(struct kv_reader *r, struct get *g)
@@ -163,7 +239,15 @@ static void advance(struct kv_reader *r, struct get *g)
     uint32_t vlen;
     const int rc = kv_item_check(g->item, &g->refs[g->ref], g->key, g->klen, &val, &vlen);
     if (rc == ERMA_OK) {
+        remember(r, g);
         finish(g, ERMA_OK, val, vlen);
+    } else if (g->cached) { /* moved, deleted, dropped or torn: ask the bucket */
+        g->cached = false;
+        r->stats.cache_stale++;
+        loc_of(r, g->loc)->tag = 0;
+        const int brc = read_bucket(r, g);
+        if (brc != ERMA_OK)
+            finish(g, brc, NULL, 0);
     } else if (rc == ERMA_EAGAIN) {
         retry(r, g);
     } else {

@@ -11,6 +11,7 @@
 #define ITEM_HDR 16
 #define ITEM_CHECK 8
 #define POS_MASK ((1ull << 39) - 1) /* slot positions: 36 bits of 8-byte units */
+#define SUPERSEDED (1ull << 63)     /* in a stamp: a later item, or none, holds the key */
 
 struct kv {
     uint8_t *mem;
@@ -171,6 +172,8 @@ int kv_item_check(const void *item, const struct kv_ref *ref, const void *key,
     const uint32_t len = ref->len;
     if (len < ITEM_HDR + ITEM_CHECK || len % 8)
         return ERMA_EAGAIN;
+    if (get64(it) == (ref->stamp | SUPERSEDED))
+        return ERMA_EAGAIN; /* put again, deleted or dropped: the bucket knows */
     if (get64(it) != ref->stamp)
         return ERMA_ENOENT; /* the log has written another item here: this one is gone */
     uint32_t kl, vl;
@@ -245,12 +248,18 @@ static int victim(const struct kv *kv, const uint8_t *b, int own)
     return oldest;
 }
 
-/* Changes slot i of bucket b to s, with the bucket's version odd meanwhile. */
-static void slot_set(uint8_t *b, int i, uint64_t s)
+/* Changes slot i of bucket b to s, with the bucket's version odd meanwhile;
+ * the item it named, if still there, is marked superseded, so that a
+ * reader holding its location (not the bucket) does not take it for the
+ * key's live item. */
+static void slot_set(const struct kv *kv, uint8_t *b, int i, uint64_t s)
 {
+    const uint64_t old = get64(b + 8 + 8 * i);
     put64(b, get64(b) + 1);
     put64(b + 8 + 8 * i, s);
     put64(b, get64(b) + 1);
+    if (slot_live(kv, old))
+        put64(item_at(kv, old), (slot_pos(old) + 1) | SUPERSEDED);
 }
 
 int kv_put(struct kv *kv, const void *key, uint32_t klen, const void *val,
@@ -277,7 +286,8 @@ int kv_put(struct kv *kv, const void *key, uint32_t klen, const void *val,
     put64(kv->mem + 24, kv->head);
     const uint64_t h = key_hash(key, klen);
     uint8_t *b = bucket_at(kv, h);
-    slot_set(b, victim(kv, b, find(kv, b, tag_of(h), key, klen)), slot_make(tag_of(h), len, pos));
+    slot_set(kv, b, victim(kv, b, find(kv, b, tag_of(h), key, klen)),
+             slot_make(tag_of(h), len, pos));
     return ERMA_OK;
 }
 
@@ -308,6 +318,6 @@ int kv_delete(struct kv *kv, const void *key, uint32_t klen)
     const int i = find(kv, b, tag_of(h), key, klen);
     if (i < 0)
         return ERMA_ENOENT;
-    slot_set(b, i, 0);
+    slot_set(kv, b, i, 0);
     return ERMA_OK;
 }

@@ -4,7 +4,8 @@
  * every scanned key checked against the history of its key, and no key
  * present throughout a scan missing from it; and a small table whose log wraps under
  * the readers, where torn or overwritten items must be retried or reported
- * absent, never returned. */
+ * absent, never returned; both with a location cache in the reader, whose
+ * superseded items must be noticed. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -339,7 +340,8 @@ static void connect_all(struct world_ *w, char uri[3][64])
     assert_true(w->remote.peer >= 0);
 }
 
-static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes)
+/* cache: entries of the reader's location cache (0: none). */
+static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes, uint32_t cache)
 {
     memset(w, 0, sizeof *w);
     erma_rand_seed(&w->rng, 17);
@@ -371,6 +373,7 @@ static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes)
     }
     assert_int_equal(kv_server_rma(w->srv, w->rma[0]), ERMA_OK);
     assert_int_equal(kv_reader_create(w->rma[2], READ_DEPTH, 0, &w->reader), ERMA_OK);
+    assert_int_equal(kv_reader_cache(w->reader, cache), ERMA_OK);
     for (int i = 0; i < WRITE_DEPTH; i++) {
         assert_int_equal(erma_msgbuf_alloc(w->rpc[1], 512, &w->wops[i].req), ERMA_OK);
         assert_int_equal(erma_msgbuf_alloc(w->rpc[1], 512, &w->wops[i].resp), ERMA_OK);
@@ -422,18 +425,22 @@ static void test_model(void **state)
 {
     (void)state;
     static struct world_ w;
-    world_up_kv(&w, 1 << 14, 64u << 20);
+    world_up_kv(&w, 1 << 14, 64u << 20, KEYS);
     w.scan = true;
     workload(&w, OPS);
     struct kv_reader_stats rs;
     kv_reader_get_stats(w.reader, &rs);
     print_message("  %lu ops: GET ok by RPC %lu, by READ %lu, absent %lu; %lu SCANs of %lu "
-                  "keys; %lu READs, %lu retries; %lu failed; inconsistent %lu\n",
+                  "keys; %lu READs, %lu retries, %lu from cached locations, %lu stale; %lu "
+                  "failed; inconsistent %lu\n",
                   (unsigned long)w.finished, (unsigned long)w.ok_rpc, (unsigned long)w.ok_rma,
                   (unsigned long)w.absent, (unsigned long)w.scans, (unsigned long)w.scanned,
-                  (unsigned long)rs.reads, (unsigned long)rs.retries, (unsigned long)w.failed,
-                  (unsigned long)w.bad);
+                  (unsigned long)rs.reads, (unsigned long)rs.retries,
+                  (unsigned long)rs.cache_hits, (unsigned long)rs.cache_stale,
+                  (unsigned long)w.failed, (unsigned long)w.bad);
     assert_int_equal(w.bad, 0);
+    /* keys are read again after other keys' writes and after their own */
+    assert_true(rs.cache_hits > w.ok_rma / 10 && rs.cache_stale > 0);
     assert_true(w.ok_rma > OPS / 5 && w.ok_rpc > OPS / 5);
     assert_true(w.scans > 100 && w.scanned > w.scans * SCAN_COUNT / 2);
     world_down_kv(&w);
@@ -445,14 +452,15 @@ static void test_wrapping_log(void **state)
 {
     (void)state;
     static struct world_ w;
-    world_up_kv(&w, 1 << 10, 64u << 10);
+    world_up_kv(&w, 1 << 10, 64u << 10, KEYS);
     w.lossy = true;
     workload(&w, 30000);
     struct kv_reader_stats rs;
     kv_reader_get_stats(w.reader, &rs);
-    print_message("  wrapping log: GET ok by READ %lu, absent %lu, retries %lu, failed %lu, "
-                  "inconsistent %lu\n",
+    print_message("  wrapping log: GET ok by READ %lu, absent %lu, retries %lu, from cached "
+                  "locations %lu, stale %lu, failed %lu, inconsistent %lu\n",
                   (unsigned long)w.ok_rma, (unsigned long)w.absent, (unsigned long)rs.retries,
+                  (unsigned long)rs.cache_hits, (unsigned long)rs.cache_stale,
                   (unsigned long)w.failed, (unsigned long)w.bad);
     assert_int_equal(w.bad, 0);
     world_down_kv(&w);
@@ -532,7 +540,7 @@ static void test_torn(void **state)
     (void)state;
     static struct world_ w;
     static struct torn t;
-    world_up_kv(&w, 1 << 10, 256u << 10);
+    world_up_kv(&w, 1 << 10, 256u << 10, 0);
     t = (struct torn){.w = &w};
     torn_ctx = &t;
     pthread_t th;
@@ -586,7 +594,7 @@ static void test_region_key_bound(void **state)
 {
     (void)state;
     static struct world_ w;
-    world_up_kv(&w, 1 << 10, 1u << 20);
+    world_up_kv(&w, 1 << 10, 1u << 20, 0);
     struct erma_nexus *nx;
     struct erma_endpoint *ep;
     struct erma_rpc *rpc;
