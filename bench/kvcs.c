@@ -13,6 +13,10 @@
  * keys a PUT could not store on every replica are PUT again in a later
  * pass, 5 passes in all), then:
  *
+ * Unless --no-loc-cache, every key is then read once by one-sided GET,
+ * untimed, so that the client's location cache knows every item as a
+ * running service's would (its one-sided GETs take one READ, not two).
+ *
  * sweep (default): for each offered load L (GETs per second, Poisson
  * arrivals, uniform keys), T seconds by one-sided READ, then T seconds by
  * RPC. Latency is from an op's scheduled arrival to its callback, so
@@ -24,9 +28,18 @@
  * 0 is killed (SIGKILL; only with --role both). With --csv, a row per 10 ms
  * bin (ops, p50, p99, max, failed); then a summary: the median before the
  * kill and the disruption, the time from the kill to the end of the last bin
- * holding a failed op or one that took longer than the attempt timeout (it
- * waited on the dead replica before failing over). A try at one replica
- * lasts at most --attempt-ms (default 10; the client's attempt_timeout_ns).
+ * holding a failed op or one that took longer than --slow-ms (default 10: it
+ * waited on the dead replica before moving on). A try at one replica has
+ * --attempt-ms (default 100; the client's attempt_timeout_ns) before it
+ * fails; the client asks the next replica too once a try is slower than
+ * that replica's round trips (a hedge, erma/kvcs.h).
+ *
+ * --rounds N repeats the sweep N times, each load by both methods in turn
+ * (READ first in odd rounds, RPC first in even ones), and ends with a
+ * summary per load: the medians over rounds of the achieved rates and of
+ * the per-round READ / RPC ratios of p50 and p99. --psk gives the servers
+ * and the client a key: RPC sessions are then sealed as one-sided ops
+ * always are (the fair comparison; erma_nexus_cfg.psk).
  *
  * A GET whose value differs from what the loader PUT counts as wrong and
  * ends the run (exit 1); failed GETs (every replica timed out, say) are
@@ -49,6 +62,7 @@
 
 #include "bench.h"
 #include "erma/clock.h"
+#include "erma/rpc.h"
 #include "kvcs/kvcs.h"
 #include "erma/sdk/rand.h"
 
@@ -65,7 +79,11 @@ static const char usage[] =
     "  --servers S        servers to fork (default 3, at most 8)\n"
     "  --replicas R       replicas per key (default 3)\n"
     "  --keys K           keys loaded (default 10000)\n"
-    "  --attempt-ms A     a try at one replica lasts at most A ms (default 10)\n"
+    "  --attempt-ms A     a try's full chance at one replica, A ms (default 100)\n"
+    "  --slow-ms S        failure run: an op slower than S ms is disrupted (default 10)\n"
+    "  --rounds N         sweep: N rounds, medians of per-round ratios (default 1)\n"
+    "  --psk              secure RPC sessions (a shared key; READs are sealed anyway)\n"
+    "  --no-loc-cache     one-sided GETs without the location cache (two READs each)\n"
     "  --idle-wait-us U   servers sleep once idle U us (default 20)\n"
     "  --base-port P      forked servers on udp://127.0.0.1:P, P+8, ... (default 42100)\n"
     "  --cpu LIST         CPUs: this process, then the servers in turn (default: none)\n"
@@ -77,6 +95,8 @@ static const char usage[] =
     "  -h, --help         this text\n";
 
 #define MAX_SERVERS 8
+#define MAX_ROUNDS 64
+#define MAX_LOADS 32
 #define BIN_NS 10000000ull
 #define MAX_BINS 4096
 #define PUT_TRIES 5
@@ -84,7 +104,9 @@ static const char usage[] =
 
 struct opts {
     unsigned servers, replicas, keys, value;
-    double seconds, kill_at, load, idle_wait_us, attempt_ms;
+    double seconds, kill_at, load, idle_wait_us, attempt_ms, slow_ms;
+    unsigned rounds;
+    bool psk, no_loc_cache;
     const char *loads, *role, *uri, *server_list;
     int base_port;
     enum kvcs_method method;
@@ -132,12 +154,13 @@ static const char *method_name(enum kvcs_method m)
 
 /* Runs one kvcs server here until the parent dies (forked: getppid() == 1)
  * or, with forever, until killed. */
-static int server_run(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes, bool forever)
+static int server_run(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes,
+                      const uint8_t *psk, bool forever)
 {
     struct kvcs_server *s;
     const struct kvcs_server_cfg cfg = {.uri = uri, .buckets = 1u << 14,
                                         .log_bytes = log_bytes,
-                                        .idle_wait_ns = idle_wait_ns};
+                                        .idle_wait_ns = idle_wait_ns, .psk = psk};
     const int rc = kvcs_server_create(&cfg, &s);
     if (rc != ERMA_OK) {
         fprintf(stderr, "kvcs: server on %s: %s\n", uri, erma_strerror(rc));
@@ -149,14 +172,15 @@ static int server_run(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes
     return 0;
 }
 
-static pid_t server_fork(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes, int cpu)
+static pid_t server_fork(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes,
+                         const uint8_t *psk, int cpu)
 {
     const pid_t pid = fork();
     if (pid != 0)
         return pid;
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
     bench_pin(cpu);
-    _exit(server_run(uri, idle_wait_ns, log_bytes, false));
+    _exit(server_run(uri, idle_wait_ns, log_bytes, psk, false));
 }
 
 /* A server's item log: twice what the keys take at the largest value size
@@ -342,6 +366,34 @@ static int load_keys(struct run *r)
     return rc;
 }
 
+static void on_warm(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    (void)status;
+    (void)val;
+    (void)vlen;
+    ((struct run *)tag)->done++;
+}
+
+/* One one-sided GET of every key, PUT_WINDOW in flight, untimed: the
+ * client's location cache learns where the items are, as a running cache
+ * service's would have (erma/kvcs.h). */
+static void warm_reads(struct run *r)
+{
+    const uint64_t end = erma_now_ns() + 60000000000ull;
+    uint32_t next = 0;
+    r->done = 0;
+    kvcs_client_set_method(r->c, KVCS_READ);
+    while ((next < r->o->keys || r->done < next) && erma_now_ns() < end) {
+        char k[16];
+        for (; next - r->done < PUT_WINDOW && next < r->o->keys; next++) {
+            key_of(next, k);
+            if (kvcs_get(r->c, k, (uint32_t)strlen(k), on_warm, r) != ERMA_OK)
+                break;
+        }
+        kvcs_client_run_once(r->c);
+    }
+}
+
 /* Open-loop GETs at `load` per second for `seconds`; kill server 0 at
  * kill_at seconds when kill_pid > 0. Waits up to 2 s for stragglers. */
 static void drive(struct run *r, double load, double seconds, double kill_at, pid_t kill_pid)
@@ -405,39 +457,90 @@ static void report_failed(const struct run *r, const char *phase)
     fputs("\n", stderr);
 }
 
+/* One load by one method: GETs for o->seconds, a row, the latencies in *l
+ * and the achieved rate in *rate. */
+static int sweep_one(struct run *r, const struct bench_table *t, double load,
+                     enum kvcs_method meth, struct bench_lat *l, double *rate)
+{
+    const struct opts *o = r->o;
+    struct kvcs_client_stats a, b;
+    run_reset(r);
+    kvcs_client_set_method(r->c, meth);
+    kvcs_client_get_stats(r->c, &a);
+    drive(r, load, o->seconds, 0, 0);
+    kvcs_client_get_stats(r->c, &b);
+    char phase[96];
+    snprintf(phase, sizeof phase, "sweep at %.0f GETs/s by %s, %u B values", load,
+             method_name(meth), o->value);
+    report_failed(r, phase);
+    memset(l, 0, sizeof *l);
+    if (r->nlat)
+        bench_lat_from_ns(r->lat, r->nlat, l);
+    *rate = (double)r->nlat / o->seconds;
+    bench_table_row(t, "kvcs,sweep,%s,%u,%.0f,%.0f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu",
+                    method_name(meth), o->value, load, *rate, l->median_us, l->p99_us,
+                    l->p999_us, (unsigned long long)(r->failed + r->started - r->done),
+                    (unsigned long long)r->wrong, (unsigned long long)(b.hedges - a.hedges),
+                    (unsigned long long)(b.one_read - a.one_read));
+    return r->wrong ? ERMA_EBADPKT : ERMA_OK;
+}
+
+/* Per load, over rounds: [0] READ, [1] RPC achieved; READ / RPC p50, p99. */
+struct sweep_sums {
+    double rate[2][MAX_ROUNDS], p50[MAX_ROUNDS], p99[MAX_ROUNDS];
+};
+
+static void sweep_summary(const struct run *r, const double *loads, unsigned nloads,
+                          struct sweep_sums *sum)
+{
+    const struct opts *o = r->o;
+    struct bench_table t;
+    bench_table_start(&t, false, "bench,kind,value,offered,read_achieved,rpc_achieved,"
+                                 "read_rpc_p50:12,read_rpc_p99:12,rounds");
+    for (unsigned i = 0; i < nloads; i++) {
+        struct sweep_sums *m = &sum[i];
+        char list[MAX_ROUNDS * 8] = "";
+        for (unsigned k = 0; k < o->rounds; k++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), " %.3f", m->p50[k]);
+        bench_note(false, "kvcs: %.0f GETs/s, %u B: READ / RPC p50 per round:%s", loads[i],
+                   o->value, list);
+        const double read = bench_median(m->rate[0], o->rounds);
+        const double rpc = bench_median(m->rate[1], o->rounds);
+        bench_table_row(&t, "kvcs,summary,%u,%.0f,%.0f,%.0f,%.3f,%.3f,%u", o->value, loads[i],
+                        read, rpc, bench_median(m->p50, o->rounds),
+                        bench_median(m->p99, o->rounds), o->rounds);
+    }
+}
+
 static int sweep(struct run *r, const struct bench_table *t)
 {
     const struct opts *o = r->o;
     char list[512];
+    double loads[MAX_LOADS];
+    unsigned nloads = 0;
     snprintf(list, sizeof list, "%s", o->loads);
-    for (char *save, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        const double load = atof(tok);
-        struct bench_lat l[2] = {{0}};
-        for (int m = 0; m < 2; m++) {
-            const enum kvcs_method meth = m == 0 ? KVCS_READ : KVCS_RPC;
-            run_reset(r);
-            kvcs_client_set_method(r->c, meth);
-            drive(r, load, o->seconds, 0, 0);
-            char phase[96];
-            snprintf(phase, sizeof phase, "sweep at %.0f GETs/s by %s, %u B values", load,
-                     method_name(meth), o->value);
-            report_failed(r, phase);
-            if (r->nlat)
-                bench_lat_from_ns(r->lat, r->nlat, &l[m]);
-            char ratios[64] = ",";
-            if (m == 1)
-                snprintf(ratios, sizeof ratios, "%.3f,%.3f", l[0].median_us / l[1].median_us,
-                         l[0].p99_us / l[1].p99_us);
-            bench_table_row(t, "kvcs,sweep,%s,%u,%.0f,%.0f,%.1f,%.1f,%.1f,%llu,%llu,%s",
-                            method_name(meth), o->value, load, (double)r->nlat / o->seconds,
-                            l[m].median_us, l[m].p99_us, l[m].p999_us,
-                            (unsigned long long)(r->failed + r->started - r->done),
-                            (unsigned long long)r->wrong, ratios);
-            if (r->wrong)
-                return ERMA_EBADPKT;
+    for (char *save, *tok = strtok_r(list, ",", &save); tok && nloads < MAX_LOADS;
+         tok = strtok_r(NULL, ",", &save))
+        loads[nloads++] = atof(tok);
+    struct sweep_sums *sum = calloc(nloads, sizeof *sum);
+    if (!sum)
+        return ERMA_ENOMEM;
+    int rc = ERMA_OK;
+    for (unsigned k = 0; k < o->rounds && rc == ERMA_OK; k++)
+        for (unsigned i = 0; i < nloads && rc == ERMA_OK; i++) {
+            struct bench_lat l[2];
+            for (int n = 0; n < 2 && rc == ERMA_OK; n++) {
+                const int m = k % 2 ? n : 1 - n; /* READ first in odd rounds (1, 3...) */
+                rc = sweep_one(r, t, loads[i], m == 0 ? KVCS_READ : KVCS_RPC, &l[m],
+                               &sum[i].rate[m][k]);
+            }
+            sum[i].p50[k] = l[1].median_us > 0 ? l[0].median_us / l[1].median_us : 0;
+            sum[i].p99[k] = l[1].p99_us > 0 ? l[0].p99_us / l[1].p99_us : 0;
         }
-    }
-    return ERMA_OK;
+    if (rc == ERMA_OK && !t->csv)
+        sweep_summary(r, loads, nloads, sum);
+    free(sum);
+    return rc;
 }
 
 /* The 10 ms timeline of a failure run (CSV only); returns the median
@@ -468,7 +571,7 @@ static double timeline(struct run *r, bool csv, uint64_t *disrupted_ms)
             bench_lat_from_ns(pre, npre, &pl);
             before = pl.median_us;
         }
-        if (b >= kill_bin && (r->bin_failed[b] || max >= o->attempt_ms * 1e3))
+        if (b >= kill_bin && (r->bin_failed[b] || max >= o->slow_ms * 1e3))
             last_bad = b + 1;
         if (csv)
             bench_table_row(&t, "kvcs,timeline,%s,%u,%llu,%u,%.1f,%.1f,%.1f,%u",
@@ -512,7 +615,8 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"base-port", 1, 0, 'p'}, {"kill-at", 1, 0, 'K'},      {"method", 1, 0, 'm'},
         {"load", 1, 0, 'L'},      {"idle-wait-us", 1, 0, 'i'}, {"attempt-ms", 1, 0, 'a'},
         {"role", 1, 0, 'R'},      {"server", 1, 0, 'S'},       {"uri", 1, 0, 'u'},
-        {0, 0, 0, 0}};
+        {"slow-ms", 1, 0, 'w'},   {"rounds", 1, 0, 'n'},       {"psk", 0, 0, 'P'},
+        {"no-loc-cache", 0, 0, 'C'}, {0, 0, 0, 0}};
     bench_cli_init(cli, "kvcs", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -535,6 +639,10 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'R': o->role = optarg; break;
         case 'S': o->server_list = optarg; break;
         case 'u': o->uri = optarg; break;
+        case 'w': o->slow_ms = bench_cli_real(cli, optarg); break;
+        case 'n': o->rounds = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'P': o->psk = true; break;
+        case 'C': o->no_loc_cache = true; break;
         default: bench_cli_fail(cli, NULL);
         }
     }
@@ -549,9 +657,10 @@ static void check(const struct bench_cli *cli, const struct opts *o)
     if (strcmp(o->role, "client") == 0 && o->kill_at > 0)
         bench_cli_fail(cli, "--kill-at kills a server this program forked: not with --role client");
     if (o->servers < 1 || o->servers > MAX_SERVERS || o->keys < 1 || o->keys > 10000000 ||
-        o->seconds <= 0 || o->seconds > 600 || o->attempt_ms <= 0)
-        bench_cli_fail(cli, "--servers (1..8), --keys, --seconds (up to 600) or --attempt-ms "
-                            "out of range");
+        o->seconds <= 0 || o->seconds > 600 || o->attempt_ms <= 0 || o->slow_ms <= 0 ||
+        o->rounds < 1 || o->rounds > MAX_ROUNDS)
+        bench_cli_fail(cli, "--servers (1..8), --keys, --seconds (up to 600), --attempt-ms, "
+                            "--slow-ms or --rounds (1..%d) out of range", MAX_ROUNDS);
     if (o->kill_at > 0 && (o->kill_at >= o->seconds || o->load <= 0))
         bench_cli_fail(cli, "--kill-at must come before --seconds end, with --load above 0");
     for (unsigned i = 0; i < cli->nsizes; i++)
@@ -579,13 +688,14 @@ static int run_sizes(struct run *r, struct opts *o, const struct bench_cli *cli,
     struct bench_table t;
     if (o->kill_at <= 0)
         bench_table_start(&t, cli->csv, "bench,kind,method,value,offered,achieved,p50_us,"
-                                        "p99_us,p999_us,failed,wrong,read_rpc_p50:12,"
-                                        "read_rpc_p99:12");
+                                        "p99_us,p999_us,failed,wrong,hedged,one_read");
     int rc = ERMA_OK;
     for (unsigned i = 0; i < cli->nsizes && rc == ERMA_OK; i++) {
         o->value = cli->sizes[i];
         if ((rc = load_keys(r)) != ERMA_OK)
             break;
+        if (!o->no_loc_cache)
+            warm_reads(r);
         rc = o->kill_at > 0 ? failure(r, victim, cli->csv) : sweep(r, &t);
     }
     return rc;
@@ -595,7 +705,8 @@ int main(int argc, char **argv)
 {
     struct opts o = {.servers = 3, .replicas = 3, .keys = 10000, .seconds = 2,
                      .loads = "5000,20000,50000,100000", .base_port = 42100, .load = 10000,
-                     .idle_wait_us = 20, .attempt_ms = 10, .role = "both",
+                     .idle_wait_us = 20, .attempt_ms = 100, .slow_ms = 10, .rounds = 1,
+                     .role = "both",
                      .method = KVCS_READ};
     struct bench_cli cli;
     parse(&cli, &o, argc, argv);
@@ -603,9 +714,11 @@ int main(int argc, char **argv)
     if (cli.nsizes == 0)
         cli.sizes[cli.nsizes++] = 64;
     const uint64_t idle_ns = (uint64_t)(o.idle_wait_us * 1000), log = log_bytes_for(&o, &cli);
+    static const uint8_t key[ERMA_PSK_BYTES] = "kvcs bench key: known to all!!";
+    const uint8_t *psk = o.psk ? key : NULL;
     bench_pin(bench_cli_cpu(&cli, 0));
     if (strcmp(o.role, "server") == 0)
-        return server_run(o.server_list, idle_ns, log, true);
+        return server_run(o.server_list, idle_ns, log, psk, true);
     char uris[MAX_SERVERS][128], list[1024], me[64];
     const char *srv[MAX_SERVERS];
     pid_t pids[MAX_SERVERS] = {0};
@@ -619,14 +732,15 @@ int main(int argc, char **argv)
         for (unsigned i = 0; i < o.servers; i++) {
             snprintf(uris[i], sizeof uris[i], "udp://127.0.0.1:%d", o.base_port + (int)(i * 8));
             srv[i] = uris[i];
-            pids[i] = server_fork(uris[i], idle_ns, log, bench_cli_cpu(&cli, 1 + i));
+            pids[i] = server_fork(uris[i], idle_ns, log, psk, bench_cli_cpu(&cli, 1 + i));
         }
     }
     snprintf(me, sizeof me, "udp://127.0.0.1:%d", o.base_port + (int)(o.servers * 8));
     const struct kvcs_client_cfg cc = {
         .uri = o.uri ? o.uri : me, .servers = srv, .nservers = o.servers,
         .replicas = o.replicas, .max_ops = 1024,
-        .attempt_timeout_ns = (uint64_t)(o.attempt_ms * 1e6), .cc_off = true};
+        .attempt_timeout_ns = (uint64_t)(o.attempt_ms * 1e6), .cc_off = true,
+        .psk = psk, .no_loc_cache = o.no_loc_cache};
     bench_note(cli.csv, "kvcs: %u servers (%s, ...), %u replicas, %u keys; servers sleep once "
                "idle %.0f us, the client polls", o.servers, srv[0], o.replicas, o.keys,
                o.idle_wait_us);

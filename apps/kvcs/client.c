@@ -137,25 +137,33 @@ void kvcs__free_tries(struct kvcs_client *c)
         try_free(c, c->tries);
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
 static void rtt_sample(struct rtt *e, uint64_t ns)
 {
-    if (!e->srtt) {
-        e->srtt = ns;
-        e->var = ns / 2;
+    e->ring[e->n++ % RTT_RING] = ns < UINT32_MAX ? (uint32_t)ns : UINT32_MAX;
+    if (e->n % RTT_EVERY)
         return;
-    }
-    const int64_t err = (int64_t)ns - (int64_t)e->srtt;
-    e->var = (uint64_t)((int64_t)e->var + ((err < 0 ? -err : err) - (int64_t)e->var) / 4);
-    e->srtt = (uint64_t)((int64_t)e->srtt + err / 8);
+    uint32_t v[RTT_RING];
+    const uint32_t m = e->n < RTT_RING ? e->n : RTT_RING;
+    memcpy(v, e->ring, m * sizeof *v);
+    qsort(v, m, sizeof *v, cmp_u32);
+    e->p95 = v[(m * 95 + 99) / 100 - 1];
 }
 
 /* How long a try at s may take before the GET asks the next replica too:
- * srtt + 4 rttvar of the method's tries there (TCP's RTO), at least
- * HEDGE_MIN_NS, at most half the attempt timeout. */
+ * the 95th percentile of the method's answered tries there lately (so
+ * about one GET in 20 is hedged while no replica stalls, as in Dean and
+ * Barroso's hedged requests), at least HEDGE_MIN_NS, at most half the
+ * attempt timeout. */
 static uint64_t hedge_ns(const struct kvcs_client *c, const struct server *s, bool read)
 {
     const struct rtt *e = &s->rtt[read];
-    uint64_t ns = e->srtt ? e->srtt + 4 * e->var : HEDGE_FIRST_NS;
+    uint64_t ns = e->p95 ? e->p95 : HEDGE_FIRST_NS;
     if (ns < HEDGE_MIN_NS)
         ns = HEDGE_MIN_NS;
     return ns < c->cfg.attempt_timeout_ns / 2 ? ns : c->cfg.attempt_timeout_ns / 2;
@@ -542,7 +550,11 @@ void kvcs_client_set_method(struct kvcs_client *c, enum kvcs_method m)
 void kvcs_client_get_stats(const struct kvcs_client *c,
                            struct kvcs_client_stats *out)
 {
+    struct kv_reader_stats rs;
+    kv_reader_get_stats(c->reader, &rs);
     *out = c->stats;
+    out->one_read = rs.cache_hits;
+    out->stale_locs = rs.cache_stale;
 }
 
 int kvcs_op_info(const struct kvcs_client *c, struct kvcs_op_info *out)

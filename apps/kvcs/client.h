@@ -52,10 +52,15 @@ struct op {
     struct op *next_done;
 };
 
-/* Round trips of answered tries to one server by one method: TCP's
- * smoothed mean and mean deviation (RFC 6298 gains); 0 before a sample. */
+/* Round trips of the last RTT_RING answered tries to one server by one
+ * method, and their 95th percentile (0 before RTT_EVERY samples),
+ * recomputed every RTT_EVERY samples. */
+#define RTT_RING 64
+#define RTT_EVERY 16
 struct rtt {
-    uint64_t srtt, var;
+    uint32_t ring[RTT_RING]; /* ns, at most 4 s */
+    uint32_t n;
+    uint32_t p95;
 };
 
 struct server {

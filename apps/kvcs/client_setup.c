@@ -224,7 +224,8 @@ static int endpoint_up(struct kvcs_client *c)
                                       .transfers = (uint32_t)gets, .cc_off = true,
                                       .op_timeout_ns = cfg->attempt_timeout_ns,
                                       .dispatch_timeout_ns = cfg->attempt_timeout_ns};
-    int rc = erma_nexus_create(NULL, &c->nx);
+    const struct erma_nexus_cfg ncfg = {.psk = cfg->psk};
+    int rc = erma_nexus_create(&ncfg, &c->nx);
     if (rc == ERMA_OK)
         rc = erma_endpoint_create(cfg->uri, 0, NULL, &c->ep);
     if (rc == ERMA_OK)
@@ -233,6 +234,8 @@ static int endpoint_up(struct kvcs_client *c)
         rc = erma_rma_create(c->ep, &mcfg, &c->rma);
     if (rc == ERMA_OK)
         rc = kv_reader_create(c->rma, (uint32_t)gets, 0, &c->reader);
+    if (rc == ERMA_OK && !cfg->no_loc_cache)
+        rc = kv_reader_cache(c->reader, cfg->loc_cache ? cfg->loc_cache : 65536);
     return rc;
 }
 

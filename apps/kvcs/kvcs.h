@@ -37,11 +37,11 @@
  *   bounded); an RPC try still unanswered at its deadline, e.g. waiting
  *   behind others for one of its session's ERMA_SESSION_SLOTS, is given up
  *   as ERMA_ETIMEDOUT (its request completes later, to no op). A GET try
- *   is also hedged: once it has taken longer than srtt + 4 rttvar of the
- *   answered tries by its method at its replica (TCP's retransmission
- *   timeout; at least 100 us, 1 ms before the first answer, at most half
- *   the attempt timeout), the GET tries the next replica too, and the first
- *   answer wins (stats.hedges). So a replica that stalls (a descheduled or
+ *   is also hedged: once it has taken longer than the 95th percentile of
+ *   the last 64 answered tries by its method at its replica (at least
+ *   100 us, 1 ms before 16 answers, at most half the attempt timeout), the
+ *   GET tries the next replica too, and the first answer wins
+ *   (stats.hedges): about one GET in 20 while no replica stalls. So a replica that stalls (a descheduled or
  *   overloaded server) or dies makes a GET slower by about one round trip
  *   to it, not a failure, and it is not marked down for being slow: only a
  *   try's failure marks it down (below), also a try whose op had finished
@@ -58,7 +58,8 @@
  *   GET  tries the key's replicas in ring order, one at a time unless a
  *        try is hedged (above), by the method in force when it starts:
  *        KVCS_RPC (a kv GET request) or KVCS_READ (kv_rget: bucket, then
- *        item, torn reads read again). A replica marked down is skipped
+ *        item, torn reads read again; the item alone, one round trip, where
+ *        the location cache knows where the key's item was found before). A replica marked down is skipped
  *        while some untried replica is not down. A try that fails at the
  *        transport level (ERMA_ETIMEDOUT, ERMA_EPEERFAILED, ERMA_ESESSRESET,
  *        ERMA_ECANCELLED, ERMA_EREFUSED, ERMA_ENACK, ERMA_EDISPATCH, and for
@@ -160,6 +161,9 @@ struct kvcs_server_cfg {
     uint64_t idle_wait_ns; /* spin this long once idle, then sleep until a packet
                               (endpoint cfg.idle_wait_ns); 0: its default, 50 us */
     bool busy_poll;        /* never sleep: a core per server, the lowest latency */
+    const uint8_t *psk;    /* ERMA_PSK_BYTES: secure RPC sessions (erma_nexus_cfg.psk);
+                              clients need the same key. One-sided GETs are
+                              sealed either way (erma/rma.h) */
 };
 
 struct kvcs_server;
@@ -194,6 +198,11 @@ struct kvcs_client_cfg {
     bool cc_off;                     /* RPC sessions unpaced (rpc cfg.cc.off): on a
                                         busy host Timely takes scheduling delays for
                                         congestion and slows RPCs several times */
+    const uint8_t *psk;              /* the servers' key: secure RPC sessions */
+    uint32_t loc_cache;              /* one-sided GETs: entries of the reader's
+                                        location cache (kv_reader_cache), default
+                                        65536; with no_loc_cache, none */
+    bool no_loc_cache;
 };
 
 typedef void (*kvcs_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
@@ -224,6 +233,8 @@ void kvcs_client_set_method(struct kvcs_client *c, enum kvcs_method m);
 struct kvcs_client_stats {
     uint64_t gets, puts, dels, failovers, failed, read_gets, rpc_gets;
     uint64_t skipped, hedges;
+    uint64_t one_read, stale_locs; /* one-sided GETs: kv_reader_stats cache_hits,
+                                      cache_stale */
 };
 void kvcs_client_get_stats(const struct kvcs_client *c,
                            struct kvcs_client_stats *out);

@@ -18,7 +18,8 @@ struct kvcs_server {
 
 static int server_up(struct kvcs_server *s, const struct kvcs_server_cfg *cfg)
 {
-    const struct erma_nexus_cfg ncfg = {.workers = cfg->workers ? cfg->workers : 1};
+    const struct erma_nexus_cfg ncfg = {.workers = cfg->workers ? cfg->workers : 1,
+                                        .psk = cfg->psk};
     int rc = kv_create(cfg->buckets ? cfg->buckets : 1u << 16,
                        cfg->log_bytes ? cfg->log_bytes : 64u << 20, &s->kv);
     if (rc == ERMA_OK)
