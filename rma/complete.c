@@ -18,8 +18,10 @@ void erma__portal_finish(struct erma_rma *rma, struct slot *s, int status)
     struct rma_portal *p = rma->portal;
     const int32_t i = (int32_t)(s - p->slots);
     const bool unsent = s->state == SLOT_QUEUED || s->state == SLOT_FENCED;
-    if (s->state == SLOT_QUEUED)
+    if (s->state == SLOT_QUEUED) {
         erma__list_remove(&p->queued[s->prio], p->slots, i);
+        p->nqueued--;
+    }
     else if (s->state == SLOT_FENCED)
         erma__list_remove(&p->fenced, p->slots, i);
     else

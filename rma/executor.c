@@ -264,6 +264,8 @@ int erma__exec_poll(struct erma_rma *rma)
     unsigned present = 0; /* priorities with an active transfer */
     for (uint32_t id = 0; id < nx; id++)
         present |= e->xfers[id].state == XFER_ACTIVE ? 1u << e->xfers[id].prio : 0;
+    if (!present)
+        return work;
     /* Priorities in order. Within one, each chunk goes to the transfer
      * whose flow (destination and direction) has the lowest rate, among
      * equals (within half an op per RTT) the one served longest ago: the

@@ -106,6 +106,7 @@ struct slot *erma__fence_settle(struct erma_rma *rma)
         s->state = SLOT_QUEUED;
         s->queued_ns = rma->ep->now;
         erma__list_push(&p->queued[s->prio], p->slots, i);
+        p->nqueued++;
     }
     return NULL;
 }

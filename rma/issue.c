@@ -85,6 +85,7 @@ static void issue(struct erma_rma *rma, struct slot *s)
     struct rma_portal *p = rma->portal;
     const int32_t i = (int32_t)(s - p->slots);
     erma__list_remove(&p->queued[s->prio], p->slots, i);
+    p->nqueued--;
     s->init_ctr = rma->ctr + 1; /* the request's own nonce counter */
     s->path = erma__path_pick(rma, s->peer);
     uint64_t timeout = erma__peer_op_timeout(rma, s->peer, s->op);
@@ -110,7 +111,7 @@ static void issue(struct erma_rma *rma, struct slot *s)
 int erma__portal_issue(struct erma_rma *rma, int work)
 {
     struct rma_portal *p = rma->portal;
-    for (int q = 0; q < ERMA_RMA_PRIORITIES; q++)
+    for (int q = 0; q < ERMA_RMA_PRIORITIES && p->nqueued; q++)
         for (int32_t h; (h = p->queued[q].head) >= 0 && work < 2 * ERMA_MAX_BURST; work++) {
             const uint64_t at = issue_at(rma, &p->slots[h]);
             if (at == UINT64_MAX)
@@ -158,7 +159,7 @@ int erma__portal_poll(struct erma_rma *rma, bool rx_full)
     struct rma_portal *p = rma->portal;
     int work = 0;
     const uint64_t now = rma->ep->now;
-    for (int q = 0; q < ERMA_RMA_PRIORITIES; q++)
+    for (int q = 0; q < ERMA_RMA_PRIORITIES && p->nqueued; q++)
         for (int32_t h; (h = p->queued[q].head) >= 0 &&
                         now - p->slots[h].queued_ns >= rma->cfg.dispatch_timeout_ns;
              work++)
@@ -176,7 +177,7 @@ uint64_t erma__portal_next_timer(const struct erma_rma *rma)
     const struct rma_portal *p = rma->portal;
     uint64_t t = UINT64_MAX;
     bool blocked = false; /* as erma__portal_issue: nothing after it issues */
-    for (int q = 0; q < ERMA_RMA_PRIORITIES; q++) {
+    for (int q = 0; q < ERMA_RMA_PRIORITIES && p->nqueued; q++) {
         const int32_t h = p->queued[q].head;
         if (h < 0)
             continue;

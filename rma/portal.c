@@ -75,10 +75,12 @@ static int submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool chunk
                        .submit_ns = now, .queued_ns = now, .due_ns = due, .fence = c->fence,
                        .fence_wait = wait,
                        .wseq = c->op == ERMA_RMA_WRITE && !chunk ? erma__fence_number(rma) : 0};
-    if (wait)
+    if (wait) {
         erma__fence_hold(rma, i);
-    else
+    } else {
         erma__list_push(&p->queued[c->priority], p->slots, i);
+        p->nqueued++;
+    }
     if (s->op == ERMA_RMA_READ)
         p->queued_in += s->len;
     rma->stats.submitted++;

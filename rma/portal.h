@@ -94,6 +94,7 @@ struct rma_portal {
     int32_t free_slots;
     uint32_t nfree;             /* slots on the free list */
     struct list queued[ERMA_RMA_PRIORITIES];
+    uint32_t nqueued;           /* slots on the queued lists: none, no loop over them */
     struct list fenced;         /* SLOT_FENCED slots, in submission order */
     uint64_t wseq;              /* WRITE commands and transfers numbered */
     bool fence_settling;

@@ -89,6 +89,8 @@ static void send_status(struct erma_rma *rma, const struct erma_addr *to,
 static void send_tails(struct erma_rma *rma)
 {
     struct rma_target *t = rma->target;
+    if (!t->ntails)
+        return;
     for (uint32_t i = 0; i < t->ntails; i++) {
         struct tail *l = &t->tails[i];
         if (erma__region_find(rma, l->h.region))
