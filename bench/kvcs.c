@@ -34,6 +34,9 @@
  * fails; the client asks the next replica too once a try is slower than
  * that replica's round trips (a hedge, erma/kvcs.h).
  *
+ * --closed: the sweep's one load is one GET at a time (offered 0 in the
+ * rows), for the latency of a lone lookup by each method.
+ *
  * --rounds N repeats the sweep N times, each load by both methods in turn
  * (READ first in odd rounds, RPC first in even ones), and ends with a
  * summary per load: the medians over rounds of the achieved rates and of
@@ -84,6 +87,8 @@ static const char usage[] =
     "  --rounds N         sweep: N rounds, medians of per-round ratios (default 1)\n"
     "  --psk              secure RPC sessions (a shared key; READs are sealed anyway)\n"
     "  --no-loc-cache     one-sided GETs without the location cache (two READs each)\n"
+    "  --closed           sweep: one GET at a time (closed loop) instead of --loads\n"
+    "  --no-hedge         GET tries not hedged (kvcs cfg.no_hedge)\n"
     "  --idle-wait-us U   servers sleep once idle U us (default 20)\n"
     "  --base-port P      forked servers on udp://127.0.0.1:P, P+8, ... (default 42100)\n"
     "  --cpu LIST         CPUs: this process, then the servers in turn (default: none)\n"
@@ -106,7 +111,7 @@ struct opts {
     unsigned servers, replicas, keys, value;
     double seconds, kill_at, load, idle_wait_us, attempt_ms, slow_ms;
     unsigned rounds;
-    bool psk, no_loc_cache;
+    bool psk, no_loc_cache, closed, no_hedge;
     const char *loads, *role, *uri, *server_list;
     int base_port;
     enum kvcs_method method;
@@ -457,8 +462,35 @@ static void report_failed(const struct run *r, const char *phase)
     fputs("\n", stderr);
 }
 
-/* One load by one method: GETs for o->seconds, a row, the latencies in *l
- * and the achieved rate in *rate. */
+/* One GET at a time for `seconds`, each on a random key. */
+static void drive_closed(struct run *r, double seconds)
+{
+    struct erma_rand rng;
+    erma_rand_seed(&rng, 7);
+    r->start_ns = erma_now_ns();
+    const uint64_t end = r->start_ns + (uint64_t)(seconds * 1e9);
+    for (uint64_t now = r->start_ns; now < end; now = erma_now_ns()) {
+        if (r->done == r->started) {
+            struct pending *p = malloc(sizeof *p);
+            if (!p)
+                break;
+            *p = (struct pending){r, now, (uint32_t)erma_rand_below(&rng, r->o->keys)};
+            char k[16];
+            key_of(p->key, k);
+            if (kvcs_get(r->c, k, (uint32_t)strlen(k), on_get, p) != ERMA_OK)
+                free(p);
+            else
+                r->started++;
+        }
+        kvcs_client_run_once(r->c);
+    }
+    const uint64_t stop = erma_now_ns() + 2000000000ull;
+    while (r->done < r->started && erma_now_ns() < stop)
+        kvcs_client_run_once(r->c);
+}
+
+/* One load by one method (load 0: closed loop): GETs for o->seconds, a
+ * row, the latencies in *l and the achieved rate in *rate. */
 static int sweep_one(struct run *r, const struct bench_table *t, double load,
                      enum kvcs_method meth, struct bench_lat *l, double *rate)
 {
@@ -467,12 +499,19 @@ static int sweep_one(struct run *r, const struct bench_table *t, double load,
     run_reset(r);
     kvcs_client_set_method(r->c, meth);
     kvcs_client_get_stats(r->c, &a);
-    drive(r, load, o->seconds, 0, 0);
+    if (load > 0)
+        drive(r, load, o->seconds, 0, 0);
+    else
+        drive_closed(r, o->seconds);
     kvcs_client_get_stats(r->c, &b);
     char phase[96];
     snprintf(phase, sizeof phase, "sweep at %.0f GETs/s by %s, %u B values", load,
              method_name(meth), o->value);
     report_failed(r, phase);
+    if (b.failovers != a.failovers)
+        bench_note(false, "kvcs: %s: %llu GET tries moved on from a failed replica, %llu passed "
+                   "one marked down", phase, (unsigned long long)(b.failovers - a.failovers),
+                   (unsigned long long)(b.skipped - a.skipped));
     memset(l, 0, sizeof *l);
     if (r->nlat)
         bench_lat_from_ns(r->lat, r->nlat, l);
@@ -518,7 +557,7 @@ static int sweep(struct run *r, const struct bench_table *t)
     char list[512];
     double loads[MAX_LOADS];
     unsigned nloads = 0;
-    snprintf(list, sizeof list, "%s", o->loads);
+    snprintf(list, sizeof list, "%s", o->closed ? "0" : o->loads);
     for (char *save, *tok = strtok_r(list, ",", &save); tok && nloads < MAX_LOADS;
          tok = strtok_r(NULL, ",", &save))
         loads[nloads++] = atof(tok);
@@ -616,7 +655,8 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"load", 1, 0, 'L'},      {"idle-wait-us", 1, 0, 'i'}, {"attempt-ms", 1, 0, 'a'},
         {"role", 1, 0, 'R'},      {"server", 1, 0, 'S'},       {"uri", 1, 0, 'u'},
         {"slow-ms", 1, 0, 'w'},   {"rounds", 1, 0, 'n'},       {"psk", 0, 0, 'P'},
-        {"no-loc-cache", 0, 0, 'C'}, {0, 0, 0, 0}};
+        {"no-loc-cache", 0, 0, 'C'}, {"closed", 0, 0, 'c'},
+        {"no-hedge", 0, 0, 'H'}, {0, 0, 0, 0}};
     bench_cli_init(cli, "kvcs", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -643,6 +683,8 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'n': o->rounds = (unsigned)bench_cli_u64(cli, optarg); break;
         case 'P': o->psk = true; break;
         case 'C': o->no_loc_cache = true; break;
+        case 'c': o->closed = true; break;
+        case 'H': o->no_hedge = true; break;
         default: bench_cli_fail(cli, NULL);
         }
     }
@@ -740,7 +782,7 @@ int main(int argc, char **argv)
         .uri = o.uri ? o.uri : me, .servers = srv, .nservers = o.servers,
         .replicas = o.replicas, .max_ops = 1024,
         .attempt_timeout_ns = (uint64_t)(o.attempt_ms * 1e6), .cc_off = true,
-        .psk = psk, .no_loc_cache = o.no_loc_cache};
+        .psk = psk, .no_loc_cache = o.no_loc_cache, .no_hedge = o.no_hedge};
     bench_note(cli.csv, "kvcs: %u servers (%s, ...), %u replicas, %u keys; servers sleep once "
                "idle %.0f us, the client polls", o.servers, srv[0], o.replicas, o.keys,
                o.idle_wait_us);

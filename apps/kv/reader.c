@@ -35,7 +35,8 @@ struct kv_reader {
     struct erma_rma *rma;
     struct get *gets;
     uint32_t max_gets, max_tries;
-    struct loc *locs; /* direct-mapped, nlocs a power of two; NULL: no cache */
+    uint32_t *free, nfree; /* gets not live, a stack */
+    struct loc *locs; /* pairs (loc_of), nlocs a power of two; NULL: no cache */
     uint32_t nlocs;
     struct kv_reader_stats stats;
 };
@@ -46,10 +47,15 @@ int kv_reader_create(struct erma_rma *rma, uint32_t max_gets, uint32_t max_tries
     if (!rma || !out || max_gets == 0 || max_gets > 65536)
         return ERMA_EINVAL;
     struct kv_reader *r = calloc(1, sizeof *r);
-    if (!r || !(r->gets = calloc(max_gets, sizeof *r->gets))) {
+    if (!r || !(r->gets = calloc(max_gets, sizeof *r->gets)) ||
+        !(r->free = malloc(max_gets * sizeof *r->free))) {
+        if (r)
+            free(r->gets);
         free(r);
         return ERMA_ENOMEM;
     }
+    for (uint32_t i = 0; i < max_gets; i++)
+        r->free[r->nfree++] = max_gets - 1 - i;
     r->rma = rma;
     r->max_gets = max_gets;
     r->max_tries = max_tries ? max_tries : 16;
@@ -64,6 +70,7 @@ void kv_reader_destroy(struct kv_reader *r)
     for (uint32_t i = 0; i < r->max_gets; i++)
         free(r->gets[i].item);
     free(r->gets);
+    free(r->free);
     free(r->locs);
     free(r);
 }
@@ -80,7 +87,7 @@ int kv_reader_cache(struct kv_reader *r, uint32_t entries)
     r->nlocs = 0;
     if (!entries)
         return ERMA_OK;
-    uint32_t n = 1;
+    uint32_t n = 2;
     while (n < entries)
         n <<= 1;
     if (!(r->locs = calloc(n, sizeof *r->locs)))
@@ -102,9 +109,14 @@ static uint64_t loc_tag(const struct kv_remote *rm, const void *key, uint32_t kl
     return h | 1;
 }
 
+/* Two-way: a tag's entry is one of the pair at its index (its own when
+ * it is there, else the one to fill: empty, or chosen by a tag bit). */
 static struct loc *loc_of(const struct kv_reader *r, uint64_t tag)
 {
-    return &r->locs[(tag ^ tag >> 32) & (r->nlocs - 1)];
+    struct loc *l = &r->locs[(tag ^ tag >> 32) & (r->nlocs - 2)];
+    if (l[0].tag == tag || (l[1].tag != tag && (l[0].tag == 0 || (l[1].tag && tag & 2))))
+        return &l[0];
+    return &l[1];
 }
 
 void kv_reader_get_stats(const struct kv_reader *r, struct kv_reader_stats *out)
@@ -146,9 +158,12 @@ static int read_ref(struct kv_reader *r, struct get *g)
     return ref->len > KV_MAX_ITEM ? ERMA_EBADPKT : read_into(r, g, ref->off, g->item, ref->len);
 }
 
-static void finish(struct get *g, int status, const uint8_t *val, uint32_t vlen)
+/* The get is free again before its callback, which may start another. */
+static void finish(struct kv_reader *r, struct get *g, int status, const uint8_t *val,
+                   uint32_t vlen)
 {
     g->live = false;
+    r->free[r->nfree++] = (uint32_t)(g - r->gets);
     g->cb(g->tag, status, val, vlen);
 }
 
@@ -159,34 +174,32 @@ int kv_rget(struct kv_reader *r, const struct kv_remote *remote,
         return ERMA_EINVAL;
     if (klen > MAX_KEY)
         return ERMA_E2BIG;
-    for (uint32_t i = 0; i < r->max_gets; i++) {
-        struct get *g = &r->gets[i];
-        if (g->live)
-            continue;
-        if (!g->item && !(g->item = malloc(KV_MAX_ITEM)))
-            return ERMA_ENOMEM;
-        g->remote = *remote;
-        memcpy(g->key, key, klen);
-        g->klen = klen;
-        g->cb = cb;
-        g->tag = tag;
-        g->tries = 0;
-        g->loc = r->locs ? loc_tag(remote, key, klen) : 0;
-        const struct loc *l = g->loc ? loc_of(r, g->loc) : NULL;
-        g->cached = l && l->tag == g->loc;
-        if (g->cached) {
-            g->refs[0] = l->ref;
-            g->nrefs = 1;
-            g->ref = 0;
-        }
-        const int rc = g->cached ? read_ref(r, g) : read_bucket(r, g);
-        if (rc == ERMA_OK) {
-            g->live = true;
-            r->stats.gets++;
-        }
-        return rc;
+    if (r->nfree == 0)
+        return ERMA_ENOSLOTS;
+    struct get *g = &r->gets[r->free[r->nfree - 1]];
+    if (!g->item && !(g->item = malloc(KV_MAX_ITEM)))
+        return ERMA_ENOMEM;
+    g->remote = *remote;
+    memcpy(g->key, key, klen);
+    g->klen = klen;
+    g->cb = cb;
+    g->tag = tag;
+    g->tries = 0;
+    g->loc = r->locs ? loc_tag(remote, key, klen) : 0;
+    const struct loc *l = g->loc ? loc_of(r, g->loc) : NULL;
+    g->cached = l && l->tag == g->loc;
+    if (g->cached) {
+        g->refs[0] = l->ref;
+        g->nrefs = 1;
+        g->ref = 0;
     }
-    return ERMA_ENOSLOTS;
+    const int rc = g->cached ? read_ref(r, g) : read_bucket(r, g);
+    if (rc != ERMA_OK)
+        return rc;
+    g->live = true;
+    r->nfree--;
+    r->stats.gets++;
+    return ERMA_OK;
 }
 
 /* The bucket or item changed under us: start again from the bucket. */
@@ -195,19 +208,19 @@ static void retry(struct kv_reader *r, struct get *g)
     r->stats.retries++;
     int rc = ++g->tries >= r->max_tries ? ERMA_EAGAIN : read_bucket(r, g);
     if (rc != ERMA_OK)
-        finish(g, rc, NULL, 0);
+        finish(r, g, rc, NULL, 0);
 }
 
 /* Reads candidate item g->ref, or ends the GET when none is left. */
 static void next_item(struct kv_reader *r, struct get *g)
 {
     if (g->ref >= g->nrefs) {
-        finish(g, ERMA_ENOENT, NULL, 0);
+        finish(r, g, ERMA_ENOENT, NULL, 0);
         return;
     }
     const int rc = read_ref(r, g);
     if (rc != ERMA_OK)
-        finish(g, rc, NULL, 0);
+        finish(r, g, rc, NULL, 0);
 }
 
 /* A GET that found its item: the cache keeps where. */
@@ -240,14 +253,14 @@ static void advance(struct kv_reader *r, struct get *g)
     const int rc = kv_item_check(g->item, &g->refs[g->ref], g->key, g->klen, &val, &vlen);
     if (rc == ERMA_OK) {
         remember(r, g);
-        finish(g, ERMA_OK, val, vlen);
+        finish(r, g, ERMA_OK, val, vlen);
     } else if (g->cached) { /* moved, deleted, dropped or torn: ask the bucket */
         g->cached = false;
         r->stats.cache_stale++;
         loc_of(r, g->loc)->tag = 0;
         const int brc = read_bucket(r, g);
         if (brc != ERMA_OK)
-            finish(g, brc, NULL, 0);
+            finish(r, g, brc, NULL, 0);
     } else if (rc == ERMA_EAGAIN) {
         retry(r, g);
     } else {
@@ -266,7 +279,7 @@ int kv_reader_poll(struct kv_reader *r)
             continue; /* not ours */
         struct get *g = &r->gets[c[i].tag];
         if (c[i].status != ERMA_OK)
-            finish(g, c[i].status, NULL, 0);
+            finish(r, g, c[i].status, NULL, 0);
         else
             advance(r, g);
         done += !g->live;

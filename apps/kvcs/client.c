@@ -16,7 +16,8 @@
 #define PASSED_DOWN 2
 #define HEDGE_MIN_NS 100000ull   /* no hedge sooner than this after a try */
 #define HEDGE_FIRST_NS 1000000ull /* before a round trip was measured */
-#define CHECK_NS 20000ull         /* how often tries' timers are looked at */
+#define CHECK_NS 20000ull         /* how often tries' timers are looked at, */
+#define CHECK_PER_TRY_NS 100ull   /* and later by this per try walked: the walk's cost bounded */
 
 /* ---- finishing ops ---- */
 
@@ -137,10 +138,20 @@ void kvcs__free_tries(struct kvcs_client *c)
         try_free(c, c->tries);
 }
 
-static int cmp_u32(const void *a, const void *b)
+/* The k-th largest of v[0..m), k <= 4: one pass keeping the top k. */
+static uint32_t kth_largest(const uint32_t *v, uint32_t m, uint32_t k)
 {
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
+    uint32_t top[4] = {0}; /* descending */
+    for (uint32_t i = 0; i < m; i++) {
+        uint32_t x = v[i];
+        for (uint32_t j = 0; j < k; j++)
+            if (x > top[j]) {
+                const uint32_t y = top[j];
+                top[j] = x;
+                x = y;
+            }
+    }
+    return top[k - 1];
 }
 
 static void rtt_sample(struct rtt *e, uint64_t ns)
@@ -148,11 +159,8 @@ static void rtt_sample(struct rtt *e, uint64_t ns)
     e->ring[e->n++ % RTT_RING] = ns < UINT32_MAX ? (uint32_t)ns : UINT32_MAX;
     if (e->n % RTT_EVERY)
         return;
-    uint32_t v[RTT_RING];
     const uint32_t m = e->n < RTT_RING ? e->n : RTT_RING;
-    memcpy(v, e->ring, m * sizeof *v);
-    qsort(v, m, sizeof *v, cmp_u32);
-    e->p95 = v[(m * 95 + 99) / 100 - 1];
+    e->p95 = kth_largest(e->ring, m, m - ((m * 95 + 99) / 100 - 1)); /* 4th of 64 */
 }
 
 /* How long a try at s may take before the GET asks the next replica too:
@@ -178,8 +186,11 @@ static void try_end(struct kvcs_client *c, struct try *t, int status, const uint
                     uint32_t vlen)
 {
     struct op *op = t->op;
+    struct server *s = &c->srv[t->server];
+    if (!kvcs__transport_failure(status))
+        s->heard_ns = erma_now_ns();
     if (status == ERMA_OK || status == ERMA_ENOENT)
-        rtt_sample(&c->srv[t->server].rtt[t->read], erma_now_ns() - t->start);
+        rtt_sample(&s->rtt[t->read], s->heard_ns - t->start);
     if (!op) {
         if (kvcs__transport_failure(status))
             kvcs__mark_down(c, t->server, status);
@@ -375,17 +386,28 @@ static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int sta
 }
 
 /* The timers of the tries in flight. A GET try slower than its replica's
- * round trips (hedge_at) is joined by a try at the next replica; both stay
- * in flight and the first answer wins, so a replica that stalls (a
- * descheduled server) costs a GET about one round trip more, not a
- * failure. An RPC try past its deadline (it may wait behind others for one
+ * round trips (hedge_at) at a replica silent as long is joined by a try at
+ * the next replica; both stay in flight and the first answer wins, so a
+ * replica that stalls (a descheduled server) costs a GET about one round
+ * trip more, not a failure, and a busy one gets no more load. An RPC try past its deadline (it may wait behind others for one
  * of its session's slots, where the request timeout does not run yet)
  * fails as timed out; its request completes later, to no op. Tries started
- * here are put at the list's head, behind the walk. */
-static void check_tries(struct kvcs_client *c, uint64_t now)
+ * here are put at the list's head, behind the walk. Returns the tries
+ * walked. */
+/* A try's server has answered nothing for a hedge period: it stalls (or
+ * died), rather than being busy with others' requests, where a hedge
+ * would only add load. */
+static bool silent(const struct kvcs_client *c, const struct try *t, uint64_t now)
+{
+    const struct server *s = &c->srv[t->server];
+    return now - s->heard_ns >= t->hedge_at - t->start;
+}
+
+static uint32_t check_tries(struct kvcs_client *c, uint64_t now)
 {
     struct try *next;
-    for (struct try *t = c->tries; t; t = next) {
+    uint32_t n = 0;
+    for (struct try *t = c->tries; t; t = next, n++) {
         next = t->next;
         struct op *op = t->op;
         if (!op)
@@ -395,13 +417,15 @@ static void check_tries(struct kvcs_client *c, uint64_t now)
             op->tries[t->pos] = NULL;
             op->inflight--;
             try_done(c, op, t->pos, ERMA_ETIMEDOUT, NULL, 0);
-        } else if (op->kind == GET && !t->hedged && now >= t->hedge_at) {
+        } else if (op->kind == GET && !t->hedged && now >= t->hedge_at && !c->cfg.no_hedge &&
+                   silent(c, t, now)) {
             t->hedged = true;
             const uint32_t before = op->inflight;
             get_next(c, op);
             c->stats.hedges += op->live && op->inflight > before;
         }
     }
+    return n;
 }
 
 /* ---- starting ops ---- */
@@ -529,10 +553,8 @@ int kvcs_client_run_once(struct kvcs_client *c)
     for (int i = 0; i < 4 && kv_reader_poll(c->reader) > 0; i++)
         ;
     const uint64_t now = erma_now_ns();
-    if (c->tries && now >= c->next_check) {
-        c->next_check = now + CHECK_NS;
-        check_tries(c, now);
-    }
+    if (c->tries && now >= c->next_check)
+        c->next_check = now + CHECK_NS + check_tries(c, now) * CHECK_PER_TRY_NS;
     if (now >= c->next_probe) {
         c->next_probe = now + c->probe_tick;
         kvcs__probe_servers(c, now);

@@ -74,6 +74,7 @@ struct server {
     int down_err;  /* the failure that marked it down, or its last probe's */
     int region_rc; /* 1 asked, 0 known, < 0 to ask again */
     struct rtt rtt[2]; /* [0] RPC tries, [1] one-sided GETs */
+    uint64_t heard_ns; /* its last answer to a try (not a transport failure) */
     struct erma_msgbuf req, resp;
 };
 

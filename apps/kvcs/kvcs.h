@@ -39,9 +39,11 @@
  *   as ERMA_ETIMEDOUT (its request completes later, to no op). A GET try
  *   is also hedged: once it has taken longer than the 95th percentile of
  *   the last 64 answered tries by its method at its replica (at least
- *   100 us, 1 ms before 16 answers, at most half the attempt timeout), the
+ *   100 us, 1 ms before 16 answers, at most half the attempt timeout) and
+ *   that replica has answered nothing for as long (it stalls or died; one
+ *   busy answering others is not hedged, which would only add load), the
  *   GET tries the next replica too, and the first answer wins
- *   (stats.hedges): about one GET in 20 while no replica stalls. So a replica that stalls (a descheduled or
+ *   (stats.hedges). So a replica that stalls (a descheduled or
  *   overloaded server) or dies makes a GET slower by about one round trip
  *   to it, not a failure, and it is not marked down for being slow: only a
  *   try's failure marks it down (below), also a try whose op had finished
@@ -203,6 +205,7 @@ struct kvcs_client_cfg {
                                         location cache (kv_reader_cache), default
                                         65536; with no_loc_cache, none */
     bool no_loc_cache;
+    bool no_hedge;                   /* GET tries not hedged (for comparison) */
 };
 
 typedef void (*kvcs_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
