@@ -163,11 +163,10 @@ static void rtt_sample(struct rtt *e, uint64_t ns)
     e->p95 = kth_largest(e->ring, m, m - ((m * 95 + 99) / 100 - 1)); /* 4th of 64 */
 }
 
-/* How long a try at s may take before the GET asks the next replica too:
- * the 95th percentile of the method's answered tries there lately (so
- * about one GET in 20 is hedged while no replica stalls, as in Dean and
- * Barroso's hedged requests), at least HEDGE_MIN_NS, at most half the
- * attempt timeout. */
+/* How long a try at s may take before the GET may ask the next replica
+ * too (if s is silent as long: check_tries): the 95th percentile of the
+ * method's answered tries there lately (Dean and Barroso's hedged
+ * requests), at least HEDGE_MIN_NS, at most half the attempt timeout. */
 static uint64_t hedge_ns(const struct kvcs_client *c, const struct server *s, bool read)
 {
     const struct rtt *e = &s->rtt[read];
