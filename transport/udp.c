@@ -195,7 +195,10 @@ static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
     size_buffer(u->fd, SO_RCVBUFFORCE, SO_RCVBUF, ring_bytes);
     size_buffer(u->fd, SO_SNDBUFFORCE, SO_SNDBUF, ring_bytes);
     if (bind(u->fd, sa, u->base.local.len) != 0) {
-        ERMA_WARN("udp: cannot bind %s: %s", rest, strerror(errno));
+        const int e = errno;
+        ERMA_WARN("udp: cannot bind %s: %s", rest, strerror(e));
+        if (e == EADDRINUSE || e == EADDRNOTAVAIL) /* a port taken, an address not ours */
+            rc = ERMA_EADDR;
         goto fail;
     }
     socklen_t len = sizeof u->base.local.raw;

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "erma/clock.h"
+#include "erma/endpoint.h"
 #include "erma/errors.h"
 #include "erma/sdk/transport_driver.h"
 #include "udp_rx.h"
@@ -179,17 +180,36 @@ static void test_bad_uris(void **state)
     assert_true(erma_transport_available("udp"));
     assert_true(erma_transport_available("sim"));
     assert_false(erma_transport_available("carrier-pigeon"));
-    /* a port in use */
+    /* a port in use: the address is the cause, not the system call */
     struct erma_transport *a;
     assert_int_equal(erma_transport_open("udp://127.0.0.1:0", NULL, &a), ERMA_OK);
     char uri[64];
     assert_int_equal(erma_transport_addr_str(a, &a->local, uri, sizeof uri), ERMA_OK);
-    assert_int_equal(erma_transport_open(uri, NULL, &t), ERMA_ESYS);
+    assert_int_equal(erma_transport_open(uri, NULL, &t), ERMA_EADDR);
     struct erma_addr x;
     assert_int_equal(erma_transport_resolve(a, "sim://f/0:1", &x), ERMA_EADDR);
     char tiny[8];
     assert_int_equal(erma_transport_addr_str(a, &a->local, tiny, sizeof tiny), ERMA_EINVAL);
     erma_transport_close(a);
+}
+
+/* endpoint.h's promise: an endpoint on a UDP port in use fails with
+ * ERMA_EADDR, alone and as a virtual path of a fixed port. */
+static void test_endpoint_port_taken(void **state)
+{
+    (void)state;
+    struct erma_endpoint *a, *b;
+    assert_int_equal(erma_endpoint_create("udp://127.0.0.1:0", 0, NULL, &a), ERMA_OK);
+    char uri[64];
+    assert_int_equal(erma_endpoint_uri(a, uri, sizeof uri), ERMA_OK);
+    assert_int_equal(erma_endpoint_create(uri, 0, NULL, &b), ERMA_EADDR);
+    /* a's port is the second path of the endpoint on the port below it */
+    const char *colon = strrchr(uri, ':');
+    char below[64];
+    snprintf(below, sizeof below, "udp://127.0.0.1:%d", atoi(colon + 1) - 1);
+    const struct erma_endpoint_cfg two = {.paths = 2};
+    assert_int_equal(erma_endpoint_create(below, 0, &two, &b), ERMA_EADDR);
+    erma_endpoint_destroy(a);
 }
 
 static void test_jumbo_and_loss_injection(void **state)
@@ -230,6 +250,7 @@ int main(void)
         cmocka_unit_test(test_exchange_v4),
         cmocka_unit_test(test_exchange_v6),
         cmocka_unit_test(test_bad_uris),
+        cmocka_unit_test(test_endpoint_port_taken),
         cmocka_unit_test(test_jumbo_and_loss_injection),
         cmocka_unit_test(test_receive_stamps),
     };
