@@ -24,6 +24,7 @@ static const char *const messages[] = {
     [-ERMA_EBOUNDS] = "out of bounds",
     [-ERMA_EPERM] = "permission denied",
     [-ERMA_ENOBUFS] = "receiver's message memory budget exhausted",
+    [-ERMA_ENOHANDLER] = "no handler for the request type",
 };
 
 const char *erma_strerror(int err)

@@ -22,10 +22,14 @@
 
 /* ---- the nexus (nexus.c) ---- */
 
+/* Registered at any time, from any thread, while loops read it: the
+ * registration that claims a type writes ctx and mode, then publishes fn
+ * (release); a loop that reads fn (acquire) sees them. */
 struct handler {
-    erma_handler_fn fn;
+    _Atomic(erma_handler_fn) fn;
     void *ctx;
     enum erma_handler_mode mode;
+    _Atomic bool claimed;
 };
 
 struct worker {
@@ -41,6 +45,7 @@ struct worker {
 
 struct erma_nexus {
     struct handler handlers[256];
+    _Atomic uint64_t unhandled_logged[4]; /* a bit per request type, logged once */
     struct worker *workers;
     unsigned nworkers;
     _Atomic unsigned next_worker;

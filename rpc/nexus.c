@@ -49,8 +49,8 @@ static void *worker_main(void *arg)
         if (!rq)
             continue;
         idle = 0;
-        const struct handler *h = &w->nx->handlers[rq->type];
-        h->fn(rq, h->ctx);
+        struct handler *h = &w->nx->handlers[rq->type];
+        atomic_load_explicit(&h->fn, memory_order_acquire)(rq, h->ctx);
         if (!rq->responded) {
             ERMA_WARN("worker handler for type %u returned without a response; "
                       "sending an empty one", rq->type);
@@ -133,10 +133,14 @@ void erma_nexus_destroy(struct erma_nexus *nx)
 int erma_handler_register(struct erma_nexus *nx, uint8_t req_type, erma_handler_fn fn,
                           enum erma_handler_mode mode, void *ctx)
 {
-    if (!nx || !fn || nx->handlers[req_type].fn ||
-        (mode == ERMA_WORKER && nx->nworkers == 0) ||
+    if (!nx || !fn || (mode == ERMA_WORKER && nx->nworkers == 0) ||
         (mode != ERMA_WORKER && mode != ERMA_DISPATCH))
         return ERMA_EINVAL;
-    nx->handlers[req_type] = (struct handler){fn, ctx, mode};
+    struct handler *h = &nx->handlers[req_type];
+    if (atomic_exchange(&h->claimed, true))
+        return ERMA_EINVAL;
+    h->ctx = ctx;
+    h->mode = mode;
+    atomic_store_explicit(&h->fn, fn, memory_order_release);
     return ERMA_OK;
 }

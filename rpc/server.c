@@ -180,16 +180,28 @@ static int own_request(struct erma_rpc *rpc, struct erma_req *rq)
     return ERMA_OK;
 }
 
+/* A request of a type with no handler: its client gets ERMA_ENOHANDLER,
+ * and the first of each type on the nexus is logged. */
+static int no_handler(struct erma_rpc *rpc, uint8_t type)
+{
+    const uint64_t bit = 1ull << (type % 64);
+    if (!(atomic_fetch_or(&rpc->nx->unhandled_logged[type / 64], bit) & bit))
+        ERMA_WARN("rpc: no handler for request type %u: its clients get ERMA_ENOHANDLER "
+                  "(logged once per type)", (unsigned)type);
+    return ERMA_ENOHANDLER;
+}
+
 static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl)
 {
     struct erma_req *rq = sl->server.rq;
-    const struct handler *h = &rpc->nx->handlers[rq->type];
+    struct handler *h = &rpc->nx->handlers[rq->type];
+    const erma_handler_fn fn = atomic_load_explicit(&h->fn, memory_order_acquire);
     if (rq->charged)
         recv_done(rpc, rq);
     if (!rq->pre_resp.mem && erma_msgbuf_alloc(rpc, rpc->pkt_data, &rq->pre_resp) != ERMA_OK)
         rq->err = ERMA_ENOMEM;
-    else if (!h->fn)
-        rq->err = ERMA_ENOENT;
+    else if (!fn)
+        rq->err = no_handler(rpc, rq->type);
     else if (h->mode == ERMA_WORKER && own_request(rpc, rq) != ERMA_OK)
         rq->err = ERMA_ENOMEM;
     if (rq->err != ERMA_OK) {
@@ -207,7 +219,7 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
         erma__nexus_to_worker(rpc->nx, rq);
         return;
     }
-    h->fn(rq, h->ctx);
+    fn(rq, h->ctx);
     if (rq->responded)
         return;
     /* Answered later: the handler holds the request and its slot until then;

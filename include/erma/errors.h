@@ -41,7 +41,8 @@ enum erma_err {
     ERMA_EPERM = -21,          /* PERMISSION_DENIED */
     ERMA_ENOBUFS = -22,        /* no room in the receiver's budget for messages
                                   being received (rpc.h, Budgets) */
-    ERMA_ERR_LAST = -23
+    ERMA_ENOHANDLER = -23,     /* the server has no handler for the request type */
+    ERMA_ERR_LAST = -24
 };
 
 /* A static, never-NULL description of err (0 or a negative code). */

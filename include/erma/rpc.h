@@ -258,11 +258,14 @@ int erma_nexus_create(const struct erma_nexus_cfg *cfg, struct erma_nexus **out)
 /* Stops worker threads, wipes the key and frees nx (NULL is ignored).
  * Destroy every erma_rpc of the nexus first. */
 void erma_nexus_destroy(struct erma_nexus *nx);
-/* Registers fn for req_type before the nexus's erma_rpcs are created; fn
- * gets ctx with every request (Calls, server). mode says where it runs:
- * ERMA_DISPATCH in the event loop, ERMA_WORKER on a worker thread.
- * ERMA_EINVAL if the type is taken, fn is NULL, mode is unknown, or
- * workers are needed and cfg.workers is 0. */
+/* Registers fn for req_type; fn gets ctx with every request (Calls,
+ * server). mode says where it runs: ERMA_DISPATCH in the event loop,
+ * ERMA_WORKER on a worker thread. Any time, from any thread, also while
+ * the nexus's rpcs run on other threads: a request of the type that
+ * arrives after the call returned gets fn; one before it got
+ * ERMA_ENOHANDLER. A type is registered once, for the nexus's life.
+ * Returns ERMA_OK; ERMA_EINVAL if the type is taken, nx or fn is NULL,
+ * mode is unknown, or workers are needed and cfg.workers is 0. */
 int erma_handler_register(struct erma_nexus *nx, uint8_t req_type, erma_handler_fn fn,
                           enum erma_handler_mode mode, void *ctx);
 
@@ -358,7 +361,8 @@ int erma_msgbuf_resize(struct erma_msgbuf *mb, size_t size);
  *   ERMA_ENOMEM       no buffer memory for the response
  *   ERMA_ENOBUFS      the server (or this endpoint, for a large response)
  *                     had no room for the message in its budget; try later
- *   ERMA_ENOENT       the server has no handler for the type
+ *   ERMA_ENOHANDLER   the server has no handler for the type (it logs the
+ *                     first such request of each type)
  * resp is grown (reallocated) when the response is larger than its
  * capacity. req and resp belong to erma until cont runs: do not free,
  * resize or reuse them for another request meanwhile.

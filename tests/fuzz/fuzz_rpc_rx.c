@@ -369,8 +369,8 @@ static void standard_requests(void)
     ok = ok && enqueue(ECHO, 3000, 5000, ERMA_OK); /* 3 request packets, 4 response packets */
     ok = ok && enqueue(DEFER, 100, 100, ERMA_OK);  /* held 400 us */
     /* 2 packets, held 200 us */
-    ok = ok && enqueue(WORKER, 2128, 40, W.flags & FLAG_WORKER ? ERMA_OK : ERMA_ENOENT);
-    ok = ok && enqueue(NONE, 16, 16, ERMA_ENOENT); /* REQ_ERROR */
+    ok = ok && enqueue(WORKER, 2128, 40, W.flags & FLAG_WORKER ? ERMA_OK : ERMA_ENOHANDLER);
+    ok = ok && enqueue(NONE, 16, 16, ERMA_ENOHANDLER); /* REQ_ERROR */
     ok = ok && enqueue(ECHO, 0, 0, ERMA_OK);
     FUZZ_CHECK(ok, "the standard requests");
 }

@@ -16,6 +16,7 @@
 #include "erma/sdk/wire.h"
 #include "rpc/internal.h"
 #include "../bench/bench.h"
+#include "log_capture.h"
 #include "rpc_util.h"
 #include "rpc_world.h"
 #include "test_rpc_sim.h"
@@ -238,9 +239,9 @@ void test_deferred_request(void **state)
     assert_int_equal(run_until(&w, &held.done, 1000000000ull), ERMA_OK);
     assert_int_equal(held.status, ERMA_ETIMEDOUT); /* the client gave up; the handler holds it */
     assert_int_equal(deferred_calls, 1);
-    start_call(&w, s, 99, 2, &unknown); /* the same slot, no handler: the ERMA_ENOENT path */
+    start_call(&w, s, 99, 2, &unknown); /* the same slot, no handler: the REQ_ERROR path */
     assert_int_equal(run_until(&w, &unknown.done, 1000000000ull), ERMA_OK);
-    assert_int_equal(unknown.status, ERMA_ENOENT);
+    assert_int_equal(unknown.status, ERMA_ENOHANDLER);
     start_call(&w, s, ECHO, 3, &next);
     assert_int_equal(run_until(&w, &next.done, 1000000000ull), ERMA_OK);
     assert_int_equal(next.status, ERMA_OK);
@@ -265,5 +266,44 @@ void test_deferred_request(void **state)
     const int s2 = connect(&w, 0, 1);
     call_once(&w, 0, s2, ECHO, 50, 50, 5, ERMA_OK);
     assert_int_equal(deferred_calls, 2);
+    world_down(&w);
+}
+
+/* ---- a request type the server has no handler for ---- */
+
+static void call_type(struct world *w, int sess, uint8_t type, uint32_t id, int expect)
+{
+    struct call c;
+    start_call(w, sess, type, id, &c);
+    assert_int_equal(run_until(w, &c.done, 1000000000ull), ERMA_OK);
+    assert_int_equal(c.status, expect);
+    end_call(w, &c);
+}
+
+/* Its client gets a code of its own (not a session's ERMA_ENOENT), the
+ * server warns once per type, naming it, and a handler registered while
+ * the rpcs run (one thread here) serves the next request. */
+void test_unregistered_type(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "unregistered", 2, 0, 0);
+    world_start(&w);
+    const int s = connect(&w, 0, 1);
+    struct log_capture cap;
+    log_capture_start(&cap);
+    call_type(&w, s, 77, 1, ERMA_ENOHANDLER);
+    call_type(&w, s, 77, 2, ERMA_ENOHANDLER);
+    call_type(&w, s, 78, 3, ERMA_ENOHANDLER);
+    char *log = log_capture_end(&cap);
+    assert_int_equal(log_count(log, "erma warn:", "request type 77"), 1);
+    assert_int_equal(log_count(log, "erma warn:", "request type 78"), 1);
+    free(log);
+    assert_int_equal(erma_handler_register(w.nx[1], 77, echo_handler, ERMA_DISPATCH, &w.echo[1]),
+                     ERMA_OK);
+    assert_int_equal(erma_handler_register(w.nx[1], 77, echo_handler, ERMA_DISPATCH, NULL),
+                     ERMA_EINVAL); /* taken */
+    call_once(&w, 0, s, 77, REQ_HDR, 8, 4, ERMA_OK);
+    assert_int_equal(atomic_load(&w.echo[1].calls), 1);
     world_down(&w);
 }

@@ -161,7 +161,7 @@ void test_multipath_errors(void **state)
     }
     for (int k = 0; k < MP_PATHS; k++) {
         assert_int_equal(run_until(&w, &c[k].done, 1000000000ull), ERMA_OK);
-        assert_int_equal(c[k].status, ERMA_ENOENT);
+        assert_int_equal(c[k].status, ERMA_ENOHANDLER);
         erma_msgbuf_free(w.rpc[0], &c[k].req);
         erma_msgbuf_free(w.rpc[0], &c[k].resp);
     }

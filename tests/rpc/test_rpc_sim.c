@@ -62,7 +62,7 @@ static void test_sizes(void **state)
     assert_int_equal(atomic_load(&w.echo[1].bad), 0);
     assert_int_equal(atomic_load(&w.echo[1].calls), id);
     /* an unregistered request type fails with a precise code, not a hang */
-    call_once(&w, 0, s, 77, REQ_HDR, 8, id++, ERMA_ENOENT);
+    call_once(&w, 0, s, 77, REQ_HDR, 8, id++, ERMA_ENOHANDLER);
     /* a message over 8 MiB cannot even be allocated */
     struct erma_msgbuf big;
     assert_int_equal(erma_msgbuf_alloc(w.rpc[0], ERMA_MAX_MSG_SIZE + 1, &big), ERMA_E2BIG);
@@ -288,6 +288,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_request_timeout), cmocka_unit_test(test_inconsistent_sizes),
         cmocka_unit_test(test_session_credits),
         cmocka_unit_test(test_deferred_request),
+        cmocka_unit_test(test_unregistered_type),
         cmocka_unit_test(test_stalled_server),
         cmocka_unit_test(test_connect_flood),
         cmocka_unit_test(test_connect_under_loss),

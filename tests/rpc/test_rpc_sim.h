@@ -19,6 +19,7 @@ void test_peer_failure(void **state);
 void test_disconnect(void **state);
 void test_request_timeout(void **state);
 void test_deferred_request(void **state);
+void test_unregistered_type(void **state);
 
 /* rpc_sim_busy.c */
 void test_stalled_server(void **state);

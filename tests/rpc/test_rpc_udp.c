@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -722,6 +723,77 @@ static void test_virtual_paths(void **state)
     erma_nexus_destroy(nx);
 }
 
+/* ---- a handler registered while the server's loop runs ---- */
+
+#define LATE 6
+
+struct loop_thread {
+    struct erma_endpoint *ep;
+    _Atomic bool stop;
+};
+
+static void *run_loop(void *arg)
+{
+    struct loop_thread *t = arg;
+    while (!atomic_load(&t->stop))
+        erma_endpoint_run(t->ep, 1000000);
+    return NULL;
+}
+
+/* One call, the client's loop run until it completes: its status. */
+static int call_late(struct client *c, uint8_t type, uint32_t id)
+{
+    struct call k = {0};
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, REQ_HDR, &k.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, 64, &k.resp), ERMA_OK);
+    fill_req(&k.req, id, 8);
+    assert_int_equal(erma_rpc_call(c->rpc, c->sess, type, &k.req, &k.resp, on_call, &k),
+                     ERMA_OK);
+    wait_done(c->ep, &k.done, 30000000000ull);
+    assert_int_equal(k.done, 1);
+    erma_msgbuf_free(c->rpc, &k.req);
+    erma_msgbuf_free(c->rpc, &k.resp);
+    return k.status;
+}
+
+/* erma_handler_register() while another thread runs the loop of the
+ * nexus's rpc: a request before it gets ERMA_ENOHANDLER, those after it
+ * the handlers, dispatch and worker (ThreadSanitizer, label threads, checks the hand-over). */
+static void test_register_while_running(void **state)
+{
+    (void)state;
+    struct erma_nexus *nx;
+    struct erma_rpc *rpc;
+    struct loop_thread t = {0};
+    struct echo_stats late = {0};
+    char uri[64];
+    const struct erma_nexus_cfg ncfg = {.workers = 1};
+    assert_int_equal(erma_nexus_create(&ncfg, &nx), ERMA_OK);
+    assert_int_equal(erma_endpoint_create("udp://127.0.0.1:0", 0, NULL, &t.ep), ERMA_OK);
+    assert_int_equal(erma_rpc_create(nx, t.ep, NULL, &rpc), ERMA_OK);
+    assert_int_equal(erma_endpoint_uri(t.ep, uri, sizeof uri), ERMA_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_loop, &t), 0);
+    struct client c;
+    client_up(&c, NULL, NULL);
+    c.sess = erma_session_create(c.rpc, uri, 0);
+    assert_true(c.sess >= 0);
+    assert_int_equal(call_late(&c, LATE, 1), ERMA_ENOHANDLER);
+    assert_int_equal(erma_handler_register(nx, LATE, echo_handler, ERMA_DISPATCH, &late),
+                     ERMA_OK);
+    assert_int_equal(erma_handler_register(nx, LATE + 1, echo_handler, ERMA_WORKER, &late),
+                     ERMA_OK);
+    for (uint32_t id = 2; id < 10; id++) /* in the loop and on a worker */
+        assert_int_equal(call_late(&c, LATE + id % 2, id), ERMA_OK);
+    assert_int_equal(atomic_load(&late.calls), 8);
+    client_down(&c);
+    atomic_store(&t.stop, true);
+    pthread_join(th, NULL);
+    erma_rpc_destroy(rpc);
+    erma_endpoint_destroy(t.ep);
+    erma_nexus_destroy(nx);
+}
+
 /* ---- what a peer can make the server hold ---- */
 
 /* First packets of size-byte requests on every slot of each session. */
@@ -800,6 +872,7 @@ int main(void)
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_port_zero_and_run_until),
         cmocka_unit_test(test_virtual_paths),
+        cmocka_unit_test(test_register_while_running),
         cmocka_unit_test(test_first_packets_udp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
