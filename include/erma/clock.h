@@ -27,8 +27,8 @@ struct erma_clock_source {
 /* The source erma_now_ns() reads; set it with erma_clock_set_source(). */
 extern struct erma_clock_source erma_clock_source;
 
-/* The time now in ns, from the current source: the real clock (TSC or
- * CLOCK_MONOTONIC), or the one erma_clock_set_source() installed. */
+/* Returns the time now in ns, from the current source: the real clock
+ * (TSC or CLOCK_MONOTONIC), or the one erma_clock_set_source() installed. */
 static inline uint64_t erma_now_ns(void)
 {
     return erma_clock_source.fn(erma_clock_source.ctx);
@@ -36,13 +36,15 @@ static inline uint64_t erma_now_ns(void)
 
 /* Makes every later erma_now_ns() return fn(ctx) in this process;
  * erma_clock_set_source(NULL, NULL) restores the real clock. The source is
- * process-wide; change it only while no other thread reads the clock. */
+ * process-wide; change it only while no other thread reads the clock.
+ * Returns nothing. */
 void erma_clock_set_source(erma_clock_fn fn, void *ctx);
 
-/* True when the real clock is the TSC (invariant TSC found and calibrated). */
+/* Returns true when the real clock is the TSC (invariant TSC found and
+ * calibrated), false when it is CLOCK_MONOTONIC. */
 bool erma_clock_uses_tsc(void);
 
-/* CLOCK_MONOTONIC in ns, whatever the source. */
+/* Returns CLOCK_MONOTONIC in ns, whatever the source. */
 uint64_t erma_mono_ns(void);
 
 ERMA_END_DECLS

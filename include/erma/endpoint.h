@@ -85,21 +85,27 @@ struct erma_endpoint_stats {
 
 /* Opens endpoint thread_id of base_uri (see Addresses): "udp://HOST:PORT",
  * "sim://FABRIC/HOST:PORT", "dpdk://IP:PORT?..." or "verbs://...". cfg may
- * be NULL for defaults. ERMA_EADDR names a malformed URI (or a port taken),
- * ERMA_ENOTSUP a scheme this build cannot open (the log says which and
- * why); ERMA_EINVAL for a NULL argument, thread_id >= ERMA_MAX_THREADS or
- * a cfg out of range; ERMA_ENOMEM. */
+ * be NULL for defaults. Returns ERMA_OK; ERMA_EADDR for a malformed URI,
+ * an address that does not resolve or is not this host's, or a port taken
+ * (its own or one of its virtual paths': the log says which); ERMA_ENOTSUP
+ * for a scheme this build cannot open, or cfg.paths > 1 on a transport
+ * without virtual paths (the log says which and why); ERMA_EINVAL for a
+ * NULL argument, thread_id >= ERMA_MAX_THREADS or a cfg out of range;
+ * ERMA_ESYS when a system call failed otherwise (the log says which URI);
+ * ERMA_ENOMEM. */
 int erma_endpoint_create(const char *base_uri, uint8_t thread_id,
                          const struct erma_endpoint_cfg *cfg, struct erma_endpoint **out);
 /* Closes the transport and frees ep with its buffer pool; NULL is ignored.
- * Destroy the protocols on ep first (the log complains otherwise). */
+ * Destroy the protocols on ep first (the log complains otherwise). Returns
+ * nothing. */
 void erma_endpoint_destroy(struct erma_endpoint *ep);
 
 /* One pass of the loop; returns the packets and timer events it handled
- * (0: nothing to do). */
+ * (0: nothing to do). It never fails: errors reach the protocols'
+ * completions, never this count. */
 int erma_endpoint_run_once(struct erma_endpoint *ep);
 /* Runs the loop until done(ctx) is true (asked after every pass) or
- * timeout_ns of erma_now_ns() have passed: ERMA_OK when done, else
+ * timeout_ns of erma_now_ns() have passed. Returns ERMA_OK when done, else
  * ERMA_ETIMEDOUT. done may be NULL: run for timeout_ns. A sleeping loop
  * wakes at least every ERMA_IDLE_SLEEP_MAX_NS, so a done() that another
  * thread makes true is seen within that. Typical client use:
@@ -107,23 +113,27 @@ int erma_endpoint_run_once(struct erma_endpoint *ep);
  *   erma_endpoint_run_until(ep, flag_set, &answered, 1000000000);  */
 int erma_endpoint_run_until(struct erma_endpoint *ep, bool (*done)(void *ctx), void *ctx,
                             uint64_t timeout_ns);
-/* erma_endpoint_run_until(ep, NULL, NULL, ns). */
+/* erma_endpoint_run_until(ep, NULL, NULL, ns): runs the loop for ns.
+ * Returns nothing. */
 void erma_endpoint_run(struct erma_endpoint *ep, uint64_t ns);
-/* The erma_now_ns() time at which a protocol on ep next has timer work
- * (UINT64_MAX: none). */
+/* Returns the erma_now_ns() time at which a protocol on ep next has timer
+ * work (UINT64_MAX: none). */
 uint64_t erma_endpoint_next_timer(const struct erma_endpoint *ep);
 
-/* Writes the URI ep listens on, its real port included, into out;
- * ERMA_EINVAL when out is too short. */
+/* Writes the URI ep listens on, its real port included, into out.
+ * Returns ERMA_OK; ERMA_EINVAL for a NULL argument or when out is too
+ * short. */
 int erma_endpoint_uri(const struct erma_endpoint *ep, char *out, size_t len);
-/* The thread id ep was opened with (its t in Addresses). */
+/* Returns the thread id ep was opened with (its t in Addresses). */
 uint8_t erma_endpoint_thread_id(const struct erma_endpoint *ep);
-/* Copies the endpoint's counters (struct erma_endpoint_stats) into *out. */
+/* Copies the endpoint's counters (struct erma_endpoint_stats) into *out.
+ * Returns nothing. */
 void erma_endpoint_get_stats(const struct erma_endpoint *ep, struct erma_endpoint_stats *out);
 
 /* Writes the URI of endpoint thread_id of base_uri (its port plus
- * thread_id; port 0 stays 0) into out; ERMA_EADDR when base_uri is
- * malformed or out too short. */
+ * thread_id; port 0 stays 0) into out. Returns ERMA_OK; ERMA_EADDR when
+ * base_uri or out is NULL, base_uri is malformed, the port plus thread_id
+ * passes 65535, or out is too short. */
 int erma_uri_for_thread(const char *base_uri, uint8_t thread_id, char *out, size_t len);
 
 ERMA_END_DECLS

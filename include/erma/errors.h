@@ -45,7 +45,8 @@ enum erma_err {
     ERMA_ERR_LAST = -24
 };
 
-/* A static, never-NULL description of err (0 or a negative code). */
+/* Returns a static, never-NULL description of err (0 or a negative code;
+ * "unknown error" for any other value). */
 const char *erma_strerror(int err);
 
 ERMA_END_DECLS

@@ -29,13 +29,13 @@ enum erma_log_level {
  * erma_log_get_level() tells the level in force. */
 extern int erma_log_level;
 
-/* Sets the level; ERMA_LOG is not read after that. */
+/* Sets the level; ERMA_LOG is not read after that. Returns nothing. */
 void erma_log_set_level(enum erma_log_level level);
-/* The level in force (ERMA_LOG read if nothing set it yet). */
+/* Returns the level in force (ERMA_LOG read if nothing set it yet). */
 enum erma_log_level erma_log_get_level(void);
 /* Writes one line "erma LEVEL: message" (printf-style fmt) to stderr if
  * level is within the level in force. Use the macros below, which skip
- * the call below the level. */
+ * the call below the level. Returns nothing. */
 void erma_log_write(enum erma_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

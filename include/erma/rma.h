@@ -351,22 +351,24 @@ struct erma_rma_rtt {
 };
 
 /* Creates the engine on ep (one per endpoint); it serves from the next
- * loop pass on. cfg may be NULL; zeros in it take the defaults. ERMA_OK;
- * ERMA_EAGAIN if ep already has one; ERMA_EINVAL for a NULL ep or out, a
- * cfg out of range, or a transport whose packets are too small;
- * ERMA_ENOMEM. */
+ * loop pass on. cfg may be NULL; zeros in it take the defaults. Returns
+ * ERMA_OK; ERMA_EAGAIN if ep already has one; ERMA_EINVAL for a NULL ep or
+ * out, a cfg out of range, or a transport whose packets are too small;
+ * ERMA_ENOTSUP when libsodium cannot start; ERMA_ENOMEM. */
 int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
                     struct erma_rma **out);
 /* Detaches and frees. Pending commands and transfers are dropped without a
  * completion; no buffer of theirs is referenced afterwards. rma may be
- * NULL. */
+ * NULL. Returns nothing. */
 void erma_rma_destroy(struct erma_rma *rma);
-/* This engine's initiator identity: cfg.identity, or the random one drawn
- * when that was 0. */
+/* Returns this engine's initiator identity: cfg.identity, or the random
+ * one drawn when that was 0. */
 uint64_t erma_rma_identity(const struct erma_rma *rma);
-/* Copies the engine's counters (struct erma_rma_stats) into *out. */
+/* Copies the engine's counters (struct erma_rma_stats) into *out. Returns
+ * nothing. */
 void erma_rma_get_stats(const struct erma_rma *rma, struct erma_rma_stats *out);
-/* The configuration in use: the one given, its zeros replaced by defaults. */
+/* Copies the configuration in use into *out: the one given, its zeros
+ * replaced by defaults. Returns nothing. */
 void erma_rma_get_cfg(const struct erma_rma *rma, struct erma_rma_cfg *out);
 
 /* ---- target: regions ---- */
@@ -376,41 +378,45 @@ struct erma_addr;
 /* Registers [addr, addr + len) with perms (ERMA_RMA_PERM_*) and the AEAD
  * AES-256-GCM where this CPU has AES-NI (half the cost of ChaCha20-Poly1305
  * per packet there), else ChaCha20-Poly1305, and writes its id to *region.
- * ERMA_OK; ERMA_ENOSLOTS past cfg.max_regions; ERMA_EINVAL for a NULL or
- * empty range, no perms or unknown ones. Initiators without AES-NI cannot
+ * Returns ERMA_OK; ERMA_ENOSLOTS past cfg.max_regions; ERMA_EINVAL for a
+ * NULL argument, an empty range, no perms or unknown ones. Initiators without AES-NI cannot
  * use an AES-GCM region: register those they should reach with
  * erma_region_register_cipher(). */
 int erma_region_register(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
                          uint32_t *region);
-/* The same with the region's cipher; ERMA_ENOTSUP for AES-256-GCM where
- * this CPU has no AES-NI, ERMA_EINVAL for an unknown cipher. */
+/* The same with the region's cipher. Returns as erma_region_register(),
+ * and ERMA_ENOTSUP for AES-256-GCM where this CPU has no AES-NI,
+ * ERMA_EINVAL for an unknown cipher. */
 int erma_region_register_cipher(struct erma_rma *rma, void *addr, size_t len, unsigned perms,
                                 enum erma_rma_cipher cipher, uint32_t *region);
 /* Removes region and wipes its keys. Later requests get ERMA_ENOREGION;
- * solicited data not yet written is dropped. ERMA_OK, or ERMA_ENOREGION
- * when there is no such region. */
+ * solicited data not yet written is dropped. Returns ERMA_OK, or
+ * ERMA_ENOREGION when there is no such region (or rma is NULL). */
 int erma_region_deregister(struct erma_rma *rma, uint32_t region);
 /* The rkey for the initiator with this identity whose packets come from
  * initiator, an address as this engine's transport sees it (for example
  * the source of the RPC that asked for the key), under the region's
  * current key. It works from that address only (and its virtual paths:
- * Security, Address). ERMA_OK; ERMA_ENOREGION; ERMA_EINVAL for an empty
- * address or a NULL out. */
+ * Security, Address). Returns ERMA_OK; ERMA_ENOREGION for no such region;
+ * ERMA_EINVAL for a NULL rma or out, or an empty address. */
 int erma_region_export_addr(struct erma_rma *rma, uint32_t region, uint64_t identity,
                             const struct erma_addr *initiator, struct erma_rkey *out);
 /* The same for the endpoint at initiator_uri (its erma_rma_uri()), resolved
- * by this engine's transport: ERMA_EADDR when it does not resolve. */
+ * by this engine's transport. Returns as erma_region_export_addr(), and
+ * ERMA_EADDR when the URI does not resolve, ERMA_EINVAL when it is NULL. */
 int erma_region_export_uri(struct erma_rma *rma, uint32_t region, uint64_t identity,
                            const char *initiator_uri, struct erma_rkey *out);
 /* Installs new_key (NULL: a random one) as the next key generation of a
- * local region; the old one keeps verifying for grace_ns. ERMA_OK, or
- * ERMA_ENOREGION. (A REKEY op does the same from an initiator.) */
+ * local region; the old one keeps verifying for grace_ns. Returns ERMA_OK,
+ * or ERMA_ENOREGION for no such region. (A REKEY op does the same from an
+ * initiator.) */
 int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
                       uint64_t grace_ns);
 /* Kd for the initiator (identity, address as the target's transport sees
  * it) under region key kr of
  * generation key_gen, for a key manager that installed kr with a REKEY;
- * cipher is the region's. Needs no engine; the rkey goes to *out. */
+ * cipher is the region's. Needs no engine; the rkey goes to *out. Returns
+ * nothing. */
 void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint32_t key_gen,
                      enum erma_rma_cipher cipher, uint64_t identity,
                      const struct erma_addr *initiator, struct erma_rkey *out);
@@ -440,25 +446,28 @@ void erma_rma_derive(const uint8_t kr[ERMA_RMA_KEY_BYTES], uint32_t region, uint
  */
 
 /* Writes the URI this engine's packets come from (its endpoint's, as
- * erma_endpoint_uri()) into out; ERMA_EINVAL when out is too short. */
+ * erma_endpoint_uri()) into out. Returns ERMA_OK; ERMA_EINVAL for a NULL
+ * argument or when out is too short. */
 int erma_rma_uri(const struct erma_rma *rma, char *out, size_t len);
 /* Names endpoint tid of the base URI uri (erma/endpoint.h, Addresses);
  * returns a peer id (>= 0), the same one each time the same endpoint is
- * named. ERMA_EADDR when the URI is malformed or does not resolve;
- * ERMA_ENOSLOTS past 65536 peers; ERMA_ENOMEM. */
+ * named, or an error code: ERMA_EADDR when the URI is malformed or does not
+ * resolve; ERMA_EINVAL for a NULL argument; ERMA_ENOSLOTS past 65536
+ * peers; ERMA_ENOMEM. */
 int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid);
 /* Fills *out with the round-trip estimate and timeout towards peer
- * (Timeouts; rto_ns is cfg.op_timeout_ns when that is set). ERMA_OK, or
- * ERMA_EINVAL for an unknown peer. */
+ * (Timeouts; rto_ns is cfg.op_timeout_ns when that is set). Returns
+ * ERMA_OK, or ERMA_EINVAL for a NULL argument or an unknown peer. */
 int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt *out);
-/* Queues cmd; returns its slot id. Its completion comes from
- * erma_rma_poll(), with cmd.tag; cmd.local must stay valid until then.
- * ERMA_ENOSLOTS when every slot is busy or awaits erma_rma_poll(), when
- * too few are free for cmd.priority (Priorities), or when a fenced WRITE
- * that has to wait would take the last slot not held by waiting fenced
- * WRITEs; ERMA_EINVAL (an unknown peer, no local buffer, len 0, a bad op,
- * priority or cipher; also: fence on a READ or REKEY), ERMA_E2BIG (len >
- * ERMA_RMA_MAX_OP), ERMA_ENOTSUP (the key's cipher is AES-256-GCM and this
+/* Queues cmd and returns its slot id (>= 0); its completion comes from
+ * erma_rma_poll(), with cmd.tag, and cmd.local must stay valid until then.
+ * Else returns an error code (and no completion comes): ERMA_ENOSLOTS when
+ * every slot is busy or awaits erma_rma_poll(), when too few are free for
+ * cmd.priority (Priorities), or when a fenced WRITE that has to wait would
+ * take the last slot not held by waiting fenced WRITEs; ERMA_EINVAL (a
+ * NULL argument, an unknown peer, no local buffer, len 0, a bad op,
+ * priority or cipher; also: fence on a READ or REKEY); ERMA_E2BIG (len >
+ * ERMA_RMA_MAX_OP); ERMA_ENOTSUP (the key's cipher is AES-256-GCM and this
  * CPU has no AES-NI). */
 int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd);
 
@@ -487,16 +496,18 @@ int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd);
  * the windows.
  */
 
-/* Starts a transfer (Executor); returns its id. Its one completion comes
- * from erma_rma_poll() with transfer set; x->local must stay valid until
- * then. ERMA_ENOSLOTS past cfg.transfers; ERMA_EINVAL (an unknown peer, no
- * local buffer, len 0, an op other than READ and WRITE, a bad priority or
- * cipher; also: fence on a READ); ERMA_ENOTSUP as for erma_rma_submit();
- * ERMA_ENOMEM. */
+/* Starts a transfer (Executor) and returns its id (>= 0); its one
+ * completion comes from erma_rma_poll() with transfer set, and x->local
+ * must stay valid until then. Else returns an error code (and no
+ * completion comes): ERMA_ENOSLOTS past cfg.transfers; ERMA_EINVAL (a NULL
+ * argument, an unknown peer, no local buffer, len 0, an op other than
+ * READ and WRITE, a bad priority or cipher; also: fence on a READ);
+ * ERMA_ENOTSUP as for erma_rma_submit(); ERMA_ENOMEM. */
 int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *x);
 /* Moves up to max completions (commands and transfers), in the order they
  * completed, into out and returns how many (0: none). Each frees its slot
- * or transfer id for reuse. ERMA_EINVAL for a NULL out with max > 0. */
+ * or transfer id for reuse. ERMA_EINVAL for a NULL rma, or a NULL out
+ * with max > 0. */
 int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max);
 
 /* What one of the executor's congestion windows holds now. */
@@ -510,12 +521,12 @@ struct erma_rma_window_info {
 };
 /* Fills *out with the executor's remote window towards peer in the
  * direction of op's data: READ (inbound) or WRITE and REKEY (outbound).
- * ERMA_OK; ERMA_ENOENT before an op of that direction went to peer;
- * ERMA_EINVAL for a bad argument. */
+ * Returns ERMA_OK; ERMA_ENOENT before an op of that direction went to
+ * peer; ERMA_EINVAL for a bad argument. */
 int erma_rma_window(const struct erma_rma *rma, int peer, enum erma_rma_op op,
                     struct erma_rma_window_info *out);
-/* Fills *out with the executor's local window (issue delay); ERMA_OK, or
- * ERMA_EINVAL for a bad argument. */
+/* Fills *out with the executor's local window (issue delay). Returns
+ * ERMA_OK, or ERMA_EINVAL for a NULL argument. */
 int erma_rma_local_window(const struct erma_rma *rma, struct erma_rma_window_info *out);
 
 ERMA_END_DECLS

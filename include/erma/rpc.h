@@ -73,7 +73,11 @@ typedef void (*erma_cont_fn)(struct erma_rpc *rpc, void *tag, int status,
 
 enum erma_sm_event {
     ERMA_SM_CONNECTED,      /* client session ready */
-    ERMA_SM_CONNECT_FAILED, /* err: ERMA_EREFUSED, ERMA_ETIMEDOUT, ERMA_ENOENT */
+    /* err: ERMA_EREFUSED (no room at the server), ERMA_ETIMEDOUT (no
+     * answer within cfg.connect_timeout_ns), ERMA_ENOENT (no endpoint
+     * remote_tid there), ERMA_EAUTH (not the same key, erma_nexus_cfg.psk),
+     * ERMA_ENOMEM (the server had no memory for a secure session) */
+    ERMA_SM_CONNECT_FAILED,
     ERMA_SM_DISCONNECTED,   /* erma_session_destroy() completed */
     ERMA_SM_PEER_FAILED,    /* the peer stopped answering or restarted */
 };
@@ -244,8 +248,8 @@ struct erma_rpc_stats {
  * the budgets.
  */
 
-/* Bytes of messages being received that the endpoint holds now (Budgets);
- * 0 for a NULL rpc. */
+/* Returns the bytes of messages being received that the endpoint holds
+ * now (Budgets); 0 for a NULL rpc. */
 uint64_t erma_rpc_recv_held(const struct erma_rpc *rpc);
 
 /* ---- nexus ---- */
@@ -256,7 +260,7 @@ uint64_t erma_rpc_recv_held(const struct erma_rpc *rpc);
  * start. */
 int erma_nexus_create(const struct erma_nexus_cfg *cfg, struct erma_nexus **out);
 /* Stops worker threads, wipes the key and frees nx (NULL is ignored).
- * Destroy every erma_rpc of the nexus first. */
+ * Destroy every erma_rpc of the nexus first. Returns nothing. */
 void erma_nexus_destroy(struct erma_nexus *nx);
 /* Registers fn for req_type; fn gets ctx with every request (Calls,
  * server). mode says where it runs: ERMA_DISPATCH in the event loop,
@@ -272,21 +276,24 @@ int erma_handler_register(struct erma_nexus *nx, uint8_t req_type, erma_handler_
 /* ---- the RPC protocol on an endpoint ---- */
 
 /* Puts RPCs on ep, serving nx's handlers; cfg may be NULL for defaults.
- * ERMA_EAGAIN when ep has an erma_rpc already; ERMA_EINVAL for a NULL
- * argument or more credits than ERMA_MAX_CREDITS or the endpoint's RX
- * ring; ERMA_ENOMEM. */
+ * Returns ERMA_OK; ERMA_EAGAIN when ep has an erma_rpc already;
+ * ERMA_EINVAL for a NULL argument, more credits than ERMA_MAX_CREDITS or
+ * the endpoint's RX ring, a cfg.timely that does not check out, or a
+ * libsodium that cannot start; ERMA_ENOMEM. */
 int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
                     const struct erma_rpc_cfg *cfg, struct erma_rpc **out);
 /* Fails every pending request with ERMA_ESESSRESET (their continuations
- * run now), waits for the requests still in worker handlers, then frees
- * everything and detaches from the endpoint. rpc may be NULL. */
+ * run now; an erma_rpc_call() from one returns ERMA_ESESSRESET), waits for
+ * the requests still in worker handlers, then frees everything and
+ * detaches from the endpoint. rpc may be NULL. Returns nothing. */
 void erma_rpc_destroy(struct erma_rpc *rpc);
-/* The endpoint rpc runs on. */
+/* Returns the endpoint rpc runs on. */
 struct erma_endpoint *erma_rpc_endpoint(const struct erma_rpc *rpc);
-/* Copies the protocol's counters (struct erma_rpc_stats) into *out. */
+/* Copies the protocol's counters (struct erma_rpc_stats) into *out.
+ * Returns nothing. */
 void erma_rpc_get_stats(const struct erma_rpc *rpc, struct erma_rpc_stats *out);
-/* The sessions x credits budget still free in the RX ring, in sessions of
- * cfg.credits each. */
+/* Returns the sessions x credits budget still free in the RX ring, in
+ * sessions of cfg.credits each. */
 uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc);
 
 /* ---- sessions ---- */
@@ -306,7 +313,7 @@ uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc);
  */
 
 /* Starts connecting to endpoint remote_tid of the base URI remote_uri.
- * Returns the session number (>= 0) at once; ERMA_SM_CONNECTED or
+ * Returns the session number (>= 0) at once, or an error code; ERMA_SM_CONNECTED or
  * ERMA_SM_CONNECT_FAILED follows. Requests may be enqueued immediately: they
  * wait for the connection (and fail with it). ERMA_ENOSLOTS when this
  * endpoint's RX ring cannot take another session's credits; ERMA_EADDR
@@ -325,24 +332,26 @@ int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
                                 uint8_t remote_tid, uint32_t credits);
 /* Disconnects a client session; pending requests complete with
  * ERMA_ECANCELLED, and ERMA_SM_DISCONNECTED follows (at once for a
- * session still connecting). ERMA_ENOENT for no such client session, or
- * one already disconnecting. */
+ * session still connecting). Returns ERMA_OK; ERMA_ENOENT for no such
+ * client session, or one already disconnecting. */
 int erma_session_destroy(struct erma_rpc *rpc, int session);
-/* True while session is connected (not while it connects or after it
- * ended). */
+/* Returns true while session is connected (false while it connects, after
+ * it ended, or for no such session). */
 bool erma_session_connected(const struct erma_rpc *rpc, int session);
 
 /* ---- messages ---- */
 
 /* Allocates a message buffer of max_size bytes (size starts at max_size)
- * from the endpoint's pool. ERMA_E2BIG past ERMA_MAX_MSG_SIZE; ERMA_ENOMEM;
- * ERMA_EINVAL for a NULL argument. */
+ * from the endpoint's pool. Returns ERMA_OK; ERMA_E2BIG past
+ * ERMA_MAX_MSG_SIZE; ERMA_ENOMEM; ERMA_EINVAL for a NULL argument. On
+ * failure *out is cleared (when out is not NULL). */
 int erma_msgbuf_alloc(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf *out);
 /* Gives mb's memory back and clears *mb; a cleared or NULL mb is ignored.
- * Not for a buffer erma holds (a request or response in flight). */
+ * Not for a buffer erma holds (a request or response in flight). Returns
+ * nothing. */
 void erma_msgbuf_free(struct erma_rpc *rpc, struct erma_msgbuf *mb);
-/* Sets mb->size; ERMA_E2BIG past max_size, ERMA_EINVAL for a buffer not
- * allocated. */
+/* Sets mb->size. Returns ERMA_OK; ERMA_E2BIG past max_size (size
+ * unchanged); ERMA_EINVAL for a NULL or unallocated buffer. */
 int erma_msgbuf_resize(struct erma_msgbuf *mb, size_t size);
 
 /*
@@ -356,21 +365,32 @@ int erma_msgbuf_resize(struct erma_msgbuf *mb, size_t size);
  *                     restarted
  *   ERMA_ESESSRESET   the session was disconnected or reset locally
  *   ERMA_ECANCELLED   erma_session_destroy() while the request was pending
- *   ERMA_ETIMEDOUT    cfg.req_timeout_ns passed without a response
+ *   ERMA_ETIMEDOUT    cfg.req_timeout_ns passed without a response, the
+ *                     server dropped the partly received request (Budgets),
+ *                     or the session's connect timed out
  *   ERMA_E2BIG        the response did not fit in ERMA_MAX_MSG_SIZE
- *   ERMA_ENOMEM       no buffer memory for the response
+ *   ERMA_ENOMEM       no buffer memory for the response (or, at the
+ *                     server, for the request)
  *   ERMA_ENOBUFS      the server (or this endpoint, for a large response)
  *                     had no room for the message in its budget; try later
  *   ERMA_ENOHANDLER   the server has no handler for the type (it logs the
  *                     first such request of each type)
+ *   ERMA_EREFUSED, ERMA_ENOENT, ERMA_EAUTH
+ *                     the session's connect failed so (ERMA_SM_CONNECT_FAILED)
  * resp is grown (reallocated) when the response is larger than its
  * capacity. req and resp belong to erma until cont runs: do not free,
- * resize or reuse them for another request meanwhile.
+ * resize or reuse them for another request meanwhile. From cont on they
+ * are the caller's again: no packet refers to them any more (continuations
+ * run after the loop pass's send), so cont may free them, or re-issue a
+ * call with the same req and resp (resp may have grown), on this or
+ * another session of this rpc: a closed loop needs no new buffers.
  * Returns ERMA_OK once queued; otherwise cont never runs: ERMA_ENOENT for
- * no such client session (or one that ended), ERMA_EINVAL for a NULL
- * argument, req and resp the same buffer or not from this rpc's
- * erma_msgbuf_alloc(), ERMA_ESESSRESET while erma_rpc_destroy() runs,
- * ERMA_ENOMEM.
+ * no such client session (a server session's number, or one that ended or
+ * is disconnecting); ERMA_EINVAL for a NULL argument or cont, a buffer not
+ * allocated (or freed), req and resp the same buffer, req->size past its
+ * max_size, or a req from an rpc of another packet size (pass buffers of
+ * this rpc's erma_msgbuf_alloc()); ERMA_ESESSRESET while
+ * erma_rpc_destroy() runs (from a continuation it runs); ERMA_ENOMEM.
  */
 int erma_rpc_call(struct erma_rpc *rpc, int session, uint8_t req_type,
                          struct erma_msgbuf *req, struct erma_msgbuf *resp, erma_cont_fn cont,
@@ -395,28 +415,32 @@ int erma_rpc_call(struct erma_rpc *rpc, int session, uint8_t req_type,
  * are made from the thread the handler runs on.
  */
 
-/* The request's bytes (see above: call it again after the handler
- * returned without answering). */
+/* Returns the request's bytes (see above: call it again after the handler
+ * returned without answering; NULL then if erma had no memory for them). */
 const uint8_t *erma_req_data(const struct erma_req *req);
-/* The request's size in bytes. */
+/* Returns the request's size in bytes. */
 size_t erma_req_size(const struct erma_req *req);
-/* The request type the client gave erma_rpc_call(). */
+/* Returns the request type the client gave erma_rpc_call(). */
 uint8_t erma_req_type(const struct erma_req *req);
-/* The erma_rpc that received req. */
+/* Returns the erma_rpc that received req. */
 struct erma_rpc *erma_req_rpc(const struct erma_req *req);
 /* Writes the URI of the endpoint that sent req (its address as this
  * endpoint's transport sees it: what a one-sided key is bound to,
- * erma_region_export_uri()) into out; ERMA_EINVAL when out is too short.
- * Like the other erma_req_ calls, from the thread the handler runs on. */
+ * erma_region_export_uri()) into out. Returns ERMA_OK; ERMA_EINVAL for a
+ * NULL req or when out is too short. Like the other erma_req_ calls, from
+ * the thread the handler runs on. */
 int erma_req_peer_uri(const struct erma_req *req, char *out, size_t len);
-/* The preallocated response buffer: max_size is one packet of data. */
+/* Returns the preallocated response buffer: max_size is one packet of
+ * data. */
 struct erma_msgbuf *erma_req_resp_buf(struct erma_req *req);
 /* Sends resp as the response to req; from the event loop's thread, or from
  * the worker thread that runs a worker-mode handler. resp is
  * erma_req_resp_buf(req) or a msgbuf of this rpc's: erma takes the latter
- * (*resp is cleared) and frees it once delivered. ERMA_EINVAL when req was
- * answered already, or resp is not allocated, from another rpc or its size
- * past its max_size. */
+ * (*resp is cleared) and frees it once delivered. Returns ERMA_OK (the
+ * response is on its way: a lost client simply never gets it); ERMA_EINVAL
+ * for a NULL argument, when req was answered already, or resp is not
+ * allocated, from an rpc of another packet size or its size past its
+ * max_size. */
 int erma_req_respond(struct erma_req *req, struct erma_msgbuf *resp);
 
 /* ---- congestion control ---- */
@@ -432,12 +456,12 @@ struct erma_session_cc {
     uint64_t busy_samples; /* samples left out of Timely: a host was busy (Busy hosts) */
 };
 
-/* Fills *out with client session's congestion-control state; ERMA_ENOENT
- * for no such client session. */
+/* Fills *out with client session's congestion-control state. Returns
+ * ERMA_OK; ERMA_ENOENT for no such client session. */
 int erma_session_cc_stats(const struct erma_rpc *rpc, int session, struct erma_session_cc *out);
 /* Switches congestion control at run time (struct erma_cc_switches); with
- * sw->off every session is back at line rate at once. ERMA_EINVAL for a
- * NULL argument. */
+ * sw->off every session is back at line rate at once. Returns ERMA_OK;
+ * ERMA_EINVAL for a NULL argument. */
 int erma_rpc_set_cc(struct erma_rpc *rpc, const struct erma_cc_switches *sw);
 
 ERMA_END_DECLS

@@ -111,43 +111,49 @@ typedef void (*erma_sim_trace_fn)(void *ctx, const struct erma_sim_event *ev);
 
 struct erma_sim;
 
-/* 2 hosts, 25 Gb/s links, 1 us per hop, 1 path, 1 MiB buffers, no loss. */
+/* Fills *cfg with the defaults: 2 hosts, 25 Gb/s links, 1 us per hop, 1
+ * path, 1 MiB buffers, no loss. Returns nothing. */
 void erma_sim_cfg_default(struct erma_sim_cfg *cfg);
 
 /* Creates the fabric registered under name (unique in the process), which
  * sim:// URIs name. ERMA_EINVAL for a name that is taken, too long or has
  * a '/', or a cfg out of range (no hosts or more than 65535, link_bps 0,
  * paths not in 1..ERMA_SIM_MAX_PATHS, a loss or reorder outside [0, 1]);
- * ERMA_ENOMEM. */
+ * ERMA_ENOMEM; else ERMA_OK. */
 int erma_sim_create(const char *name, const struct erma_sim_cfg *cfg, struct erma_sim **out);
 /* Unregisters the fabric and frees it with the packets in flight, and
  * gives erma_now_ns() back the real clock if it read this fabric's; NULL
- * is ignored. Close its transports first. */
+ * is ignored. Close its transports first. Returns nothing. */
 void erma_sim_destroy(struct erma_sim *sim);
 
-/* The fabric's virtual time, in ns. */
+/* Returns the fabric's virtual time, in ns. */
 uint64_t erma_sim_now(const struct erma_sim *sim);
-/* Time of the next packet event, or UINT64_MAX when nothing is in flight. */
+/* Returns the time of the next packet event, or UINT64_MAX when nothing
+ * is in flight. */
 uint64_t erma_sim_next_event(const struct erma_sim *sim);
-/* Moves virtual time forward to t, running every event up to t in order. */
+/* Moves virtual time forward to t, running every event up to t in order.
+ * Returns nothing. */
 void erma_sim_advance_to(struct erma_sim *sim, uint64_t t);
 /* Makes erma_now_ns() return this fabric's virtual time, in the whole
- * process (erma_clock_set_source()). */
+ * process (erma_clock_set_source()). Returns nothing. */
 void erma_sim_use_clock(struct erma_sim *sim);
 
-/* Copies the fabric's counters (struct erma_sim_stats) into *out. */
+/* Copies the fabric's counters (struct erma_sim_stats) into *out. Returns
+ * nothing. */
 void erma_sim_get_stats(const struct erma_sim *sim, struct erma_sim_stats *out);
-/* Largest backlog in bytes seen at the switch egress port towards host (0
- * for a host beyond the fabric, as for the other backlog calls). */
+/* Returns the largest backlog in bytes seen at the switch egress port
+ * towards host (0 for a host beyond the fabric, as the other backlog calls
+ * return). */
 uint64_t erma_sim_egress_max_bytes(const struct erma_sim *sim, uint32_t host);
-/* Current backlog in bytes at the switch egress port towards host. */
+/* Returns the current backlog in bytes at the switch egress port towards
+ * host. */
 uint64_t erma_sim_egress_bytes(const struct erma_sim *sim, uint32_t host);
 /* Calls fn(ctx, ev) for every delivery and every drop, at its virtual
- * time; fn NULL stops it. */
+ * time; fn NULL stops it. Returns nothing. */
 void erma_sim_set_trace(struct erma_sim *sim, erma_sim_trace_fn fn, void *ctx);
-/* Largest backlog in bytes seen in host's uplink (NIC) queue. */
+/* Returns the largest backlog in bytes seen in host's uplink (NIC) queue. */
 uint64_t erma_sim_uplink_max_bytes(const struct erma_sim *sim, uint32_t host);
-/* Current backlog in bytes in host's uplink queue. */
+/* Returns the current backlog in bytes in host's uplink queue. */
 uint64_t erma_sim_uplink_bytes(const struct erma_sim *sim, uint32_t host);
 
 /* Sets path's delay, rate and loss from the current virtual time on:
@@ -162,16 +168,19 @@ uint64_t erma_sim_uplink_bytes(const struct erma_sim *sim, uint32_t host);
  *     including ones already on it.
  * The change is part of the run: the same seed and the same calls, including
  * erma_sim_set_path() at the same virtual times, give the same run.
- * path < paths and loss in [0, 1], else ERMA_EINVAL and no change.
- * Returns ERMA_OK. */
+ * Returns ERMA_OK; ERMA_EINVAL and no change unless path < paths and loss
+ * is in [0, 1]. */
 int erma_sim_set_path(struct erma_sim *sim, uint32_t path, const struct erma_sim_path *p);
 /* Reads path's current settings as erma_sim_set_path() takes them (bps 0
- * when the path runs at path_bps); ERMA_EINVAL if path >= paths. */
+ * when the path runs at path_bps). Returns ERMA_OK; ERMA_EINVAL if path >=
+ * paths. */
 int erma_sim_get_path(const struct erma_sim *sim, uint32_t path, struct erma_sim_path *out);
-/* Largest backlog in bytes seen in path's queue (0 if path >= paths). */
+/* Returns the largest backlog in bytes seen in path's queue (0 if path >=
+ * paths). */
 uint64_t erma_sim_path_max_bytes(const struct erma_sim *sim, uint32_t path);
-/* The core path (0..paths-1) the flow's packets hash to, as an ECMP switch
- * would hash its UDP ports; ERMA_EINVAL for a host beyond the fabric. */
+/* Returns the core path (0..paths-1) the flow's packets hash to, as an
+ * ECMP switch would hash its UDP ports; ERMA_EINVAL for a NULL sim or a
+ * host beyond the fabric. */
 int erma_sim_flow_path(const struct erma_sim *sim, uint16_t src_host, uint16_t src_port,
                        uint16_t dst_host, uint16_t dst_port);
 
@@ -179,11 +188,11 @@ int erma_sim_flow_path(const struct erma_sim *sim, uint16_t src_host, uint16_t s
  * ERMA_SIM_DELIVER, ev.time the send time) and may change its bytes in
  * place; returning false drops it silently. */
 typedef bool (*erma_sim_tap_fn)(void *ctx, const struct erma_sim_event *ev, uint8_t *data);
-/* Installs the tap fn with ctx; fn NULL removes it. */
+/* Installs the tap fn with ctx; fn NULL removes it. Returns nothing. */
 void erma_sim_set_tap(struct erma_sim *sim, erma_sim_tap_fn fn, void *ctx);
 /* Sends a copy of data as if host:port src had sent it (replays, forgeries);
- * the tap sees it too. ERMA_EINVAL for no data or a host beyond the
- * fabric; ERMA_ENOMEM. */
+ * the tap sees it too. Returns ERMA_OK; ERMA_EINVAL for no data or a host
+ * beyond the fabric; ERMA_ENOMEM. */
 int erma_sim_inject(struct erma_sim *sim, uint16_t src_host, uint16_t src_port,
                     uint16_t dst_host, uint16_t dst_port, const void *data, uint32_t len);
 
@@ -191,7 +200,7 @@ struct erma_endpoint; /* erma/endpoint.h */
 /* Steps endpoints eps[0..n) round-robin on sim's virtual clock (which it
  * installs) until done(ctx) is true or duration_ns of virtual time pass,
  * advancing time to the next packet or timer when every endpoint is idle.
- * done may be NULL (run the whole duration). ERMA_OK when done,
+ * done may be NULL (run the whole duration). Returns ERMA_OK when done,
  * ERMA_ETIMEDOUT when time ran out. */
 int erma_sim_run(struct erma_sim *sim, struct erma_endpoint **eps, unsigned n,
                  uint64_t duration_ns, bool (*done)(void *ctx), void *ctx);

@@ -69,6 +69,53 @@ static void test_sizes(void **state)
     world_down(&w);
 }
 
+/* ---- a continuation re-issues its call with the same buffers ---- */
+
+#define REISSUES 50
+
+struct reissue {
+    struct world *w;
+    int sess;
+    uint32_t id;
+    int bad, done;
+    struct erma_msgbuf req, resp;
+};
+
+/* Checks the answer to call id, then sends call id + 1 in the same req and
+ * resp, asking for a larger response each time (resp grows). */
+static void on_reissue(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    struct reissue *r = tag;
+    r->bad += status != ERMA_OK || resp != &r->resp || check_resp(resp, r->id, r->id * 97) != 0;
+    if (++r->id == REISSUES) {
+        r->done = 1;
+        return;
+    }
+    fill_req(&r->req, r->id, r->id * 97);
+    r->bad += erma_rpc_call(rpc, r->sess, ECHO, &r->req, &r->resp, on_reissue, r) != ERMA_OK;
+}
+
+static void test_reissue_in_continuation(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "reissue", 2, 0.01, 0);
+    world_start(&w);
+    struct reissue r = {.w = &w, .sess = connect(&w, 0, 1)};
+    assert_int_equal(erma_msgbuf_alloc(w.rpc[0], 3000, &r.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(w.rpc[0], 16, &r.resp), ERMA_OK);
+    fill_req(&r.req, 0, 0);
+    assert_int_equal(erma_rpc_call(w.rpc[0], r.sess, ECHO, &r.req, &r.resp, on_reissue, &r),
+                     ERMA_OK);
+    assert_int_equal(run_until(&w, &r.done, 10000000000ull), ERMA_OK);
+    assert_int_equal(r.bad, 0);
+    assert_int_equal(atomic_load(&w.echo[1].calls), REISSUES);
+    assert_true(r.resp.max_size >= (REISSUES - 1) * 97); /* grown, and still ours */
+    erma_msgbuf_free(w.rpc[0], &r.req);
+    erma_msgbuf_free(w.rpc[0], &r.resp);
+    world_down(&w);
+}
+
 /* ---- many calls with loss: at-most-once, exactly-once completion ---- */
 
 #define MANY 100000
@@ -280,7 +327,8 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "multipath") == 0)
         return cmocka_run_group_tests(multipath, NULL, NULL);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizes),        cmocka_unit_test(test_many_with_loss),
+        cmocka_unit_test(test_sizes),        cmocka_unit_test(test_reissue_in_continuation),
+        cmocka_unit_test(test_many_with_loss),
         cmocka_unit_test(test_selective_ack),
         cmocka_unit_test(test_nested),       cmocka_unit_test(test_many_sessions),
         cmocka_unit_test(test_refusal),      cmocka_unit_test(test_malformed),
