@@ -55,20 +55,30 @@ cc -std=c11 -Wall -Wextra -Werror $extra "$here/consumer.c" -o "$bin/consumer_c"
 echo "== C, pkg-config"
 "$bin/consumer_c" 127.0.0.1 "$port" $((port + 1))
 
-echo "== the README's program, pkg-config"
+echo "== the README's program, pkg-config, as the README builds and runs it"
 sed -n '/^```c$/,/^```$/p' "$src/README.md" | sed '1d;$d' > "$tmp/readme.c"
 # shellcheck disable=SC2046,SC2086
 cc -std=c11 -Wall -Wextra -Werror $extra "$tmp/readme.c" -o "$bin/readme" \
-  $(pkg-config --cflags --libs erma) -Wl,-rpath,"$lib"
-"$bin/readme"
+  $(pkg-config --cflags --libs erma)
+libdir=$(pkg-config --variable=libdir erma)
+[ "$(cd "$libdir" && pwd -P)" = "$(cd "$lib" && pwd -P)" ] || fail "erma.pc's libdir $libdir is not $lib"
+# without the path the loader stops it at start, naming liberma.so.0 (unless
+# an erma installed in a system folder stands in)
+if env -u LD_LIBRARY_PATH "$bin/readme" 2> "$tmp/noload.err"; then
+  echo "  (a liberma.so.0 in a system folder ran it)"
+else
+  grep -q 'liberma.so.0' "$tmp/noload.err" || { cat "$tmp/noload.err"; fail "no loader error"; }
+  sed 's/^/  without LD_LIBRARY_PATH: /' "$tmp/noload.err"
+fi
+LD_LIBRARY_PATH=$libdir "$bin/readme"
 
 echo "== C++, find_package(erma)"
 cmake -S "$here" -B "$tmp/cxx" -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_LANG=CXX \
   -DCMAKE_CXX_FLAGS="-Wall -Wextra -Werror $extra" -DCMAKE_EXE_LINKER_FLAGS="$extra" \
-  -DCMAKE_BUILD_RPATH="$lib" > "$tmp/cxx.log" || { cat "$tmp/cxx.log"; fail "cmake (C++)"; }
+  > "$tmp/cxx.log" || { cat "$tmp/cxx.log"; fail "cmake (C++)"; }
 cmake --build "$tmp/cxx" > "$tmp/cxx_build.log" 2>&1 || { cat "$tmp/cxx_build.log"; fail "build (C++)"; }
-cp "$tmp/cxx/consumer" "$bin/consumer_cxx"
-"$bin/consumer_cxx" 127.0.0.1 $((port + 2)) $((port + 3))
+# run from its build tree, as the README says: CMake gave it liberma's folder
+env -u LD_LIBRARY_PATH "$tmp/cxx/consumer" 127.0.0.1 $((port + 2)) $((port + 3))
 
 echo "== modules"
 "$bin/consumer_c" --available verbs || fail "the verbs module does not load from $lib/erma"
