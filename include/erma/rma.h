@@ -1,11 +1,29 @@
 /*
  * erma/rma.h - 1RMA-style one-sided operations on encrypted regions.
  *
- * For applications (included by erma/erma.h). An erma_rma engine sits on an
- * endpoint (erma/endpoint.h), beside or without RPCs, and is served by its
- * event loop: each pass hands it every one-sided packet, issues queued
- * commands, serves requests and fails expired ones. It plays both roles at
- * once:
+ * For applications (included by erma/erma.h).
+ *
+ * Quick start (check each int returned; tests/install/consumer.c runs it):
+ *   both:      erma_endpoint_create(uri, 0, NULL, &ep); erma_rma_create(ep, NULL, &rma);
+ *              (the target's uri "udp://127.0.0.1:31860", the initiator's ...:0)
+ *   target:    erma_region_register(rma, buf, len, ERMA_RMA_PERM_READ, &region);
+ *              erma_region_export_uri(rma, region, id, init_uri, &rkey);
+ *              (id = the initiator's erma_rma_identity(), init_uri its
+ *              erma_rma_uri(); rkey goes back to it out of band, by RPC say)
+ *              erma_endpoint_run_until(ep, stopped, NULL, UINT64_MAX);
+ *   initiator: int peer = erma_rma_peer(rma, "udp://127.0.0.1:31860", 0);
+ *              struct erma_rma_cmd cmd = {.op = ERMA_RMA_READ, .peer = peer,
+ *                  .rkey = rkey, .offset = 0, .local = dst, .len = 512, .tag = 7};
+ *              erma_rma_submit(rma, &cmd);  (a slot id >= 0, or an error)
+ *              struct erma_rma_completion c;
+ *              while (erma_rma_poll(rma, &c, 1) == 0) erma_endpoint_run_once(ep);
+ *              c.tag is 7; c.status ERMA_OK: dst holds the bytes
+ *   end:       erma_rma_destroy, then erma_endpoint_destroy.
+ *
+ * An erma_rma engine sits on an endpoint (erma/endpoint.h), beside or
+ * without RPCs, and is served by its event loop: each pass hands it every
+ * one-sided packet, issues queued commands, serves requests and fails
+ * expired ones. It plays both roles at once:
  *
  * Target. erma_region_register() exposes memory as a region with an id, a
  * random 256-bit region key Kr and a cipher. erma_region_export_addr()

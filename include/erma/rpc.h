@@ -3,6 +3,22 @@
  *
  * For applications (included by erma/erma.h).
  *
+ * Quick start (check each int returned; apps/hello/hello.c runs this):
+ *   server:  erma_nexus_create(NULL, &nx);
+ *            erma_handler_register(nx, 1, on_req, ERMA_DISPATCH, NULL);
+ *            erma_endpoint_create("udp://127.0.0.1:31850", 0, NULL, &ep);
+ *            erma_rpc_create(nx, ep, NULL, &rpc);
+ *            erma_endpoint_run_until(ep, stopped, NULL, UINT64_MAX);
+ *   on_req(req, ctx): write erma_req_resp_buf(req), erma_req_respond() it
+ *   client:  its own nexus, endpoint ("udp://127.0.0.1:0": any port), rpc;
+ *            int s = erma_session_create(rpc, "udp://127.0.0.1:31850", 0);
+ *            erma_msgbuf_alloc(rpc, 64, &req); erma_msgbuf_alloc(rpc, 64, &resp);
+ *            erma_rpc_call(rpc, s, 1, &req, &resp, on_resp, &done);
+ *            erma_endpoint_run_until(ep, is_done, &done, 1000000000);
+ *   on_resp(rpc, tag, status, resp): status ERMA_OK or why not; set done
+ *   end:     erma_msgbuf_free() both, erma_rpc_destroy, erma_endpoint_destroy,
+ *            erma_nexus_destroy (the protocol before its endpoint).
+ *
  * Objects
  *   erma_nexus   one per process (or per simulated host): the request-handler
  *                registry, the worker threads that run worker-mode handlers
