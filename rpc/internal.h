@@ -148,6 +148,8 @@ struct sess_sm {
     uint64_t cookie;      /* client: the server's cookie, echoed in connect requests */
     uint8_t nonce[16];    /* secure client: its handshake nonce */
     int hint;             /* secure client: an unproven refusal, reported at the timeout */
+    uint32_t auth_rejects; /* secure client: unproven ERMA_EAUTH answers to its requests */
+    uint64_t auth_reject_ns, auth_reject_tx_ns; /* the first's time; the request of the last */
     struct sm_msg accept; /* secure server: its proven accept, resent to retries */
     uint64_t idle_ns;     /* server: silence after which the client is gone */
     uint64_t last_rx_ns;  /* the peer's last packet (rx.c too) */
@@ -244,6 +246,7 @@ struct rpc_cc {
 struct rpc_sm {
     uint8_t cookie_key[16]; /* keys the connect cookies (crypto_shorthash) */
     uint64_t serial;        /* secure server: sessions accepted so far */
+    bool auth_logged;       /* server: a connect that failed authentication was logged */
 };
 
 /* The scans of the loop's poll (rpc.c). */

@@ -120,14 +120,36 @@ static struct session *accept_session(struct erma_rpc *rpc, const struct erma_ad
     return s;
 }
 
+/* A connect request that did not prove the key (or one end has none): an
+ * ERMA_EAUTH answer in the clear, which the client takes only as a hint
+ * (client_proven). It costs the server no state, and it is no amplifier:
+ * one answer of the request's size per request, and for a wrong proof
+ * only to an address that echoed its cookie. It tells the sender nothing
+ * it did not know: without the key no accept would come. */
+static void auth_refuse(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt, struct sm_msg *m)
+{
+    rpc->stats.rx_auth_failed++;
+    if (!rpc->sm.auth_logged) {
+        const bool client_psk = (m->flags & SM_SECURE) != 0;
+        char from[128] = "?";
+        erma_transport_addr_str(rpc->ep->tr, &pkt->src, from, sizeof from);
+        ERMA_WARN("rpc: a connect from %s failed authentication (%s): answered ERMA_EAUTH; "
+                  "later ones are only counted (stats.rx_auth_failed)", from,
+                  !rpc->nx->secure ? "it has a psk, this nexus none"
+                  : client_psk     ? "not this nexus's psk"
+                                   : "this nexus has a psk, it none");
+        rpc->sm.auth_logged = true;
+    }
+    m->err = ERMA_EAUTH;
+    erma__sm_send(rpc, NULL, &pkt->src, CONNECT_RESP, m->client_session, m);
+}
+
 static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
                            struct sm_msg *m)
 {
     const bool secure = rpc->nx->secure;
     if (secure != ((m->flags & SM_SECURE) != 0)) { /* one end has the key, the other not */
-        rpc->stats.rx_auth_failed++;
-        m->err = ERMA_EAUTH;
-        erma__sm_send(rpc, NULL, &pkt->src, CONNECT_RESP, m->client_session, m);
+        auth_refuse(rpc, pkt, m);
         return;
     }
     struct session *s = find_server_session(rpc, &pkt->src, m->token);
@@ -144,7 +166,7 @@ static void on_connect_req(struct erma_rpc *rpc, const struct erma_rx_pkt *pkt,
         return;
     }
     if (!s && secure && !erma__sm_proven(rpc, SEAL_CONNECT, m)) {
-        rpc->stats.rx_auth_failed++; /* not a holder of the key: no answer */
+        auth_refuse(rpc, pkt, m); /* not a holder of the key */
         return;
     }
     if (!s)
@@ -186,10 +208,23 @@ static bool session_msg(uint8_t type)
            type == REQ_ERROR;
 }
 
+/* An unproven ERMA_EAUTH answer for our nonce: counted once per connect
+ * request it answers (a copy of one answer counts once). */
+static void note_auth_reject(struct erma_rpc *rpc, struct session *s, const struct sm_msg *m)
+{
+    if (m->err != ERMA_EAUTH || sodium_memcmp(m->nonce, s->sm.nonce, sizeof s->sm.nonce) != 0 ||
+        (s->sm.auth_rejects && s->sm.auth_reject_tx_ns == s->sm.last_tx_ns))
+        return;
+    if (s->sm.auth_rejects++ == 0)
+        s->sm.auth_reject_ns = rpc->ep->now;
+    s->sm.auth_reject_tx_ns = s->sm.last_tx_ns;
+}
+
 /* Whether a secure CONNECT_RESP is the server's, for our nonce: an accept
  * (whose keys it starts) or a refusal under the key's proof. Anything else
  * (a refusal from a server without the key, or a forgery) is only a hint,
- * reported if the connect times out. */
+ * reported if the connect times out, or sooner for ERMA_EAUTH (timers.c,
+ * auth_refused). */
 static bool client_proven(struct erma_rpc *rpc, struct session *s, const struct sm_msg *m)
 {
     const bool accept = m->err == ERMA_OK;
@@ -198,8 +233,10 @@ static bool client_proven(struct erma_rpc *rpc, struct session *s, const struct 
         (m->flags & SM_SECURE) && usable &&
         erma__sm_proven(rpc, accept ? SEAL_ACCEPT : SEAL_REFUSE, m))
         return !accept || erma__sm_seal_start(rpc, s, m, true) == ERMA_OK;
-    if (!accept)
+    if (!accept) {
         s->sm.hint = m->err;
+        note_auth_reject(rpc, s, m);
+    }
     rpc->stats.rx_auth_failed++;
     return false;
 }

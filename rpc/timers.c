@@ -12,21 +12,40 @@ static uint64_t retry_ns(const struct erma_rpc *rpc, const struct session *s)
     return rpc->cfg.connect_retry_ns << (s->sm.retries < 5 ? s->sm.retries : 5);
 }
 
+static void connect_failed(struct erma_rpc *rpc, struct session *s, int err, uint64_t now)
+{
+    char peer[128] = "?";
+    erma_transport_addr_str(rpc->ep->tr, &s->peer, peer, sizeof peer);
+    ERMA_INFO("rpc: session %u: connect to %s (endpoint %u) failed after %u requests in %llu "
+              "ms: %s", s->num, peer, s->remote_tid, s->sm.retries + 1,
+              (unsigned long long)(since(now, s->sm.start_ns) / 1000000), erma_strerror(err));
+    erma__fail_client_slots(rpc, s, err);
+    erma__session_release(rpc, s);
+    erma__sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, err);
+}
+
+/* A secure client takes the server's unproven ERMA_EAUTH (sm_rx.c) as its
+ * outcome once it answered two of its connect requests and a retry
+ * interval passed since the first without a proven answer. A forger that
+ * sees the requests and races the server cannot fail a good connect so:
+ * the server's accept comes within a round trip, and a proven accept
+ * wins; one that can also drop the server's answers could fail it anyway
+ * (ERMA_ETIMEDOUT). An off-path one cannot echo the nonce. */
+static bool auth_refused(const struct erma_rpc *rpc, const struct session *s, uint64_t now)
+{
+    return s->sm.auth_rejects >= 2 &&
+           since(now, s->sm.auth_reject_ns) >= rpc->cfg.connect_retry_ns;
+}
+
 static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
 {
     const struct erma_rpc_cfg *c = &rpc->cfg;
     struct sm_msg m;
     if (s->state == CONNECTING) {
-        if (since(now, s->sm.start_ns) > c->connect_timeout_ns) {
-            char peer[128] = "?";
-            erma_transport_addr_str(rpc->ep->tr, &s->peer, peer, sizeof peer);
-            ERMA_INFO("rpc: session %u: no answer to %u connect requests from %s (endpoint "
-                      "%u) in %llu ms", s->num, s->sm.retries + 1, peer, s->remote_tid,
-                      (unsigned long long)(since(now, s->sm.start_ns) / 1000000));
-            const int err = s->sm.hint ? s->sm.hint : ERMA_ETIMEDOUT;
-            erma__fail_client_slots(rpc, s, err);
-            erma__session_release(rpc, s);
-            erma__sm_notify(rpc, s, ERMA_SM_CONNECT_FAILED, err);
+        if (auth_refused(rpc, s, now)) {
+            connect_failed(rpc, s, ERMA_EAUTH, now);
+        } else if (since(now, s->sm.start_ns) > c->connect_timeout_ns) {
+            connect_failed(rpc, s, s->sm.hint ? s->sm.hint : ERMA_ETIMEDOUT, now);
         } else if (since(now, s->sm.last_tx_ns) >= retry_ns(rpc, s)) {
             s->sm.retries++;
             erma__sm_send_connect(rpc, s, now);

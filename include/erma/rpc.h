@@ -112,8 +112,14 @@ struct erma_nexus_cfg {
      * re-addressed packet is dropped and counted (stats.rx_auth_failed,
      * rx_replayed, rx_no_session), never executed. Each packet carries 24
      * bytes more, so it has 24 bytes less of data. Peers must both have it,
-     * or neither (a connect fails with ERMA_EAUTH). It is a group key: any
-     * holder can read sessions it recorded (docs/PROTOCOL.md, limits). */
+     * or neither: else a connect fails with ERMA_EAUTH, in about one
+     * connect_retry_ns (not connect_timeout_ns), and the server counts it
+     * (stats.rx_auth_failed) and warns once. The server's "auth failed" is
+     * unauthenticated, so the client believes it only once two of its
+     * connect requests drew one and a retry interval passed with no proven
+     * accept: a forger racing the server cannot fail a good connect
+     * (docs/PROTOCOL.md, Secure sessions). It is a group key: any holder
+     * can read sessions it recorded (docs/PROTOCOL.md, limits). */
     const uint8_t *psk;
 };
 #define ERMA_PSK_BYTES 32
@@ -232,7 +238,8 @@ struct erma_rpc_stats {
     uint64_t sessions_refused;
     uint64_t cookies_sent;  /* connect requests answered with a cookie, no state kept */
     uint64_t bad_cookies;   /* connect requests with a wrong or stale cookie */
-    uint64_t rx_auth_failed; /* secure: packets or handshakes that did not verify */
+    uint64_t rx_auth_failed; /* secure: packets or handshakes that did not verify (a
+                                server: connects refused ERMA_EAUTH among them) */
     uint64_t rx_replayed;    /* secure: packets whose counter was seen (or too old) */
     uint64_t recv_refused;   /* messages refused: a budget had no room (ERMA_ENOBUFS) */
     uint64_t recv_expired;   /* partly received requests dropped after recv_timeout_ns */

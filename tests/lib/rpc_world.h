@@ -174,4 +174,22 @@ static inline void call_once(struct world *w, unsigned from, int sess, uint8_t t
     erma_msgbuf_free(rpc, &c.resp);
 }
 
+/* Queues a call of type on host 0's session sess (done and status in c);
+ * end_call() frees its buffers. */
+static inline void start_call(struct world *w, int sess, uint8_t type, uint32_t id, struct call *c)
+{
+    memset(c, 0, sizeof *c);
+    assert_int_equal(erma_msgbuf_alloc(w->rpc[0], REQ_HDR, &c->req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(w->rpc[0], 16, &c->resp), ERMA_OK);
+    fill_req(&c->req, id, 8);
+    assert_int_equal(erma_rpc_call(w->rpc[0], sess, type, &c->req, &c->resp, on_call, c),
+                     ERMA_OK);
+}
+
+static inline void end_call(struct world *w, struct call *c)
+{
+    erma_msgbuf_free(w->rpc[0], &c->req);
+    erma_msgbuf_free(w->rpc[0], &c->resp);
+}
+
 #endif

@@ -16,6 +16,7 @@
 #include "erma/sdk/wire.h"
 #include "rpc/internal.h"
 #include "../bench/bench.h"
+#include "log_capture.h"
 #include "rpc_util.h"
 #include "rpc_world.h"
 #include "test_rpc_sim.h"
@@ -328,22 +329,44 @@ void test_secure_sessions(void **state)
 /* Both ends need the key: one without it, or with another, gets no session
  * (ERMA_EAUTH: refused, or with another key answered by a cookie and never
  * accepted). */
+/* Keys that differ (one end without, or another key): each connect fails
+ * with ERMA_EAUTH well within the connect timeout (two answers and a
+ * retry interval: 3 ms here), its request with it; the server counts
+ * every refusal and warns once. */
 void test_secure_mismatch(void **state)
 {
     (void)state;
     static const uint8_t other[ERMA_PSK_BYTES] = "another key, also 32 bytes long";
     const uint8_t *keys[3][2] = {{psk, NULL}, {NULL, psk}, {psk, other}};
-    const int expect[3] = {ERMA_EAUTH, ERMA_EAUTH, ERMA_EAUTH};
     for (int i = 0; i < 3; i++) {
         struct world w;
         secure_up(&w, "mismatch", 0, keys[i][0], keys[i][1]);
-        assert_true(erma_session_create(w.rpc[0], w.uri[1], 0) >= 0);
-        int never = 0;
-        for (int k = 0; k < 100 && !w.sm_events[ERMA_SM_CONNECT_FAILED]; k++)
-            run_until(&w, &never, 100000000);
-        assert_int_equal(w.sm_events[ERMA_SM_CONNECT_FAILED], 1);
-        assert_int_equal(w.sm_last_err, expect[i]);
+        struct log_capture cap;
+        log_capture_start(&cap);
+        const uint64_t t0 = erma_now_ns();
+        struct call c[2];
+        for (int k = 0; k < 2; k++) {
+            const int s = erma_session_create(w.rpc[0], w.uri[1], 0);
+            assert_true(s >= 0);
+            start_call(&w, s, ECHO, (uint32_t)k, &c[k]);
+        }
+        assert_int_equal(run_until(&w, &c[1].done, 10000000000ull), ERMA_OK);
+        const uint64_t took = erma_now_ns() - t0;
+        char *log = log_capture_end(&cap);
+        print_message("  keys %d: ERMA_EAUTH after %.1f ms\n", i, (double)took / 1e6);
+        assert_true(took < 3000000000ull / 2); /* the default connect timeout: 3 s */
+        assert_int_equal(w.sm_events[ERMA_SM_CONNECT_FAILED], 2);
+        assert_int_equal(w.sm_last_err, ERMA_EAUTH);
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(c[k].status, ERMA_EAUTH);
+            end_call(&w, &c[k]);
+        }
         assert_int_equal(atomic_load(&w.echo[1].calls), 0);
+        struct erma_rpc_stats st;
+        erma_rpc_get_stats(w.rpc[1], &st);
+        assert_true(st.rx_auth_failed >= 2);
+        assert_int_equal(log_count(log, "erma warn:", "failed authentication"), 1);
+        free(log);
         world_down(&w);
     }
 }
@@ -353,6 +376,7 @@ void test_secure_mismatch(void **state)
  * the connect at once, and the RESETs once kept a dead session alive). */
 static uint8_t forged[SM_LEN]; /* the last forgery: a RESET for the client's session */
 static uint16_t forged_port;
+static int forged_err; /* the refusal's code */
 
 static bool forge_tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
 {
@@ -369,15 +393,14 @@ static bool forge_tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
         const struct erma_hdr f = {.req_type = type, .dest_session = client_session,
                                    .proto = ERMA_PROTO_SM};
         erma_hdr_encode(&f, pkt);
-        erma_put_le(pkt + ERMA_HDR_SIZE + 16, (uint32_t)ERMA_EREFUSED, 4);
+        erma_put_le(pkt + ERMA_HDR_SIZE + 16, (uint32_t)forged_err, 4);
         erma_sim_inject(w->sim, 1, ev->dst_port, 0, ev->src_port, pkt, SM_LEN);
     }
     return true;
 }
 
-void test_secure_forged_answers(void **state)
+static void forged_answers(void)
 {
-    (void)state;
     struct world w;
     secure_up(&w, "forged", 0, psk, psk);
     erma_sim_set_tap(w.sim, forge_tap, &w);
@@ -396,5 +419,78 @@ void test_secure_forged_answers(void **state)
         run_until(&w, &never, 10000000);
     }
     assert_int_equal(w.sm_events[ERMA_SM_PEER_FAILED], 1); /* within failure_ns = 50 ms */
+    world_down(&w);
+}
+
+/* Refusals forged as ERMA_EREFUSED, and as ERMA_EAUTH for every connect
+ * request, ahead of the server's answers (an on-path forger that cannot
+ * drop): the server's proven accept still wins. */
+void test_secure_forged_answers(void **state)
+{
+    (void)state;
+    forged_err = ERMA_EREFUSED;
+    forged_answers();
+    forged_err = ERMA_EAUTH;
+    forged_answers();
+}
+
+/* The forger races a slow server: each connect request draws a forged
+ * ERMA_EAUTH at once, and the server's first accept is held 600 us (past
+ * a session-management scan, within the 1 ms retry interval). A client
+ * that believed the first unproven refusal would fail; it waits a retry
+ * interval for a proven answer, and connects. */
+static struct {
+    uint8_t pkt[SM_LEN];
+    uint16_t src_port, dst_port;
+    bool have, sent;
+} held_accept;
+
+static bool race_tap(void *ctx, const struct erma_sim_event *ev, uint8_t *data)
+{
+    struct erma_hdr h;
+    if (ev->src_host == 1 && !held_accept.have && erma_hdr_check(data, ev->len, &h) == ERMA_OK &&
+        h.proto == ERMA_PROTO_SM && h.req_type == SM_CONNECT_RESP &&
+        erma_get_le(data + ERMA_HDR_SIZE + 16, 4) == 0) { /* the server's accept */
+        memcpy(held_accept.pkt, data, SM_LEN);
+        held_accept.src_port = ev->src_port;
+        held_accept.dst_port = ev->dst_port;
+        held_accept.have = true;
+        return false; /* sent again later */
+    }
+    return forge_tap(ctx, ev, data);
+}
+
+void test_secure_forged_auth_race(void **state)
+{
+    (void)state;
+    struct world w;
+    secure_up(&w, "race", 0, psk, psk);
+    forged_err = ERMA_EAUTH;
+    memset(&held_accept, 0, sizeof held_accept);
+    erma_sim_set_tap(w.sim, race_tap, &w);
+    const int s = erma_session_create(w.rpc[0], w.uri[1], 0);
+    assert_true(s >= 0);
+    uint64_t held_at = 0;
+    for (int i = 0; i < 100 && !erma_session_connected(w.rpc[0], s) &&
+                    !w.sm_events[ERMA_SM_CONNECT_FAILED];
+         i++) {
+        int never = 0;
+        run_until(&w, &never, 100000);
+        held_at = held_accept.have && !held_at ? erma_now_ns() : held_at;
+        if (held_at && !held_accept.sent && erma_now_ns() >= held_at + 600000) {
+            held_accept.sent = true;
+            assert_int_equal(erma_sim_inject(w.sim, 1, held_accept.src_port, 0,
+                                             held_accept.dst_port, held_accept.pkt, SM_LEN),
+                             ERMA_OK);
+        }
+    }
+    erma_sim_set_tap(w.sim, NULL, NULL);
+    assert_int_equal(w.sm_events[ERMA_SM_CONNECT_FAILED], 0);
+    assert_true(erma_session_connected(w.rpc[0], s));
+    struct erma_rpc_stats st;
+    erma_rpc_get_stats(w.rpc[0], &st);
+    assert_true(held_accept.sent); /* connected by the held accept */
+    assert_true(st.rx_auth_failed >= 2); /* both forged refusals came, and were counted */
+    call_once(&w, 0, s, ECHO, 100, 100, 1, ERMA_OK);
     world_down(&w);
 }

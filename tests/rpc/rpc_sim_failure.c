@@ -207,21 +207,6 @@ static void answer_deferred(void)
     deferred = NULL;
 }
 
-static void start_call(struct world *w, int sess, uint8_t type, uint32_t id, struct call *c)
-{
-    memset(c, 0, sizeof *c);
-    assert_int_equal(erma_msgbuf_alloc(w->rpc[0], REQ_HDR, &c->req), ERMA_OK);
-    assert_int_equal(erma_msgbuf_alloc(w->rpc[0], 16, &c->resp), ERMA_OK);
-    fill_req(&c->req, id, 8);
-    assert_int_equal(erma_rpc_call(w->rpc[0], sess, type, &c->req, &c->resp, on_call, c),
-                     ERMA_OK);
-}
-
-static void end_call(struct world *w, struct call *c)
-{
-    erma_msgbuf_free(w->rpc[0], &c->req);
-    erma_msgbuf_free(w->rpc[0], &c->resp);
-}
 
 /* A request whose handler answers later keeps its bytes until it does, but
  * not its slot: requests the client sends on that slot after giving up on

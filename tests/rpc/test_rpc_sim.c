@@ -343,6 +343,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_secure_sessions),
         cmocka_unit_test(test_secure_mismatch),
         cmocka_unit_test(test_secure_forged_answers),
+        cmocka_unit_test(test_secure_forged_auth_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,5 +30,6 @@ void test_connect_under_loss(void **state);
 void test_secure_sessions(void **state);
 void test_secure_mismatch(void **state);
 void test_secure_forged_answers(void **state);
+void test_secure_forged_auth_race(void **state);
 
 #endif

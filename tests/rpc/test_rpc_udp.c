@@ -794,6 +794,58 @@ static void test_register_while_running(void **state)
     erma_nexus_destroy(nx);
 }
 
+/* ---- a wrong key ---- */
+
+/* A client whose psk is not the server's: its connect, and the call
+ * waiting on it, fail with ERMA_EAUTH well within the connect timeout
+ * (about one 20 ms retry interval), and the server counts the refusals.
+ * One thread runs both endpoints. */
+static void test_wrong_psk(void **state)
+{
+    (void)state;
+    static const uint8_t key[2][ERMA_PSK_BYTES] = {"the server's key, 32 bytes long",
+                                                   "the client's key, 32 bytes long"};
+    struct erma_nexus *nx[2];
+    struct erma_endpoint *ep[2];
+    struct erma_rpc *rpc[2];
+    struct echo_stats es = {0};
+    const struct erma_rpc_cfg cfg = {0}; /* the defaults: connect_timeout_ns 3 s */
+    for (int i = 0; i < 2; i++) {
+        const struct erma_nexus_cfg nc = {.psk = key[i]};
+        assert_int_equal(erma_nexus_create(&nc, &nx[i]), ERMA_OK);
+        assert_int_equal(erma_endpoint_create("udp://127.0.0.1:0", 0, NULL, &ep[i]), ERMA_OK);
+        assert_int_equal(erma_rpc_create(nx[i], ep[i], &cfg, &rpc[i]), ERMA_OK);
+    }
+    assert_int_equal(erma_handler_register(nx[0], ECHO, echo_handler, ERMA_DISPATCH, &es),
+                     ERMA_OK);
+    char uri[64];
+    assert_int_equal(erma_endpoint_uri(ep[0], uri, sizeof uri), ERMA_OK);
+    const uint64_t t0 = erma_now_ns();
+    const int sess = erma_session_create(rpc[1], uri, 0);
+    assert_true(sess >= 0);
+    struct call k = {0};
+    assert_int_equal(erma_msgbuf_alloc(rpc[1], REQ_HDR, &k.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(rpc[1], 64, &k.resp), ERMA_OK);
+    fill_req(&k.req, 1, 8);
+    assert_int_equal(erma_rpc_call(rpc[1], sess, ECHO, &k.req, &k.resp, on_call, &k), ERMA_OK);
+    assert_true(vp_step(ep, &k));
+    const uint64_t took = erma_now_ns() - t0;
+    print_message("  wrong key: %s after %.1f ms\n", erma_strerror(k.status), (double)took / 1e6);
+    assert_int_equal(k.status, ERMA_EAUTH);
+    assert_true(took < 3000000000ull / 2);
+    struct erma_rpc_stats st;
+    erma_rpc_get_stats(rpc[0], &st);
+    assert_true(st.rx_auth_failed >= 2);
+    assert_int_equal(atomic_load(&es.calls), 0);
+    erma_msgbuf_free(rpc[1], &k.req);
+    erma_msgbuf_free(rpc[1], &k.resp);
+    for (int i = 0; i < 2; i++) {
+        erma_rpc_destroy(rpc[i]);
+        erma_endpoint_destroy(ep[i]);
+        erma_nexus_destroy(nx[i]);
+    }
+}
+
 /* ---- what a peer can make the server hold ---- */
 
 /* First packets of size-byte requests on every slot of each session. */
@@ -873,6 +925,7 @@ int main(void)
         cmocka_unit_test(test_port_zero_and_run_until),
         cmocka_unit_test(test_virtual_paths),
         cmocka_unit_test(test_register_while_running),
+        cmocka_unit_test(test_wrong_psk),
         cmocka_unit_test(test_first_packets_udp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
