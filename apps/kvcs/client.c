@@ -384,15 +384,6 @@ static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int sta
     }
 }
 
-/* The timers of the tries in flight. A GET try slower than its replica's
- * round trips (hedge_at) at a replica silent as long is joined by a try at
- * the next replica; both stay in flight and the first answer wins, so a
- * replica that stalls (a descheduled server) costs a GET about one round
- * trip more, not a failure, and a busy one gets no more load. An RPC try past its deadline (it may wait behind others for one
- * of its session's slots, where the request timeout does not run yet)
- * fails as timed out; its request completes later, to no op. Tries started
- * here are put at the list's head, behind the walk. Returns the tries
- * walked. */
 /* A try's server has answered nothing for a hedge period: it stalls (or
  * died), rather than being busy with others' requests, where a hedge
  * would only add load. */
@@ -402,6 +393,15 @@ static bool silent(const struct kvcs_client *c, const struct try *t, uint64_t no
     return now - s->heard_ns >= t->hedge_at - t->start;
 }
 
+/* The timers of the tries in flight. A GET try slower than its replica's
+ * round trips (hedge_at) at a replica silent as long is joined by a try at
+ * the next replica; both stay in flight and the first answer wins, so a
+ * replica that stalls (a descheduled server) costs a GET about one round
+ * trip more, not a failure, and a busy one gets no more load. An RPC try
+ * past its deadline (it may wait behind others for one of its session's
+ * slots, where the request timeout does not run yet) fails as timed out;
+ * its request completes later, to no op. Tries started here are put at
+ * the list's head, behind the walk. Returns the tries walked. */
 static uint32_t check_tries(struct kvcs_client *c, uint64_t now)
 {
     struct try *next;
