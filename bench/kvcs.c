@@ -89,6 +89,7 @@ static const char usage[] =
     "  --no-loc-cache     one-sided GETs without the location cache (two READs each)\n"
     "  --closed           sweep: one GET at a time (closed loop) instead of --loads\n"
     "  --no-hedge         GET tries not hedged (kvcs cfg.no_hedge)\n"
+    "  --only M           sweep: only method M, read or rpc (for profiles; no ratios)\n"
     "  --idle-wait-us U   servers sleep once idle U us (default 20)\n"
     "  --base-port P      forked servers on udp://127.0.0.1:P, P+8, ... (default 42100)\n"
     "  --cpu LIST         CPUs: this process, then the servers in turn (default: none)\n"
@@ -112,6 +113,7 @@ struct opts {
     double seconds, kill_at, load, idle_wait_us, attempt_ms, slow_ms;
     unsigned rounds;
     bool psk, no_loc_cache, closed, no_hedge;
+    int only; /* sweep: 0 both, else KVCS_READ + 1 or KVCS_RPC + 1 */
     const char *loads, *role, *uri, *server_list;
     int base_port;
     enum kvcs_method method;
@@ -490,9 +492,12 @@ static void drive_closed(struct run *r, double seconds)
 }
 
 /* One load by one method (load 0: closed loop): GETs for o->seconds, a
- * row, the latencies in *l and the achieved rate in *rate. */
-static int sweep_one(struct run *r, const struct bench_table *t, double load,
-                     enum kvcs_method meth, struct bench_lat *l, double *rate)
+ * row, the latencies in *l and the achieved rate in *rate. Not inlined, so
+ * that `valgrind --tool=callgrind --collect-atstart=no
+ * --toggle-collect=sweep_one` counts the client's work in the phases alone. */
+__attribute__((noinline)) static int sweep_one(struct run *r, const struct bench_table *t,
+                                               double load, enum kvcs_method meth,
+                                               struct bench_lat *l, double *rate)
 {
     const struct opts *o = r->o;
     struct kvcs_client_stats a, b;
@@ -567,16 +572,17 @@ static int sweep(struct run *r, const struct bench_table *t)
     int rc = ERMA_OK;
     for (unsigned k = 0; k < o->rounds && rc == ERMA_OK; k++)
         for (unsigned i = 0; i < nloads && rc == ERMA_OK; i++) {
-            struct bench_lat l[2];
+            struct bench_lat l[2] = {{0}};
             for (int n = 0; n < 2 && rc == ERMA_OK; n++) {
                 const int m = k % 2 ? n : 1 - n; /* READ first in odd rounds (1, 3...) */
-                rc = sweep_one(r, t, loads[i], m == 0 ? KVCS_READ : KVCS_RPC, &l[m],
-                               &sum[i].rate[m][k]);
+                const enum kvcs_method meth = m == 0 ? KVCS_READ : KVCS_RPC;
+                if (!o->only || o->only == 1 + (int)meth)
+                    rc = sweep_one(r, t, loads[i], meth, &l[m], &sum[i].rate[m][k]);
             }
             sum[i].p50[k] = l[1].median_us > 0 ? l[0].median_us / l[1].median_us : 0;
             sum[i].p99[k] = l[1].p99_us > 0 ? l[0].p99_us / l[1].p99_us : 0;
         }
-    if (rc == ERMA_OK && !t->csv)
+    if (rc == ERMA_OK && !t->csv && !o->only)
         sweep_summary(r, loads, nloads, sum);
     free(sum);
     return rc;
@@ -656,7 +662,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"role", 1, 0, 'R'},      {"server", 1, 0, 'S'},       {"uri", 1, 0, 'u'},
         {"slow-ms", 1, 0, 'w'},   {"rounds", 1, 0, 'n'},       {"psk", 0, 0, 'P'},
         {"no-loc-cache", 0, 0, 'C'}, {"closed", 0, 0, 'c'},
-        {"no-hedge", 0, 0, 'H'}, {0, 0, 0, 0}};
+        {"no-hedge", 0, 0, 'H'}, {"only", 1, 0, 'O'}, {0, 0, 0, 0}};
     bench_cli_init(cli, "kvcs", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -685,6 +691,11 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'C': o->no_loc_cache = true; break;
         case 'c': o->closed = true; break;
         case 'H': o->no_hedge = true; break;
+        case 'O':
+            if (strcmp(optarg, "rpc") && strcmp(optarg, "read"))
+                bench_cli_fail(cli, "unknown method '%s'", optarg);
+            o->only = 1 + (strcmp(optarg, "rpc") == 0 ? KVCS_RPC : KVCS_READ);
+            break;
         default: bench_cli_fail(cli, NULL);
         }
     }
