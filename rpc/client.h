@@ -53,6 +53,8 @@ static inline void paths_done(struct session *s, const struct client_slot *c, ui
 void erma__client_kick(struct erma_rpc *rpc, struct session *s);
 /* Ends the slot's request: its continuation runs after the flush. */
 void erma__slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl, int status);
+/* Fails the requests of s on a slot (sent, or about to be) with status. */
+void erma__fail_client_sent(struct erma_rpc *rpc, struct session *s, int status);
 /* Fails every request of s, on a slot or waiting, with status. */
 void erma__fail_client_slots(struct erma_rpc *rpc, struct session *s, int status);
 /* Sends the packets of the paced sessions the timing wheel has due by now. */

@@ -219,6 +219,7 @@ void erma__client_kick(struct erma_rpc *rpc, struct session *s)
         if (!sl->client.busy) {
             struct backlog *b = s->client.backlog;
             s->client.backlog = b->next;
+            s->client.nbacklog--;
             slot_start(rpc, s, sl, b);
             b->next = rpc->client.free_backlog;
             rpc->client.free_backlog = b;
@@ -239,6 +240,9 @@ int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type, struct erma_m
                             ? erma__session_get(rpc, (uint16_t)num) : NULL;
     if (!s || s->role != CLIENT || (s->state != CONNECTED && s->state != CONNECTING))
         return ERMA_ENOENT;
+    if (s->sm.reconnecting && (rpc->cfg.reconnect != ERMA_RECONNECT_QUEUE ||
+                               s->client.nbacklog >= rpc->cfg.reconnect_queue))
+        return ERMA_EAGAIN;
     struct backlog *b = rpc->client.free_backlog;
     if (b)
         rpc->client.free_backlog = b->next;
@@ -251,15 +255,22 @@ int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type, struct erma_m
     else
         s->client.backlog = b;
     s->client.backlog_tail = b;
+    s->client.nbacklog++;
     erma__client_kick(rpc, s);
     return ERMA_OK;
 }
 
-void erma__fail_client_slots(struct erma_rpc *rpc, struct session *s, int status)
+void erma__fail_client_sent(struct erma_rpc *rpc, struct session *s, int status)
 {
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
         if (s->slots[k].client.busy)
             erma__slot_finish(rpc, s, &s->slots[k], status);
+}
+
+void erma__fail_client_slots(struct erma_rpc *rpc, struct session *s, int status)
+{
+    erma__fail_client_sent(rpc, s, status);
+    s->client.nbacklog = 0;
     while (s->client.backlog) {
         struct backlog *b = s->client.backlog;
         s->client.backlog = b->next;

@@ -154,6 +154,7 @@ struct sess_sm {
     uint64_t idle_ns;     /* server: silence after which the client is gone */
     uint64_t last_rx_ns;  /* the peer's last packet (rx.c too) */
     uint64_t last_tx_ns, start_ns;
+    bool reconnecting;    /* client: connecting again after its server was lost */
 };
 
 /* A client session's requests (client_tx.c, client_rx.c). */
@@ -161,6 +162,7 @@ struct sess_client {
     uint32_t busy_slots;  /* slots with a request; listed in rpc->client.busy if > 0 */
     uint32_t busy_idx;
     struct backlog *backlog, *backlog_tail;
+    uint32_t nbacklog;    /* requests in backlog */
     uint8_t rr;           /* round robin over slots */
     uint8_t dupthresh;    /* replies to later packets that make one lost (fast resend) */
 };

@@ -25,6 +25,8 @@ static const struct erma_rpc_cfg defaults = {
     .recv_budget_session = (uint64_t)ERMA_SESSION_SLOTS * ERMA_MAX_MSG_SIZE,
     .recv_budget_peer = (uint64_t)64 << 20,
     .recv_budget = (uint64_t)512 << 20,
+    .reconnect_timeout_ns = 30000000000ull,
+    .reconnect_queue = 1024,
 };
 
 static uint64_t or_default(uint64_t v, uint64_t d)
@@ -51,6 +53,8 @@ static void cfg_defaults(struct erma_rpc_cfg *c)
     c->recv_budget_session = or_default(c->recv_budget_session, defaults.recv_budget_session);
     c->recv_budget_peer = or_default(c->recv_budget_peer, defaults.recv_budget_peer);
     c->recv_budget = or_default(c->recv_budget, defaults.recv_budget);
+    c->reconnect_timeout_ns = or_default(c->reconnect_timeout_ns, defaults.reconnect_timeout_ns);
+    c->reconnect_queue = c->reconnect_queue ? c->reconnect_queue : defaults.reconnect_queue;
     /* a live client resends within 64 timeouts (its backoff's cap) */
     const uint64_t resend = times(c->rto_ns, 128), fail = times(c->failure_ns, 2);
     c->recv_timeout_ns = or_default(c->recv_timeout_ns, resend > fail ? resend : fail);
@@ -195,6 +199,8 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
                    "ring (%u)", rpc->cfg.credits, ERMA_MAX_CREDITS, ep->tr->rx_ring);
         rc = ERMA_EINVAL;
     }
+    if ((unsigned)rpc->cfg.reconnect > ERMA_RECONNECT_QUEUE)
+        rc = ERMA_EINVAL;
     if (rc == ERMA_OK)
         rc = erma__mpsc_init(&rpc->server.worker_done, nx->nworkers ? WORKER_DONE_QUEUE : 1);
     if (rc == ERMA_OK)

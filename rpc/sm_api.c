@@ -11,8 +11,38 @@ void erma__session_fail(struct erma_rpc *rpc, struct session *s, int status)
         erma__fail_client_slots(rpc, s, status);
 }
 
+/* cfg.reconnect: s connects again under a new token, keeping its number.
+ * The requests it sent fail (they may have run); in ERMA_RECONNECT_QUEUE
+ * those it did not send wait for the new session. */
+static void session_reconnect(struct erma_rpc *rpc, struct session *s)
+{
+    if (rpc->cfg.reconnect == ERMA_RECONNECT_QUEUE)
+        erma__fail_client_sent(rpc, s, ERMA_EPEERFAILED);
+    else
+        erma__fail_client_slots(rpc, s, ERMA_EPEERFAILED);
+    erma__ep_tx_flush(rpc->ep); /* nothing in the batch may use the old keys */
+    erma__seal_end(&s->seal);
+    const uint64_t now = erma__ep_clock(rpc->ep);
+    s->state = CONNECTING;
+    rpc->timers.pending++;
+    s->remote_num = NO_SESSION;
+    erma__session_token(s, erma_rand_u64(&rpc->rng) | 1);
+    erma_paths_init(&s->ps, 1);
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
+        s->slots[k].client.unheard = 0;
+    s->sm = (struct sess_sm){.start_ns = now, .last_rx_ns = now, .reconnecting = true};
+    if (rpc->nx->secure)
+        randombytes_buf(s->sm.nonce, sizeof s->sm.nonce);
+    erma__sm_send_connect(rpc, s, now);
+    erma__sm_notify(rpc, s, ERMA_SM_RECONNECTING, ERMA_EPEERFAILED);
+}
+
 void erma__session_lost(struct erma_rpc *rpc, struct session *s)
 {
+    if (rpc->cfg.reconnect != ERMA_RECONNECT_OFF && !rpc->destroying) {
+        session_reconnect(rpc, s);
+        return;
+    }
     erma__session_fail(rpc, s, ERMA_EPEERFAILED);
     erma__session_release(rpc, s);
     erma__sm_notify(rpc, s, ERMA_SM_PEER_FAILED, ERMA_EPEERFAILED);

@@ -258,7 +258,9 @@ static void on_connect_resp(struct erma_rpc *rpc, struct session *s, struct sm_m
     erma_paths_init(&s->ps, common_paths(rpc, m)); /* each path's probe first */
     erma__set_credits(rpc, s, m->credits);
     s->state = CONNECTED;
-    erma__sm_notify(rpc, s, ERMA_SM_CONNECTED, ERMA_OK);
+    const bool again = s->sm.reconnecting;
+    s->sm.reconnecting = false;
+    erma__sm_notify(rpc, s, again ? ERMA_SM_RECONNECTED : ERMA_SM_CONNECTED, ERMA_OK);
     erma__client_kick(rpc, s);
 }
 

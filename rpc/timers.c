@@ -42,9 +42,11 @@ static void scan_client(struct erma_rpc *rpc, struct session *s, uint64_t now)
     const struct erma_rpc_cfg *c = &rpc->cfg;
     struct sm_msg m;
     if (s->state == CONNECTING) {
+        const uint64_t limit = s->sm.reconnecting ? c->reconnect_timeout_ns
+                                                  : c->connect_timeout_ns;
         if (auth_refused(rpc, s, now)) {
             connect_failed(rpc, s, ERMA_EAUTH, now);
-        } else if (since(now, s->sm.start_ns) > c->connect_timeout_ns) {
+        } else if (since(now, s->sm.start_ns) > limit) {
             connect_failed(rpc, s, s->sm.hint ? s->sm.hint : ERMA_ETIMEDOUT, now);
         } else if (since(now, s->sm.last_tx_ns) >= retry_ns(rpc, s)) {
             s->sm.retries++;

@@ -95,7 +95,20 @@ enum erma_sm_event {
      * ERMA_ENOMEM (the server had no memory for a secure session) */
     ERMA_SM_CONNECT_FAILED,
     ERMA_SM_DISCONNECTED,   /* erma_session_destroy() completed */
-    ERMA_SM_PEER_FAILED,    /* the peer stopped answering or restarted */
+    ERMA_SM_PEER_FAILED,    /* the peer stopped answering or restarted; the session ended */
+    /* cfg.reconnect: the peer was lost (err ERMA_EPEERFAILED), the session
+     * connects again under the same number */
+    ERMA_SM_RECONNECTING,
+    ERMA_SM_RECONNECTED,    /* cfg.reconnect: the session is connected again */
+};
+
+/* What a client session does when its server is lost (cfg.reconnect;
+ * Session lifecycle below). */
+enum erma_reconnect {
+    ERMA_RECONNECT_OFF,   /* the session ends (default) */
+    ERMA_RECONNECT_FAIL,  /* it reconnects; calls meanwhile return ERMA_EAGAIN */
+    ERMA_RECONNECT_QUEUE, /* it reconnects; calls meanwhile wait for it, up to
+                             cfg.reconnect_queue, then ERMA_EAGAIN */
 };
 
 typedef void (*erma_sm_fn)(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err,
@@ -215,6 +228,13 @@ struct erma_rpc_cfg {
      * retransmit. Set it on both ends. Default off: selective
      * acknowledgement and fast retransmit (Wire protocol above). */
     bool go_back_n;
+    /* Automatic reconnect of client sessions whose server is lost (Session
+     * lifecycle below): default ERMA_RECONNECT_OFF. A reconnect gives up
+     * after reconnect_timeout_ns (default 30 s); in ERMA_RECONNECT_QUEUE
+     * at most reconnect_queue requests (default 1024) wait meanwhile. */
+    enum erma_reconnect reconnect;
+    uint64_t reconnect_timeout_ns;
+    uint32_t reconnect_queue;
 };
 
 struct erma_rpc_stats {
@@ -333,6 +353,70 @@ uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc);
  * one of whose slots gives up on 65,535 requests in a row without any
  * reply (cfg.req_timeout_ns, the server hearing none of them while it
  * answers keepalives) fails with ERMA_SM_PEER_FAILED.
+ *
+ * Session lifecycle (a client session; server sessions have no events):
+ *
+ *   erma_session_create -> CONNECTING --CONNECTED--> CONNECTED
+ *   CONNECTING --CONNECT_FAILED--> ended
+ *   CONNECTED --PEER_FAILED--> ended                   (cfg.reconnect off)
+ *   CONNECTED --RECONNECTING--> CONNECTING again       (cfg.reconnect on)
+ *             --RECONNECTED--> CONNECTED, or --CONNECT_FAILED--> ended
+ *   erma_session_destroy: CONNECTED -> DISCONNECTING --DISCONNECTED--> ended;
+ *                         CONNECTING -> ended, DISCONNECTED from inside the call
+ *
+ * An ended session's number is free from its event on: erma_rpc_call()
+ * and erma_session_destroy() on it return ERMA_ENOENT (there is nothing
+ * to destroy), and the next erma_session_create(), even one from the
+ * event's handler, may be given the number again: forget it at the event.
+ * Across RECONNECTING the number stays the session's, and
+ * erma_session_destroy() on it ends the reconnect (DISCONNECTED at once).
+ *
+ * Failures (defaults: connect_retry_ns 20 ms, connect_timeout_ns 3 s,
+ * failure_ns 500 ms, keepalive_ns 100 ms, reconnect_timeout_ns 30 s):
+ *   what                     event, err                after
+ *   server refuses           CONNECT_FAILED, ERMA_EREFUSED / ERMA_ENOENT /
+ *                            ERMA_ENOMEM               a round trip
+ *   no answer to connects    CONNECT_FAILED, ERMA_ETIMEDOUT
+ *                                                      connect_timeout_ns
+ *   one end has another psk  CONNECT_FAILED, ERMA_EAUTH
+ *     (or none)                                        ~ connect_retry_ns
+ *   server silent (dead)     PEER_FAILED or RECONNECTING, ERMA_EPEERFAILED
+ *                                                      failure_ns of silence
+ *   server restarted         the same; without a psk as soon as it answers
+ *                            the session's next packet (a request, or a
+ *                            keepalive within keepalive_ns) with a reset;
+ *                            with one only after failure_ns (a reset is
+ *                            unauthenticated, so only silence counts)
+ *   reconnect gives up       CONNECT_FAILED, ERMA_ETIMEDOUT after
+ *                            reconnect_timeout_ns; a refusal at once
+ *   erma_session_destroy     DISCONNECTED, ERMA_OK (ERMA_ETIMEDOUT: the
+ *                            server did not confirm within failure_ns)
+ * A secure client that a server without proof refused reports that
+ * refusal only at connect_timeout_ns (erma_nexus_cfg.psk).
+ *
+ * Order: the event comes first, then, later in the same loop pass, the
+ * continuations of the requests it failed, with the event's err
+ * (ERMA_EPEERFAILED, or the connect's code: an ERMA_ETIMEDOUT that
+ * follows CONNECT_FAILED on its session is the connect's, not
+ * cfg.req_timeout_ns). erma_session_destroy() of a connected session
+ * fails its requests (ERMA_ECANCELLED) in the next loop pass and
+ * DISCONNECTED comes once the server confirmed.
+ *
+ * What next. Reconnect off: the application creates a new session when it
+ * wants one, and calls again what it may repeat. On (cfg.reconnect): it
+ * need do nothing; erma connects again under a new token, sending connect
+ * requests at connect_retry_ns doubling to 32 x connect_retry_ns (640 ms)
+ * until reconnect_timeout_ns, so a server that is back is found within
+ * about 32 x connect_retry_ns. No request goes again on the new session: those
+ * on the session's slots when it was lost may have run and fail with
+ * ERMA_EPEERFAILED (call again what may be repeated). With
+ * ERMA_RECONNECT_QUEUE the requests not yet sent (waiting for a slot)
+ * wait for the new session, and erma_rpc_call() adds more while the
+ * session has fewer than cfg.reconnect_queue waiting (else ERMA_EAGAIN);
+ * they go once RECONNECTED, or fail with CONNECT_FAILED's code. With
+ * ERMA_RECONNECT_FAIL every pending request fails with ERMA_EPEERFAILED
+ * and erma_rpc_call() returns ERMA_EAGAIN until RECONNECTED. A session
+ * whose first connect fails is not reconnected: CONNECT_FAILED ends it.
  */
 
 /* Starts connecting to endpoint remote_tid of the base URI remote_uri.
@@ -355,11 +439,12 @@ int erma_session_create_credits(struct erma_rpc *rpc, const char *remote_uri,
                                 uint8_t remote_tid, uint32_t credits);
 /* Disconnects a client session; pending requests complete with
  * ERMA_ECANCELLED, and ERMA_SM_DISCONNECTED follows (at once for a
- * session still connecting). Returns ERMA_OK; ERMA_ENOENT for no such
- * client session, or one already disconnecting. */
+ * session still connecting or reconnecting). Returns ERMA_OK; ERMA_ENOENT
+ * for no such client session (one that ended: Session lifecycle), or one
+ * already disconnecting. */
 int erma_session_destroy(struct erma_rpc *rpc, int session);
-/* Returns true while session is connected (false while it connects, after
- * it ended, or for no such session). */
+/* Returns true while session is connected (false while it connects or
+ * reconnects, after it ended, or for no such session). */
 bool erma_session_connected(const struct erma_rpc *rpc, int session);
 
 /* ---- messages ---- */
@@ -385,12 +470,14 @@ int erma_msgbuf_resize(struct erma_msgbuf *mb, size_t size);
  * exactly once, with status ERMA_OK and the response in resp, or a
  * negative code and resp->size == 0:
  *   ERMA_EPEERFAILED  the server stopped answering (failure timeout) or
- *                     restarted
+ *                     restarted; the request may have run (Session
+ *                     lifecycle: never sent again, also with cfg.reconnect)
  *   ERMA_ESESSRESET   the session was disconnected or reset locally
  *   ERMA_ECANCELLED   erma_session_destroy() while the request was pending
  *   ERMA_ETIMEDOUT    cfg.req_timeout_ns passed without a response, the
  *                     server dropped the partly received request (Budgets),
- *                     or the session's connect timed out
+ *                     or the session's connect (or reconnect) timed out:
+ *                     then ERMA_SM_CONNECT_FAILED came first
  *   ERMA_E2BIG        the response did not fit in ERMA_MAX_MSG_SIZE
  *   ERMA_ENOMEM       no buffer memory for the response (or, at the
  *                     server, for the request)
@@ -409,7 +496,9 @@ int erma_msgbuf_resize(struct erma_msgbuf *mb, size_t size);
  * another session of this rpc: a closed loop needs no new buffers.
  * Returns ERMA_OK once queued; otherwise cont never runs: ERMA_ENOENT for
  * no such client session (a server session's number, or one that ended or
- * is disconnecting); ERMA_EINVAL for a NULL argument or cont, a buffer not
+ * is disconnecting); ERMA_EAGAIN while the session reconnects and
+ * cfg.reconnect does not let it wait (Session lifecycle);
+ * ERMA_EINVAL for a NULL argument or cont, a buffer not
  * allocated (or freed), req and resp the same buffer, req->size past its
  * max_size, or a req from an rpc of another packet size (pass buffers of
  * this rpc's erma_msgbuf_alloc()); ERMA_ESESSRESET while

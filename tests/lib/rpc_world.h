@@ -26,8 +26,18 @@ struct world {
     struct echo_stats echo[MAX_HOSTS];
     unsigned hosts;
     char uri[MAX_HOSTS][64];
-    int sm_events[4], sm_last_err;
+    int sm_events[8], sm_last_err;
+    int order[64]; /* sm events (ORDER_EVENT + ev) and what else a test logs, in order */
+    unsigned norder;
 };
+
+#define ORDER_EVENT 100
+
+static inline void world_log(struct world *w, int what)
+{
+    if (w->norder < sizeof w->order / sizeof w->order[0])
+        w->order[w->norder++] = what;
+}
 
 static inline struct erma_rpc_cfg sim_cfg(struct world *w)
 {
@@ -45,6 +55,7 @@ static inline void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event e
     struct world *w = ctx;
     w->sm_events[ev]++;
     w->sm_last_err = err;
+    world_log(w, ORDER_EVENT + (int)ev);
 }
 
 /* Opens host h's endpoint (ecfg may be NULL) and its RPCs (cfg NULL: sim_cfg). */
