@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +38,10 @@ static bool server_polls; /* the server's cfg.busy_poll */
 static struct echo_stats st;
 static uint64_t server_recv_timeout_ns; /* 0: the default */
 static struct proxy px = {.type = ECHO};
+/* Set by a test: executions per id shared by every server it starts (MANY
+ * ids, MAP_SHARED), and the servers' psk. */
+static _Atomic uint32_t *shared_per_id;
+static const uint8_t *server_psk;
 
 /* Answers [echo calls, ids executed more than once, malformed packets,
  * packets for no session, failed proxied calls, bytes of messages being
@@ -71,12 +76,12 @@ static void slow_echo(struct erma_req *req, void *ctx)
  * to its own echo handler over a session to itself (nested RPCs). */
 static void server_main(double drop, uint32_t rx_ring)
 {
-    st.per_id = calloc(MANY, sizeof *st.per_id);
+    st.per_id = shared_per_id ? shared_per_id : calloc(MANY, sizeof *st.per_id);
     st.max_id = MANY;
     struct erma_nexus *nx;
     struct erma_endpoint *ep;
     struct erma_rpc *rpc;
-    const struct erma_nexus_cfg ncfg = {.workers = 2};
+    const struct erma_nexus_cfg ncfg = {.workers = 2, .psk = server_psk};
     const struct erma_endpoint_cfg ecfg = {.fault_drop = drop, .fault_seed = 99,
                                            .rx_ring = rx_ring, .busy_poll = server_polls};
     /* clients may spend a while outside their loop checking 8 MiB under a
@@ -939,6 +944,135 @@ static void test_first_packets_udp(void **state)
     kill_server();
 }
 
+/* ---- a server killed and restarted under a session with cfg.reconnect ---- */
+
+#define RC_CALLS 4000
+#define RC_WINDOW 16
+
+struct reconnect_run {
+    struct client c;
+    uint32_t next_id, done, ok, peer_failed, other, wrong;
+    int events[8], order_bad;
+    struct call calls[RC_WINDOW];
+};
+static struct reconnect_run *g_rc;
+
+static void rc_issue(struct reconnect_run *r, struct call *k);
+
+static void on_rc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)rpc;
+    struct call *k = tag;
+    struct reconnect_run *r = g_rc;
+    r->done++;
+    if (status == ERMA_OK)
+        r->wrong += check_resp(resp, k->id, 32) != 0;
+    r->ok += status == ERMA_OK;
+    r->peer_failed += status == ERMA_EPEERFAILED;
+    r->other += status != ERMA_OK && status != ERMA_EPEERFAILED;
+    /* a failure comes after RECONNECTING, never before it */
+    r->order_bad += status == ERMA_EPEERFAILED && !r->events[ERMA_SM_RECONNECTING];
+    rc_issue(r, k);
+}
+
+static void rc_issue(struct reconnect_run *r, struct call *k)
+{
+    if (r->next_id >= RC_CALLS)
+        return;
+    k->id = r->next_id++;
+    fill_req(&k->req, k->id, 32);
+    assert_int_equal(erma_rpc_call(r->c.rpc, r->c.sess, ECHO, &k->req, &k->resp, on_rc, k),
+                     ERMA_OK);
+}
+
+static void on_rc_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err,
+                     void *ctx)
+{
+    (void)rpc;
+    (void)err;
+    struct reconnect_run *r = ctx;
+    if (session == r->c.sess)
+        r->events[ev]++;
+}
+
+static void rc_run(struct reconnect_run *r, uint32_t until, uint64_t ns)
+{
+    const uint64_t end = erma_now_ns() + ns;
+    while (r->done < until && erma_now_ns() < end)
+        erma_endpoint_run_once(r->c.ep);
+}
+
+/* RC_CALLS calls, RC_WINDOW at a time, across a server's kill and
+ * restart: the session number works on, the calls the server may have
+ * run fail with ERMA_EPEERFAILED after ERMA_SM_RECONNECTING, every other
+ * one completes right, and no id runs twice (the servers' shared count). */
+static void reconnect_across_restart(const uint8_t *key)
+{
+    shared_per_id = mmap(NULL, MANY * sizeof *shared_per_id, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(shared_per_id != MAP_FAILED);
+    server_psk = key;
+    start_server(0);
+    struct reconnect_run *r = calloc(1, sizeof *r);
+    g_rc = r;
+    const struct erma_nexus_cfg ncfg = {.psk = key};
+    const struct erma_rpc_cfg cfg = {.failure_ns = 300000000, .keepalive_ns = 50000000,
+                                     .rto_ns = 2000000, .reconnect = ERMA_RECONNECT_QUEUE,
+                                     .sm_handler = on_rc_sm, .sm_ctx = r};
+    assert_int_equal(erma_nexus_create(&ncfg, &r->c.nx), ERMA_OK);
+    assert_int_equal(erma_endpoint_create(client_uri, 0, NULL, &r->c.ep), ERMA_OK);
+    assert_int_equal(erma_rpc_create(r->c.nx, r->c.ep, &cfg, &r->c.rpc), ERMA_OK);
+    const int s = r->c.sess = client_connect(&r->c);
+    for (int i = 0; i < RC_WINDOW; i++) {
+        assert_int_equal(erma_msgbuf_alloc(r->c.rpc, 32, &r->calls[i].req), ERMA_OK);
+        assert_int_equal(erma_msgbuf_alloc(r->c.rpc, 64, &r->calls[i].resp), ERMA_OK);
+        rc_issue(r, &r->calls[i]);
+    }
+    rc_run(r, RC_CALLS / 2, 10000000000ull);
+    kill_server();
+    start_server(0);
+    const uint64_t t0 = erma_now_ns();
+    rc_run(r, RC_CALLS, 10000000000ull);
+    print_message("  %s: %u calls, %u failed (sent before the kill), reconnected and done "
+                  "%.0f ms after the restart\n", key ? "psk" : "no psk", r->done,
+                  r->peer_failed, (erma_now_ns() - t0) / 1e6);
+    assert_int_equal(r->done, RC_CALLS);
+    assert_int_equal(r->wrong, 0);
+    assert_int_equal(r->other, 0);
+    assert_int_equal(r->order_bad, 0);
+    assert_true(r->peer_failed <= RC_WINDOW);
+    assert_int_equal(r->events[ERMA_SM_RECONNECTING], 1);
+    assert_int_equal(r->events[ERMA_SM_RECONNECTED], 1);
+    assert_int_equal(r->events[ERMA_SM_PEER_FAILED], 0);
+    assert_true(erma_session_connected(r->c.rpc, s));
+    uint32_t ran = 0;
+    for (uint32_t id = 0; id < RC_CALLS; id++) {
+        assert_true(atomic_load(&shared_per_id[id]) <= 1);
+        ran += atomic_load(&shared_per_id[id]);
+    }
+    assert_true(ran >= r->ok && ran <= r->ok + r->peer_failed);
+    call_once(&r->c, ECHO, 100, 100, RC_CALLS + 1);
+    for (int i = 0; i < RC_WINDOW; i++) {
+        erma_msgbuf_free(r->c.rpc, &r->calls[i].req);
+        erma_msgbuf_free(r->c.rpc, &r->calls[i].resp);
+    }
+    client_down(&r->c);
+    kill_server();
+    munmap((void *)shared_per_id, MANY * sizeof *shared_per_id);
+    shared_per_id = NULL;
+    server_psk = NULL;
+    free(r);
+}
+
+static const uint8_t reconnect_psk[ERMA_PSK_BYTES] = "erma test key: 32 bytes long...";
+
+static void test_reconnect_across_restart(void **state)
+{
+    (void)state;
+    reconnect_across_restart(NULL);
+    reconnect_across_restart(reconnect_psk);
+}
+
 int main(void)
 {
     const int base = test_port_base(8);
@@ -949,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_idle_server_sleeps),
         cmocka_unit_test(test_many_with_loss),
         cmocka_unit_test(test_server_killed_and_restarted),
+        cmocka_unit_test(test_reconnect_across_restart),
         cmocka_unit_test(test_many_sessions),
         cmocka_unit_test(test_nested_malformed),
         cmocka_unit_test(test_refusal),
