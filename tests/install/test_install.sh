@@ -3,7 +3,9 @@
 # installs BUILD_DIR into a temporary prefix, checks what liberma.so exports
 # and needs, builds consumer.c out of tree as C with pkg-config and as C++
 # with find_package(erma) and as C with add_subdirectory, runs each (an RPC
-# and a one-sided READ over udp on 127.0.0.1, ports PORT..PORT+5), builds and
+# and a one-sided READ over udp on 127.0.0.1, ports PORT..PORT+5), builds
+# reconnect.c the same way and runs it (10,000 checked RPCs across a
+# server's kill and restart, port PORT+6, with and without a psk), builds and
 # runs the program in README.md (port 31850), and checks
 # that a program runs without the transport modules: dpdk:// fails naming
 # the missing module, udp:// works. The application headers show no
@@ -54,6 +56,13 @@ cc -std=c11 -Wall -Wextra -Werror $extra "$here/consumer.c" -o "$bin/consumer_c"
   $(pkg-config --cflags --libs erma) -Wl,-rpath,"$lib"
 echo "== C, pkg-config"
 "$bin/consumer_c" 127.0.0.1 "$port" $((port + 1))
+
+echo "== C, pkg-config: RPCs across a server's restart, cfg.reconnect"
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Wextra -Werror $extra "$here/reconnect.c" -o "$bin/reconnect" \
+  $(pkg-config --cflags --libs erma) -Wl,-rpath,"$lib"
+"$bin/reconnect" 127.0.0.1 $((port + 6))
+"$bin/reconnect" 127.0.0.1 $((port + 6)) psk
 
 echo "== the README's program, pkg-config, as the README builds and runs it"
 sed -n '/^```c$/,/^```$/p' "$src/README.md" | sed '1d;$d' > "$tmp/readme.c"
