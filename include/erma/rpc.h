@@ -382,10 +382,10 @@ uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc);
  *     (or none)                                        ~ connect_retry_ns
  *   server silent (dead)     PEER_FAILED or RECONNECTING, ERMA_EPEERFAILED
  *                                                      failure_ns of silence
- *   server restarted         the same; without a psk as soon as it answers
- *                            the session's next packet (a request, or a
- *                            keepalive within keepalive_ns) with a reset;
- *                            with one only after failure_ns (a reset is
+ *   server restarted         the same; without a psk once it answers the
+ *                            keepalive ping that follows keepalive_ns of
+ *                            silence with a reset (~ keepalive_ns); with
+ *                            one only after failure_ns (a reset is
  *                            unauthenticated, so only silence counts)
  *   reconnect gives up       CONNECT_FAILED, ERMA_ETIMEDOUT after
  *                            reconnect_timeout_ns; a refusal at once
