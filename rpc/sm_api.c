@@ -11,9 +11,28 @@ void erma__session_fail(struct erma_rpc *rpc, struct session *s, int status)
         erma__fail_client_slots(rpc, s, status);
 }
 
-/* cfg.reconnect: s connects again under a new token, keeping its number.
- * The requests it sent fail (they may have run); in ERMA_RECONNECT_QUEUE
- * those it did not send wait for the new session. */
+/* A client session's state of one life on the wire, new: a new token (so
+ * new request numbers), one path, fresh congestion control (the wheel's
+ * entry, if any, has the old token) and a fresh handshake. */
+static void session_new_life(struct erma_rpc *rpc, struct session *s, uint64_t now)
+{
+    erma__seal_end(&s->seal);
+    s->remote_num = NO_SESSION;
+    erma__session_token(s, erma_rand_u64(&rpc->rng) | 1);
+    erma_paths_init(&s->ps, 1);
+    s->cc = (struct sess_cc){0};
+    erma_timely_init(&s->cc.timely, &rpc->cc.timely_cfg, now);
+    s->client.dupthresh = 3;
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
+        s->slots[k].client.unheard = 0;
+    s->sm = (struct sess_sm){.start_ns = now, .last_rx_ns = now, .reconnecting = true};
+    if (rpc->nx->secure)
+        randombytes_buf(s->sm.nonce, sizeof s->sm.nonce);
+}
+
+/* cfg.reconnect: s connects again, keeping its number. The requests it
+ * sent fail (they may have run); in ERMA_RECONNECT_QUEUE those it did not
+ * send wait for the new session. */
 static void session_reconnect(struct erma_rpc *rpc, struct session *s)
 {
     if (rpc->cfg.reconnect == ERMA_RECONNECT_QUEUE)
@@ -21,18 +40,10 @@ static void session_reconnect(struct erma_rpc *rpc, struct session *s)
     else
         erma__fail_client_slots(rpc, s, ERMA_EPEERFAILED);
     erma__ep_tx_flush(rpc->ep); /* nothing in the batch may use the old keys */
-    erma__seal_end(&s->seal);
     const uint64_t now = erma__ep_clock(rpc->ep);
+    session_new_life(rpc, s, now);
     s->state = CONNECTING;
     rpc->timers.pending++;
-    s->remote_num = NO_SESSION;
-    erma__session_token(s, erma_rand_u64(&rpc->rng) | 1);
-    erma_paths_init(&s->ps, 1);
-    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
-        s->slots[k].client.unheard = 0;
-    s->sm = (struct sess_sm){.start_ns = now, .last_rx_ns = now, .reconnecting = true};
-    if (rpc->nx->secure)
-        randombytes_buf(s->sm.nonce, sizeof s->sm.nonce);
     erma__sm_send_connect(rpc, s, now);
     erma__sm_notify(rpc, s, ERMA_SM_RECONNECTING, ERMA_EPEERFAILED);
 }
