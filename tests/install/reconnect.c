@@ -188,9 +188,10 @@ static int check(void)
     return 0;
 }
 
-static int run(const char *uri, bool psk, const char *client_uri)
+/* The client: a session with cfg.reconnect to uri, WINDOW calls made. */
+static int client_up(const char *uri, const char *client_uri, bool psk, struct erma_nexus **nx,
+                     struct erma_endpoint **ep)
 {
-    pid_t server = start_server(uri, psk);
     struct erma_nexus_cfg ncfg = {0};
     ncfg.psk = psk ? key : NULL;
     struct erma_rpc_cfg cfg;
@@ -199,30 +200,22 @@ static int run(const char *uri, bool psk, const char *client_uri)
     cfg.keepalive_ns = 50000000;
     cfg.reconnect = ERMA_RECONNECT_QUEUE;
     cfg.sm_handler = on_event;
-    struct erma_nexus *nx;
-    struct erma_endpoint *ep;
-    if (server < 0 || erma_nexus_create(&ncfg, &nx) != ERMA_OK ||
-        erma_endpoint_create(client_uri, 0, NULL, &ep) != ERMA_OK ||
-        erma_rpc_create(nx, ep, &cfg, &cl.rpc) != ERMA_OK)
+    if (erma_nexus_create(&ncfg, nx) != ERMA_OK ||
+        erma_endpoint_create(client_uri, 0, NULL, ep) != ERMA_OK ||
+        erma_rpc_create(*nx, *ep, &cfg, &cl.rpc) != ERMA_OK ||
+        (cl.session = erma_session_create(cl.rpc, uri, 0)) < 0)
         return fail("setting up");
-    cl.session = erma_session_create(cl.rpc, uri, 0);
     for (int i = 0; i < WINDOW; i++) {
         if (erma_msgbuf_alloc(cl.rpc, sizeof(uint64_t), &cl.calls[i].req) != ERMA_OK ||
             erma_msgbuf_alloc(cl.rpc, 64, &cl.calls[i].resp) != ERMA_OK)
             return fail("buffers");
         issue(&cl.calls[i]);
     }
-    const uint64_t t0 = now_ns();
-    unsigned half = GOAL / 2, all = GOAL;
-    erma_endpoint_run_until(ep, goal_or, &half, 10000000000ull);
-    kill(server, SIGKILL);
-    waitpid(server, NULL, 0);
-    server = start_server(uri, psk);
-    erma_endpoint_run_until(ep, goal_or, &all, 15000000000ull);
-    printf("reconnect%s: %u right answers in %.0f ms, %u calls failed across the restart "
-           "and were made again\n", psk ? " (psk)" : "", cl.ok, (now_ns() - t0) / 1e6,
-           cl.failed);
-    const int rc = check();
+    return 0;
+}
+
+static void client_down(struct erma_nexus *nx, struct erma_endpoint *ep)
+{
     for (int i = 0; i < WINDOW; i++) {
         erma_msgbuf_free(cl.rpc, &cl.calls[i].req);
         erma_msgbuf_free(cl.rpc, &cl.calls[i].resp);
@@ -230,8 +223,38 @@ static int run(const char *uri, bool psk, const char *client_uri)
     erma_rpc_destroy(cl.rpc);
     erma_endpoint_destroy(ep);
     erma_nexus_destroy(nx);
+}
+
+static void stop_server(pid_t server)
+{
     kill(server, SIGKILL);
     waitpid(server, NULL, 0);
+}
+
+/* Half the calls, the server killed and started again, the rest. */
+static int run(const char *uri, bool psk, const char *client_uri)
+{
+    pid_t server = start_server(uri, psk);
+    struct erma_nexus *nx;
+    struct erma_endpoint *ep;
+    if (server < 0)
+        return fail("fork");
+    if (client_up(uri, client_uri, psk, &nx, &ep) != 0) {
+        stop_server(server);
+        return 1;
+    }
+    const uint64_t t0 = now_ns();
+    unsigned half = GOAL / 2, all = GOAL;
+    erma_endpoint_run_until(ep, goal_or, &half, 10000000000ull);
+    stop_server(server);
+    server = start_server(uri, psk);
+    erma_endpoint_run_until(ep, goal_or, &all, 15000000000ull);
+    printf("reconnect%s: %u right answers in %.0f ms, %u calls failed across the restart "
+           "and were made again\n", psk ? " (psk)" : "", cl.ok, (now_ns() - t0) / 1e6,
+           cl.failed);
+    const int rc = check();
+    client_down(nx, ep);
+    stop_server(server);
     return rc;
 }
 
