@@ -391,7 +391,8 @@ uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc);
  *                            reconnect_timeout_ns; a refusal at once
  *   erma_session_destroy     DISCONNECTED, ERMA_OK (ERMA_ETIMEDOUT: the
  *                            server did not confirm within failure_ns)
- * A secure client that a server without proof refused reports that
+ * A secure client that a server refused without proof for another reason
+ * than the key (ERMA_EREFUSED, say: unproven, so only a hint) reports that
  * refusal only at connect_timeout_ns (erma_nexus_cfg.psk).
  *
  * Order: the event comes first, then, later in the same loop pass, the
