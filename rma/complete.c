@@ -46,7 +46,7 @@ void erma__portal_finish(struct erma_rma *rma, struct slot *s, int status)
     const struct erma_rma_completion c = {.tag = s->tag, .status = status, .id = (uint32_t)i,
                                           .issue_delay_ns = s->issue_ns - s->submit_ns,
                                           .total_delay_ns = rma->ep->now - s->submit_ns};
-    erma__cq_push(rma, &c);
+    erma__cq_complete(rma, &c, s->cb, s->cb_ctx);
     /* after its completion is queued: a fenced write it cancels completes later */
     if (s->op == ERMA_RMA_WRITE)
         erma__portal_write_done(rma, s->peer, s->rkey.region, s->wseq, status);

@@ -65,6 +65,11 @@ static int hook_poll(void *ctx, uint64_t now)
     return work;
 }
 
+static void hook_after_flush(void *ctx)
+{
+    erma__rma_run_callbacks(ctx); /* after the flush: a callback may reuse its buffers */
+}
+
 static uint64_t hook_next_timer(const void *ctx)
 {
     const struct erma_rma *rma = ctx;
@@ -206,7 +211,8 @@ int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
     erma__ep_clock(ep); /* the parts start at ep->now */
     wire_sync(rma);
     int rc = parts_init(rma);
-    const struct erma_ep_proto hooks = {hook_rx, hook_poll, NULL, hook_next_timer, rma, NULL};
+    const struct erma_ep_proto hooks = {hook_rx, hook_poll, hook_after_flush, hook_next_timer,
+                                       rma, NULL};
     const uint8_t id = ERMA_PROTO_RMA;
     if (rc == ERMA_OK)
         rc = erma__ep_register(ep, &hooks, &id, 1);
@@ -233,11 +239,10 @@ int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max
     if (!rma || (!out && max > 0))
         return ERMA_EINVAL;
     int n = 0;
-    for (; n < max && erma__cq_pop(rma, &out[n]); n++)
-        if (out[n].transfer)
-            erma__exec_release(rma, out[n].id);
-        else
-            erma__portal_release(rma, out[n].id);
+    for (struct rma_done d; n < max && erma__cq_pop(&rma->cq, &d); n++) {
+        out[n] = d.c;
+        erma__rma_release(rma, &out[n]);
+    }
     return n;
 }
 

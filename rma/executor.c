@@ -52,6 +52,11 @@ void erma__exec_release(struct erma_rma *rma, uint32_t id)
         e->used--;
 }
 
+bool erma__exec_live(const struct erma_rma *rma, uint32_t id)
+{
+    return rma->exec->xfers[id].state != XFER_FREE;
+}
+
 /* A slot, a window or a transfer may let a chunk go: the executor looks at
  * its transfers again in the next poll. */
 static void wake(struct erma_rma *rma)
@@ -87,6 +92,7 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
                            .peer = t->peer, .rkey = t->rkey, .offset = t->offset,
                            .local = t->local, .len = t->len, .max_retries = t->max_retries,
                            .tag = t->tag, .start_ns = erma__ep_clock(rma->ep),
+                           .cb = t->cb, .cb_ctx = t->cb_ctx,
                            .fence = t->fence, .fence_wait = wait};
         if (t->max_retries && !(x->tries = calloc(chunks, sizeof *x->tries))) {
             x->state = XFER_FREE;
@@ -99,6 +105,7 @@ int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *t)
             rma->stats.fence_held++;
         }
         e->used = i + 1 > e->used ? i + 1 : e->used;
+        rma->open++;
         wake(rma);
         return (int)i;
     }
@@ -400,7 +407,7 @@ static void xfer_complete(struct erma_rma *rma, struct xfer *x, uint32_t id)
                                           .total_delay_ns = rma->ep->now - x->start_ns};
     xfer_release(x);
     x->state = XFER_DONE;
-    erma__cq_push(rma, &c);
+    erma__cq_complete(rma, &c, x->cb, x->cb_ctx);
     /* after its completion is queued: a fenced write it cancels completes later */
     if (x->op == ERMA_RMA_WRITE)
         erma__portal_write_done(rma, x->peer, x->rkey.region, x->wseq, x->status);

@@ -23,6 +23,8 @@ struct xfer {
     uint16_t *tries;         /* per chunk: failures so far */
     int status;
     uint64_t tag, start_ns;
+    erma_rma_cb cb;          /* NULL: polled */
+    void *cb_ctx;
     uint64_t wseq;           /* WRITE: its place among writes (fence.c) */
     bool fence;              /* no chunk issued while fence_wait */
     uint32_t fence_wait;
@@ -50,7 +52,10 @@ int erma__exec_init(struct erma_rma *rma);
 void erma__exec_fini(struct erma_rma *rma);
 int erma__exec_poll(struct erma_rma *rma);
 uint64_t erma__exec_next_timer(const struct erma_rma *rma);
-/* Transfer id's completion was polled: it is free again. */
+/* Transfer id's completion was taken or its callback called: it is free
+ * again. */
 void erma__exec_release(struct erma_rma *rma, uint32_t id);
+/* Transfer id (< cfg.transfers) is in progress or completed. */
+bool erma__exec_live(const struct erma_rma *rma, uint32_t id);
 
 #endif

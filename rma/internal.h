@@ -99,11 +99,26 @@ struct rma_target;  /* serve.h */
 struct rma_portal;  /* portal.h */
 struct rma_exec;    /* executor.h */
 
-/* The completion queue (cq.c): commands' and transfers' completions, in
- * the order they completed, until erma_rma_poll() takes them. */
+/* A completion queued: for erma_rma_poll() (cb NULL) or for its callback. */
+struct rma_done {
+    struct erma_rma_completion c;
+    erma_rma_cb cb;
+    void *ctx;
+};
+
+/* A completion queue (cq.c): completions in the order they completed,
+ * until erma_rma_poll() takes them or their callbacks run (wait.c). */
 struct rma_cq {
-    struct erma_rma_completion *ring;
+    struct rma_done *ring;
     uint32_t head, len, cap;
+};
+
+/* What erma_rma_wait() waits for (wait.c): every op (all), or op (transfer,
+ * id), whose completion comes to c (polled: it had no callback). */
+struct rma_wait {
+    bool active, all, done, polled, transfer;
+    uint32_t id;
+    struct erma_rma_completion c;
 };
 
 struct erma_rma {
@@ -117,7 +132,12 @@ struct erma_rma {
     bool aes;                  /* AES-256-GCM usable here */
     uint32_t rx_pass;          /* RMA packets received in this loop pass */
     struct erma_rma_stats stats; /* each part counts its own */
-    struct rma_cq cq;
+    struct rma_cq cq;          /* for erma_rma_poll() */
+    struct rma_cq cbq;         /* for callbacks, run after the pass's flush */
+    uint32_t open;             /* commands and transfers whose completion is
+                                  not yet queued or whose callback not yet run */
+    bool in_cb;                /* a callback runs */
+    struct rma_wait wait;
     struct rma_keys keys;      /* crypto.c */
     struct rma_regions *regions;
     struct rma_target *target;
@@ -165,12 +185,37 @@ void erma__rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rm
 
 /* ---- cq.c ---- */
 
-/* Room for every slot and every transfer: a slot or a transfer is reused
- * only after its completion is polled, so the queue cannot overflow. */
+/* Room for every slot and every transfer in each queue: a slot or a
+ * transfer is reused only after its completion is taken or its callback
+ * called, so neither queue can overflow. */
 int erma__cq_init(struct erma_rma *rma);
 void erma__cq_fini(struct erma_rma *rma);
-void erma__cq_push(struct erma_rma *rma, const struct erma_rma_completion *c);
-/* The oldest completion into *out; false when none. */
-bool erma__cq_pop(struct erma_rma *rma, struct erma_rma_completion *out);
+/* A command or transfer completed with c: to erma_rma_wait() when it waits
+ * for this op without a callback, else onto the queue for erma_rma_poll()
+ * (cb NULL) or for its callback. */
+void erma__cq_complete(struct erma_rma *rma, const struct erma_rma_completion *c, erma_rma_cb cb,
+                       void *ctx);
+/* The oldest entry of q into *out; false when none. */
+bool erma__cq_pop(struct rma_cq *q, struct rma_done *out);
+/* Takes the completion of op (transfer, id) out of the poll queue into
+ * *out; false when it is not there. */
+bool erma__cq_take(struct erma_rma *rma, bool transfer, uint32_t id,
+                   struct erma_rma_completion *out);
+
+/* ---- wait.c ---- */
+
+/* erma_rma_wait() waits for the op that completed with c, and has not
+ * seen its completion yet. */
+static inline bool erma__rma_waits_for(const struct erma_rma *rma,
+                                       const struct erma_rma_completion *c)
+{
+    const struct rma_wait *w = &rma->wait;
+    return w->active && !w->all && !w->done && w->transfer == c->transfer && w->id == c->id;
+}
+
+/* A completion's slot or transfer id is free again. */
+void erma__rma_release(struct erma_rma *rma, const struct erma_rma_completion *c);
+/* Runs the callbacks queued before this call (the endpoint's after_flush). */
+void erma__rma_run_callbacks(struct erma_rma *rma);
 
 #endif

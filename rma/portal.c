@@ -72,6 +72,7 @@ static int submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool chunk
                        .offset = c->offset, .local = c->local,
                        .len = c->op == ERMA_RMA_REKEY ? RMA_REKEY_DATA : c->len,
                        .grace_ns = c->grace_ns, .tag = c->tag,
+                       .cb = chunk ? NULL : c->cb, .cb_ctx = c->cb_ctx,
                        .submit_ns = now, .queued_ns = now, .due_ns = due, .fence = c->fence,
                        .fence_wait = wait,
                        .wseq = c->op == ERMA_RMA_WRITE && !chunk ? erma__fence_number(rma) : 0};
@@ -84,6 +85,7 @@ static int submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool chunk
     if (s->op == ERMA_RMA_READ)
         p->queued_in += s->len;
     rma->stats.submitted++;
+    rma->open += !chunk;
     /* Into the TX batch now: the next loop pass sends it before its RX burst. */
     erma__portal_issue(rma, 0);
     return i;

@@ -33,6 +33,8 @@ struct slot {
     uint32_t len;
     uint64_t grace_ns;
     uint64_t tag;
+    erma_rma_cb cb;         /* a command's callback, NULL: polled */
+    void *cb_ctx;
     uint64_t init_ctr;
     uint64_t submit_ns, issue_ns;
     uint64_t queued_ns;     /* entered the local queue (DISPATCH_TIMEOUT from here) */
@@ -123,8 +125,11 @@ int erma__rkey_usable(const struct erma_rma *rma, const struct erma_rkey *k);
 /* peer.c */
 bool erma__peer_known(const struct erma_rma *rma, int peer);
 /* slot.c */
-/* Command id's completion was polled: its slot is free again. */
+/* Command id's completion was taken or its callback called: its slot is
+ * free again. */
 void erma__portal_release(struct erma_rma *rma, uint32_t id);
+/* Slot id (< cfg.slots) holds a command, in flight or completed. */
+bool erma__portal_live(const struct erma_rma *rma, uint32_t id);
 bool erma__slot_any_free(const struct erma_rma *rma);
 /* fence.c */
 /* The number of the next WRITE command or transfer, in submission order. */

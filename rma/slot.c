@@ -57,6 +57,12 @@ void erma__portal_release(struct erma_rma *rma, uint32_t id)
     erma__slot_free(rma, &rma->portal->slots[id]);
 }
 
+bool erma__portal_live(const struct erma_rma *rma, uint32_t id)
+{
+    const struct slot *s = &rma->portal->slots[id];
+    return s->state != SLOT_FREE && !s->chunk;
+}
+
 bool erma__slot_free_for(const struct erma_rma *rma, uint8_t prio, bool chunk)
 {
     const struct rma_portal *p = rma->portal;

@@ -14,10 +14,13 @@
  *   initiator: int peer = erma_rma_peer(rma, "udp://127.0.0.1:31860", 0);
  *              struct erma_rma_cmd cmd = {.op = ERMA_RMA_READ, .peer = peer,
  *                  .rkey = rkey, .offset = 0, .local = dst, .len = 512, .tag = 7};
- *              erma_rma_submit(rma, &cmd);  (a slot id >= 0, or an error)
+ *              int id = erma_rma_submit(rma, &cmd);  (a slot id >= 0, or an error)
  *              struct erma_rma_completion c;
  *              while (erma_rma_poll(rma, &c, 1) == 0) erma_endpoint_run_once(ep);
  *              c.tag is 7; c.status ERMA_OK: dst holds the bytes
+ *              or wait for that op:  erma_rma_wait(rma, id, false, 1000000000, &c);
+ *              or by callback:  cmd.cb = on_done; cmd.cb_ctx = app; submit, then
+ *              keep running the loop: on_done(rma, &c, app) runs once in it
  *   end:       erma_rma_destroy, then erma_endpoint_destroy.
  *
  * An erma_rma engine sits on an endpoint (erma/endpoint.h), beside or
@@ -36,9 +39,11 @@
  *
  * Initiator. erma_rma_peer() names a target endpoint. erma_rma_submit()
  * takes a command into one of cfg.slots command slots and returns the slot
- * id; erma_rma_poll() returns completions. Every command completes exactly
- * once, and its slot is free again once its completion has been polled.
- * erma_rma_transfer() gives the executor an op of any size.
+ * id. Every command completes exactly once: to its callback, if it has one
+ * (Completion by callback), else through erma_rma_poll() or
+ * erma_rma_wait(); its slot is free again once its completion has been
+ * taken or its callback called. erma_rma_transfer() gives the executor an
+ * op of any size, which completes the same ways.
  *
  * Ops (each at most ERMA_RMA_MAX_OP bytes; the executor splits larger ones):
  *   READ   2 hops: request, then data responses of at most one packet each.
@@ -55,7 +60,8 @@
  *   Security                        above enum erma_rma_cipher
  *   Timeouts, NACK threshold,
  *   Solicitation                    above struct erma_rma_cfg
- *   Priorities, Fences              above struct erma_rma_cmd
+ *   Priorities, Fences,
+ *   Completion by callback          above struct erma_rma_cmd
  *   Completion status, Delays       above struct erma_rma_completion
  *   Virtual paths                   at the head of the initiator calls
  *   Executor                        above erma_rma_transfer()
@@ -276,6 +282,24 @@ struct erma_rma_cfg {
  * waiting fenced transfer holds no slot. Completions come in the order ops
  * complete, as without fences.
  */
+/*
+ * Completion by callback (cmd.cb, xfer.cb): an op with a callback does not
+ * complete through erma_rma_poll(); cb(rma, c, cb_ctx) is called once with
+ * the completion erma_rma_poll() would have returned. It runs inside
+ * erma_endpoint_run_once(), after the pass's TX batch has left (as RPC
+ * continuations do), never inside a submit; callbacks run in the order
+ * their ops completed. By then the op's slot or transfer id is free again:
+ * the callback may submit (with the same buffers; the new op may get the
+ * same id), poll, and read c only while it runs. It must not run the
+ * endpoint's loop, call erma_rma_wait() (ERMA_EAGAIN) or destroy the
+ * engine or its endpoint. Callbacks not yet run when the engine is
+ * destroyed are dropped. Ops without a callback complete through
+ * erma_rma_poll() or erma_rma_wait(); both kinds may share an engine.
+ */
+struct erma_rma_completion;
+typedef void (*erma_rma_cb)(struct erma_rma *rma, const struct erma_rma_completion *c,
+                            void *ctx);
+
 struct erma_rma_cmd {
     enum erma_rma_op op;
     int peer;                     /* from erma_rma_peer() */
@@ -287,6 +311,8 @@ struct erma_rma_cmd {
     uint8_t priority;             /* 0 (first) .. ERMA_RMA_PRIORITIES - 1 */
     uint64_t tag;                 /* returned in the completion */
     bool fence;                   /* WRITE only (else ERMA_EINVAL): see Fences */
+    erma_rma_cb cb;               /* NULL: complete through erma_rma_poll() */
+    void *cb_ctx;                 /* cb's ctx */
 };
 
 struct erma_rma_xfer {
@@ -300,6 +326,8 @@ struct erma_rma_xfer {
     uint8_t priority;
     uint64_t tag;
     bool fence;                   /* WRITE only (else ERMA_EINVAL): see Fences */
+    erma_rma_cb cb;               /* NULL: complete through erma_rma_poll() */
+    void *cb_ctx;
 };
 
 /*
@@ -477,9 +505,10 @@ int erma_rma_peer(struct erma_rma *rma, const char *uri, uint8_t tid);
  * (Timeouts; rto_ns is cfg.op_timeout_ns when that is set). Returns
  * ERMA_OK, or ERMA_EINVAL for a NULL argument or an unknown peer. */
 int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt *out);
-/* Queues cmd and returns its slot id (>= 0); its completion comes from
- * erma_rma_poll(), with cmd.tag, and cmd.local must stay valid until then.
- * Else returns an error code (and no completion comes): ERMA_ENOSLOTS when
+/* Queues cmd and returns its slot id (>= 0); its completion, with
+ * cmd.tag, goes to cmd.cb when set (Completion by callback), else comes
+ * from erma_rma_poll() or erma_rma_wait(); cmd.local must stay valid until
+ * then. Else returns an error code (and no completion comes): ERMA_ENOSLOTS when
  * every slot is busy or awaits erma_rma_poll(), when too few are free for
  * cmd.priority (Priorities), or when a fenced WRITE that has to wait would
  * take the last slot not held by waiting fenced WRITEs; ERMA_EINVAL (a
@@ -515,18 +544,42 @@ int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd);
  */
 
 /* Starts a transfer (Executor) and returns its id (>= 0); its one
- * completion comes from erma_rma_poll() with transfer set, and x->local
- * must stay valid until then. Else returns an error code (and no
+ * completion, with transfer set, goes to x->cb when set, else comes from
+ * erma_rma_poll() or erma_rma_wait(); x->local must stay valid until then. Else returns an error code (and no
  * completion comes): ERMA_ENOSLOTS past cfg.transfers; ERMA_EINVAL (a NULL
  * argument, an unknown peer, no local buffer, len 0, an op other than
  * READ and WRITE, a bad priority or cipher; also: fence on a READ);
  * ERMA_ENOTSUP as for erma_rma_submit(); ERMA_ENOMEM. */
 int erma_rma_transfer(struct erma_rma *rma, const struct erma_rma_xfer *x);
-/* Moves up to max completions (commands and transfers), in the order they
- * completed, into out and returns how many (0: none). Each frees its slot
- * or transfer id for reuse. ERMA_EINVAL for a NULL rma, or a NULL out
- * with max > 0. */
+/* Moves up to max completions (commands and transfers without a
+ * callback), in the order they completed, into out and returns how many
+ * (0: none). Each frees its slot or transfer id for reuse. ERMA_EINVAL
+ * for a NULL rma, or a NULL out with max > 0. */
 int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max);
+
+#define ERMA_RMA_WAIT_ALL (-1)
+/* Runs the endpoint's loop (erma_endpoint_run_until()) until the command
+ * in slot id (transfer false) or transfer id (transfer true) has completed,
+ * for at most timeout_ns, and copies its completion to *out. An op without
+ * a callback completes into *out only: erma_rma_poll() never returns it,
+ * and its id is free on return. An op with one has had its callback run
+ * when the wait returns (Completion by callback); *out is a copy. Other
+ * ops' completions meanwhile stay for erma_rma_poll() or run their
+ * callbacks. id ERMA_RMA_WAIT_ALL waits until no command or transfer is in
+ * flight (each polled one's completion is queued, each callback has run;
+ * callbacks that submit again keep it waiting) and leaves *out alone (out
+ * may be NULL). An id names the op submitted last into it; once that
+ * op's completion has been taken or its callback called, it is no op.
+ * Returns ERMA_OK (the op's own outcome is out->status);
+ * ERMA_ETIMEDOUT when timeout_ns passed first (the op completes later as
+ * usual); ERMA_EINVAL for a NULL rma or out, or an id that names no op in
+ * flight or completed but not yet taken (a free id, a transfer's chunk);
+ * ERMA_EAGAIN when called from a callback of this engine or inside
+ * another wait; ERMA_ENOTSUP on the sim fabric, whose time moves only
+ * under erma_sim_run(): poll there, or use callbacks. Call it from outside
+ * the endpoint's loop, never from an RPC continuation or handler. */
+int erma_rma_wait(struct erma_rma *rma, int id, bool transfer, uint64_t timeout_ns,
+                  struct erma_rma_completion *out);
 
 /* What one of the executor's congestion windows holds now. */
 struct erma_rma_window_info {
