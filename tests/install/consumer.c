@@ -63,6 +63,13 @@ static int fail(const char *what, int rc)
     return 1;
 }
 
+/* A READ's callback: *ctx 1 when it read, -1 when it failed. */
+static void on_read(struct erma_rma *rma, const struct erma_rma_completion *c, void *ctx)
+{
+    (void)rma;
+    *(int *)ctx = c->status == ERMA_OK ? 1 : -1;
+}
+
 /* Runs both loops until *done or 5 s pass. */
 static int run_both(struct erma_endpoint *a, struct erma_endpoint *b, const int *done)
 {
@@ -143,6 +150,16 @@ static int rpc_and_read(const char *host, const char *sport, const char *cport)
     if (memcmp(got, secret, sizeof secret) != 0)
         return fail("READ returned other bytes", ERMA_EBADPKT);
     printf("READ: \"%s\"\n", got);
+    int cb_done = 0; /* the same READ again, completing by callback in the loop */
+    memset(got, 0, sizeof got);
+    cmd.cb = on_read;
+    cmd.cb_ctx = &cb_done;
+    if ((rc = erma_rma_submit(crma, &cmd)) < 0)
+        return fail("READ submit (callback)", rc);
+    rc = run_both(cep, sep, &cb_done);
+    if (rc != ERMA_OK || cb_done != 1 || memcmp(got, secret, sizeof secret) != 0)
+        return fail("READ by callback", rc != ERMA_OK ? rc : ERMA_EBADPKT);
+    printf("READ by callback: \"%s\"\n", got);
     erma_msgbuf_free(cli, &req);
     erma_msgbuf_free(cli, &resp);
     erma_rma_destroy(crma);
