@@ -73,6 +73,8 @@ static void hook_after_flush(void *ctx)
 static uint64_t hook_next_timer(const void *ctx)
 {
     const struct erma_rma *rma = ctx;
+    if (rma->cbq.len)
+        return 0; /* callbacks queued outside the loop: the next pass runs them */
     uint64_t t = erma__serve_next_timer(rma);
     const uint64_t p = erma__portal_next_timer(rma), e = erma__exec_next_timer(rma);
     t = p < t ? p : t;
