@@ -568,8 +568,10 @@ int erma_rma_poll(struct erma_rma *rma, struct erma_rma_completion *out, int max
  * callbacks. id ERMA_RMA_WAIT_ALL waits until no command or transfer is in
  * flight (each polled one's completion is queued, each callback has run;
  * callbacks that submit again keep it waiting) and leaves *out alone (out
- * may be NULL). An id names the op submitted last into it; once that
- * op's completion has been taken or its callback called, it is no op.
+ * may be NULL; transfer is ignored). An id names the op submitted last
+ * into it; once that op's completion has been taken or its callback
+ * called, it names no op, or a later one: wait for a callback op before
+ * the loop has run again since its submit.
  * Returns ERMA_OK (the op's own outcome is out->status);
  * ERMA_ETIMEDOUT when timeout_ns passed first (the op completes later as
  * usual); ERMA_EINVAL for a NULL rma or out, or an id that names no op in
