@@ -218,12 +218,55 @@ static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgb
     try_free(c, t);
 }
 
+static void on_read(void *tag, int status, const uint8_t *val, uint32_t vlen);
+
+/* A one-sided GET try at s, or queued behind READ_WINDOW others there (as
+ * an RPC waits for one of its sessions' slots): without a window a burst
+ * of GETs went out at once and their answers waited in this client's own
+ * socket (ms beside a busy core, docs/PERFORMANCE.md). */
+static int start_read(struct kvcs_client *c, struct try *t, struct server *s)
+{
+    if (s->reads >= READ_WINDOW) {
+        t->wnext = NULL;
+        if (s->wait_tail)
+            s->wait_tail->wnext = t;
+        else
+            s->wait_head = t;
+        s->wait_tail = t;
+        return ERMA_OK;
+    }
+    const int rc = kv_rget(c->reader, &s->remote, t->op->key, t->op->klen, on_read, t);
+    s->reads += rc == ERMA_OK;
+    return rc;
+}
+
+/* A read at s ended: waiting ones go; those whose op finished without
+ * them are dropped, and one that cannot start ends as a failed try. */
+static void read_window_next(struct kvcs_client *c, struct server *s)
+{
+    while (s->wait_head && s->reads < READ_WINDOW) {
+        struct try *t = s->wait_head;
+        s->wait_head = t->wnext;
+        if (!s->wait_head)
+            s->wait_tail = NULL;
+        const int rc = t->op ? start_read(c, t, s) : ERMA_ECANCELLED;
+        if (rc != ERMA_OK) {
+            if (t->op)
+                try_end(c, t, rc, NULL, 0);
+            try_free(c, t);
+        }
+    }
+}
+
 static void on_read(void *tag, int status, const uint8_t *val, uint32_t vlen)
 {
     struct try *t = tag;
     struct kvcs_client *c = t->c;
+    struct server *s = &c->srv[t->server];
+    s->reads--;
     try_end(c, t, status, val, vlen);
     try_free(c, t);
+    read_window_next(c, s);
 }
 
 static int fill_req(const struct op *op, struct erma_msgbuf *req, const void *val, uint32_t vlen)
@@ -281,8 +324,7 @@ static int start_try(struct kvcs_client *c, struct op *op, uint32_t pos, const v
     t->start = now;
     t->hedge_at = now + hedge_ns(c, s, read);
     t->deadline = now + c->cfg.attempt_timeout_ns;
-    const int rc = read ? kv_rget(c->reader, &s->remote, op->key, op->klen, on_read, t)
-                        : start_rpc(c, t, s, val, vlen);
+    const int rc = read ? start_read(c, t, s) : start_rpc(c, t, s, val, vlen);
     if (rc != ERMA_OK) {
         try_free(c, t);
         return rc;

@@ -13,6 +13,7 @@
 
 #define MAX_R KVCS_MAX_REPLICAS
 #define MAX_SESS 4 /* sessions per server: 8 requests in flight on each */
+#define READ_WINDOW 32 /* one-sided GETs in flight per server, as RPC's 4 x 8 slots */
 
 enum kind { GET, PUT, DEL };
 
@@ -29,6 +30,7 @@ struct try {
     uint32_t pos, server; /* in op->rep; the server */
     bool read;            /* a one-sided GET: the RMA op timeout bounds it */
     bool hedged;          /* a GET try past hedge_at: the next replica was asked too */
+    struct try *wnext;    /* a read waiting for its server's READ_WINDOW */
     uint64_t start, hedge_at, deadline;
     struct erma_msgbuf req, resp;
 };
@@ -75,6 +77,8 @@ struct server {
     int region_rc; /* 1 asked, 0 known, < 0 to ask again */
     struct rtt rtt[2]; /* [0] RPC tries, [1] one-sided GETs */
     uint64_t heard_ns; /* its last answer to a try (not a transport failure) */
+    uint32_t reads;    /* one-sided GETs in flight there */
+    struct try *wait_head, *wait_tail; /* reads waiting for one of them to end */
     struct erma_msgbuf req, resp;
 };
 
