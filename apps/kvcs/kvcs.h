@@ -47,7 +47,9 @@
  *   overloaded server) or dies makes a GET slower by about one round trip
  *   to it, not a failure, and it is not marked down for being slow: only a
  *   try's failure marks it down (below), also a try whose op had finished
- *   without it. A GET fails only when every replica's try failed.
+ *   without it. A GET fails only when every replica's try failed. At most
+ *   32 one-sided GET tries are in flight per replica (as RPC's 4 sessions
+ *   of 8 slots); more wait for one of them to end.
  *
  *   Ops start with kvcs_get/put/del and complete in
  *   kvcs_client_run_once(): cb(tag, status, val, vlen) runs exactly
