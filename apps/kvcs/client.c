@@ -227,6 +227,7 @@ static void on_read(void *tag, int status, const uint8_t *val, uint32_t vlen);
 static int start_read(struct kvcs_client *c, struct try *t, struct server *s)
 {
     if (s->reads >= READ_WINDOW) {
+        c->stats.read_waits++;
         t->wnext = NULL;
         if (s->wait_tail)
             s->wait_tail->wnext = t;

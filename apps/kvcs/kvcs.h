@@ -238,6 +238,7 @@ void kvcs_client_set_method(struct kvcs_client *c, enum kvcs_method m);
 struct kvcs_client_stats {
     uint64_t gets, puts, dels, failovers, failed, read_gets, rpc_gets;
     uint64_t skipped, hedges;
+    uint64_t read_waits; /* one-sided GET tries that waited for their replica's window */
     uint64_t one_read, stale_locs; /* one-sided GETs: kv_reader_stats cache_hits,
                                       cache_stale */
 };
