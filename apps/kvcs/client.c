@@ -14,8 +14,6 @@
 /* start_try: the replica is marked down and cannot be tried now (its
  * sessions failed or, for a READ, its key is not fetched again yet) */
 #define PASSED_DOWN 2
-#define HEDGE_MIN_NS 100000ull   /* no hedge sooner than this after a try */
-#define HEDGE_FIRST_NS 1000000ull /* before a round trip was measured */
 #define CHECK_NS 20000ull         /* how often tries' timers are looked at, */
 #define CHECK_PER_TRY_NS 100ull   /* and later by this per try walked: the walk's cost bounded */
 
@@ -108,74 +106,6 @@ static int write_result(const struct op *op)
 
 /* ---- tries ---- */
 
-static struct try *try_new(struct kvcs_client *c)
-{
-    struct try *t = calloc(1, sizeof *t);
-    if (!t)
-        return NULL;
-    t->c = c;
-    t->next = c->tries;
-    if (c->tries)
-        c->tries->prev = t;
-    c->tries = t;
-    return t;
-}
-
-static void try_free(struct kvcs_client *c, struct try *t)
-{
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        c->tries = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    free(t);
-}
-
-void kvcs__free_tries(struct kvcs_client *c)
-{
-    while (c->tries)
-        try_free(c, c->tries);
-}
-
-/* The k-th largest of v[0..m), k <= 4: one pass keeping the top k. */
-static uint32_t kth_largest(const uint32_t *v, uint32_t m, uint32_t k)
-{
-    uint32_t top[4] = {0}; /* descending */
-    for (uint32_t i = 0; i < m; i++) {
-        uint32_t x = v[i];
-        for (uint32_t j = 0; j < k; j++)
-            if (x > top[j]) {
-                const uint32_t y = top[j];
-                top[j] = x;
-                x = y;
-            }
-    }
-    return top[k - 1];
-}
-
-static void rtt_sample(struct rtt *e, uint64_t ns)
-{
-    e->ring[e->n++ % RTT_RING] = ns < UINT32_MAX ? (uint32_t)ns : UINT32_MAX;
-    if (e->n % RTT_EVERY)
-        return;
-    const uint32_t m = e->n < RTT_RING ? e->n : RTT_RING;
-    e->p95 = kth_largest(e->ring, m, m - ((m * 95 + 99) / 100 - 1)); /* 4th of 64 */
-}
-
-/* How long a try at s may take before the GET may ask the next replica
- * too (if s is silent as long: check_tries): the 95th percentile of the
- * method's answered tries there lately (Dean and Barroso's hedged
- * requests), at least HEDGE_MIN_NS, at most half the attempt timeout. */
-static uint64_t hedge_ns(const struct kvcs_client *c, const struct server *s, bool read)
-{
-    const struct rtt *e = &s->rtt[read];
-    uint64_t ns = e->p95 ? e->p95 : HEDGE_FIRST_NS;
-    if (ns < HEDGE_MIN_NS)
-        ns = HEDGE_MIN_NS;
-    return ns < c->cfg.attempt_timeout_ns / 2 ? ns : c->cfg.attempt_timeout_ns / 2;
-}
-
 static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int status,
                      const uint8_t *val, uint32_t vlen);
 
@@ -189,7 +119,7 @@ static void try_end(struct kvcs_client *c, struct try *t, int status, const uint
     if (!kvcs__transport_failure(status))
         s->heard_ns = erma_now_ns();
     if (status == ERMA_OK || status == ERMA_ENOENT)
-        rtt_sample(&s->rtt[t->read], s->heard_ns - t->start);
+        kvcs__rtt_sample(&s->rtt[t->read], s->heard_ns - t->start);
     if (!op) {
         if (kvcs__transport_failure(status))
             kvcs__mark_down(c, t->server, status);
@@ -205,7 +135,7 @@ static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgb
     struct try *t = tag;
     struct kvcs_client *c = t->c;
     if (c->destroying) {
-        try_free(c, t); /* the endpoint frees its buffers */
+        kvcs__try_free(c, t); /* the endpoint frees its buffers */
         return;
     }
     const uint8_t *val = NULL;
@@ -215,7 +145,7 @@ static void on_rpc(struct erma_rpc *rpc, void *tag, int status, struct erma_msgb
     try_end(c, t, status, val, vlen);
     erma_msgbuf_free(rpc, &t->req);
     erma_msgbuf_free(rpc, &t->resp);
-    try_free(c, t);
+    kvcs__try_free(c, t);
 }
 
 static void on_read(void *tag, int status, const uint8_t *val, uint32_t vlen);
@@ -254,7 +184,7 @@ static void read_window_next(struct kvcs_client *c, struct server *s)
         if (rc != ERMA_OK) {
             if (t->op)
                 try_end(c, t, rc, NULL, 0);
-            try_free(c, t);
+            kvcs__try_free(c, t);
         }
     }
 }
@@ -266,7 +196,7 @@ static void on_read(void *tag, int status, const uint8_t *val, uint32_t vlen)
     struct server *s = &c->srv[t->server];
     s->reads--;
     try_end(c, t, status, val, vlen);
-    try_free(c, t);
+    kvcs__try_free(c, t);
     read_window_next(c, s);
 }
 
@@ -314,7 +244,7 @@ static int start_try(struct kvcs_client *c, struct op *op, uint32_t pos, const v
     const bool read = op->kind == GET && op->method == KVCS_READ;
     if (read && s->region_rc != 0)
         return PASSED_DOWN; /* marked down, its key not fetched again yet */
-    struct try *t = try_new(c);
+    struct try *t = kvcs__try_new(c);
     if (!t)
         return ERMA_ENOMEM;
     const uint64_t now = erma_now_ns();
@@ -323,11 +253,11 @@ static int start_try(struct kvcs_client *c, struct op *op, uint32_t pos, const v
     t->server = server;
     t->read = read;
     t->start = now;
-    t->hedge_at = now + hedge_ns(c, s, read);
+    t->hedge_at = now + kvcs__hedge_ns(c, s, read);
     t->deadline = now + c->cfg.attempt_timeout_ns;
     const int rc = read ? start_read(c, t, s) : start_rpc(c, t, s, val, vlen);
     if (rc != ERMA_OK) {
-        try_free(c, t);
+        kvcs__try_free(c, t);
         return rc;
     }
     op->tries[pos] = t;
@@ -427,15 +357,6 @@ static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int sta
     }
 }
 
-/* A try's server has answered nothing for a hedge period: it stalls (or
- * died), rather than being busy with others' requests, where a hedge
- * would only add load. */
-static bool silent(const struct kvcs_client *c, const struct try *t, uint64_t now)
-{
-    const struct server *s = &c->srv[t->server];
-    return now - s->heard_ns >= t->hedge_at - t->start;
-}
-
 /* The timers of the tries in flight. A GET try slower than its replica's
  * round trips (hedge_at) at a replica silent as long is joined by a try at
  * the next replica; both stay in flight and the first answer wins, so a
@@ -460,7 +381,7 @@ static uint32_t check_tries(struct kvcs_client *c, uint64_t now)
             op->inflight--;
             try_done(c, op, t->pos, ERMA_ETIMEDOUT, NULL, 0);
         } else if (op->kind == GET && !t->hedged && now >= t->hedge_at && !c->cfg.no_hedge &&
-                   silent(c, t, now)) {
+                   kvcs__silent(c, t, now)) {
             t->hedged = true;
             const uint32_t before = op->inflight;
             get_next(c, op);
