@@ -79,9 +79,8 @@ int kv_reader_cache(struct kv_reader *r, uint32_t entries)
 {
     if (!r || entries > (1u << 24))
         return ERMA_EINVAL;
-    for (uint32_t i = 0; i < r->max_gets; i++)
-        if (r->gets[i].live)
-            return ERMA_EAGAIN;
+    if (r->nfree != r->max_gets) /* GETs in progress */
+        return ERMA_EAGAIN;
     free(r->locs);
     r->locs = NULL;
     r->nlocs = 0;
