@@ -25,6 +25,7 @@ static const char *const messages[] = {
     [-ERMA_EPERM] = "permission denied",
     [-ERMA_ENOBUFS] = "receiver's message memory budget exhausted",
     [-ERMA_ENOHANDLER] = "no handler for the request type",
+    [-ERMA_ESUPERSEDED] = "key superseded by a rekey",
 };
 
 const char *erma_strerror(int err)

@@ -42,7 +42,9 @@ enum erma_err {
     ERMA_ENOBUFS = -22,        /* no room in the receiver's budget for messages
                                   being received (rpc.h, Budgets) */
     ERMA_ENOHANDLER = -23,     /* the server has no handler for the request type */
-    ERMA_ERR_LAST = -24
+    ERMA_ESUPERSEDED = -24,    /* KEY_SUPERSEDED: the rkey's generation was
+                                  retired by a REKEY; fetch the current key */
+    ERMA_ERR_LAST = -25
 };
 
 /* Returns a static, never-NULL description of err (0 or a negative code;
