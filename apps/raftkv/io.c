@@ -121,16 +121,22 @@ static int m_load(struct raft_io *io, raft_term *term, raft_id *voted_for,
     return 0;
 }
 
+/* libraft asks for a tick every msecs (its heartbeat timeout) and checks
+ * its timers against time() at each: a timer that expires just after a
+ * tick fires up to msecs late, and an election then starts late by as
+ * much. More ticks cost little (a comparison each) and cut that. */
+#define TICKS_PER_MSECS 5
+
 static int m_start(struct raft_io *io, unsigned msecs, raft_io_tick_cb tick,
                    raft_io_recv_cb recv)
 {
     struct rkio *k = io->impl;
     if (!k->rpc)
         return RAFT_INVALID;
-    k->msecs = msecs ? msecs : 1;
+    k->tick_ns = (msecs ? msecs : 1) * 1000000ull / TICKS_PER_MSECS;
     k->tick = tick;
     k->recv = recv;
-    k->next_tick = erma_now_ns() + (uint64_t)k->msecs * 1000000;
+    k->next_tick = erma_now_ns() + k->tick_ns;
     k->started = true;
     return 0;
 }
@@ -249,12 +255,22 @@ static raft_time m_time(struct raft_io *io)
     return erma_now_ns() / 1000000;
 }
 
+/* libraft draws only its election timer here, in [E, 2E] for election
+ * timeout E; raftkv draws in the first 1 / ELECTION_SPREAD_DIV of that.
+ * libraft 0.15's followers refuse their vote while they still know a
+ * leader, so after the leader dies an election ends only once the *last*
+ * follower's timer has fired: the whole spread adds to the failover.
+ * E / 4 (125 ms by default) is still far above a vote's round trip, which
+ * is what the spread must beat to keep split votes rare. */
+#define ELECTION_SPREAD_DIV 4
+
 static int m_random(struct raft_io *io, int min, int max)
 {
     struct rkio *k = io->impl;
-    if (max <= min)
+    const int spread = (max - min) / ELECTION_SPREAD_DIV;
+    if (spread <= 0)
         return min;
-    return min + (int)erma_rand_below(&k->rnd, (uint64_t)(max - min));
+    return min + (int)erma_rand_below(&k->rnd, (uint64_t)spread + 1);
 }
 
 /* ---- the application's side ---- */
@@ -313,9 +329,9 @@ static int tick(struct rkio *k, uint64_t now)
 {
     if (k->closed || now < k->next_tick)
         return 0;
-    k->next_tick += (uint64_t)k->msecs * 1000000;
+    k->next_tick += k->tick_ns;
     if (k->next_tick <= now)
-        k->next_tick = now + (uint64_t)k->msecs * 1000000;
+        k->next_tick = now + k->tick_ns;
     k->stats.ticks++;
     k->tick(k->io);
     return 1;

@@ -56,7 +56,7 @@ struct rkio {
     struct erma_rpc *rpc;
     raft_id id;
     char addr[ADDR_MAX];
-    unsigned msecs;
+    uint64_t tick_ns; /* libraft's msecs / TICKS_PER_MSECS */
     raft_io_tick_cb tick;
     raft_io_recv_cb recv;
     uint64_t next_tick;

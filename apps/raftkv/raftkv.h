@@ -40,9 +40,11 @@
  *   cuts the file (ftruncate) and the memory. snapshot_put() writes the
  *   snapshot file, then rewrites the log without the entries before
  *   index - trailing (all of them when trailing is 0, an installed
- *   snapshot). Ticks: every msecs of erma_now_ns() (virtual time on the
- *   sim fabric), checked by each poll; time() is erma_now_ns() in ms,
- *   random() a seeded xoshiro256**.
+ *   snapshot). Ticks: five every msecs of erma_now_ns() (virtual time on
+ *   the sim fabric), checked by each poll, so that libraft's timers fire
+ *   within msecs / 5 of their time; time() is erma_now_ns() in ms,
+ *   random() a seeded xoshiro256** that draws election timeouts in
+ *   [E, 1.25E] rather than libraft's [E, 2E] (io.c says why).
  *   no_fsync skips every fsync (benchmarks only: a crash may lose
  *   acknowledged writes). Every integer in messages and files is
  *   little-endian.
