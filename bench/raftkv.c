@@ -27,12 +27,18 @@
  *               acknowledged PUT from the kill until 0.2 s after the
  *               first PUT sent after it is acknowledged (--no-failover
  *               skips it).
+ * In fsync rounds the same disk's cost of one sync alone is measured too
+ * (the median of 200 appends to a file in DIR, each followed by
+ * fdatasync), and the end compares the fsync PUT's median with the
+ * no-fsync PUT's plus 1.5 syncs (one sync on the critical path, with
+ * room for the replicas' syncs meeting on one disk).
  * The modes alternate in order from round to round (the machines are
  * noisy). Replicas sleep when idle, as servers do (--poll: they spin, a
  * core each). Output: a row per round and mode, then per mode the medians
  * over rounds (the ratio: the median of the per-round ratios). Exits 1
  * when the cluster cannot start or an op fails outside the failover.
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +89,7 @@ struct opts {
 
 struct result {
     struct bench_lat put, rpc;
-    double ratio, puts_per_s, failover_ms;
+    double ratio, puts_per_s, failover_ms, fdatasync_us;
     uint64_t failed;
 };
 
@@ -455,6 +461,36 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
                             " (<= 4096) must be positive");
 }
 
+#define SYNC_PROBES 200
+
+/* The median of SYNC_PROBES appends of a log entry's size to a file in
+ * dir, each made durable by fdatasync alone, as the replicas' log does
+ * (O_APPEND): what one sync costs on this disk now. -1 when it fails. */
+static double fdatasync_alone(const struct opts *o)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/raftkv-bench-sync.%d", o->dir, (int)getpid());
+    const int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    uint64_t t[SYNC_PROBES];
+    uint8_t entry[4096 + 64] = {0};
+    unsigned n = 0;
+    for (; n < SYNC_PROBES; n++) {
+        const uint64_t t0 = erma_now_ns();
+        if (write(fd, entry, o->size + 64) != (ssize_t)(o->size + 64) || fdatasync(fd) != 0)
+            break;
+        t[n] = erma_now_ns() - t0;
+    }
+    close(fd);
+    unlink(path);
+    if (n < SYNC_PROBES)
+        return -1;
+    struct bench_lat lat;
+    bench_lat_from_ns(t, n, &lat);
+    return lat.median_us;
+}
+
 static int run_round(const struct opts *o, unsigned round, enum mode m, struct result *r)
 {
     struct cluster cl;
@@ -469,11 +505,31 @@ static int run_round(const struct opts *o, unsigned round, enum mode m, struct r
         fprintf(stderr, "raftkv: round %u: throughput phase: %llu PUTs failed\n", round,
                 (unsigned long long)r->failed);
     r->failover_ms = -1;
+    r->fdatasync_us = m == FSYNC ? fdatasync_alone(o) : -1;
     if (rc == ERMA_OK && o->failover && m != POLLED && (rc = failover(&cl, o, r)) != ERMA_OK)
         fprintf(stderr, "raftkv: round %u: no PUT acknowledged within 15 s of the kill\n",
                 round);
     cluster_stop(&cl);
     return rc;
+}
+
+/* The fsync PUT's median against the no-fsync PUT's plus 1.5 syncs
+ * alone (medians over rounds), when both modes ran. */
+static void note_group_commit(const struct bench_cli *cli, const struct opts *o,
+                              double p50[][64], const unsigned *n, double *sync, unsigned nsync)
+{
+    int f = -1, nf = -1;
+    for (unsigned m = 0; m < o->nmodes; m++) {
+        f = o->modes[m] == FSYNC && n[m] ? (int)m : f;
+        nf = o->modes[m] == NOFSYNC && n[m] ? (int)m : nf;
+    }
+    if (f < 0 || nf < 0 || !nsync)
+        return;
+    const double put = bench_median(p50[f], n[f]), base = bench_median(p50[nf], n[nf]),
+                 one = bench_median(sync, nsync);
+    bench_note(cli->csv, "raftkv: fsync PUT p50 %.1f us against no-fsync PUT p50 %.1f + 1.5 x"
+               " fdatasync alone %.1f = %.1f us: %.2fx", put, base, one, base + 1.5 * one,
+               put / (base + 1.5 * one));
 }
 
 int main(int argc, char **argv)
@@ -489,9 +545,11 @@ int main(int argc, char **argv)
                o.failover ? ", then the leader killed" : "");
     struct bench_table t;
     bench_table_start(&t, cli.csv, "bench,round,mode:8,put_p50_us,put_p99_us,rpc_p50_us,"
-                                   "rpc_p99_us,put/rpc,puts_per_s,failover_ms");
+                                   "rpc_p99_us,put/rpc,puts_per_s,failover_ms,"
+                                   "fdatasync_us");
     double ratio[MAX_MODES][64], p50[MAX_MODES][64], p99[MAX_MODES][64], rpc50[MAX_MODES][64],
-        tput[MAX_MODES][64], fo[MAX_MODES][64];
+        tput[MAX_MODES][64], fo[MAX_MODES][64], sync[64];
+    unsigned nsync = 0;
     unsigned n[MAX_MODES] = {0}, nfo[MAX_MODES] = {0};
     int status = 0;
     for (unsigned round = 0; round < o.rounds; round++)
@@ -503,9 +561,11 @@ int main(int argc, char **argv)
                 status = 1;
                 continue;
             }
-            bench_table_row(&t, "raftkv,%u,%s,%.1f,%.1f,%.1f,%.1f,%.2f,%.0f,%.1f", round, name,
-                            r.put.median_us, r.put.p99_us, r.rpc.median_us, r.rpc.p99_us,
-                            r.ratio, r.puts_per_s, r.failover_ms);
+            bench_table_row(&t, "raftkv,%u,%s,%.1f,%.1f,%.1f,%.1f,%.2f,%.0f,%.1f,%.1f", round,
+                            name, r.put.median_us, r.put.p99_us, r.rpc.median_us, r.rpc.p99_us,
+                            r.ratio, r.puts_per_s, r.failover_ms, r.fdatasync_us);
+            if (r.fdatasync_us >= 0 && nsync < 64)
+                sync[nsync++] = r.fdatasync_us;
             if (n[m] < 64) {
                 ratio[m][n[m]] = r.ratio;
                 p50[m][n[m]] = r.put.median_us;
@@ -518,10 +578,12 @@ int main(int argc, char **argv)
         }
     for (unsigned m = 0; m < o.nmodes; m++)
         if (n[m])
-            bench_table_row(&t, "raftkv,median,%s,%.1f,%.1f,%.1f,,%.2f,%.0f,%.1f",
+            bench_table_row(&t, "raftkv,median,%s,%.1f,%.1f,%.1f,,%.2f,%.0f,%.1f,%.1f",
                             mode_names[o.modes[m]], bench_median(p50[m], n[m]),
                             bench_median(p99[m], n[m]), bench_median(rpc50[m], n[m]),
                             bench_median(ratio[m], n[m]), bench_median(tput[m], n[m]),
-                            nfo[m] ? bench_median(fo[m], nfo[m]) : -1.0);
+                            nfo[m] ? bench_median(fo[m], nfo[m]) : -1.0,
+                            o.modes[m] == FSYNC && nsync ? bench_median(sync, nsync) : -1.0);
+    note_group_commit(&cli, &o, p50, n, sync, nsync);
     return status;
 }
