@@ -337,19 +337,17 @@ static int tick(struct rkio *k, uint64_t now)
     return 1;
 }
 
-int raftkv_io_poll(struct raft_io *io)
+/* One sync for every append queued since the last, then what was queued
+ * before this round: completed sends, deferred callbacks, arrived
+ * messages. Returns the work done; callbacks queue more for the next. */
+static int poll_round(struct rkio *k)
 {
-    struct rkio *k = io->impl;
-    if (!k->started || k->closed)
-        return 0;
-    if (k->st.need_sync) { /* one sync for every append since the last poll */
+    if (k->st.need_sync) {
         k->st.need_sync = false;
         k->stats.syncs++;
         if (raftkv__store_sync(&k->st) != 0)
             ERMA_ERROR("raftkv: fdatasync %s/log: %s", k->st.dir, strerror(errno));
     }
-    /* Only what was queued before this poll runs now: callbacks queue more
-     * for the next one. */
     struct send_op *done = raftkv__net_take_done(k);
     struct later *later = later_take(k);
     struct inmsg *inbox = raftkv__net_take_inbox(k);
@@ -358,7 +356,27 @@ int raftkv_io_poll(struct raft_io *io)
         next = later->next;
         fire_later(k, later, 0);
     }
-    work += raftkv__net_deliver(k, inbox);
+    return work + raftkv__net_deliver(k, inbox);
+}
+
+/* Rounds of a poll: what one round's callbacks and messages queue (an
+ * append's callback, its answer to the leader) runs in the next round of
+ * the same poll, not a loop pass later; bounded, so the endpoint's
+ * packets still get their turn. */
+#define POLL_ROUNDS 4
+
+int raftkv_io_poll(struct raft_io *io)
+{
+    struct rkio *k = io->impl;
+    if (!k->started || k->closed)
+        return 0;
+    int work = 0;
+    for (int r = 0; r < POLL_ROUNDS && !k->closed; r++) {
+        const int w = poll_round(k);
+        work += w;
+        if (!w && !k->st.need_sync)
+            break;
+    }
     const uint64_t now = erma_now_ns();
     work += tick(k, now);
     raftkv__net_reconnect(k, now);
