@@ -21,8 +21,11 @@
  * arrivals, uniform keys), T seconds by one-sided READ, then T seconds by
  * RPC. Latency is from an op's scheduled arrival to its callback, so
  * queueing in the client counts (open loop). A row per (size, load,
- * method): achieved GETs/s, p50, p99, p99.9, failed and wrong GETs; the RPC
- * row also has READ / RPC of p50 and p99.
+ * method): achieved GETs/s, p50, p99, p99.9, failed and wrong GETs, GETs
+ * hedged and GETs done in one READ, and the CPU time per GET of this
+ * process and of the forked servers together (utime + stime, us; 0 for
+ * servers elsewhere), which tells the methods' cost where the latencies
+ * are queueing.
  *
  * failure (--kill-at): one method at one load for T seconds; at SEC server
  * 0 is killed (SIGKILL; only with --role both). With --csv, a row per 10 ms
@@ -135,6 +138,7 @@ struct run {
     uint32_t bin_n[MAX_BINS], bin_cap[MAX_BINS];
     uint32_t bin_failed[MAX_BINS];
     bool timeline;
+    const pid_t *pids; /* the forked servers (none: 0), for their CPU time */
 };
 
 struct pending {
@@ -491,6 +495,35 @@ static void drive_closed(struct run *r, double seconds)
         kvcs_client_run_once(r->c);
 }
 
+/* CPU time of process pid (0: this one) so far, in us: utime + stime of
+ * /proc/PID/stat (every thread), 0 when unreadable. */
+static double cpu_us(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, pid ? "/proc/%d/stat" : "/proc/self/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+                     &st) != 2)
+        return 0;
+    return (double)(ut + st) * 1e6 / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The client's and the forked servers' CPU time so far, in us. */
+static void cpu_both(const struct run *r, double *client, double *servers)
+{
+    *client = cpu_us(0);
+    *servers = 0;
+    for (unsigned i = 0; r->pids && i < r->o->servers; i++)
+        *servers += r->pids[i] > 0 ? cpu_us(r->pids[i]) : 0;
+}
+
 /* One load by one method (load 0: closed loop): GETs for o->seconds, a
  * row, the latencies in *l and the achieved rate in *rate. Not inlined, so
  * that `valgrind --tool=callgrind --collect-atstart=no
@@ -501,13 +534,16 @@ __attribute__((noinline)) static int sweep_one(struct run *r, const struct bench
 {
     const struct opts *o = r->o;
     struct kvcs_client_stats a, b;
+    double cli0, srv0, cli1, srv1;
     run_reset(r);
     kvcs_client_set_method(r->c, meth);
     kvcs_client_get_stats(r->c, &a);
+    cpu_both(r, &cli0, &srv0);
     if (load > 0)
         drive(r, load, o->seconds, 0, 0);
     else
         drive_closed(r, o->seconds);
+    cpu_both(r, &cli1, &srv1);
     kvcs_client_get_stats(r->c, &b);
     char phase[96];
     snprintf(phase, sizeof phase, "sweep at %.0f GETs/s by %s, %u B values", load,
@@ -521,11 +557,13 @@ __attribute__((noinline)) static int sweep_one(struct run *r, const struct bench
     if (r->nlat)
         bench_lat_from_ns(r->lat, r->nlat, l);
     *rate = (double)r->nlat / o->seconds;
-    bench_table_row(t, "kvcs,sweep,%s,%u,%.0f,%.0f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu",
+    const double gets = r->nlat ? (double)r->nlat : 1;
+    bench_table_row(t, "kvcs,sweep,%s,%u,%.0f,%.0f,%.1f,%.1f,%.1f,%llu,%llu,%llu,%llu,%.2f,%.2f",
                     method_name(meth), o->value, load, *rate, l->median_us, l->p99_us,
                     l->p999_us, (unsigned long long)(r->failed + r->started - r->done),
                     (unsigned long long)r->wrong, (unsigned long long)(b.hedges - a.hedges),
-                    (unsigned long long)(b.one_read - a.one_read));
+                    (unsigned long long)(b.one_read - a.one_read), (cli1 - cli0) / gets,
+                    (srv1 - srv0) / gets);
     return r->wrong ? ERMA_EBADPKT : ERMA_OK;
 }
 
@@ -741,7 +779,8 @@ static int run_sizes(struct run *r, struct opts *o, const struct bench_cli *cli,
     struct bench_table t;
     if (o->kill_at <= 0)
         bench_table_start(&t, cli->csv, "bench,kind,method,value,offered,achieved,p50_us,"
-                                        "p99_us,p999_us,failed,wrong,hedged,one_read");
+                                        "p99_us,p999_us,failed,wrong,hedged,one_read,"
+                                        "cli_cpu_us,srv_cpu_us");
     int rc = ERMA_OK;
     for (unsigned i = 0; i < cli->nsizes && rc == ERMA_OK; i++) {
         o->value = cli->sizes[i];
@@ -805,6 +844,7 @@ int main(int argc, char **argv)
         r->lat = malloc(r->cap * sizeof *r->lat);
         r->list = malloc(o.keys * sizeof *r->list);
         r->again = malloc(o.keys * sizeof *r->again);
+        r->pids = pids;
         rc = r->lat && r->list && r->again ? run_sizes(r, &o, &cli, pids[0]) : ERMA_ENOMEM;
     }
     if (rc != ERMA_OK && rc != ERMA_EBADPKT)
