@@ -15,9 +15,10 @@
  *   [u64 stamp][u32 key_len][u32 value_len][key][value][pad to 8][u64 check]
  * where stamp = its log position + 1 (so an item overwritten by the wrapping
  * log no longer matches its slot; its top bit set once the slot names
- * another item or none: superseded) and check = SipHash-2-4 (libsodium's
- * crypto_shorthash) of everything before it (so an item read in pieces
- * while being overwritten is detected). Items never wrap around the log's
+ * another item or none: superseded) and check = a 64-bit hash of
+ * everything before it, word by word (table.c; not cryptographic: the
+ * one-sided packets are authenticated, the check only has to catch an item
+ * read in pieces while being overwritten). Items never wrap around the log's
  * end.
  *
  * The table is lossy, as MICA: when a bucket is full the oldest item in it
@@ -146,7 +147,7 @@ struct kv_remote {
 int kv_resp_region(const struct erma_msgbuf *resp, struct kv_remote *out);
 
 /* A reader does GETs by one-sided READs on one RMA engine: READ the key's
- * bucket, find candidate items, READ the item, check its stamp and SipHash.
+ * bucket, find candidate items, READ the item, check its stamp and its check (a hash of its bytes).
  * A bucket being changed or an item torn by a concurrent write is read
  * again (at most max_tries times, then ERMA_EAGAIN); a torn read is never
  * returned. The reader owns the engine's completions: while it exists,
@@ -176,7 +177,7 @@ void kv_reader_destroy(struct kv_reader *r);
  * least 2, at most 2^24; 0: none, the default), two-way set-associative by
  * a hash of the table (peer, region, key generation) and the key: a GET of a key found before
  * READs its item alone, one round trip instead of two. The item's checks
- * stand as ever (stamp, SipHash, the key itself), and the owner marks an
+ * stand as ever (stamp, check, the key itself), and the owner marks an
  * item superseded when its slot changes (put again, deleted, dropped for
  * room), so an item that is not the key's live one is never returned from
  * a remembered location: the GET reads the bucket, as without a cache.

@@ -97,7 +97,7 @@
  *   response buffers and is its own tag; a late answer to a try that timed
  *   out is dropped by the RPC or RMA layer, or, for an abandoned try, comes
  *   to a try detached from its op and is dropped; one-sided GETs return
- *   only items whose stamp and SipHash check (kv.h). Replicas are not kept
+ *   only items whose stamp and check hold (kv.h). Replicas are not kept
  *   consistent with each other: a replica that missed a PUT (a try that
  *   failed) may serve the older value until it is written again, as in any
  *   cache, and so may a replica that was marked down while it was not dead

@@ -174,10 +174,10 @@ static void test_torn_reads(void **state)
     memcpy(item, mem + ref.off, ref.len);
     assert_int_equal(kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_OK);
     assert_int_equal(vlen, 100);
-    /* a half-written copy: every single byte flipped is caught */
-    for (uint32_t i = 0; i < ref.len; i++) {
+    /* a half-written copy: every single bit flipped is caught */
+    for (uint32_t i = 0; i < ref.len * 8; i++) {
         memcpy(item, mem + ref.off, ref.len);
-        item[i] ^= 0x40;
+        item[i / 8] ^= (uint8_t)(1u << i % 8);
         assert_int_not_equal(kv_item_check(item, &ref, "target", 6, &v, &vlen), ERMA_OK);
     }
     /* a copy that is half the old item and half a new one (read in pieces) */
