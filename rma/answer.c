@@ -27,7 +27,9 @@ static void send_data(struct erma_rma *rma, struct slot *s, uint32_t sol, uint64
 }
 
 /* The outcomes a target cannot seal, having no key: hints that end the op
- * but never cut a window (a NACK, which does, is always sealed). */
+ * but never cut a window (a NACK, which does, is always sealed). Not
+ * ERMA_ESUPERSEDED: the target seals it under the op's own (retired) Kd,
+ * so that no one else can tell an initiator its key was replaced. */
 static bool plain_ok(int status)
 {
     return status == ERMA_EAUTH || status == ERMA_ENOREGION;

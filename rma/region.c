@@ -49,13 +49,17 @@ struct region *erma__region_find(struct erma_rma *rma, uint32_t id)
     return &table[i];
 }
 
-const uint8_t *erma__region_key(const struct region *r, uint32_t key_gen, uint64_t now)
+const uint8_t *erma__region_key(const struct region *r, uint32_t key_gen, uint64_t now,
+                                bool *retired)
 {
-    if (key_gen == r->key_gen)
+    const uint32_t back = r->key_gen - key_gen; /* generations behind the current one */
+    *retired = false;
+    if (back == 0)
         return r->kr;
-    if (key_gen + 1 == r->key_gen && now < r->old_until_ns)
-        return r->old_kr;
-    return NULL;
+    if (back > RMA_OLD_KEYS || back >= r->key_gen) /* too old, or never installed */
+        return NULL;
+    *retired = back > 1 || now >= r->old_until_ns;
+    return r->old_kr[back - 1];
 }
 
 static uint64_t addr_hash(const struct erma_addr *a)
@@ -94,7 +98,9 @@ static void kd_forget(struct erma_rma *rma, uint32_t id)
 
 void erma__region_install(struct region *r, const uint8_t *key, uint64_t grace_ns, uint64_t now)
 {
-    memcpy(r->old_kr, r->kr, sizeof r->kr);
+    /* the oldest key is overwritten, so no copy of it is left */
+    memmove(r->old_kr[1], r->old_kr[0], sizeof r->old_kr - sizeof r->old_kr[0]);
+    memcpy(r->old_kr[0], r->kr, sizeof r->kr);
     r->old_until_ns = grace_ns ? now + grace_ns : 0;
     if (key)
         memcpy(r->kr, key, sizeof r->kr);

@@ -6,6 +6,14 @@
 
 #include "internal.h"
 
+/* Key generations before the current one whose keys a region keeps: the
+ * previous one verifies as usual within its grace time; past it, and for
+ * the generations before it, a request that verifies under its own
+ * generation's Kd is told, sealed under that Kd, that its key was
+ * superseded (ERMA_ESUPERSEDED). A generation further back gets
+ * ERMA_EAUTH, as a forged key does. 4 x 32 bytes a region. */
+#define RMA_OLD_KEYS 4
+
 struct region {
     uint8_t *addr;
     uint64_t len;
@@ -15,8 +23,8 @@ struct region {
     uint8_t cipher;     /* enum erma_rma_cipher, fixed at registration */
     uint32_t key_gen;
     uint8_t kr[ERMA_RMA_KEY_BYTES];
-    uint8_t old_kr[ERMA_RMA_KEY_BYTES];
-    uint64_t old_until_ns; /* old key verifies before this time */
+    uint8_t old_kr[RMA_OLD_KEYS][ERMA_RMA_KEY_BYTES]; /* [i]: generation key_gen - 1 - i */
+    uint64_t old_until_ns; /* old_kr[0] verifies before this time */
 };
 
 /* A derived key the target computed lately. Only a cache: the target could
@@ -39,8 +47,12 @@ int erma__regions_init(struct erma_rma *rma);
 /* Deregisters what is left (its keys wiped) and frees the table. */
 void erma__regions_fini(struct erma_rma *rma);
 struct region *erma__region_find(struct erma_rma *rma, uint32_t id);
-/* The key request h verifies under: kr of its key generation, or NULL. */
-const uint8_t *erma__region_key(const struct region *r, uint32_t key_gen, uint64_t now);
+/* Kr of key generation key_gen of r: the current one, or the previous one
+ * within its grace time (*retired false); one of the RMA_OLD_KEYS before
+ * the current one otherwise (*retired true: a request under it may only
+ * learn that its key was superseded). NULL for any other generation. */
+const uint8_t *erma__region_key(const struct region *r, uint32_t key_gen, uint64_t now,
+                                bool *retired);
 /* Kd for identity at addr under r's key of
  * generation key_gen (kr), from the cache. */
 const uint8_t *erma__region_kd(struct erma_rma *rma, const struct region *r, const uint8_t *kr,

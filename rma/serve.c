@@ -71,7 +71,8 @@ static struct rma_ophdr answer_of(const struct rma_ophdr *req, uint8_t type)
     return a;
 }
 
-/* k NULL: unsealed (only AUTH_FAILED and NO_SUCH_REGION, which have no key). */
+/* k NULL: unsealed (only AUTH_FAILED and NO_SUCH_REGION, which have no
+ * key; SUPERSEDED is sealed under the retired generation's Kd). */
 static void send_status(struct erma_rma *rma, const struct erma_addr *to,
                         const struct rma_ophdr *req, int status, const struct key *k)
 {
@@ -81,6 +82,8 @@ static void send_status(struct erma_rma *rma, const struct erma_addr *to,
     erma__rma_send(rma, to, &a, k ? k->kd : NULL, k ? k->cipher : 0, 1, NULL, 0);
     if (status == ERMA_ENACK)
         rma->stats.nacks_sent++;
+    else if (status == ERMA_ESUPERSEDED)
+        rma->stats.superseded_sent++;
 }
 
 /* The tails held: each only while its region is still registered (the
@@ -324,15 +327,19 @@ static bool req_perm_ok(const struct region *r, uint8_t type)
 }
 
 /* ERMA_OK with the region and the key when request pkt (len bytes, from
- * src) is authentic; else ERMA_ENOREGION or ERMA_EAUTH. A packet sent on
- * virtual path k comes from k ports past the address its key is bound to. */
+ * src) is authentic; ERMA_ESUPERSEDED with them when it is authentic under
+ * a retired key generation (region.h, RMA_OLD_KEYS): only the one its
+ * header names is tried, so a forger cannot make us try more; else
+ * ERMA_ENOREGION or ERMA_EAUTH. A packet sent on virtual path k comes from
+ * k ports past the address its key is bound to. */
 static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t *pkt,
                   uint32_t len, const struct erma_addr *src, struct region **rp, struct key *k)
 {
     struct region *r = erma__region_find(rma, h->region);
     if (!r)
         return ERMA_ENOREGION;
-    const uint8_t *kr = erma__region_key(r, h->key_gen, rma->ep->now);
+    bool retired;
+    const uint8_t *kr = erma__region_key(r, h->key_gen, rma->ep->now, &retired);
     struct erma_addr base;
     if (kr && erma__ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base) != ERMA_OK)
         kr = NULL;
@@ -345,7 +352,7 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
         return ERMA_EAUTH;
     }
     *rp = r;
-    return ERMA_OK;
+    return retired ? ERMA_ESUPERSEDED : ERMA_OK;
 }
 
 static void serve_one(struct erma_rma *rma, const struct queued_req *q)
@@ -358,7 +365,7 @@ static void serve_one(struct erma_rma *rma, const struct queued_req *q)
     struct key k;
     const int rc = verify(rma, &h, q->pkt, sizeof q->pkt, &q->src, &r, &k);
     if (rc != ERMA_OK) {
-        send_status(rma, &q->src, &h, rc, NULL);
+        send_status(rma, &q->src, &h, rc, rc == ERMA_ESUPERSEDED ? &k : NULL);
         return;
     }
     const bool rekey = h.type == RMA_REKEY_REQ;
@@ -413,14 +420,19 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
     sol_free(rma, s);
 }
 
-/* A full queue: an authentic request learns so from a sealed NACK; anything
- * else is dropped, so that no one can draw a NACK for another's op. */
+/* A full queue: an authentic request learns so from a sealed NACK (one
+ * under a retired key that its key was superseded, the answer it would
+ * get once queued); anything else is dropped, so that no one can draw a
+ * NACK for another's op. */
 static void refuse(struct erma_rma *rma, const struct rma_ophdr *h, const struct erma_rx_pkt *pkt)
 {
     struct rma_target *t = rma->target;
     struct region *r;
     struct key k;
-    if (verify(rma, h, pkt->data, pkt->len, &pkt->src, &r, &k) != ERMA_OK)
+    const int rc = verify(rma, h, pkt->data, pkt->len, &pkt->src, &r, &k);
+    if (rc == ERMA_ESUPERSEDED)
+        send_status(rma, &pkt->src, h, rc, &k);
+    if (rc != ERMA_OK)
         return;
     send_status(rma, &pkt->src, h, ERMA_ENACK, &k);
     if (t->q_len < 4 && !t->warned_nack) { /* once: a threshold this small is a mistake */

@@ -53,7 +53,9 @@
  *   REKEY  4 hops like WRITE, its data a new region key and a grace time:
  *          the target installs the key under the next key generation, and
  *          during the grace time requests under the old generation still
- *          verify. Needs ERMA_RMA_PERM_REKEY on the region.
+ *          verify. Needs ERMA_RMA_PERM_REKEY on the region. Afterwards an
+ *          op under an old key completes with ERMA_ESUPERSEDED (Security,
+ *          Superseded keys): fetch the current key from its owner.
  *
  * The concepts that many calls share are described once, each beside the
  * declarations it concerns:
@@ -145,6 +147,21 @@ enum erma_rma_op {
  *    has no key, travel in the clear: the initiator takes them (for a live
  *    op only) as final outcomes that never cut a CC window; it drops any
  *    other status in the clear.
+ *  - Superseded keys: a region keeps the keys of the 4 key generations
+ *    before its current one. The previous one verifies as usual during
+ *    its grace time (erma_region_rekey(), a REKEY's cmd.grace_ns); after
+ *    it, and for the 3 before it, a request that verifies under the
+ *    generation its rkey names is answered ERMA_ESUPERSEDED, sealed under
+ *    that rkey's Kd. Only a holder of that Kd draws it, and the initiator
+ *    takes it only sealed under the op's rkey (one in the clear is dropped
+ *    as a forgery), so no one on the path can make a good key look
+ *    superseded, and a forged or tampered key still gets ERMA_EAUTH, as
+ *    does a key 5 or more generations old (its key is forgotten). The
+ *    target tries only the generation the request names: a request costs
+ *    it one key derivation and one AEAD open, whatever its generation.
+ *    The application then fetches the current rkey from the key's owner
+ *    (the target's application, or whoever ran the REKEY) and submits the
+ *    op again; nothing was done. stats.superseded_sent counts the answers.
  */
 
 /* The AEAD of a region, fixed when it is registered and named by every key
@@ -307,7 +324,8 @@ struct erma_rma_cmd {
     uint64_t offset;              /* in the remote region */
     void *local;                  /* READ: destination; WRITE: source; REKEY: new key */
     uint32_t len;                 /* 1..ERMA_RMA_MAX_OP (REKEY: ignored) */
-    uint64_t grace_ns;            /* REKEY: old key stays valid this long */
+    uint64_t grace_ns;            /* REKEY: old key stays valid this long,
+                                     then gets ERMA_ESUPERSEDED */
     uint8_t priority;             /* 0 (first) .. ERMA_RMA_PRIORITIES - 1 */
     uint64_t tag;                 /* returned in the completion */
     bool fence;                   /* WRITE only (else ERMA_EINVAL): see Fences */
@@ -344,8 +362,12 @@ struct erma_rma_xfer {
  *                    cfg.dispatch_timeout_ns in the local queue (the
  *                    inbound window was full); never sent
  *   ERMA_EAUTH       the target could not verify the request: wrong key,
- *                    tampered packet, or a key generation rotated away
- *                    (past its grace time)
+ *                    tampered packet, or a key generation 5 or more
+ *                    REKEYs old
+ *   ERMA_ESUPERSEDED the rkey is authentic but its key generation was
+ *                    replaced by a REKEY (or erma_region_rekey()) and its
+ *                    grace time is over (Security, Superseded keys):
+ *                    nothing done; fetch the current rkey and retry
  *   ERMA_ENOREGION   no region with that id (never, or deregistered)
  *   ERMA_EBOUNDS     offset + length past the region's end
  *   ERMA_EPERM       the region does not allow the op
@@ -374,6 +396,8 @@ struct erma_rma_stats {
     uint64_t nacks_share;         /* target: of nacks_sent, WRITEs and REKEYs whose
                                      initiator held its share of solicitations */
     uint64_t auth_failed;         /* target: requests that did not verify */
+    uint64_t superseded_sent;     /* target: requests under a retired key
+                                     generation, answered ERMA_ESUPERSEDED */
     uint64_t rx_bad;              /* malformed one-sided packets */
     uint64_t rx_unsealed_bad;     /* packets that failed to open at the initiator */
     uint64_t rx_unmatched;        /* answers for no live op (late, replayed, forged) */
@@ -453,9 +477,11 @@ int erma_region_export_addr(struct erma_rma *rma, uint32_t region, uint64_t iden
 int erma_region_export_uri(struct erma_rma *rma, uint32_t region, uint64_t identity,
                            const char *initiator_uri, struct erma_rkey *out);
 /* Installs new_key (NULL: a random one) as the next key generation of a
- * local region; the old one keeps verifying for grace_ns. Returns ERMA_OK,
- * or ERMA_ENOREGION for no such region. (A REKEY op does the same from an
- * initiator.) */
+ * local region; the old one keeps verifying for grace_ns. After that, ops
+ * under it (or under the 3 generations before it) complete with
+ * ERMA_ESUPERSEDED at their initiators (Security, Superseded keys), so
+ * export the new rkeys to them. Returns ERMA_OK, or ERMA_ENOREGION for no
+ * such region. (A REKEY op does the same from an initiator.) */
 int erma_region_rekey(struct erma_rma *rma, uint32_t region, const uint8_t *new_key,
                       uint64_t grace_ns);
 /* Kd for the initiator (identity, address as the target's transport sees
@@ -508,10 +534,13 @@ int erma_rma_peer_rtt(const struct erma_rma *rma, int peer, struct erma_rma_rtt 
 /* Queues cmd and returns its slot id (>= 0); its completion, with
  * cmd.tag, goes to cmd.cb when set (Completion by callback), else comes
  * from erma_rma_poll() or erma_rma_wait(); cmd.local must stay valid until
- * then. Else returns an error code (and no completion comes): ERMA_ENOSLOTS when
- * every slot is busy or awaits erma_rma_poll(), when too few are free for
- * cmd.priority (Priorities), or when a fenced WRITE that has to wait would
- * take the last slot not held by waiting fenced WRITEs; ERMA_EINVAL (a
+ * then. Its status is one of Completion status, ERMA_ESUPERSEDED among
+ * them when cmd.rkey's key generation was retired by a REKEY: fetch the
+ * current rkey and submit again. Else returns an error code (and no
+ * completion comes): ERMA_ENOSLOTS when every slot is busy or awaits
+ * erma_rma_poll(), when too few are free for cmd.priority (Priorities), or
+ * when a fenced WRITE that has to wait would take the last slot not held
+ * by waiting fenced WRITEs; ERMA_EINVAL (a
  * NULL argument, an unknown peer, no local buffer, len 0, a bad op,
  * priority or cipher; also: fence on a READ or REKEY); ERMA_E2BIG (len >
  * ERMA_RMA_MAX_OP); ERMA_ENOTSUP (the key's cipher is AES-256-GCM and this
@@ -545,7 +574,10 @@ int erma_rma_submit(struct erma_rma *rma, const struct erma_rma_cmd *cmd);
 
 /* Starts a transfer (Executor) and returns its id (>= 0); its one
  * completion, with transfer set, goes to x->cb when set, else comes from
- * erma_rma_poll() or erma_rma_wait(); x->local must stay valid until then. Else returns an error code (and no
+ * erma_rma_poll() or erma_rma_wait(); x->local must stay valid until then.
+ * A chunk answered ERMA_ESUPERSEDED (x->rkey's key generation retired by a
+ * REKEY) is final, not retried: the transfer completes with it; fetch the
+ * current rkey and start it again. Else returns an error code (and no
  * completion comes): ERMA_ENOSLOTS past cfg.transfers; ERMA_EINVAL (a NULL
  * argument, an unknown peer, no local buffer, len 0, an op other than
  * READ and WRITE, a bad priority or cipher; also: fence on a READ);

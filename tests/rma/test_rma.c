@@ -186,12 +186,12 @@ static void test_statuses(void **state)
     struct erma_rma_cmd rk = cmd_of(ERMA_RMA_REKEY, p, &k, 0, key, 0, 0);
     assert_int_equal(world_op(&w, 1, rk, NULL), ERMA_EPERM); /* no REKEY permission */
 
-    /* rotated-away key: the target rekeys without grace */
+    /* rotated-away key: the target rekeys without grace (test_rma_rekey) */
     assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, buf, 8, 0), NULL),
                      ERMA_OK);
     assert_int_equal(erma_region_rekey(w.rma[0], t.rw, NULL, 0), ERMA_OK);
     assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, buf, 8, 0), NULL),
-                     ERMA_EAUTH);
+                     ERMA_ESUPERSEDED);
     k = rkey_for(&w, 1, t.rw);
     assert_int_equal(world_op(&w, 1, cmd_of(ERMA_RMA_READ, p, &k, 0, buf, 8, 0), NULL),
                      ERMA_OK);
@@ -201,7 +201,8 @@ static void test_statuses(void **state)
                      ERMA_ENOREGION);
     struct erma_rma_stats st;
     erma_rma_get_stats(w.rma[0], &st);
-    assert_int_equal(st.auth_failed, 3);
+    assert_int_equal(st.auth_failed, 2);
+    assert_int_equal(st.superseded_sent, 1);
 
     /* a target that is down */
     world_kill(&w, 0);
@@ -692,7 +693,8 @@ struct load {
     bool rekey_done, spread, stopping;
     int rekey_status, probe_status[MAX_HOSTS];
     unsigned outstanding, since_rekey;
-    uint64_t ok[2], failed[2]; /* by key generation: [0] old, [1] new */
+    uint64_t ok[2], failed[2]; /* by key generation: [0] old, [1] new; failed:
+                                  ERMA_ESUPERSEDED */
     uint64_t late_old, late_old_ok; /* old-key ops submitted after the rekey */
     int other_status;
 };
@@ -718,7 +720,7 @@ static void load_count(struct load *l, unsigned h, const struct erma_rma_complet
     }
     if (c->status == ERMA_OK)
         l->ok[gen]++;
-    else if (c->status == ERMA_EAUTH)
+    else if (c->status == ERMA_ESUPERSEDED)
         l->failed[gen]++;
     else
         l->other_status = c->status;
@@ -857,14 +859,14 @@ static void test_rekey_grace(void **state)
     assert_int_equal(l.failed[0], 0);
 }
 
-/* The old key fails at once: the probes, and every old-key op submitted
- * after the rekey. */
+/* The old key fails at once, told it was superseded: the probes, and
+ * every old-key op submitted after the rekey. */
 static void test_rekey_no_grace(void **state)
 {
     struct load l;
     rekey_run(ON_SIM(state), false, &l);
     for (unsigned h = 2; h < 2 + CLIENTS; h++)
-        assert_int_equal(l.probe_status[h], ERMA_EAUTH);
+        assert_int_equal(l.probe_status[h], ERMA_ESUPERSEDED);
     assert_int_equal(l.late_old_ok, 0);
 }
 

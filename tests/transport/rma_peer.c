@@ -30,8 +30,8 @@
  * the bytes around them untouched), a READ past the region's end
  * (ERMA_EBOUNDS), an unknown region (ERMA_ENOREGION), a key with one bit of
  * kd flipped (ERMA_EAUTH, as tests/rma/test_rma.c's test_statuses finds), and a
- * REKEY with no grace: the old key then fails (ERMA_EAUTH), a key derived
- * with erma_rma_derive() from the new region key works and equals the one
+ * REKEY with no grace: the old key then fails (ERMA_ESUPERSEDED), a key
+ * derived with erma_rma_derive() from the new region key works and equals the one
  * the target now exports. Then a kvcs client (at URI's port + 1) over the
  * three kvcs servers with 2 replicas: PUTs of NKEYS keys (1 B to 9 KB), GETs
  * of them byte-exact by RPC and by one-sided READ, a missing key
@@ -527,7 +527,7 @@ static void one_sided(struct client *c, struct erma_rkey k, uint64_t len, uint8_
     rc = rc < 0 ? rc : await(c, 1);
     want_status(c, rc, ERMA_OK, "REKEY, no grace");
     rc = op(c, ERMA_RMA_READ, &k, 0, buf, 32);
-    want_status(c, rc, ERMA_EAUTH, "READ with the old key after the REKEY");
+    want_status(c, rc, ERMA_ESUPERSEDED, "READ with the old key after the REKEY");
     char me[160];
     struct erma_addr addr;
     struct erma_rkey nk = {0}, exported = {0};
