@@ -475,7 +475,8 @@ static int forged_transfer(int status, bool sealed, uint64_t *cuts, uint64_t *dr
  * a NACK is sealed, and a plain one is dropped. AUTH_FAILED and
  * NO_SUCH_REGION, which a target cannot seal (it has no key for the
  * request), end the op but never cut a window. A forged "sealed" answer
- * fails to open. */
+ * fails to open. Nor can one tell an initiator its key was superseded:
+ * that answer is sealed under the op's key, so a plain one is dropped. */
 static void test_forged_status(void **state)
 {
     (void)state;
@@ -501,6 +502,14 @@ static void test_forged_status(void **state)
     st = forged_transfer(ERMA_ENOREGION, false, &cuts, &dropped);
     assert_int_equal(st, ERMA_ENOREGION);
     assert_int_equal(cuts, 0);
+    for (int sealed = 0; sealed < 2; sealed++) {
+        st = forged_transfer(ERMA_ESUPERSEDED, sealed, &cuts, &dropped);
+        print_message("  forged %s SUPERSEDED: transfer %d, dropped %lu\n",
+                      sealed ? "sealed" : "plain", st, (unsigned long)dropped);
+        assert_int_equal(st, ERMA_OK);
+        assert_int_equal(cuts, 0);
+        assert_int_equal(dropped, 1);
+    }
 }
 
 /* ---- 7. timeouts that follow the RTT ---- */
