@@ -69,7 +69,7 @@ static uint64_t real_clock(void *ctx)
 static uint64_t first_read(void *ctx)
 {
     pthread_once(&cal_once, calibrate);
-    erma_clock_source.fn = real_clock;
+    __atomic_store_n(&erma_clock_source.fn, real_clock, __ATOMIC_RELEASE); /* cal published */
     return real_clock(ctx);
 }
 
@@ -78,7 +78,7 @@ struct erma_clock_source erma_clock_source = {first_read, NULL};
 void erma_clock_set_source(erma_clock_fn fn, void *ctx)
 {
     erma_clock_source.ctx = ctx;
-    erma_clock_source.fn = fn ? fn : first_read;
+    __atomic_store_n(&erma_clock_source.fn, fn ? fn : first_read, __ATOMIC_RELEASE);
 }
 
 bool erma_clock_uses_tsc(void)

@@ -1,5 +1,6 @@
 #include "erma/log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -8,38 +9,39 @@
 
 static const char *const names[] = {"error", "warn", "notice", "info", "debug"};
 
-/* Starts at the most verbose level so that the first message reads ERMA_LOG. */
+/* Starts at the most verbose level so that the first message reads ERMA_LOG.
+ * Threads log at once: the level is read and written with relaxed atomics
+ * (plain moves) and ERMA_LOG is read once, under level_once. */
 int erma_log_level = ERMA_LOG_DEBUG;
-static bool level_set;
+static pthread_once_t level_once = PTHREAD_ONCE_INIT;
 
 static void init_level(void)
 {
     const char *env = getenv("ERMA_LOG");
-    level_set = true;
-    erma_log_level = ERMA_LOG_WARN;
+    int level = ERMA_LOG_WARN;
     for (int i = 0; env && i <= ERMA_LOG_DEBUG; i++)
         if (strcmp(env, names[i]) == 0)
-            erma_log_level = i;
+            level = i;
+    __atomic_store_n(&erma_log_level, level, __ATOMIC_RELAXED);
 }
+
+static void env_not_read(void) {}
 
 void erma_log_set_level(enum erma_log_level level)
 {
-    level_set = true;
-    erma_log_level = (int)level;
+    pthread_once(&level_once, env_not_read);
+    __atomic_store_n(&erma_log_level, (int)level, __ATOMIC_RELAXED);
 }
 
 enum erma_log_level erma_log_get_level(void)
 {
-    if (!level_set)
-        init_level();
-    return (enum erma_log_level)erma_log_level;
+    pthread_once(&level_once, init_level);
+    return (enum erma_log_level)__atomic_load_n(&erma_log_level, __ATOMIC_RELAXED);
 }
 
 void erma_log_write(enum erma_log_level level, const char *fmt, ...)
 {
-    if (!level_set)
-        init_level();
-    if ((int)level > erma_log_level)
+    if ((int)level > (int)erma_log_get_level())
         return;
     char line[512];
     va_list ap;

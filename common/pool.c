@@ -239,11 +239,9 @@ static void *map_chunk(struct erma_pool *p, size_t len)
         if (m != MAP_FAILED) /* hugepages of another size */
             munmap(m, len);
         p->huge_failed = true;
-        if (!huge_notice_given) {
-            huge_notice_given = true;
+        if (!__atomic_exchange_n(&huge_notice_given, true, __ATOMIC_RELAXED)) /* threads */
             ERMA_INFO("pool: no 2 MiB hugepages available, using normal pages "
-                        "(reserve some in /proc/sys/vm/nr_hugepages)");
-        }
+                      "(reserve some in /proc/sys/vm/nr_hugepages)");
     }
     return map_aligned(len);
 }

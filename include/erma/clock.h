@@ -28,10 +28,14 @@ struct erma_clock_source {
 extern struct erma_clock_source erma_clock_source;
 
 /* Returns the time now in ns, from the current source: the real clock
- * (TSC or CLOCK_MONOTONIC), or the one erma_clock_set_source() installed. */
+ * (TSC or CLOCK_MONOTONIC), or the one erma_clock_set_source() installed.
+ * The first read calibrates the TSC and then installs the real clock in
+ * fn, while other threads may read fn: an acquire load (a plain move on
+ * x86) that pairs with that release store. */
 static inline uint64_t erma_now_ns(void)
 {
-    return erma_clock_source.fn(erma_clock_source.ctx);
+    const erma_clock_fn fn = __atomic_load_n(&erma_clock_source.fn, __ATOMIC_ACQUIRE);
+    return fn(erma_clock_source.ctx);
 }
 
 /* Makes every later erma_now_ns() return fn(ctx) in this process;

@@ -26,7 +26,8 @@ enum erma_log_level {
 
 /* What ERMA_LOG() compares with: the most verbose level until ERMA_LOG is
  * read (so that the first message reads it), then the level in force.
- * erma_log_get_level() tells the level in force. */
+ * erma_log_get_level() tells the level in force. Threads read it with a
+ * relaxed atomic load (the macro's), as erma writes it. */
 extern int erma_log_level;
 
 /* Sets the level; ERMA_LOG is not read after that. Returns nothing. */
@@ -41,7 +42,7 @@ void erma_log_write(enum erma_log_level level, const char *fmt, ...)
 
 #define ERMA_LOG(lvl, ...)                                                     \
     do {                                                                       \
-        if ((int)(lvl) <= erma_log_level)                                      \
+        if ((int)(lvl) <= __atomic_load_n(&erma_log_level, __ATOMIC_RELAXED)) \
             erma_log_write(lvl, __VA_ARGS__);                                  \
     } while (0)
 #define ERMA_ERROR(...) ERMA_LOG(ERMA_LOG_ERROR, __VA_ARGS__)
