@@ -8,6 +8,7 @@
 #define ERMA_BENCH_H
 
 #include <getopt.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,6 +100,7 @@ void bench_pin(int cpu);
  * `size`-byte RPC request puts on the wire. */
 struct bench_raw_rate {
     uint64_t echoes, lost;
+    uint64_t wrong; /* RPC rate: answers that did not carry their request's tag */
     double seconds, mpps;
 };
 
@@ -127,6 +129,12 @@ int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint32_
 /* Keeps `window` packets in flight, sent in batches of `batch`, for seconds. */
 int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
                    uint32_t batch, double seconds, struct bench_raw_rate *out);
+/* bench_raw_rate, waiting at start (bench_gate_wait) once the transport
+ * is open, so that threads measure together; every call reaches it. */
+struct bench_gate;
+int bench_raw_rate_at(const char *uri, const char *peer, uint32_t size, uint32_t window,
+                      uint32_t batch, double seconds, struct bench_gate *start,
+                      struct bench_raw_rate *out);
 
 /* Symmetric rate: this process and a forked peer each keep `window` packets
  * in flight to the other and echo the other's, for seconds; out counts
@@ -153,14 +161,29 @@ struct bench_rpc_opts {
     const struct erma_endpoint_cfg *ep_cfg; /* client endpoint configuration, may be NULL */
     bool symmetric; /* rate: both processes send and serve (the peer is forked) */
     int peer_cpu;   /* symmetric: the forked peer's CPU, -1 none */
+    /* Endpoint thread_id of uri calls endpoint thread_id of server
+     * (erma/endpoint.h, Addresses); 0 by default. */
+    uint8_t thread_id;
+    /* rate: issue this many requests, then wait (up to o->seconds) for
+     * their answers; 0: keep the window full for o->seconds. */
+    uint64_t max_calls;
+    /* rate: wait here once the sessions are up (threads measure together);
+     * every call reaches it, also one that failed to connect. Not with
+     * symmetric. */
+    struct bench_gate *start;
 };
 
 /* Authenticated, encrypted sessions (erma_nexus_cfg.psk) for the RPC
  * servers and clients created from now on (NULL: plaintext). */
 void bench_rpc_set_psk(const uint8_t *psk);
 
+/* A nexus (with that psk) whose BENCH_ECHO handler is the echo below. */
+struct erma_nexus;
+int bench_rpc_echo_nexus(struct erma_nexus **out);
+
 /* Serves echo requests of type BENCH_ECHO (response size in the request's
- * first 4 bytes). cfg and ep_cfg (the RPC's and the endpoint's
+ * first 4 bytes; when the request has 12 bytes and the response 8, the
+ * response starts with the request's bytes 4..12, a tag the rate checks). cfg and ep_cfg (the RPC's and the endpoint's
  * configuration) may be NULL. */
 #define BENCH_ECHO 1
 int bench_rpc_server(const char *uri, const struct erma_rpc_cfg *cfg,
@@ -196,6 +219,67 @@ int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out);
 /* One outstanding o->size request, o->resp_size response: Gb/s of the
  * larger of the two (request for a PUT-like, response for a GET-like call). */
 int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps);
+
+/* ---- threads (threads_lib.c): eRPC's model, an endpoint per thread ----
+ * Thread t of a process runs endpoint t of the base URI (its port plus t,
+ * erma/endpoint.h) with its own erma_rpc and sessions; the threads of a
+ * process share one nexus. cpus (NULL: none pinned) gives thread t's CPU
+ * in cpus[t], -1 for none. At most BENCH_MAX_THREADS threads. */
+#define BENCH_MAX_THREADS 32
+
+/* Threads that start together: bench_gate_wait() returns once `parties`
+ * calls have arrived (NULL: at once); bench_gate_parties() lowers the
+ * count when fewer threads started than planned. One use. */
+struct bench_gate {
+    pthread_mutex_t lock;
+    pthread_cond_t all_in;
+    unsigned parties, arrived;
+};
+void bench_gate_init(struct bench_gate *g, unsigned parties);
+void bench_gate_parties(struct bench_gate *g, unsigned parties);
+void bench_gate_wait(struct bench_gate *g);
+void bench_gate_destroy(struct bench_gate *g);
+
+/* Runs side(ctx, t, start, &per[t]) on threads t = 0..n-1, each pinned to
+ * cpus[t]; side calls bench_gate_wait(start) once, when it is ready to
+ * measure (or has failed). total gets the sums of the counts and of the
+ * rates. Returns ERMA_OK or the first thread's error (ERMA_EINVAL for n 0
+ * or above the limit, ERMA_ESYS when a thread cannot start). */
+int bench_run_threads(int (*side)(void *ctx, unsigned t, struct bench_gate *start,
+                                  struct bench_raw_rate *out),
+                      void *ctx, unsigned n, const int *cpus, struct bench_raw_rate *per,
+                      struct bench_raw_rate *total);
+
+/* bench_rpc_rate from n threads: thread t's client endpoint t of o->uri
+ * calls endpoint t of o->server (not symmetric). per[t] and total as
+ * bench_run_threads. */
+int bench_rpc_rate_threads(const struct bench_rpc_opts *o, unsigned n, const int *cpus,
+                           struct bench_raw_rate *per, struct bench_raw_rate *total);
+/* bench_raw_rate from n threads, thread t to the raw server thread t (port
+ * of peer plus t) from its own port (uri's plus t; port 0: any). */
+int bench_raw_rate_threads(const char *uri, const char *peer, uint32_t size, uint32_t window,
+                           uint32_t batch, double seconds, unsigned n, const int *cpus,
+                           struct bench_raw_rate *per, struct bench_raw_rate *total);
+
+/* n echo server threads (bench_rpc_server's) on endpoints 0..n-1 of uri,
+ * in this process, sharing a nexus: start returns once every endpoint is
+ * open (ERMA_OK), or the first error with nothing left running; stop ends
+ * the threads and frees s (NULL is ignored). */
+struct bench_rpc_servers;
+int bench_rpc_servers_start(const char *uri, unsigned n, const int *cpus,
+                            const struct erma_rpc_cfg *cfg, const struct erma_endpoint_cfg *ep_cfg,
+                            struct bench_rpc_servers **out);
+void bench_rpc_servers_stop(struct bench_rpc_servers *s);
+/* bench_rpc_servers in a forked child that ends after max_ns or with this
+ * process; stop it with bench_rpc_server_stop(). */
+pid_t bench_rpc_servers_fork(const char *uri, unsigned n, const int *cpus,
+                             const struct erma_rpc_cfg *cfg,
+                             const struct erma_endpoint_cfg *ep_cfg, uint64_t max_ns);
+/* n bench_raw_server threads (ports of uri plus 0..n-1) in a forked child;
+ * bench_raw_servers_stop() tells each of peer's n from uri to stop and
+ * reaps the child. */
+pid_t bench_raw_servers_fork(const char *uri, unsigned n, const int *cpus, uint64_t max_ns);
+void bench_raw_servers_stop(const char *uri, const char *peer, unsigned n, pid_t child);
 
 /* A dispatch handler that answers every request with 32 bytes (a sink
  * for bulk requests: incast, multipath_sim). */

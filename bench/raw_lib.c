@@ -8,6 +8,7 @@
 
 #include "bench.h"
 #include "erma/clock.h"
+#include "erma/endpoint.h"
 #include "erma/errors.h"
 #include "erma/log.h"
 #include "erma/sdk/transport_driver.h"
@@ -152,20 +153,36 @@ pid_t bench_raw_server_fork(const char *uri, int cpu, uint64_t max_ns)
     return pid;
 }
 
-void bench_raw_server_stop(const char *uri, const char *peer, pid_t child)
+/* Sends the stop packet (three times) from uri to the raw servers on
+ * threads 0..n-1 of peer. */
+static void send_stop(const char *uri, const char *peer, unsigned n)
 {
     struct erma_transport *tr;
-    struct erma_addr dst;
     uint8_t buf[ERMA_HDR_SIZE];
-    if (erma_transport_open(uri, NULL, &tr) == ERMA_OK) {
-        if (erma_transport_resolve(tr, peer, &dst) == ERMA_OK) {
-            make_pkt(buf, 0, STOP_TYPE, 0);
-            const struct erma_tx_pkt p = {.dst = &dst, .hdr = buf, .hdr_len = sizeof buf};
-            for (int i = 0; i < 3; i++)
-                erma_tx_burst(tr, &p, 1);
-        }
-        erma_transport_close(tr);
+    make_pkt(buf, 0, STOP_TYPE, 0);
+    if (erma_transport_open(uri, NULL, &tr) != ERMA_OK)
+        return;
+    for (unsigned t = 0; t < n; t++) {
+        struct erma_addr dst;
+        char at[256];
+        if (erma_uri_for_thread(peer, (uint8_t)t, at, sizeof at) != ERMA_OK ||
+            erma_transport_resolve(tr, at, &dst) != ERMA_OK)
+            continue;
+        const struct erma_tx_pkt p = {.dst = &dst, .hdr = buf, .hdr_len = sizeof buf};
+        for (int i = 0; i < 3; i++)
+            erma_tx_burst(tr, &p, 1);
     }
+    erma_transport_close(tr);
+}
+
+void bench_raw_server_stop(const char *uri, const char *peer, pid_t child)
+{
+    bench_raw_servers_stop(uri, peer, 1, child);
+}
+
+void bench_raw_servers_stop(const char *uri, const char *peer, unsigned n, pid_t child)
+{
+    send_stop(uri, peer, n);
     if (child <= 0)
         return;
     for (int i = 0; i < 200; i++) {
@@ -366,13 +383,14 @@ int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint32_
 }
 
 static int raw_window(const char *uri, const char *peer, uint8_t type, uint32_t size,
-                      uint32_t window, uint32_t batch, double seconds,
+                      uint32_t window, uint32_t batch, double seconds, struct bench_gate *gate,
                       struct bench_raw_rate *out)
 {
     struct client c;
-    if (window == 0 || batch == 0 || batch > ERMA_MAX_BURST)
-        return ERMA_EINVAL;
-    int rc = client_open(&c, uri, peer, size);
+    int rc = window == 0 || batch == 0 || batch > ERMA_MAX_BURST
+                 ? ERMA_EINVAL
+                 : client_open(&c, uri, peer, size);
+    bench_gate_wait(gate);
     if (rc != ERMA_OK)
         return rc;
     make_pkt(c.buf, 1, type, size);
@@ -413,7 +431,14 @@ static int raw_window(const char *uri, const char *peer, uint8_t type, uint32_t 
 int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
                    uint32_t batch, double seconds, struct bench_raw_rate *out)
 {
-    return raw_window(uri, peer, 1, size, window, batch, seconds, out);
+    return raw_window(uri, peer, 1, size, window, batch, seconds, NULL, out);
+}
+
+int bench_raw_rate_at(const char *uri, const char *peer, uint32_t size, uint32_t window,
+                      uint32_t batch, double seconds, struct bench_gate *start,
+                      struct bench_raw_rate *out)
+{
+    return raw_window(uri, peer, 1, size, window, batch, seconds, start, out);
 }
 
 int bench_raw_stream(const char *uri, const char *peer, uint32_t window, double seconds,
@@ -426,7 +451,8 @@ int bench_raw_stream(const char *uri, const char *peer, uint32_t window, double 
     const uint32_t size = tr->max_pkt - ERMA_HDR_SIZE;
     erma_transport_close(tr);
     struct bench_raw_rate r;
-    rc = raw_window(uri, peer, ACK_TYPE, size, window, window < 16 ? window : 16, seconds, &r);
+    rc = raw_window(uri, peer, ACK_TYPE, size, window, window < 16 ? window : 16, seconds,
+                    NULL, &r);
     *gbps = rc == ERMA_OK ? r.mpps * 1e6 * size * 8 / 1e9 : 0;
     return rc;
 }

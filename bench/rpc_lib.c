@@ -31,6 +31,8 @@ static void echo(struct erma_req *req, void *ctx)
             resp = &own;
     }
     erma_msgbuf_resize(resp, resp_size);
+    if (erma_req_size(req) >= 12 && resp_size >= 8) /* the request's tag */
+        memcpy(resp->data, erma_req_data(req) + 4, 8);
     erma_req_respond(req, resp);
 }
 
@@ -47,6 +49,15 @@ static int nexus_create(struct erma_nexus **out)
     return erma_nexus_create(&cfg, out);
 }
 
+int bench_rpc_echo_nexus(struct erma_nexus **out)
+{
+    int rc = nexus_create(out);
+    if (rc == ERMA_OK && (rc = erma_handler_register(*out, BENCH_ECHO, echo, ERMA_DISPATCH,
+                                                     NULL)) != ERMA_OK)
+        erma_nexus_destroy(*out);
+    return rc;
+}
+
 int bench_rpc_server_ext(const char *uri, const struct erma_rpc_cfg *cfg,
                          const struct erma_endpoint_cfg *ep_cfg, uint64_t max_ns,
                          const struct bench_server_ext *ext)
@@ -54,13 +65,12 @@ int bench_rpc_server_ext(const char *uri, const struct erma_rpc_cfg *cfg,
     struct erma_nexus *nx;
     struct erma_endpoint *ep = NULL;
     struct erma_rpc *rpc = NULL;
-    int rc = nexus_create(&nx);
+    int rc = bench_rpc_echo_nexus(&nx);
     if (rc != ERMA_OK) {
         ERMA_ERROR("rpc server on %s: %s", uri, erma_strerror(rc));
         return rc;
     }
-    rc = erma_handler_register(nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
-    if (rc == ERMA_OK && ext)
+    if (ext)
         rc = ext->before(nx, ext->ctx);
     if (rc == ERMA_OK)
         rc = erma_endpoint_create(uri, 0, ep_cfg, &ep);
@@ -148,7 +158,8 @@ static void client_close(struct client *c)
     free(c->sess);
 }
 
-/* Opens the client endpoint and connects o->sessions sessions (at least 1). */
+/* Opens client endpoint o->thread_id and connects o->sessions sessions (at
+ * least 1) to server endpoint o->thread_id. */
 static int client_open(struct client *c, const struct bench_rpc_opts *o)
 {
     memset(c, 0, sizeof *c);
@@ -156,7 +167,7 @@ static int client_open(struct client *c, const struct bench_rpc_opts *o)
     if (rc == ERMA_OK && o->symmetric) /* this side serves the peer's load too */
         rc = erma_handler_register(c->nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
     if (rc == ERMA_OK)
-        rc = erma_endpoint_create(o->uri, 0, o->ep_cfg, &c->ep);
+        rc = erma_endpoint_create(o->uri, o->thread_id, o->ep_cfg, &c->ep);
     if (rc == ERMA_OK && (rc = erma_rpc_create(c->nx, c->ep, o->cfg, &c->rpc)) != ERMA_OK)
         erma_endpoint_destroy(c->ep);
     if (rc != ERMA_OK) {
@@ -167,7 +178,7 @@ static int client_open(struct client *c, const struct bench_rpc_opts *o)
     c->sess = calloc(c->nsess, sizeof *c->sess);
     rc = c->sess ? ERMA_OK : ERMA_ENOMEM;
     for (uint32_t i = 0; rc == ERMA_OK && i < c->nsess; i++) {
-        const int s = erma_session_create(c->rpc, o->server, 0);
+        const int s = erma_session_create(c->rpc, o->server, o->thread_id);
         if (s < 0)
             rc = s;
         c->sess[i] = s;
@@ -187,8 +198,9 @@ static int client_open(struct client *c, const struct bench_rpc_opts *o)
 
 struct call {
     struct erma_msgbuf req, resp;
-    uint64_t t0;
+    uint64_t t0, tag;
     int done, status;
+    struct rate_state *rate; /* the rate load it belongs to */
 };
 
 static int call_alloc(struct client *c, struct call *k, const struct bench_rpc_opts *o)
@@ -265,42 +277,89 @@ struct rate_state {
     struct client *c;
     const struct bench_rpc_opts *o;
     struct erma_rand rng;
-    uint64_t completed, failed;
+    uint64_t completed, failed, wrong, issued, tag;
     uint32_t inflight;
+    bool check; /* requests carry a tag (12 bytes) the answer returns (8) */
     struct call *free_list[4096];
     uint32_t nfree;
 };
 
-static struct rate_state *g_rate;
-
 static void on_rate(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
 {
     (void)rpc;
-    (void)resp;
-    struct rate_state *r = g_rate;
-    if (status == ERMA_OK)
-        r->completed++;
-    else
+    struct call *k = tag;
+    struct rate_state *r = k->rate;
+    if (status != ERMA_OK)
         r->failed++;
+    else if (r->check && (resp->size < 8 || memcmp(resp->data, &k->tag, 8) != 0))
+        r->wrong++;
+    else
+        r->completed++;
     r->inflight--;
-    r->free_list[r->nfree++] = tag;
+    r->free_list[r->nfree++] = k;
 }
 
-/* Issues batches of o->batch requests to random sessions while under the window. */
+/* Issues batches of o->batch requests to random sessions while under the
+ * window (and under o->max_calls). */
 static void rate_issue(struct rate_state *r)
 {
-    while (r->inflight + r->o->batch <= r->o->window && r->nfree >= r->o->batch) {
-        for (uint32_t b = 0; b < r->o->batch; b++) {
+    const uint64_t max = r->o->max_calls ? r->o->max_calls : UINT64_MAX;
+    while (r->inflight + r->o->batch <= r->o->window && r->nfree >= r->o->batch &&
+           r->issued < max) {
+        for (uint32_t b = 0; b < r->o->batch && r->issued < max; b++) {
             struct call *k = r->free_list[--r->nfree];
             const int s = r->c->sess[erma_rand_below(&r->rng, r->c->nsess)];
+            k->tag = ++r->tag;
+            if (r->check)
+                memcpy(k->req.data + 4, &k->tag, 8);
             if (erma_rpc_call(r->c->rpc, s, BENCH_ECHO, &k->req, &k->resp, on_rate, k) !=
                 ERMA_OK) {
                 r->free_list[r->nfree++] = k;
                 return;
             }
             r->inflight++;
+            r->issued++;
         }
     }
+}
+
+/* Runs the load until o->seconds pass, or with o->max_calls until every
+ * call has its answer (or o->seconds pass); out gets the counts. */
+static void rate_loop(struct rate_state *r, struct bench_raw_rate *out)
+{
+    const uint64_t start = erma_now_ns(), end = start + (uint64_t)(r->o->seconds * 1e9);
+    uint64_t now = start;
+    while (now < end && !(r->o->max_calls && r->issued == r->o->max_calls && !r->inflight)) {
+        rate_issue(r);
+        erma_endpoint_run_once(r->c->ep);
+        now = erma_now_ns();
+    }
+    *out = (struct bench_raw_rate){.echoes = r->completed, .lost = r->failed, .wrong = r->wrong,
+                                   .seconds = (double)(now - start) / 1e9};
+    out->mpps = (double)r->completed / out->seconds / 1e6;
+}
+
+/* Allocates the window's calls; NULL when out of memory. */
+static struct rate_state *rate_open(struct client *c, const struct bench_rpc_opts *o,
+                                    struct call *calls)
+{
+    struct rate_state *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    *r = (struct rate_state){.c = c, .o = o, .check = o->size >= 12 && o->resp_size >= 8,
+                             .tag = (uint64_t)o->thread_id << 56};
+    erma_rand_seed(&r->rng, 1 + o->thread_id);
+    int rc = ERMA_OK;
+    for (uint32_t i = 0; rc == ERMA_OK && i < o->window; i++) {
+        rc = call_alloc(c, &calls[i], o);
+        calls[i].rate = r;
+        r->free_list[r->nfree++] = &calls[i];
+    }
+    if (rc != ERMA_OK) {
+        free(r);
+        return NULL;
+    }
+    return r;
 }
 
 /* The rate load from one endpoint; with linger > 0 it serves on that long. */
@@ -308,30 +367,14 @@ static int rate_side(const struct bench_rpc_opts *o, double linger, struct bench
 {
     struct client c;
     int rc = client_open(&c, o);
+    bench_gate_wait(o->start);
     if (rc != ERMA_OK)
         return rc;
-    struct rate_state *r = calloc(1, sizeof *r);
     struct call *calls = calloc(o->window, sizeof *calls);
-    rc = r && calls ? ERMA_OK : ERMA_ENOMEM;
-    for (uint32_t i = 0; rc == ERMA_OK && i < o->window; i++) {
-        rc = call_alloc(&c, &calls[i], o);
-        r->free_list[r->nfree++] = &calls[i];
-    }
+    struct rate_state *r = calls ? rate_open(&c, o, calls) : NULL;
+    rc = r ? ERMA_OK : ERMA_ENOMEM;
     if (rc == ERMA_OK) {
-        g_rate = r;
-        r->c = &c;
-        r->o = o;
-        erma_rand_seed(&r->rng, 1);
-        const uint64_t start = erma_now_ns(), end = start + (uint64_t)(o->seconds * 1e9);
-        uint64_t now = start;
-        while (now < end) {
-            rate_issue(r);
-            erma_endpoint_run_once(c.ep);
-            now = erma_now_ns();
-        }
-        *out = (struct bench_raw_rate){.echoes = r->completed, .lost = r->failed,
-                                       .seconds = (double)(now - start) / 1e9};
-        out->mpps = (double)r->completed / out->seconds / 1e6;
+        rate_loop(r, out);
         rc = r->completed ? ERMA_OK : ERMA_ETIMEDOUT;
         if (linger > 0)
             erma_endpoint_run(c.ep, (uint64_t)(linger * 1e9));
@@ -355,8 +398,10 @@ static int rate_both(void *ctx, bool peer, struct bench_raw_rate *out)
 
 int bench_rpc_rate(const struct bench_rpc_opts *o, struct bench_raw_rate *out)
 {
-    if (o->window == 0 || o->batch == 0 || o->window > 4096)
+    if (o->window == 0 || o->batch == 0 || o->window > 4096 || (o->symmetric && o->start)) {
+        bench_gate_wait(o->start);
         return ERMA_EINVAL;
+    }
     if (!o->symmetric)
         return rate_side(o, 0, out);
     return bench_both_sides(rate_both, (void *)o, o->seconds, o->peer_cpu, out);
