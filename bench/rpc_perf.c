@@ -28,6 +28,14 @@
  * (bench/rpc_perf_dpdk.sh); the servers then listen on --listen-server and
  * --listen-raw while the client sends to --server and --raw-server.
  *
+ * --threads N (rate and sessions modes): eRPC's model, N endpoint threads
+ * here, each with its own endpoint (port of --uri plus t), erma_rpc and
+ * sessions, against N server threads (endpoints of --server plus t, one
+ * nexus) in one forked process, the raw baseline likewise; the rows give
+ * the total and per-thread rates. --scale: 1, 2, 4, ... and N threads in
+ * each round, with each one's efficiency (total / (n x the one-thread rate
+ * of the same round)) beside raw's (bench/rpc_threads.c).
+ *
  * --symmetric (rate mode): as eRPC's benchmark, this process and a forked
  * peer each keep the window in flight to the other and answer the other's
  * requests; the rate counts both directions. --factors (rate mode): also
@@ -42,6 +50,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "rpc_threads.h"
 #include "erma/errors.h"
 #include "erma/rpc.h"
 #include "erma/sdk/wire.h"
@@ -66,6 +75,13 @@ static const char usage[] =
     "  --factors         rate: also CC off and each bypass off\n"
     "  --secure          also erma with authenticated, encrypted sessions\n"
     "  --symmetric       rate: both processes send and serve\n"
+    "  --threads N       rate, sessions: N client threads here (endpoint t of --uri\n"
+    "                    each, its own sessions) against N server threads (endpoint t\n"
+    "                    of --server and of --raw-server: their ports plus t, so the\n"
+    "                    two servers' ports must be N apart), 1..32; --role server:\n"
+    "                    serve N threads of each\n"
+    "  --scale           with --threads N: 1, 2, 4, ... and N threads in each round,\n"
+    "                    and each one's efficiency, total / (n x 1-thread rate)\n"
     "  --no-poll         erma endpoints sleep when idle (default: busy-poll)\n"
     "  --paths K         erma endpoints with K virtual paths (ports; default 1)\n"
     "  --mtu M           erma endpoints' Ethernet MTU, 576..9000 (default 1500;\n"
@@ -73,12 +89,16 @@ static const char usage[] =
     "  --cc-off          erma clients without congestion control\n"
     "  --go-back-n       erma clients and servers with eRPC's go-back-N recovery\n"
     "  --cpu LIST        CPUs: this process, then its servers (default: no pinning;\n"
-    "                    docs/PERFORMANCE.md uses --cpu 0,1)\n"
+    "                    docs/PERFORMANCE.md uses --cpu 0,1); with --threads N, F\n"
+    "                    (client thread t on CPU F+t, server thread t on F+N+t) or\n"
+    "                    2N CPUs, the client threads' then the server threads'\n"
+    "                    (--role server: the erma servers' then the raw servers')\n"
     "  --csv             CSV instead of the table\n"
     "  --role R          both (default: fork the servers here), server (serve\n"
     "                    --server and --raw-server until killed), client (use\n"
     "                    servers another host runs)\n"
-    "  --uri URI         this client's URI (default udp://127.0.0.1:31870)\n"
+    "  --uri URI         this client's URI (default udp://127.0.0.1:31870; with\n"
+    "                    --threads udp://127.0.0.1:0, any free port per thread)\n"
     "  --server URI      erma server (default udp://127.0.0.1:31850)\n"
     "  --raw-server URI  raw server (default udp://127.0.0.1:31860)\n"
     "  --spawn PREFIX --listen-server URI --listen-raw URI\n"
@@ -94,9 +114,12 @@ struct opts {
     struct erma_rpc_cfg cfg;
     struct erma_endpoint_cfg ep;
     unsigned rounds;
-    bool factors, secure, resp_set, iters_set, lat, bw, remote;
+    bool factors, secure, resp_set, iters_set, lat, bw, remote, uri_set, scale;
     const char *spawn, *listen_server, *listen_raw;
     int server_cpu;
+    unsigned threads; /* --threads; 0: the one-endpoint benchmark */
+    int cpus[2][BENCH_MAX_THREADS]; /* --threads: [client or erma server, server or raw][t] */
+    bool pinned;
 };
 
 /* Starts "PREFIX... /proc/self/exe --role ROLE --server URI" as a child. */
@@ -277,12 +300,13 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"listen-server", 1, 0, 'L'}, {"listen-raw", 1, 0, 'W'}, {"symmetric", 0, 0, 'y'},
         {"no-poll", 0, 0, 'P'},  {"secure", 0, 0, 'S'},  {"paths", 1, 0, 'k'},
         {"mtu", 1, 0, 'M'},
-        {"cc-off", 0, 0, 'C'},   {"go-back-n", 0, 0, 'G'}, {0, 0, 0, 0}};
+        {"cc-off", 0, 0, 'C'},   {"go-back-n", 0, 0, 'G'}, {"threads", 1, 0, 'T'},
+        {"scale", 0, 0, 'x'},    {0, 0, 0, 0}};
     bench_cli_init(cli, "rpc_perf", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
         case 'm': o->mode = optarg; break;
-        case 'u': o->rpc.uri = optarg; break;
+        case 'u': o->rpc.uri = optarg; o->uri_set = true; break;
         case 's': o->rpc.server = optarg; break;
         case 'R': o->raw_server = optarg; break;
         case 'Z': o->rpc.resp_size = bench_cli_size(cli, optarg); o->resp_set = true; break;
@@ -305,9 +329,65 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'M': o->ep.mtu = (uint32_t)bench_cli_u64(cli, optarg); break;
         case 'C': o->cfg.cc.off = true; break;
         case 'G': o->cfg.go_back_n = true; break;
+        case 'T':
+            o->threads = (unsigned)bench_cli_u64(cli, optarg);
+            if (o->threads == 0 || o->threads > BENCH_MAX_THREADS)
+                bench_cli_fail(cli, "--threads must be 1..%d", BENCH_MAX_THREADS);
+            break;
+        case 'x': o->scale = true; break;
         default: bench_cli_fail(cli, NULL);
         }
     }
+}
+
+/* The port of a URI (after its last ':'), or -1. */
+static long port_of(const char *uri)
+{
+    const char *c = strrchr(uri, ':');
+    char *end;
+    const long p = c ? strtol(c + 1, &end, 10) : -1;
+    return c && end != c + 1 ? p : -1;
+}
+
+/* --threads N: thread t's CPUs from --cpu F or a list of 2N. */
+static void thread_cpus(const struct bench_cli *cli, struct opts *o)
+{
+    const unsigned n = o->threads;
+    o->pinned = cli->ncpus > 0;
+    if (cli->ncpus && cli->ncpus != 1 && cli->ncpus != 2 * n)
+        bench_cli_fail(cli, "--cpu with --threads %u: one CPU F (threads on F, F+1, ...) or "
+                            "%u CPUs", n, 2 * n);
+    for (unsigned t = 0; t < n && o->pinned; t++)
+        for (unsigned side = 0; side < 2; side++)
+            o->cpus[side][t] = cli->ncpus == 1 ? cli->cpus[0] + (int)(side * n + t)
+                                               : cli->cpus[side * n + t];
+}
+
+static void thread_layout(const struct bench_cli *cli, struct opts *o);
+
+/* The options --threads allows; fails with the reason. */
+static void check_threads(const struct bench_cli *cli, struct opts *o)
+{
+    if (o->scale && !o->threads)
+        bench_cli_fail(cli, "--scale goes with --threads N");
+    if (!o->threads)
+        return;
+    if (o->lat || o->bw)
+        bench_cli_fail(cli, "--threads is for --mode rate and sessions");
+    if (o->rpc.symmetric || o->spawn || o->factors || o->secure)
+        bench_cli_fail(cli, "--threads: no --symmetric, --spawn, --factors or --secure");
+    thread_layout(cli, o);
+}
+
+/* --threads: the two servers' ports apart, and the threads' CPUs. */
+static void thread_layout(const struct bench_cli *cli, struct opts *o)
+{
+    const long a = port_of(o->rpc.server), b = port_of(o->raw_server);
+    if (a > 0 && b > 0 && (a < b ? b - a : a - b) < (long)o->threads)
+        bench_cli_fail(cli, "--threads %u: the erma server's ports (%ld and on) and the raw "
+                            "server's (%ld and on) overlap; give --raw-server a port %u apart",
+                       o->threads, a, b, o->threads);
+    thread_cpus(cli, o);
 }
 
 /* Checks the options against the mode; fails with the reason. */
@@ -338,6 +418,7 @@ static void check(const struct bench_cli *cli, struct opts *o)
         bench_cli_fail(cli, "--secure starts its own servers: no --role client, no --spawn");
     if (o->rpc.symmetric && !(strcmp(o->mode, "rate") == 0))
         bench_cli_fail(cli, "--symmetric is for --mode rate");
+    check_threads(cli, o);
 }
 
 /* The per-size settings: response size and iterations. */
@@ -361,11 +442,38 @@ static void room_for_sessions(struct erma_rpc_cfg *cfg, struct erma_endpoint_cfg
 
 /* --role server|rpc-server|raw-server: serves until killed (with room for
  * --sessions sessions of --credits from one client). */
+/* --role server --threads N: N erma server threads here, N raw ones in a
+ * child; until killed. */
+static int serve_threads(const struct bench_cli *cli, struct opts *o, uint64_t forever)
+{
+    if (strcmp(o->role, "server"))
+        bench_cli_fail(cli, "--threads goes with --role both, client or server");
+    thread_layout(cli, o);
+    const pid_t raw = bench_raw_servers_fork(o->raw_server, o->threads,
+                                             o->pinned ? o->cpus[1] : NULL, forever);
+    struct bench_rpc_servers *s;
+    const int rc = bench_rpc_servers_start(o->rpc.server, o->threads,
+                                           o->pinned ? o->cpus[0] : NULL, &o->cfg, &o->ep, &s);
+    if (rc == ERMA_OK) {
+        bench_note(cli->csv, "rpc_perf server: %u threads, erma RPCs on %s and on, raw packets "
+                   "on %s and on, %s; Ctrl-C ends", o->threads, o->rpc.server, o->raw_server,
+                   o->ep.busy_poll ? "busy-polling" : "sleeping when idle");
+        for (;;)
+            pause();
+    }
+    fprintf(stderr, "rpc_perf server: %u threads on %s: %s\n", o->threads, o->rpc.server,
+            erma_strerror(rc));
+    bench_rpc_server_stop(raw);
+    return 1;
+}
+
 static int serve(const struct bench_cli *cli, struct opts *o)
 {
     const uint64_t forever = 100ull * 24 * 3600 * 1000000000ull;
-    bench_pin(bench_cli_cpu(cli, 0));
     room_for_sessions(&o->cfg, &o->ep, o->rpc.sessions);
+    if (o->threads)
+        return serve_threads(cli, o, forever);
+    bench_pin(bench_cli_cpu(cli, 0));
     if (strcmp(o->role, "raw-server") == 0)
         return bench_raw_server(o->rpc.server, forever) == ERMA_OK ? 0 : 1;
     if (strcmp(o->role, "rpc-server") == 0)
@@ -376,6 +484,28 @@ static int serve(const struct bench_cli *cli, struct opts *o)
     const int rc = bench_rpc_server(o->rpc.server, &o->cfg, &o->ep, forever);
     bench_rpc_server_stop(raw);
     return rc == ERMA_OK ? 0 : 1;
+}
+
+/* --threads: the sizes' rounds from rpc_threads.c. */
+static int run_threads(struct bench_cli *cli, struct opts *o)
+{
+    const struct rpc_threads_opts to = {
+        .rpc = &o->rpc, .mode = o->mode, .raw_server = o->raw_server, .threads = o->threads,
+        .rounds = o->rounds, .scale = o->scale, .remote = o->remote,
+        .client_cpus = o->pinned ? o->cpus[0] : NULL, .server_cpus = o->pinned ? o->cpus[1] : NULL};
+    bench_note(cli->csv, "rpc_perf %s --threads %u%s: each thread's endpoint (%s and on) "
+               "calls its own server endpoint (%s and on; raw %s and on); %s; %u rounds",
+               o->mode, o->threads, o->scale ? " --scale" : "", o->rpc.uri, o->rpc.server,
+               o->raw_server, o->ep.busy_poll ? "every endpoint busy-polls" :
+               "erma endpoints sleep when idle (--no-poll), raw polls", o->rounds);
+    struct bench_table t;
+    bench_table_start(&t, cli->csv, rpc_threads_header);
+    for (unsigned i = 0; i < cli->nsizes; i++) {
+        set_size(o, cli->sizes[i]);
+        if (rpc_threads_run(&to, &t) != 0)
+            return 1;
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -400,13 +530,18 @@ int main(int argc, char **argv)
     o.listen_server = o.listen_server ? o.listen_server : o.rpc.server;
     o.listen_raw = o.listen_raw ? o.listen_raw : o.raw_server;
     o.server_cpu = o.rpc.peer_cpu = bench_cli_cpu(&cli, 1);
-    bench_pin(bench_cli_cpu(&cli, 0));
+    if (o.threads && !o.uri_set)
+        o.rpc.uri = "udp://127.0.0.1:0"; /* thread t's port: any free one */
+    if (!o.threads)
+        bench_pin(bench_cli_cpu(&cli, 0)); /* threads pin themselves */
     if (o.lat || o.bw)
         o.rpc.sessions = 1;
     if (strcmp(o.mode, "sessions") == 0) /* the rate load spread over many sessions */
         room_for_sessions(&o.cfg, &o.ep, o.rpc.sessions);
     if (cli.nsizes == 0)
         cli.sizes[cli.nsizes++] = o.bw ? 8u << 20 : 32;
+    if (o.threads)
+        return run_threads(&cli, &o);
     bench_note(cli.csv, "rpc_perf %s: erma %s -> %s, raw -> %s; %s; %u rounds", o.mode,
                o.rpc.uri, o.rpc.server, o.raw_server,
                o.ep.busy_poll ? "every endpoint busy-polls (cfg.busy_poll)"
