@@ -48,7 +48,6 @@ struct erma_nexus {
     _Atomic uint64_t unhandled_logged[4]; /* a bit per request type, logged once */
     struct worker *workers;
     unsigned nworkers;
-    _Atomic unsigned next_worker;
     _Atomic bool stop;
     bool secure;                 /* psk given: every session authenticated, encrypted */
     uint8_t psk[ERMA_PSK_BYTES];
@@ -234,6 +233,9 @@ struct rpc_client {
 /* Server requests (server.c, nexus.c). */
 struct rpc_server {
     uint32_t in_workers; /* requests at worker threads (their answers do not wake the loop) */
+    /* The next worker, round robin; the endpoint's own, as no counter that
+     * every endpoint thread of the nexus writes is shared (from its tid). */
+    unsigned next_worker;
     struct erma_req *free_reqs, *all_reqs; /* request objects (erma_req.next, .all) */
     struct erma_mpsc worker_done; /* struct erma_req * back from workers */
 };
@@ -287,6 +289,7 @@ struct erma_rpc {
     struct erma_endpoint *ep;  /* its transport queue, TX batch, clock and pool */
     struct erma_rpc_cfg cfg;
     uint32_t pkt_data;        /* data bytes per packet */
+    bool secure;              /* the nexus's: read per packet, kept off the nexus's lines */
     struct erma_rand rng;
     struct erma_rpc_stats stats;
     bool destroying; /* erma_rpc_destroy() is failing what is pending */

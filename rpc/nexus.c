@@ -64,9 +64,9 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-void erma__nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq)
+void erma__nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq, unsigned pick)
 {
-    const unsigned i = atomic_fetch_add(&nx->next_worker, 1) % nx->nworkers;
+    const unsigned i = pick % nx->nworkers;
     while (erma__mpsc_push(&nx->workers[i].queue, rq) != ERMA_OK)
         sched_yield();
     worker_signal(&nx->workers[i]);

@@ -214,7 +214,9 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
         rpc_free(rpc);
         return rc;
     }
+    rpc->secure = nx->secure;
     rpc->pkt_data = ep->tr->max_pkt - ERMA_HDR_SIZE - (nx->secure ? ERMA_SEAL_OVERHEAD : 0);
+    rpc->server.next_worker = ep->tid;
     if (nx->nworkers > 0) /* worker handlers allocate responses */
         erma_pool_share(ep->pool);
     const uint64_t seed = rpc->cfg.seed ? rpc->cfg.seed

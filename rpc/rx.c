@@ -23,7 +23,7 @@ static bool length_ok(const struct erma_hdr *h, uint32_t len, uint32_t pkt_data)
 
 static void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct erma_rx_pkt *pkt)
 {
-    const bool secure = rpc->nx->secure; /* lengths are known once a packet is opened */
+    const bool secure = rpc->secure; /* lengths are known once a packet is opened */
     if (!secure && !length_ok(h, pkt->len, rpc->pkt_data)) {
         rpc->stats.rx_bad++;
         return;

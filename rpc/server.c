@@ -185,7 +185,9 @@ static int own_request(struct erma_rpc *rpc, struct erma_req *rq)
 static int no_handler(struct erma_rpc *rpc, uint8_t type)
 {
     const uint64_t bit = 1ull << (type % 64);
-    if (!(atomic_fetch_or(&rpc->nx->unhandled_logged[type / 64], bit) & bit))
+    _Atomic uint64_t *logged = &rpc->nx->unhandled_logged[type / 64];
+    if (!(atomic_load_explicit(logged, memory_order_relaxed) & bit) && /* no write once logged */
+        !(atomic_fetch_or(logged, bit) & bit))
         ERMA_WARN("rpc: no handler for request type %u: its clients get ERMA_ENOHANDLER "
                   "(logged once per type)", (unsigned)type);
     return ERMA_ENOHANDLER;
@@ -216,7 +218,7 @@ static void server_call(struct erma_rpc *rpc, struct session *s, struct slot *sl
         erma__ep_tx_flush(rpc->ep);
         rq->in_worker = rq->held = true;
         rpc->server.in_workers++;
-        erma__nexus_to_worker(rpc->nx, rq);
+        erma__nexus_to_worker(rpc->nx, rq, rpc->server.next_worker++);
         return;
     }
     fn(rq, h->ctx);

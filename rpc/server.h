@@ -19,7 +19,7 @@ void erma__worker_response(struct erma_rpc *rpc, struct erma_req *rq);
 void erma__partial_expire(struct erma_rpc *rpc, uint64_t now);
 
 /* nexus.c */
-/* Hands rq to a worker thread (round robin). */
-void erma__nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq);
+/* Hands rq to worker pick (modulo the workers); the caller's round robin. */
+void erma__nexus_to_worker(struct erma_nexus *nx, struct erma_req *rq, unsigned pick);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,7 +54,66 @@ static void test_two_threads_every_call_answered(void **state)
     print_message("  %d RPCs on each of 2 threads, every one answered with its tag\n", CALLS);
 }
 
-/* A server whose BENCH_ECHO answers 32 zero bytes, not the tag. */
+/* Server threads of one nexus with the test's own BENCH_ECHO handler:
+ * thread t serves endpoint t of uri until stop. */
+struct test_servers {
+    struct erma_nexus *nx;
+    unsigned n;
+    struct erma_endpoint *ep[2];
+    struct erma_rpc *rpc[2];
+    pthread_t th[2];
+    atomic_bool stop;
+};
+
+struct server_arg {
+    struct test_servers *s;
+    unsigned t;
+};
+
+static bool servers_stopped(void *ctx)
+{
+    return atomic_load(&((struct test_servers *)ctx)->stop);
+}
+
+static void *serve(void *arg)
+{
+    const struct server_arg *a = arg;
+    struct test_servers *s = a->s;
+    while (!servers_stopped(s))
+        erma_endpoint_run_until(s->ep[a->t], servers_stopped, s, 1000000000);
+    return NULL;
+}
+
+/* Opens the endpoints here, then hands each to its thread (pthread_create
+ * orders the two). */
+static void servers_start(struct test_servers *s, const char *uri, unsigned n,
+                          const struct erma_nexus_cfg *ncfg, erma_handler_fn fn,
+                          enum erma_handler_mode mode, struct server_arg *args)
+{
+    *s = (struct test_servers){.n = n};
+    atomic_init(&s->stop, false);
+    assert_int_equal(erma_nexus_create(ncfg, &s->nx), ERMA_OK);
+    assert_int_equal(erma_handler_register(s->nx, BENCH_ECHO, fn, mode, NULL), ERMA_OK);
+    for (unsigned t = 0; t < n; t++) {
+        assert_int_equal(erma_endpoint_create(uri, (uint8_t)t, NULL, &s->ep[t]), ERMA_OK);
+        assert_int_equal(erma_rpc_create(s->nx, s->ep[t], NULL, &s->rpc[t]), ERMA_OK);
+        args[t] = (struct server_arg){s, t};
+        assert_int_equal(pthread_create(&s->th[t], NULL, serve, &args[t]), 0);
+    }
+}
+
+static void servers_stop(struct test_servers *s)
+{
+    atomic_store(&s->stop, true);
+    for (unsigned t = 0; t < s->n; t++) {
+        pthread_join(s->th[t], NULL);
+        erma_rpc_destroy(s->rpc[t]);
+        erma_endpoint_destroy(s->ep[t]);
+    }
+    erma_nexus_destroy(s->nx);
+}
+
+/* BENCH_ECHO answering 32 zero bytes, not the tag. */
 static void answer_zeros(struct erma_req *req, void *ctx)
 {
     (void)ctx;
@@ -63,54 +123,70 @@ static void answer_zeros(struct erma_req *req, void *ctx)
     erma_req_respond(req, r);
 }
 
-struct zero_server {
-    struct erma_nexus *nx;
-    struct erma_endpoint *ep;
-    struct erma_rpc *rpc;
-    atomic_bool stop;
-};
-
-static bool zero_stopped(void *ctx)
-{
-    return atomic_load(&((struct zero_server *)ctx)->stop);
-}
-
-static void *zero_serve(void *arg)
-{
-    struct zero_server *z = arg;
-    while (!zero_stopped(z))
-        erma_endpoint_run_until(z->ep, zero_stopped, z, 1000000000);
-    return NULL;
-}
-
 /* The check is real: answers without the tag are counted wrong, none right. */
 static void test_wrong_answers_counted(void **state)
 {
     (void)state;
     char server[64];
     uri_at(server, sizeof server, 4);
-    struct zero_server z = {0};
-    atomic_init(&z.stop, false);
-    assert_int_equal(erma_nexus_create(NULL, &z.nx), ERMA_OK);
-    assert_int_equal(erma_handler_register(z.nx, BENCH_ECHO, answer_zeros, ERMA_DISPATCH, NULL),
-                     ERMA_OK);
-    assert_int_equal(erma_endpoint_create(server, 0, NULL, &z.ep), ERMA_OK);
-    assert_int_equal(erma_rpc_create(z.nx, z.ep, NULL, &z.rpc), ERMA_OK);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, zero_serve, &z), 0);
+    struct test_servers s;
+    struct server_arg args[1];
+    servers_start(&s, server, 1, NULL, answer_zeros, ERMA_DISPATCH, args);
     const struct bench_rpc_opts o = {.uri = "udp://127.0.0.1:0", .server = server, .size = 32,
                                      .resp_size = 32, .window = 8, .batch = 1, .sessions = 1,
                                      .max_calls = 100, .seconds = 60};
     struct bench_raw_rate per[1], total;
     const int rc = bench_rpc_rate_threads(&o, 1, NULL, per, &total);
-    atomic_store(&z.stop, true);
-    pthread_join(th, NULL);
-    erma_rpc_destroy(z.rpc);
-    erma_endpoint_destroy(z.ep);
-    erma_nexus_destroy(z.nx);
+    servers_stop(&s);
     assert_int_equal(rc, ERMA_ETIMEDOUT); /* no call came back right */
     assert_int_equal(per[0].echoes, 0);
     assert_int_equal(per[0].wrong, 100);
+}
+
+/* Which worker thread ran each request: a slot per thread, in arrival order. */
+#define WORKERS 2
+static _Atomic unsigned worker_slots, worker_calls[WORKERS + 1];
+static _Thread_local int worker_slot = -1;
+
+/* BENCH_ECHO on a worker: the tag back, and a count for this worker. */
+static void worker_echo(struct erma_req *req, void *ctx)
+{
+    (void)ctx;
+    if (worker_slot < 0) {
+        const unsigned k = atomic_fetch_add(&worker_slots, 1);
+        worker_slot = (int)(k < WORKERS ? k : WORKERS); /* WORKERS: a thread too many */
+    }
+    atomic_fetch_add(&worker_calls[worker_slot], 1);
+    struct erma_msgbuf *r = erma_req_resp_buf(req);
+    erma_msgbuf_resize(r, 32);
+    memcpy(r->data, erma_req_data(req) + 4, 8);
+    erma_req_respond(req, r);
+}
+
+/* Two endpoint threads of one nexus hand requests to its two workers, each
+ * endpoint round robin on its own (no counter shared between the threads):
+ * every call answered with its tag, both workers used. */
+static void test_workers_from_two_threads(void **state)
+{
+    (void)state;
+    char server[64];
+    uri_at(server, sizeof server, 5);
+    struct test_servers s;
+    struct server_arg args[2];
+    const struct erma_nexus_cfg ncfg = {.workers = WORKERS};
+    servers_start(&s, server, 2, &ncfg, worker_echo, ERMA_WORKER, args);
+    const struct bench_rpc_opts o = {.uri = "udp://127.0.0.1:0", .server = server, .size = 32,
+                                     .resp_size = 32, .window = 8, .batch = 2, .sessions = 2,
+                                     .max_calls = 500, .seconds = 60};
+    struct bench_raw_rate per[2], total;
+    const int rc = bench_rpc_rate_threads(&o, 2, NULL, per, &total);
+    servers_stop(&s);
+    assert_int_equal(rc, ERMA_OK);
+    assert_int_equal(total.echoes, 1000);
+    assert_int_equal(total.wrong + total.lost, 0);
+    assert_int_equal(atomic_load(&worker_slots), WORKERS);
+    assert_true(atomic_load(&worker_calls[0]) > 0 && atomic_load(&worker_calls[1]) > 0);
+    assert_int_equal(atomic_load(&worker_calls[0]) + atomic_load(&worker_calls[1]), 1000);
 }
 
 /* The raw baseline the same way: two threads, each to its own server thread. */
@@ -163,6 +239,7 @@ int main(void)
         cmocka_unit_test(test_raw_two_threads), /* first: it forks, before any thread */
         cmocka_unit_test(test_two_threads_every_call_answered),
         cmocka_unit_test(test_wrong_answers_counted),
+        cmocka_unit_test(test_workers_from_two_threads),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
