@@ -156,11 +156,12 @@ static int run_threads(const struct opts *o, const struct bench_table *t, uint32
     }
     char rates[BENCH_MAX_THREADS * 8] = "";
     double mn = per[0].mpps, mx = per[0].mpps;
-    for (unsigned i = 0, pos = 0; i < o->threads; i++) {
+    for (size_t i = 0, pos = 0; i < o->threads; i++) {
         mn = per[i].mpps < mn ? per[i].mpps : mn;
         mx = per[i].mpps > mx ? per[i].mpps : mx;
-        pos += (unsigned)snprintf(rates + pos, sizeof rates - pos, "%s%.3f", i ? "/" : "",
-                                  per[i].mpps);
+        const int w = snprintf(rates + pos, sizeof rates - pos, "%s%.3f", i ? "/" : "",
+                               per[i].mpps);
+        pos = w > 0 && (size_t)w < sizeof rates - pos ? pos + (size_t)w : sizeof rates - 1;
     }
     const char *sep = strstr(o->server, "://");
     bench_table_row(t, "raw,%.*s,%u,%u,%u,%u,%.3f,%.3f,%.3f,%.3f,%llu,%s",
