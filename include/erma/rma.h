@@ -180,6 +180,26 @@ struct erma_rkey {
 };
 
 /*
+ * Rkeys on the wire. struct erma_rkey is not a wire format (its padding
+ * and byte order are the compiler's): send a key between processes as the
+ * ERMA_RKEY_PACKED_BYTES of erma_rkey_pack(), which are the same on every
+ * host: [u8 version 1][u32 region][u32 key_gen][u8 cipher][kd 32], the
+ * integers little-endian. erma/keys.h (the key service) does it for you.
+ */
+#define ERMA_RKEY_PACKED_BYTES 42
+
+/* Writes key's portable encoding (above) into out. Returns ERMA_OK;
+ * ERMA_EINVAL for a NULL argument or a cipher that is no enum
+ * erma_rma_cipher. */
+int erma_rkey_pack(const struct erma_rkey *key, uint8_t out[ERMA_RKEY_PACKED_BYTES]);
+/* Reads a key packed by erma_rkey_pack() from the len bytes at in into
+ * *out. Returns ERMA_OK; ERMA_EBADPKT when len is not
+ * ERMA_RKEY_PACKED_BYTES, the version is unknown or the cipher is no enum
+ * erma_rma_cipher (*out is then left alone); ERMA_EINVAL for a NULL in or
+ * out. */
+int erma_rkey_unpack(const uint8_t *in, size_t len, struct erma_rkey *out);
+
+/*
  * Timeouts: cfg.op_timeout_ns, when set, is every op's. Otherwise each
  * peer has an RTO from its measured round trips (RFC 6298: srtt + 4
  * rttvar, at least srtt + cfg.op_timeout_min_ns, at most

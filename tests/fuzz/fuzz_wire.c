@@ -18,12 +18,17 @@
  *      the encoding exactly when the masked proto and msg_size are valid.
  * Bytes 16..72 (when present) also go through the op header codec:
  * decode then encode is the identity on those 56 bytes.
+ * The input, and its first ERMA_RKEY_PACKED_BYTES bytes with byte 0 set to
+ * the version, also go to erma_rkey_unpack(): it accepts exactly a packed
+ * key of the right length, version and cipher, which packs again to the
+ * same bytes, and refuses anything else with ERMA_EBADPKT.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "erma/errors.h"
+#include "erma/rma.h"
 #include "erma/sdk/wire.h"
 #include "fuzz.h"
 #include "rma/internal.h"
@@ -157,6 +162,32 @@ static void check_ophdr(const uint8_t *data, size_t size)
     FUZZ_CHECK(memcmp(enc, data + ERMA_HDR_SIZE, RMA_OPHDR) == 0, "op header round trip");
 }
 
+static void check_rkey_at(const uint8_t *in, size_t size)
+{
+    struct erma_rkey k;
+    const int rc = erma_rkey_unpack(in, size, &k);
+    const bool valid = size == ERMA_RKEY_PACKED_BYTES && in[0] == 1 && in[9] <= 1;
+    FUZZ_CHECK(rc == (valid ? ERMA_OK : ERMA_EBADPKT), "rkey unpack says %d", rc);
+    if (rc == ERMA_OK) {
+        uint8_t again[ERMA_RKEY_PACKED_BYTES];
+        FUZZ_CHECK(erma_rkey_pack(&k, again) == ERMA_OK, "an unpacked key packs");
+        FUZZ_CHECK(memcmp(again, in, sizeof again) == 0, "rkey round trip");
+    }
+}
+
+static void check_rkey(const uint8_t *data, size_t size)
+{
+    uint8_t *copy = malloc(size ? size : 1); /* exact size: ASan sees overreads */
+    FUZZ_CHECK(copy != NULL, "malloc");
+    memcpy(copy, data, size);
+    check_rkey_at(copy, size);
+    if (size >= ERMA_RKEY_PACKED_BYTES) {
+        copy[0] = 1;
+        check_rkey_at(copy, ERMA_RKEY_PACKED_BYTES);
+    }
+    free(copy);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     check_received(data, size);
@@ -164,6 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_fields(data, size);
     check_ophdr(data, size);
     check_delay(data, size);
+    check_rkey(data, size);
     return 0;
 }
 
@@ -201,5 +233,10 @@ int fuzz_write_seeds(const char *dir)
     erma__rma_ophdr_encode(&o, buf + ERMA_HDR_SIZE);
     n += fuzz_save(dir, "rma_read_req", buf, sizeof buf);
     n += fuzz_save(dir, "short", buf, 9);
+    const struct erma_rkey k = {.region = 1 << 16 | 1, .key_gen = 3, .cipher = 1,
+                                .kd = {0x5a, 1, 2, 3}};
+    uint8_t rk[ERMA_RKEY_PACKED_BYTES];
+    erma_rkey_pack(&k, rk);
+    n += fuzz_save(dir, "rkey", rk, sizeof rk);
     return n;
 }
