@@ -301,3 +301,8 @@ struct erma_endpoint *erma_rpc_endpoint(const struct erma_rpc *rpc)
 {
     return rpc->ep;
 }
+
+struct erma_nexus *erma_rpc_nexus(const struct erma_rpc *rpc)
+{
+    return rpc->nx;
+}

@@ -310,8 +310,10 @@ void erma_nexus_destroy(struct erma_nexus *nx);
  * ERMA_WORKER on a worker thread. Any time, from any thread, also while
  * the nexus's rpcs run on other threads: a request of the type that
  * arrives after the call returned gets fn; one before it got
- * ERMA_ENOHANDLER. A type is registered once, for the nexus's life.
- * Returns ERMA_OK; ERMA_EINVAL if the type is taken, nx or fn is NULL,
+ * ERMA_ENOHANDLER. A type is registered once, for the nexus's life;
+ * registering the same fn, mode and ctx for it again changes nothing.
+ * Returns ERMA_OK; ERMA_EINVAL if the type is taken (by another fn, mode
+ * or ctx), nx or fn is NULL,
  * mode is unknown, or workers are needed and cfg.workers is 0. */
 int erma_handler_register(struct erma_nexus *nx, uint8_t req_type, erma_handler_fn fn,
                           enum erma_handler_mode mode, void *ctx);
@@ -332,6 +334,8 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
 void erma_rpc_destroy(struct erma_rpc *rpc);
 /* Returns the endpoint rpc runs on. */
 struct erma_endpoint *erma_rpc_endpoint(const struct erma_rpc *rpc);
+/* Returns the nexus rpc serves the handlers of (erma_rpc_create()). */
+struct erma_nexus *erma_rpc_nexus(const struct erma_rpc *rpc);
 /* Copies the protocol's counters (struct erma_rpc_stats) into *out.
  * Returns nothing. */
 void erma_rpc_get_stats(const struct erma_rpc *rpc, struct erma_rpc_stats *out);

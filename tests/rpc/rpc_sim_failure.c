@@ -288,6 +288,11 @@ void test_unregistered_type(void **state)
                      ERMA_OK);
     assert_int_equal(erma_handler_register(w.nx[1], 77, echo_handler, ERMA_DISPATCH, NULL),
                      ERMA_EINVAL); /* taken */
+    assert_int_equal(erma_handler_register(w.nx[1], 77, echo_handler, ERMA_WORKER, &w.echo[1]),
+                     ERMA_EINVAL); /* taken, though the mode is the only difference */
+    assert_int_equal(erma_handler_register(w.nx[1], 77, echo_handler, ERMA_DISPATCH, &w.echo[1]),
+                     ERMA_OK); /* the same registration again */
+    assert_ptr_equal(erma_rpc_nexus(w.rpc[1]), w.nx[1]);
     call_once(&w, 0, s, 77, REQ_HDR, 8, 4, ERMA_OK);
     assert_int_equal(atomic_load(&w.echo[1].calls), 1);
     world_down(&w);
