@@ -1,7 +1,8 @@
 /*
  * erma/erma.h - the whole application API of erma in one include:
  * endpoints and their event loop (endpoint.h), RPCs (rpc.h), one-sided
- * operations on registered memory (rma.h), transports and peer addresses
+ * operations on registered memory (rma.h), their keys handed over by name
+ * (keys.h), transports and peer addresses
  * (transport.h), error codes (errors.h), the clock (clock.h), logging
  * (log.h) and the version (version.h). Link with `pkg-config --libs erma`
  * or CMake's erma::erma.
@@ -19,6 +20,7 @@
 #include "erma/clock.h"
 #include "erma/endpoint.h"
 #include "erma/errors.h"
+#include "erma/keys.h"
 #include "erma/log.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"

@@ -21,7 +21,10 @@
  * The input, and its first ERMA_RKEY_PACKED_BYTES bytes with byte 0 set to
  * the version, also go to erma_rkey_unpack(): it accepts exactly a packed
  * key of the right length, version and cipher, which packs again to the
- * same bytes, and refuses anything else with ERMA_EBADPKT.
+ * same bytes, and refuses anything else with ERMA_EBADPKT. The whole input
+ * also goes to the key service's request and answer decoders (keys/msg.h):
+ * ERMA_OK or ERMA_EBADPKT (an answer: or its error code), never a read past
+ * the input, and a request they accept encodes again to the same bytes.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,6 +34,7 @@
 #include "erma/rma.h"
 #include "erma/sdk/wire.h"
 #include "fuzz.h"
+#include "keys/msg.h"
 #include "rma/internal.h"
 
 static uint64_t word(const uint8_t *p)
@@ -188,6 +192,31 @@ static void check_rkey(const uint8_t *data, size_t size)
     free(copy);
 }
 
+static void check_keys_msgs(const uint8_t *data, size_t size)
+{
+    uint8_t *copy = malloc(size ? size : 1);
+    FUZZ_CHECK(copy != NULL, "malloc");
+    memcpy(copy, data, size);
+    struct erma__keys_req r;
+    int rc = erma__keys_req_decode(copy, size, &r);
+    FUZZ_CHECK(rc == ERMA_OK || rc == ERMA_EBADPKT, "keys request: %d", rc);
+    if (rc == ERMA_OK) {
+        char name[ERMA_KEYS_NAME_MAX + 1] = {0};
+        uint8_t again[ERMA__KEYS_REQ_MAX];
+        memcpy(name, r.name, r.name_len);
+        FUZZ_CHECK(erma__keys_req_encode(r.identity, name, again) == (int)size, "size");
+        FUZZ_CHECK(memcmp(again, copy, size) == 0, "keys request round trip");
+    }
+    struct erma_rkey k;
+    const uint8_t *info;
+    size_t info_len;
+    rc = erma__keys_answer_decode(copy, size, &k, &info, &info_len);
+    FUZZ_CHECK(rc <= 0 && rc > ERMA_ERR_LAST, "keys answer: %d", rc);
+    if (rc == ERMA_OK)
+        FUZZ_CHECK(info >= copy && info + info_len == copy + size, "info inside the answer");
+    free(copy);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     check_received(data, size);
@@ -196,6 +225,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_ophdr(data, size);
     check_delay(data, size);
     check_rkey(data, size);
+    check_keys_msgs(data, size);
     return 0;
 }
 
@@ -238,5 +268,9 @@ int fuzz_write_seeds(const char *dir)
     uint8_t rk[ERMA_RKEY_PACKED_BYTES];
     erma_rkey_pack(&k, rk);
     n += fuzz_save(dir, "rkey", rk, sizeof rk);
+    uint8_t msg[ERMA__KEYS_ANSWER_MAX];
+    n += fuzz_save(dir, "keys_req", msg, (size_t)erma__keys_req_encode(1001, "table", msg));
+    n += fuzz_save(dir, "keys_answer", msg,
+                   erma__keys_answer_encode(ERMA_OK, &k, (const uint8_t *)"geometry", 8, msg));
     return n;
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks erma's layering from its sources and object files:
   - no file under rma/ includes an rpc/ header or calls an erma_rpc_ function,
-    and no file under rpc/ includes an rma/ header or rma's public header;
+    and no file under rpc/ includes an rma/ header or rma's public header
+    (keys/, the key service, sits above both and may use both);
   - a layer includes only headers of layers below it;
-  - within endpoint/, rpc/ and rma/, no files call each other in a circle
+  - within endpoint/, rpc/, rma/ and keys/, no files call each other in a circle
     (the graph of references between files, from the object files' defined
     and undefined symbols);
   - names say where they live: a function of the library named erma_...
@@ -23,15 +24,16 @@ apps = []
 if '--apps' in objects:
     apps = [a for a in objects[objects.index('--apps') + 1:] if a]
     objects = objects[:objects.index('--apps')]
-LAYERS = ['common', 'transport', 'cc', 'crypto', 'endpoint', 'rpc', 'rma']
+LAYERS = ['common', 'transport', 'cc', 'crypto', 'endpoint', 'rpc', 'rma', 'keys']
 BELOW = {  # what each layer may include: its own folder and these
     'common': set(), 'transport': {'common'}, 'cc': {'common'}, 'crypto': {'common'},
     'endpoint': {'common', 'transport', 'cc'},
     'rpc': {'common', 'transport', 'cc', 'crypto', 'endpoint'},
     'rma': {'common', 'transport', 'cc', 'crypto', 'endpoint'},
+    'keys': {'common', 'transport', 'cc', 'crypto', 'endpoint', 'rpc', 'rma'},
 }
 PUBLIC = {  # public headers that belong to a layer
-    'rpc.h': 'rpc', 'rma.h': 'rma', 'endpoint.h': 'endpoint', 'transport.h': 'transport',
+    'rpc.h': 'rpc', 'rma.h': 'rma', 'keys.h': 'keys', 'endpoint.h': 'endpoint', 'transport.h': 'transport',
     'sim.h': 'transport', 'dpdk.h': 'transport', 'verbs.h': 'transport',
     'sdk/wire.h': 'transport', 'sdk/transport_driver.h': 'transport', 'sdk/cc.h': 'cc',
 }
@@ -85,7 +87,7 @@ def circles(calls):
             out.add(ring)
     return out
 
-for layer in ['endpoint', 'rpc', 'rma']:
+for layer in ['endpoint', 'rpc', 'rma', 'keys']:
     objs = sorted(o for o in objects if os.path.basename(os.path.dirname(o)) == layer)
     if not objs:
         bad.append(f'no object files of {layer}/ given')
