@@ -90,11 +90,12 @@ int kv_item_check(const void *item, const struct kv_ref *ref, const void *key,
 /* Request types, from the type_base a server registers with. */
 enum kv_op {
     KV_GET, KV_PUT, KV_DEL, KV_SCAN,
-    KV_REGION, /* the table's region and a derived key, for one-sided GETs */
+    KV_REGION, /* the key service (erma/keys.h): the table's key, for one-sided GETs */
     KV_OPS
 };
 
 struct erma_nexus;
+struct erma_rpc;
 struct erma_msgbuf;
 struct kv_server;
 
@@ -106,10 +107,18 @@ struct kv_server;
 int kv_serve(struct erma_nexus *nx, uint8_t type_base, struct kv *kv,
              struct kv_server **out);
 void kv_server_destroy(struct kv_server *srv);
-/* Registers the table as a read-only region of rma (the serving endpoint's
- * engine) so that REGION requests can hand out keys for one-sided GETs;
- * until then they are answered ERMA_ENOTSUP. */
-int kv_server_rma(struct kv_server *srv, struct erma_rma *rma);
+/* Registers the table as a read-only region of rma and serves its key
+ * with the key service (erma/keys.h) on rpc and rma, which share the
+ * serving endpoint: REGION requests (type_base + KV_REGION) fetch the name
+ * KV_KEYS_NAME, with the table's geometry as info (kv_remote_of()). Until
+ * then REGION requests get ERMA_ENOHANDLER. ERMA_EINVAL for a NULL
+ * argument, a second call, or rpc and rma on different endpoints; what
+ * erma_region_register() or erma_keys_create() return. */
+int kv_server_rma(struct kv_server *srv, struct erma_rpc *rpc, struct erma_rma *rma);
+/* Stops the key service kv_server_rma() started (the region stays
+ * registered). Call it before erma_rpc_destroy() of that rpc;
+ * kv_server_destroy() calls it too. */
+void kv_server_rma_end(struct kv_server *srv);
 /* Keys in the ordered index (what SCAN walks). */
 uint64_t kv_server_keys(struct kv_server *srv);
 
@@ -120,9 +129,10 @@ int kv_req_put(struct erma_msgbuf *req, const void *key, uint32_t klen, const vo
                uint32_t vlen);
 int kv_req_del(struct erma_msgbuf *req, const void *key, uint32_t klen);
 int kv_req_scan(struct erma_msgbuf *req, const void *start, uint32_t klen, uint32_t count);
-/* REGION: asks for the table's region and Kd for identity (the client's
- * erma_rma_identity()). */
-int kv_req_region(struct erma_msgbuf *req, uint64_t identity);
+/* REGION is the key service's fetch: erma_keys_fetch(rpc, rma, session,
+ * type_base + KV_REGION, KV_KEYS_NAME, ...), then kv_remote_of(). */
+#define KV_KEYS_NAME "kv"
+#define KV_GEOMETRY_BYTES 16 /* the info: [u64 nbuckets][u64 log_bytes] */
 
 /* The server's answer to any request: ERMA_OK, ERMA_ENOENT, ERMA_E2BIG,
  * ERMA_EBADPKT (malformed request) or ERMA_ENOMEM. For GET, val and vlen
@@ -135,7 +145,7 @@ int kv_resp_scan(const struct erma_msgbuf *resp, uint32_t *cursor, const uint8_t
 
 /* ---- one-sided GETs ---- */
 
-/* A server's table as a one-sided reader sees it (from a REGION response);
+/* A server's table as a one-sided reader sees it (from a REGION fetch);
  * set peer with erma_rma_peer() for the serving endpoint. */
 struct kv_remote {
     struct erma_rkey rkey;
@@ -143,8 +153,11 @@ struct kv_remote {
     int peer;
 };
 
-/* Parses a REGION response; the server's error code, or ERMA_EBADPKT. */
-int kv_resp_region(const struct erma_msgbuf *resp, struct kv_remote *out);
+/* Fills *out (all but peer) from a REGION fetch's key and info. ERMA_OK;
+ * ERMA_EBADPKT when the info is no geometry (16 bytes, both powers of
+ * two); ERMA_EINVAL for a NULL argument. */
+int kv_remote_of(const struct erma_rkey *key, const uint8_t *info, size_t info_len,
+                 struct kv_remote *out);
 
 /* A reader does GETs by one-sided READs on one RMA engine: READ the key's
  * bucket, find candidate items, READ the item, check its stamp and its check (a hash of its bytes).

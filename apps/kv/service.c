@@ -3,9 +3,8 @@
  *   PUT  [u32 klen][u32 vlen][key][value] -> [i32 status]
  *   DEL  [u32 klen][key]                  -> [i32 status]
  *   SCAN [u32 klen][u32 count][start key] -> [i32 status][u32 n] n x [u32 klen][u32 vlen][key][value]
- *   REGION [u64 identity]                 -> [i32 status][u32 region][u32 key_gen][kd 32]
- *                                            [u64 nbuckets][u64 log_bytes][u8 cipher]
- *                                            (the key works from the requester's address)
+ *   REGION: the key service's fetch (erma/keys.h) of KV_KEYS_NAME, its info
+ *           [u64 nbuckets][u64 log_bytes] (the key works from the requester's address)
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -13,6 +12,7 @@
 #include <string.h>
 
 #include "kv/kv.h"
+#include "erma/keys.h"
 #include "erma/rma.h"
 #include "erma/rpc.h"
 #include "erma/sdk/wire.h"
@@ -24,6 +24,8 @@ struct kv_server {
     struct kv *kv;
     struct erma_rma *rma; /* one-sided GETs, once kv_server_rma() ran */
     uint32_t region;
+    struct erma_keys *keys; /* hands out the region's key */
+    uint8_t type_base;
     struct kv_index *ix;
     pthread_mutex_t lock; /* the table and index, between the loop and the workers */
 };
@@ -121,75 +123,55 @@ static void on_del(struct erma_req *req, void *ctx)
     answer(req, rc, NULL, 0);
 }
 
-#define REGION_RESP (4 + 4 + 4 + ERMA_RMA_KEY_BYTES + 8 + 8 + 1)
-
-/* Hands a client the table's region and a key derived for the identity it
- * names, bound to the address the request came from: the key works from
- * the requester's own endpoint only, whatever identity it asked for. */
-static void on_region(struct erma_req *req, void *ctx)
-{
-    struct kv_server *srv = ctx;
-    struct erma_msgbuf *r = erma_req_resp_buf(req);
-    struct erma_rkey k;
-    char from[128];
-    int rc = erma_req_size(req) == 8 ? ERMA_OK : ERMA_EBADPKT;
-    if (rc == ERMA_OK)
-        rc = srv->rma ? erma_req_peer_uri(req, from, sizeof from) : ERMA_ENOTSUP;
-    if (rc == ERMA_OK)
-        rc = erma_region_export_uri(srv->rma, srv->region, erma_get_le(erma_req_data(req), 8),
-                                    from, &k);
-    erma_msgbuf_resize(r, rc == ERMA_OK ? REGION_RESP : 4);
-    u32_put(r->data, (uint32_t)rc);
-    if (rc == ERMA_OK) {
-        erma_put_le(r->data + 4, k.region, 4);
-        erma_put_le(r->data + 8, k.key_gen, 4);
-        memcpy(r->data + 12, k.kd, ERMA_RMA_KEY_BYTES);
-        erma_put_le(r->data + 12 + ERMA_RMA_KEY_BYTES, kv_nbuckets(srv->kv), 8);
-        erma_put_le(r->data + 20 + ERMA_RMA_KEY_BYTES, kv_log_bytes(srv->kv), 8);
-        r->data[28 + ERMA_RMA_KEY_BYTES] = k.cipher;
-    }
-    erma_req_respond(req, r);
-}
-
-int kv_server_rma(struct kv_server *srv, struct erma_rma *rma)
+/* One-sided GETs: the key service (erma/keys.h) at type_base + KV_REGION
+ * hands out the table's key by the name KV_KEYS_NAME, bound to the
+ * requester's address, with the geometry a reader needs as its info. */
+int kv_server_rma(struct kv_server *srv, struct erma_rpc *rpc, struct erma_rma *rma)
 {
     size_t len;
-    if (!srv || !rma || srv->rma)
+    if (!srv || !rpc || !rma || srv->rma)
         return ERMA_EINVAL;
     void *mem = (void *)kv_memory(srv->kv, &len);
-    const int rc = erma_region_register(rma, mem, len, ERMA_RMA_PERM_READ, &srv->region);
+    uint8_t info[KV_GEOMETRY_BYTES];
+    erma_put_le(info, kv_nbuckets(srv->kv), 8);
+    erma_put_le(info + 8, kv_log_bytes(srv->kv), 8);
+    int rc = erma_region_register(rma, mem, len, ERMA_RMA_PERM_READ, &srv->region);
+    if (rc != ERMA_OK)
+        return rc;
+    rc = erma_keys_create(rpc, rma, (uint8_t)(srv->type_base + KV_REGION), &srv->keys);
     if (rc == ERMA_OK)
-        srv->rma = rma;
-    return rc;
-}
-
-int kv_req_region(struct erma_msgbuf *req, uint64_t identity)
-{
-    if (erma_msgbuf_resize(req, 8) != ERMA_OK)
-        return ERMA_E2BIG;
-    erma_put_le(req->data, identity, 8);
+        rc = erma_keys_export(srv->keys, KV_KEYS_NAME, srv->region, info, sizeof info);
+    if (rc != ERMA_OK) {
+        erma_keys_destroy(srv->keys);
+        srv->keys = NULL;
+        erma_region_deregister(rma, srv->region);
+        return rc;
+    }
+    srv->rma = rma;
     return ERMA_OK;
 }
 
-int kv_resp_region(const struct erma_msgbuf *resp, struct kv_remote *out)
+void kv_server_rma_end(struct kv_server *srv)
 {
-    if (resp->size < 4)
+    if (srv) {
+        erma_keys_destroy(srv->keys);
+        srv->keys = NULL;
+    }
+}
+
+int kv_remote_of(const struct erma_rkey *key, const uint8_t *info, size_t info_len,
+                 struct kv_remote *out)
+{
+    if (!key || !out || (info_len && !info))
+        return ERMA_EINVAL;
+    if (info_len != KV_GEOMETRY_BYTES)
         return ERMA_EBADPKT;
-    const int rc = (int)u32_at(resp->data);
-    if (rc != ERMA_OK)
-        return rc > 0 || rc <= ERMA_ERR_LAST ? ERMA_EBADPKT : rc;
-    if (resp->size != REGION_RESP)
+    const uint64_t nbuckets = erma_get_le(info, 8), log_bytes = erma_get_le(info + 8, 8);
+    if (!nbuckets || (nbuckets & (nbuckets - 1)) || !log_bytes || (log_bytes & (log_bytes - 1)))
         return ERMA_EBADPKT;
-    out->rkey.region = (uint32_t)erma_get_le(resp->data + 4, 4);
-    out->rkey.key_gen = (uint32_t)erma_get_le(resp->data + 8, 4);
-    memcpy(out->rkey.kd, resp->data + 12, ERMA_RMA_KEY_BYTES);
-    out->nbuckets = erma_get_le(resp->data + 12 + ERMA_RMA_KEY_BYTES, 8);
-    out->log_bytes = erma_get_le(resp->data + 20 + ERMA_RMA_KEY_BYTES, 8);
-    out->rkey.cipher = resp->data[28 + ERMA_RMA_KEY_BYTES];
-    if (out->rkey.cipher > ERMA_RMA_AES256_GCM ||
-        !out->nbuckets || (out->nbuckets & (out->nbuckets - 1)) || !out->log_bytes ||
-        (out->log_bytes & (out->log_bytes - 1)))
-        return ERMA_EBADPKT;
+    out->rkey = *key;
+    out->nbuckets = nbuckets;
+    out->log_bytes = log_bytes;
     return ERMA_OK;
 }
 
@@ -304,10 +286,10 @@ int kv_serve(struct erma_nexus *nx, uint8_t type_base, struct kv *kv,
     static const struct {
         erma_handler_fn fn;
         enum erma_handler_mode mode;
-    } h[KV_OPS] = {{on_get, ERMA_DISPATCH}, {on_put, ERMA_DISPATCH},
-                   {on_del, ERMA_DISPATCH}, {on_scan, ERMA_WORKER},
-                   {on_region, ERMA_DISPATCH}};
-    for (int op = 0; rc == ERMA_OK && op < KV_OPS; op++)
+    } h[KV_REGION] = {{on_get, ERMA_DISPATCH}, {on_put, ERMA_DISPATCH},
+                   {on_del, ERMA_DISPATCH}, {on_scan, ERMA_WORKER}};
+    srv->type_base = type_base;
+    for (int op = 0; rc == ERMA_OK && op < KV_REGION; op++) /* REGION: kv_server_rma() */
         rc = erma_handler_register(nx, (uint8_t)(type_base + op), h[op].fn, h[op].mode, srv);
     if (rc != ERMA_OK) {
         kv_server_destroy(srv);
@@ -321,6 +303,7 @@ void kv_server_destroy(struct kv_server *srv)
 {
     if (!srv)
         return;
+    kv_server_rma_end(srv);
     kv_index_destroy(srv->ix);
     pthread_mutex_destroy(&srv->lock);
     free(srv);

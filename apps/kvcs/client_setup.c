@@ -5,10 +5,10 @@
 #include <string.h>
 
 #include "erma/clock.h"
+#include "erma/keys.h"
 #include "erma/rma.h"
 #include "kvcs/client.h"
 
-#define REGION_RESP 128
 #define RX_SESSIONS 128 /* sessions the endpoint's RX ring takes (4096 / 32 credits) */
 
 bool kvcs__transport_failure(int st)
@@ -79,15 +79,15 @@ static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int 
             }
 }
 
-/* The answer to a REGION request, at start or as a probe. */
-static void on_region(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+/* The answer to a REGION fetch (the key service), at start or as a probe. */
+static void on_region(void *tag, int status, const struct erma_rkey *key, const uint8_t *info,
+                      size_t info_len)
 {
-    (void)rpc;
     struct server *s = tag;
     if (s->c->destroying)
         return;
     if (status == ERMA_OK)
-        status = kv_resp_region(resp, &s->remote);
+        status = kv_remote_of(key, info, info_len, &s->remote);
     s->region_rc = status == ERMA_OK ? 0 : status;
     s->probing = false;
     if (status == ERMA_OK)
@@ -105,10 +105,8 @@ static int ask_region(struct kvcs_client *c, struct server *s)
             return s->sess[k];
     if (s->region_rc >= 0)
         return ERMA_OK;
-    int rc = kv_req_region(&s->req, erma_rma_identity(c->rma));
-    if (rc == ERMA_OK)
-        rc = erma_rpc_call(c->rpc, s->sess[0], KVCS_TYPE_BASE + KV_REGION,
-                           &s->req, &s->resp, on_region, s);
+    const int rc = erma_keys_fetch(c->rpc, c->rma, s->sess[0], KVCS_TYPE_BASE + KV_REGION,
+                                   KV_KEYS_NAME, on_region, s);
     if (rc == ERMA_OK)
         s->region_rc = 1;
     return rc == ERMA_ENOMEM ? rc : ERMA_OK; /* else asked again next time */
@@ -173,10 +171,6 @@ static int servers_up(struct kvcs_client *c, const char *const *uris)
         s->remote.peer = erma_rma_peer(c->rma, s->uri, 0);
         if (s->remote.peer < 0)
             return s->remote.peer;
-        /* kept for asking again, after a restart (the endpoint frees them) */
-        if (erma_msgbuf_alloc(c->rpc, 8, &s->req) != ERMA_OK ||
-            erma_msgbuf_alloc(c->rpc, REGION_RESP, &s->resp) != ERMA_OK)
-            return ERMA_ENOMEM;
     }
     return fetch_regions(c);
 }

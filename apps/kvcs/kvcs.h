@@ -16,7 +16,8 @@
  *   kvcs_server_create() makes one nexus at cfg.uri, one endpoint
  *   (thread id 0) with one RMA engine, and one kv table served with
  *   kv_serve() at request types KVCS_TYPE_BASE + kv_op and
- *   registered with kv_server_rma() for one-sided GETs.
+ *   registered with kv_server_rma() for one-sided GETs (its key handed
+ *   out by the key service, erma/keys.h, at KVCS_TYPE_BASE + KV_REGION).
  *   kvcs_server_run() runs its event loop. Nothing else: a server knows
  *   nothing of the ring or of the other servers.
  *
@@ -27,7 +28,7 @@
  *   has only ERMA_SESSION_SLOTS requests in flight, and requests queued
  *   behind them timed out once a failed replica's load moved to the others)
  *   and fetches each table's region and a key derived for this client (the
- *   kv REGION request), blocking up to connect_timeout_ns; ERMA_ETIMEDOUT
+ *   kv REGION fetch of the key service), blocking up to connect_timeout_ns; ERMA_ETIMEDOUT
  *   if some server cannot be reached.
  *
  *   Tries. An op's request to one replica is a try. A try has its full

@@ -35,7 +35,7 @@ static int server_up(struct kvcs_server *s, const struct kvcs_server_cfg *cfg)
     if (rc == ERMA_OK)
         rc = erma_rma_create(s->ep, NULL, &s->rma);
     if (rc == ERMA_OK)
-        rc = kv_server_rma(s->ks, s->rma);
+        rc = kv_server_rma(s->ks, s->rpc, s->rma);
     return rc;
 }
 
@@ -66,6 +66,7 @@ void kvcs_server_destroy(struct kvcs_server *srv)
 {
     if (!srv)
         return;
+    kv_server_rma_end(srv->ks); /* before its rpc */
     if (srv->rma)
         erma_rma_destroy(srv->rma);
     if (srv->rpc)

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "erma/clock.h"
+#include "erma/keys.h"
 #include "kv/kv.h"
 #include "erma/sdk/rand.h"
 #include "erma/rma.h"
@@ -307,11 +308,17 @@ static void run_once(struct world_ *w)
     kv_reader_poll(w->reader);
 }
 
-static void on_sync(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+struct region_answer {
+    struct world_ *w;
+    int done, status;
+};
+
+static void on_region(void *ctx, int status, const struct erma_rkey *key, const uint8_t *info,
+                      size_t info_len)
 {
-    (void)rpc;
-    (void)resp;
-    *(int *)tag = status == ERMA_OK ? 1 : -1;
+    struct region_answer *a = ctx;
+    a->done = 1;
+    a->status = status == ERMA_OK ? kv_remote_of(key, info, info_len, &a->w->remote) : status;
 }
 
 static void connect_all(struct world_ *w, char uri[3][64])
@@ -325,17 +332,15 @@ static void connect_all(struct world_ *w, char uri[3][64])
         assert_true(erma_session_connected(w->rpc[i], w->sess[i]));
     }
     /* the reader asks the server for the table's region and its key */
-    struct op *o = &w->rops[0];
-    int done = 0;
-    assert_int_equal(kv_req_region(&o->req, erma_rma_identity(w->rma[2])), ERMA_OK);
-    assert_int_equal(erma_rpc_call(w->rpc[2], w->sess[2], BASE + KV_REGION, &o->req,
-                                   &o->resp, on_sync, &done),
+    struct region_answer a = {.w = w};
+    assert_int_equal(erma_keys_fetch(w->rpc[2], w->rma[2], w->sess[2], BASE + KV_REGION,
+                                     KV_KEYS_NAME, on_region, &a),
                      ERMA_OK);
     const uint64_t end = erma_now_ns() + 5000000000ull;
-    while (!done && erma_now_ns() < end)
+    while (!a.done && erma_now_ns() < end)
         run_once(w);
-    assert_int_equal(done, 1);
-    assert_int_equal(kv_resp_region(&o->resp, &w->remote), ERMA_OK);
+    assert_int_equal(a.done, 1);
+    assert_int_equal(a.status, ERMA_OK);
     w->remote.peer = erma_rma_peer(w->rma[2], uri[0], 0);
     assert_true(w->remote.peer >= 0);
 }
@@ -371,7 +376,7 @@ static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes, 
                                         .cc_off = true};
         assert_int_equal(erma_rma_create(w->ep[i], &rc, &w->rma[i]), ERMA_OK);
     }
-    assert_int_equal(kv_server_rma(w->srv, w->rma[0]), ERMA_OK);
+    assert_int_equal(kv_server_rma(w->srv, w->rpc[0], w->rma[0]), ERMA_OK);
     assert_int_equal(kv_reader_create(w->rma[2], READ_DEPTH, 0, &w->reader), ERMA_OK);
     assert_int_equal(kv_reader_cache(w->reader, cache), ERMA_OK);
     for (int i = 0; i < WRITE_DEPTH; i++) {
@@ -390,6 +395,7 @@ static void world_up_kv(struct world_ *w, uint32_t buckets, uint64_t log_bytes, 
 static void world_down_kv(struct world_ *w)
 {
     kv_reader_destroy(w->reader);
+    kv_server_rma_end(w->srv); /* before its rpc */
     for (int i = 2; i >= 0; i--) {
         erma_rma_destroy(w->rma[i]);
         erma_rpc_destroy(w->rpc[i]); /* frees the msgbufs' pool */
