@@ -9,7 +9,8 @@
  *   target:    erma_region_register(rma, buf, len, ERMA_RMA_PERM_READ, &region);
  *              erma_region_export_uri(rma, region, id, init_uri, &rkey);
  *              (id = the initiator's erma_rma_identity(), init_uri its
- *              erma_rma_uri(); rkey goes back to it out of band, by RPC say)
+ *              erma_rma_uri(); rkey goes back to it out of band: the
+ *              key service, erma/keys.h, does all this by region name)
  *              erma_endpoint_run_until(ep, stopped, NULL, UINT64_MAX);
  *   initiator: int peer = erma_rma_peer(rma, "udp://127.0.0.1:31860", 0);
  *              struct erma_rma_cmd cmd = {.op = ERMA_RMA_READ, .peer = peer,
