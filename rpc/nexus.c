@@ -137,11 +137,12 @@ int erma_handler_register(struct erma_nexus *nx, uint8_t req_type, erma_handler_
         (mode != ERMA_WORKER && mode != ERMA_DISPATCH))
         return ERMA_EINVAL;
     struct handler *h = &nx->handlers[req_type];
-    if (atomic_exchange(&h->claimed, true)) /* the same registration again is no error */
-        return atomic_load_explicit(&h->fn, memory_order_acquire) == fn && h->ctx == ctx &&
-                       h->mode == mode
-                   ? ERMA_OK
-                   : ERMA_EINVAL;
+    if (atomic_exchange(&h->claimed, true)) { /* the same registration again is no error */
+        erma_handler_fn was;
+        while (!(was = atomic_load_explicit(&h->fn, memory_order_acquire)))
+            sched_yield(); /* claimed by a registration not done yet */
+        return was == fn && h->ctx == ctx && h->mode == mode ? ERMA_OK : ERMA_EINVAL;
+    }
     h->ctx = ctx;
     h->mode = mode;
     atomic_store_explicit(&h->fn, fn, memory_order_release);
