@@ -38,9 +38,9 @@
  *
  * A key, once fetched, is the client's: it works until the region is
  * deregistered (ERMA_ENOREGION) or rekeyed (erma_region_rekey(); after the
- * grace time the old key fails, with ERMA_ESUPERSEDED where the rma layer
- * tells a retired generation from a forgery). Fetch again to get the
- * current key: the server never pushes keys.
+ * grace time the old key fails with ERMA_ESUPERSEDED, which a forged key,
+ * ERMA_EAUTH, never draws). Fetch again to get the current key: the server
+ * never pushes keys.
  *
  * Wire format (request type of the caller's choice, ERMA_KEYS_REQ_TYPE by
  * default; integers little-endian):
