@@ -26,13 +26,13 @@ static void deliver(struct kvcs_client *c, struct op *op, int status, const uint
     struct kvcs_op_info *in = &c->info;
     memset(in, 0, sizeof *in);
     in->nreplicas = op->nrep;
-    memcpy(in->replicas, op->rep, sizeof op->rep);
     memcpy(in->status, op->st, sizeof op->st);
     for (uint32_t i = 0; i < op->nrep; i++) {
         const struct server *s = &c->srv[op->rep[i]];
+        in->replicas[i] = op->rep[i] / c->threads; /* the ring's server number */
         in->down_err[i] = s->down ? s->down_err : 0;
     }
-    in->answered = op->answered;
+    in->answered = op->answered == UINT32_MAX ? UINT32_MAX : op->answered / c->threads;
     const kvcs_fn cb = op->cb;
     void *tag = op->tag;
     op->live = false;
@@ -393,6 +393,21 @@ static uint32_t check_tries(struct kvcs_client *c, uint64_t now)
 
 /* ---- starting ops ---- */
 
+/* The servers' endpoint thread that holds key, as every client computes
+ * it (erma/kvcs.h, Client): FNV-1a of its bytes, mixed by MurmurHash3's
+ * finalizer (FNV-1a alone splits keys that differ in a digit badly: its
+ * low bits are the xor of the bytes' low bits), scaled to [0, threads). */
+static uint32_t thread_of(const void *key, uint32_t klen, uint32_t threads)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t i = 0; i < klen; i++)
+        h = (h ^ ((const uint8_t *)key)[i]) * 0x100000001b3ull;
+    h = (h ^ h >> 33) * 0xff51afd7ed558ccdull;
+    h = (h ^ h >> 33) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return (uint32_t)(((h >> 32) * threads) >> 32);
+}
+
 static int new_op(struct kvcs_client *c, enum kind kind, const void *key, uint32_t klen,
                   uint32_t vlen, kvcs_fn cb, void *tag, struct op **out)
 {
@@ -405,6 +420,9 @@ static int new_op(struct kvcs_client *c, enum kind kind, const void *key, uint32
     struct op *op = &c->ops[c->free_ops[--c->nfree]];
     const int n = kvcs_ring_replicas(c->ring, key, klen, op->rep, c->cfg.replicas);
     op->nrep = n > 0 ? (uint32_t)n : 0;
+    const uint32_t t = c->threads > 1 ? thread_of(key, klen, c->threads) : 0;
+    for (uint32_t i = 0; i < op->nrep; i++)
+        op->rep[i] = op->rep[i] * c->threads + t;
     for (uint32_t i = 0; i < MAX_R; i++)
         op->st[i] = KVCS_NOT_TRIED;
     memcpy(op->key, key, klen);

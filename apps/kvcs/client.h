@@ -65,8 +65,9 @@ struct rtt {
     uint32_t p95;
 };
 
-struct server {
+struct server { /* one endpoint thread of one server (erma/kvcs.h, Client) */
     char uri[128];
+    uint8_t tid; /* its endpoint thread */
     int sess[MAX_SESS]; /* -1: failed */
     uint32_t next_sess;
     struct kv_remote remote;
@@ -90,7 +91,8 @@ struct kvcs_client {
     struct erma_rma *rma;
     struct kv_reader *reader;
     struct kvcs_ring *ring;
-    struct server *srv;
+    struct server *srv; /* server s's thread t at srv[s * threads + t] */
+    uint32_t threads, nsrv; /* cfg.server_threads (at least 1); servers x threads */
     struct op *ops;
     uint32_t *free_ops, nfree;
     struct try *tries;

@@ -71,7 +71,7 @@ static void on_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int 
     struct kvcs_client *c = ctx;
     if (ev != ERMA_SM_PEER_FAILED && ev != ERMA_SM_CONNECT_FAILED)
         return;
-    for (uint32_t i = 0; i < c->cfg.nservers; i++)
+    for (uint32_t i = 0; i < c->nsrv; i++)
         for (uint32_t k = 0; k < c->nsess; k++)
             if (c->srv[i].sess[k] == session) {
                 c->srv[i].sess[k] = -1;
@@ -101,7 +101,7 @@ static void on_region(void *tag, int status, const struct erma_rkey *key, const 
 static int ask_region(struct kvcs_client *c, struct server *s)
 {
     for (uint32_t k = 0; k < c->nsess; k++)
-        if (s->sess[k] < 0 && (s->sess[k] = erma_session_create(c->rpc, s->uri, 0)) < 0)
+        if (s->sess[k] < 0 && (s->sess[k] = erma_session_create(c->rpc, s->uri, s->tid)) < 0)
             return s->sess[k];
     if (s->region_rc >= 0)
         return ERMA_OK;
@@ -116,7 +116,7 @@ static int ask_region(struct kvcs_client *c, struct server *s)
  * again: the probe. */
 void kvcs__probe_servers(struct kvcs_client *c, uint64_t now)
 {
-    for (uint32_t i = 0; i < c->cfg.nservers; i++) {
+    for (uint32_t i = 0; i < c->nsrv; i++) {
         struct server *s = &c->srv[i];
         if (!s->down || s->probing || now < s->down_until)
             continue;
@@ -143,7 +143,7 @@ static int fetch_regions(struct kvcs_client *c)
     const uint64_t end = erma_now_ns() + c->cfg.connect_timeout_ns;
     for (;;) {
         bool all = true;
-        for (uint32_t i = 0; i < c->cfg.nservers; i++) {
+        for (uint32_t i = 0; i < c->nsrv; i++) {
             struct server *s = &c->srv[i];
             const int rc = ask_region(c, s);
             if (rc != ERMA_OK)
@@ -160,15 +160,17 @@ static int fetch_regions(struct kvcs_client *c)
 
 static int servers_up(struct kvcs_client *c, const char *const *uris)
 {
-    for (uint32_t i = 0; i < c->cfg.nservers; i++) {
+    for (uint32_t i = 0; i < c->nsrv; i++) {
         struct server *s = &c->srv[i];
+        const char *uri = uris[i / c->threads];
         s->c = c;
+        s->tid = (uint8_t)(i % c->threads);
         for (uint32_t k = 0; k < MAX_SESS; k++)
             s->sess[k] = -1;
         s->region_rc = -1;
-        if (!uris[i] || (size_t)snprintf(s->uri, sizeof s->uri, "%s", uris[i]) >= sizeof s->uri)
+        if (!uri || (size_t)snprintf(s->uri, sizeof s->uri, "%s", uri) >= sizeof s->uri)
             return ERMA_EADDR;
-        s->remote.peer = erma_rma_peer(c->rma, s->uri, 0);
+        s->remote.peer = erma_rma_peer(c->rma, s->uri, s->tid);
         if (s->remote.peer < 0)
             return s->remote.peer;
     }
@@ -236,7 +238,7 @@ static int endpoint_up(struct kvcs_client *c)
 static int client_up(struct kvcs_client *c)
 {
     const uint32_t n = c->cfg.max_ops;
-    c->srv = calloc(c->cfg.nservers, sizeof *c->srv);
+    c->srv = calloc(c->nsrv, sizeof *c->srv);
     c->ops = calloc(n, sizeof *c->ops);
     c->free_ops = calloc(n, sizeof *c->free_ops);
     if (!c->srv || !c->ops || !c->free_ops)
@@ -257,15 +259,17 @@ int kvcs_client_create(const struct kvcs_client_cfg *cfg,
                        struct kvcs_client **out)
 {
     if (!cfg || !cfg->uri || !cfg->servers || !cfg->nservers || !out ||
-        cfg->max_ops > 65536 || (cfg->method != KVCS_RPC && cfg->method != KVCS_READ))
+        cfg->max_ops > 65536 || (cfg->method != KVCS_RPC && cfg->method != KVCS_READ) ||
+        cfg->server_threads > KVCS_MAX_THREADS)
         return ERMA_EINVAL;
     struct kvcs_client *c = calloc(1, sizeof *c);
     if (!c)
         return ERMA_ENOMEM;
     c->cfg = *cfg;
     defaults(&c->cfg);
-    c->nsess = RX_SESSIONS / c->cfg.nservers < MAX_SESS ? RX_SESSIONS / c->cfg.nservers
-                                                        : MAX_SESS;
+    c->threads = c->cfg.server_threads ? c->cfg.server_threads : 1;
+    c->nsrv = c->cfg.nservers * c->threads;
+    c->nsess = RX_SESSIONS / c->nsrv < MAX_SESS ? RX_SESSIONS / c->nsrv : MAX_SESS;
     if (!c->nsess)
         c->nsess = 1;
     c->probe_tick = c->cfg.attempt_timeout_ns / 8;

@@ -13,18 +13,28 @@
  *   is n. The ring is the same in every process.
  *
  * Server
- *   kvcs_server_create() makes one nexus at cfg.uri, one endpoint
- *   (thread id 0) with one RMA engine, and one kv table served with
+ *   kvcs_server_create() makes, for each of cfg.threads endpoint threads
+ *   t (default 1), a nexus and an endpoint of cfg.uri with thread id t
+ *   (udp: PORT + t) with one RMA engine, and one kv table served with
  *   kv_serve() at request types KVCS_TYPE_BASE + kv_op and
  *   registered with kv_server_rma() for one-sided GETs (its key handed
  *   out by the key service, erma/keys.h, at KVCS_TYPE_BASE + KV_REGION).
- *   kvcs_server_run() runs its event loop. Nothing else: a server knows
+ *   Each thread holds its share of the keys (the client picks it, as
+ *   eRPC's and MICA's clients pick a core by key) in a table of
+ *   1 / threads of cfg.buckets and cfg.log_bytes, and shares nothing with
+ *   the others. kvcs_server_run() runs thread 0's event loop; threads 1..
+ *   run their own from create to destroy. Nothing else: a server knows
  *   nothing of the ring or of the other servers.
  *
  * Client
  *   kvcs_client_create() makes a nexus at cfg.uri with one endpoint, an
- *   RMA engine and a kv_reader, connects sessions to endpoint 0 of
- *   every server (4 each, fewer past 32 servers, used in turn: a session
+ *   RMA engine and a kv_reader. With cfg.server_threads T (every server's
+ *   cfg.threads), a key's replicas are the ring's servers, each at its
+ *   endpoint thread given by a hash of the key (FNV-1a, then MurmurHash3's
+ *   finalizer, scaled to T; the same in every client); below,
+ *   "server" means one such endpoint thread, with its own sessions, key,
+ *   down mark and probes. It connects sessions to every server (4 each,
+ *   fewer past 32, used in turn: a session
  *   has only ERMA_SESSION_SLOTS requests in flight, and requests queued
  *   behind them timed out once a failed replica's load moved to the others)
  *   and fetches each table's region and a key derived for this client (the
@@ -141,6 +151,7 @@
 #define KVCS_TYPE_BASE 16
 #define KVCS_MAX_KEY 256
 #define KVCS_MAX_REPLICAS 8
+#define KVCS_MAX_THREADS 8 /* endpoint threads of one server */
 
 /* ---- consistent hashing ---- */
 
@@ -169,14 +180,19 @@ struct kvcs_server_cfg {
     const uint8_t *psk;    /* ERMA_PSK_BYTES: secure RPC sessions (erma_nexus_cfg.psk);
                               clients need the same key. One-sided GETs are
                               sealed either way (erma/rma.h) */
+    uint32_t threads;      /* endpoint threads, each with its share of the keys
+                              (Server); 0 or 1: one, at most KVCS_MAX_THREADS */
 };
 
 struct kvcs_server;
 
 int kvcs_server_create(const struct kvcs_server_cfg *cfg,
                        struct kvcs_server **out);
-/* Runs its event loop ns nanoseconds. */
+/* Runs endpoint thread 0's event loop ns nanoseconds in the caller (the
+ * other threads run from create to destroy). */
 void kvcs_server_run(struct kvcs_server *srv, uint64_t ns);
+/* Stops the other threads, waits for them (up to ERMA_IDLE_SLEEP_MAX_NS
+ * each) and frees everything; NULL is ignored. */
 void kvcs_server_destroy(struct kvcs_server *srv);
 
 /* ---- client ---- */
@@ -209,6 +225,7 @@ struct kvcs_client_cfg {
                                         65536; with no_loc_cache, none */
     bool no_loc_cache;
     bool no_hedge;                   /* GET tries not hedged (for comparison) */
+    uint32_t server_threads;         /* every server's cfg.threads (Client); 0: 1 */
 };
 
 typedef void (*kvcs_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);

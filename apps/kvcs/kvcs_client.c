@@ -2,7 +2,7 @@
  * kvcs_client - a kvcs client (erma/kvcs.h) that checks what it reads.
  *
  *   kvcs_client --uri URI --servers U1,U2,... [--replicas R] [--method read|rpc]
- *               [--ops N] [--keys K] [--depth D] [--cc-off]
+ *               [--ops N] [--keys K] [--depth D] [--cc-off] [--server-threads T]
  *
  * Loads K keys (default 1000), then runs N ops (default 100000), D at a
  * time (default 32): 90% GETs of a random key, 10% PUTs of a new version of
@@ -13,7 +13,8 @@
  * replica had acknowledged a version. Prints one line: ops, failed, wrong,
  * failovers, median and p99 latency in microseconds, and on stderr the
  * first five failed ops, each replica's status and why it is marked down.
- * Exits 0 only when every op completed and wrong == 0.
+ * Exits 0 only when every op completed and wrong == 0. --server-threads T:
+ * the servers run kvcs_server --threads T.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -246,7 +247,8 @@ static uint32_t split(char *list, const char **out, uint32_t max)
 static int usage(void)
 {
     fprintf(stderr, "usage: kvcs_client --uri URI --servers U1,U2,... [--replicas R] "
-                    "[--method read|rpc] [--ops N] [--keys K] [--depth D] [--cc-off]\n");
+                    "[--method read|rpc] [--ops N] [--keys K] [--depth D] [--cc-off]\n"
+                    "                   [--server-threads T]\n");
     return 2;
 }
 
@@ -258,7 +260,7 @@ static int parse(int argc, char **argv, struct kvcs_client_cfg *cfg, struct prog
         {"replicas", required_argument, NULL, 'r'}, {"method", required_argument, NULL, 'm'},
         {"ops", required_argument, NULL, 'n'},     {"keys", required_argument, NULL, 'k'},
         {"depth", required_argument, NULL, 'd'},   {"cc-off", no_argument, NULL, 'c'},
-        {NULL, 0, NULL, 0}};
+        {"server-threads", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
     for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         if (o == 'u')
             cfg->uri = optarg;
@@ -276,6 +278,8 @@ static int parse(int argc, char **argv, struct kvcs_client_cfg *cfg, struct prog
             p->depth = (uint32_t)strtoul(optarg, NULL, 0);
         else if (o == 'c')
             cfg->cc_off = true;
+        else if (o == 't')
+            cfg->server_threads = (uint32_t)strtoul(optarg, NULL, 0);
         else
             return ERMA_EINVAL;
     }

@@ -2,10 +2,12 @@
  * kvcs_server - one kvcs cache server (erma/kvcs.h).
  *
  *   kvcs_server --uri udp://127.0.0.1:PORT [--buckets N] [--log-bytes N] [--seconds S]
- *               [--idle-wait-us U | --poll]
+ *               [--idle-wait-us U | --poll] [--threads T]
  *
  * Serves its kv table by RPC and one-sided READ until SIGTERM or SIGINT, or
- * for S seconds (default: until a signal). Once idle for U us (default 50)
+ * for S seconds (default: until a signal). With --threads T, T endpoint
+ * threads on ports PORT..PORT+T-1, each with its share of the keys
+ * (clients need kvcs_client --server-threads T). Once idle for U us (default 50)
  * it sleeps in the socket until a packet comes, as servers do (an idle
  * server uses well under 1% of a core); --poll never sleeps (a core, the
  * lowest latency). Exits 0, 1 when it cannot start (address in use, ...),
@@ -29,13 +31,15 @@ static void on_signal(int sig)
 
 static const char usage_text[] =
     "usage: kvcs_server --uri URI [--buckets N] [--log-bytes N] [--seconds S]\n"
-    "                   [--idle-wait-us U | --poll]\n"
+    "                   [--idle-wait-us U | --poll] [--threads T]\n"
     "  --uri URI          listen here, e.g. udp://127.0.0.1:31850\n"
     "  --buckets N        kv buckets (default 65536)\n"
     "  --log-bytes N      kv item log bytes (default 64 MiB)\n"
     "  --seconds S        exit after S seconds (default: at SIGTERM or SIGINT)\n"
     "  --idle-wait-us U   spin U us once idle, then sleep until a packet (default 50)\n"
-    "  --poll             never sleep (a whole core, the lowest latency)\n";
+    "  --poll             never sleep (a whole core, the lowest latency)\n"
+    "  --threads T        T endpoint threads at ports PORT.., each with its share of\n"
+    "                     the keys (default 1, at most 8)\n";
 
 static int usage(FILE *f, int rc)
 {
@@ -51,6 +55,7 @@ int main(int argc, char **argv)
                                          {"seconds", required_argument, NULL, 's'},
                                          {"idle-wait-us", required_argument, NULL, 'i'},
                                          {"poll", no_argument, NULL, 'p'},
+                                         {"threads", required_argument, NULL, 't'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     struct kvcs_server_cfg cfg = {0};
@@ -68,12 +73,14 @@ int main(int argc, char **argv)
             cfg.idle_wait_ns = strtoull(optarg, NULL, 0) * 1000;
         else if (o == 'p')
             cfg.busy_poll = true;
+        else if (o == 't')
+            cfg.threads = (uint32_t)strtoul(optarg, NULL, 0);
         else if (o == 'h')
             return usage(stdout, 0);
         else
             return usage(stderr, 2);
     }
-    if (!cfg.uri || optind != argc || seconds < 0)
+    if (!cfg.uri || optind != argc || seconds < 0 || cfg.threads > KVCS_MAX_THREADS)
         return usage(stderr, 2);
     const struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);

@@ -82,12 +82,13 @@ struct servers {
 
 static struct servers *running; /* killed by the teardown if a test fails */
 
-static void server_main(const char *uri)
+static void server_main(const char *uri, uint32_t threads)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
     /* three servers and the client share two cores: servers sleep when idle */
     const struct kvcs_server_cfg cfg = {.uri = uri, .buckets = 1 << 14,
-                                        .log_bytes = 32u << 20, .idle_wait_ns = 20000};
+                                        .log_bytes = 32u << 20, .idle_wait_ns = 20000,
+                                        .threads = threads};
     struct kvcs_server *srv;
     if (kvcs_server_create(&cfg, &srv) != ERMA_OK)
         _exit(2);
@@ -109,7 +110,7 @@ static void servers_up(struct servers *s, int slot)
         s->pid[i] = fork();
         assert_true(s->pid[i] >= 0);
         if (s->pid[i] == 0)
-            server_main(s->uri[i]);
+            server_main(s->uri[i], 1);
     }
     snprintf(s->client_uri, sizeof s->client_uri, "udp://127.0.0.1:%d", base + NSERVERS);
     running = s;
@@ -398,6 +399,55 @@ static void test_methods(void **state)
     servers_down(&s);
 }
 
+/* ---- server threads ---- */
+
+/* One server of two endpoint threads: a client that knows it stores and
+ * finds every key by both methods; one that knows only thread 0 finds
+ * only the keys FNV-1a puts there, so the threads hold shares of the keys,
+ * not copies of all. */
+static void test_server_threads(void **state)
+{
+    (void)state;
+    static struct servers s;
+    static struct rec recs[KEYS];
+    const int base = test_port_base(16); /* slot 0: thread 1 takes base + 1 */
+    s.n = 1;
+    snprintf(s.uri[0], sizeof s.uri[0], "udp://127.0.0.1:%d", base);
+    s.uris[0] = s.uri[0];
+    snprintf(s.client_uri, sizeof s.client_uri, "udp://127.0.0.1:%d", base + 3);
+    s.pid[0] = fork();
+    assert_true(s.pid[0] >= 0);
+    if (s.pid[0] == 0)
+        server_main(s.uri[0], 2);
+    running = &s;
+    struct kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris, .nservers = 1,
+                                  .replicas = 1, .attempt_timeout_ns = 3 * SEC,
+                                  .failure_ns = 30 * SEC, .cc_off = true, .server_threads = 2};
+    struct kvcs_client *c;
+    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
+    recs_reset(recs, KEYS, c, 0);
+    batch(c, recs, KEYS, 64, put_rec);
+    for (uint32_t i = 0; i < KEYS; i++)
+        assert_int_equal(recs[i].status, ERMA_OK);
+    check_gets(c, recs, KVCS_RPC);
+    check_gets(c, recs, KVCS_READ);
+    kvcs_client_destroy(c);
+    cfg.server_threads = 1;
+    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
+    recs_reset(recs, KEYS, c, 0);
+    batch(c, recs, KEYS, 64, get_rec);
+    uint32_t found = 0, missed = 0;
+    for (uint32_t i = 0; i < KEYS; i++) {
+        found += recs[i].status == ERMA_OK && recs[i].value_ok;
+        missed += recs[i].status == ERMA_ENOENT;
+    }
+    print_message("  thread 0 alone: %u of %u keys found, %u missed\n", found, KEYS, missed);
+    assert_int_equal(found + missed, KEYS);
+    assert_true(found > KEYS / 4 && missed > KEYS / 4);
+    kvcs_client_destroy(c);
+    servers_down(&s);
+}
+
 /* ---- 3: a replica killed under a mixed workload ---- */
 
 #define FKEYS 500
@@ -604,7 +654,7 @@ static void check_rejoin(struct fail_run *r, struct servers *s)
     s->pid[r->victim] = fork();
     assert_true(s->pid[r->victim] >= 0);
     if (s->pid[r->victim] == 0)
-        server_main(s->uri[r->victim]);
+        server_main(s->uri[r->victim], 1);
     const uint64_t t0 = erma_now_ns();
     uint64_t put_back = 0, read_back = 0;
     kvcs_client_set_method(r->c, KVCS_READ);
@@ -728,7 +778,7 @@ static void test_lone_replica_rejoins(void **state)
     s.pid[0] = fork();
     assert_true(s.pid[0] >= 0);
     if (s.pid[0] == 0)
-        server_main(s.uri[0]);
+        server_main(s.uri[0], 1);
     const uint64_t t0 = erma_now_ns();
     const bool back = lone_gets(c, &l, 3 * SEC, true);
     print_message("  a lone replica answered again %.0f ms after its restart\n",
@@ -864,6 +914,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring),
         cmocka_unit_test_teardown(test_methods, kill_servers),
+        cmocka_unit_test_teardown(test_server_threads, kill_servers),
         cmocka_unit_test_teardown(test_replica_failure, kill_servers),
         cmocka_unit_test_teardown(test_lone_replica_rejoins, kill_servers),
         cmocka_unit_test_teardown(test_all_replicas_down, kill_servers),
