@@ -23,6 +23,7 @@ bool kvcs__transport_failure(int st)
     case ERMA_EDISPATCH:
     case ERMA_EAUTH:
     case ERMA_ENOREGION:
+    case ERMA_ESUPERSEDED: /* rekeyed: the probe fetches the key again */
         return true;
     default:
         return false;

@@ -78,7 +78,8 @@
  *        while some untried replica is not down. A try that fails at the
  *        transport level (ERMA_ETIMEDOUT, ERMA_EPEERFAILED, ERMA_ESESSRESET,
  *        ERMA_ECANCELLED, ERMA_EREFUSED, ERMA_ENACK, ERMA_EDISPATCH, and for
- *        READs ERMA_EAUTH and ERMA_ENOREGION, a restarted server's answers)
+ *        READs ERMA_EAUTH and ERMA_ENOREGION, a restarted server's answers,
+ *        and ERMA_ESUPERSEDED, a rekeyed region's: the probe fetches the key)
  *        marks its replica down, and once no try of the GET is in flight it
  *        moves on to the next replica (a failover, as is passing over a
  *        replica marked down). ERMA_EAGAIN (too many torn reads) moves on
