@@ -55,6 +55,8 @@
  * (default 20; kvcs server cfg.idle_wait_ns), so that three of them can
  * share one core; the client polls. --cpu LIST pins this process to the
  * first CPU and the servers to the others in turn (default: no pinning).
+ * --server-threads N gives each server N endpoint threads with a share of
+ * the keys each (kvcs cfg.threads; the client knows it), unpinned.
  */
 #include <math.h>
 #include <signal.h>
@@ -93,6 +95,8 @@ static const char usage[] =
     "  --closed           sweep: one GET at a time (closed loop) instead of --loads\n"
     "  --no-hedge         GET tries not hedged (kvcs cfg.no_hedge)\n"
     "  --only M           sweep: only method M, read or rpc (for profiles; no ratios)\n"
+    "  --server-threads N each server runs N endpoint threads, keys split among them\n"
+    "                     (kvcs cfg.threads; ports P..P+N-1; servers then unpinned)\n"
     "  --idle-wait-us U   servers sleep once idle U us (default 20)\n"
     "  --base-port P      forked servers on udp://127.0.0.1:P, P+8, ... (default 42100)\n"
     "  --cpu LIST         CPUs: this process, then the servers in turn (default: none)\n"
@@ -116,6 +120,7 @@ struct opts {
     double seconds, kill_at, load, idle_wait_us, attempt_ms, slow_ms;
     unsigned rounds;
     bool psk, no_loc_cache, closed, no_hedge;
+    unsigned server_threads; /* each server's endpoint threads (kvcs cfg.threads) */
     int only; /* sweep: 0 both, else KVCS_READ + 1 or KVCS_RPC + 1 */
     const char *loads, *role, *uri, *server_list;
     int base_port;
@@ -166,12 +171,13 @@ static const char *method_name(enum kvcs_method m)
 /* Runs one kvcs server here until the parent dies (forked: getppid() == 1)
  * or, with forever, until killed. */
 static int server_run(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes,
-                      const uint8_t *psk, bool forever)
+                      const uint8_t *psk, unsigned threads, bool forever)
 {
     struct kvcs_server *s;
-    const struct kvcs_server_cfg cfg = {.uri = uri, .buckets = 1u << 14,
-                                        .log_bytes = log_bytes,
-                                        .idle_wait_ns = idle_wait_ns, .psk = psk};
+    const struct kvcs_server_cfg cfg = {.uri = uri, .buckets = threads << 14,
+                                        .log_bytes = log_bytes * threads,
+                                        .idle_wait_ns = idle_wait_ns, .psk = psk,
+                                        .threads = threads};
     const int rc = kvcs_server_create(&cfg, &s);
     if (rc != ERMA_OK) {
         fprintf(stderr, "kvcs: server on %s: %s\n", uri, erma_strerror(rc));
@@ -183,15 +189,16 @@ static int server_run(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes
     return 0;
 }
 
+/* Forks a server pinned to cpu (its threads inherit it; -1: unpinned). */
 static pid_t server_fork(const char *uri, uint64_t idle_wait_ns, uint64_t log_bytes,
-                         const uint8_t *psk, int cpu)
+                         const uint8_t *psk, unsigned threads, int cpu)
 {
     const pid_t pid = fork();
     if (pid != 0)
         return pid;
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
     bench_pin(cpu);
-    _exit(server_run(uri, idle_wait_ns, log_bytes, psk, false));
+    _exit(server_run(uri, idle_wait_ns, log_bytes, psk, threads, false));
 }
 
 /* A server's item log: twice what the keys take at the largest value size
@@ -700,7 +707,8 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"role", 1, 0, 'R'},      {"server", 1, 0, 'S'},       {"uri", 1, 0, 'u'},
         {"slow-ms", 1, 0, 'w'},   {"rounds", 1, 0, 'n'},       {"psk", 0, 0, 'P'},
         {"no-loc-cache", 0, 0, 'C'}, {"closed", 0, 0, 'c'},
-        {"no-hedge", 0, 0, 'H'}, {"only", 1, 0, 'O'}, {0, 0, 0, 0}};
+        {"no-hedge", 0, 0, 'H'}, {"only", 1, 0, 'O'}, {"server-threads", 1, 0, 'T'},
+        {0, 0, 0, 0}};
     bench_cli_init(cli, "kvcs", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -729,6 +737,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'C': o->no_loc_cache = true; break;
         case 'c': o->closed = true; break;
         case 'H': o->no_hedge = true; break;
+        case 'T': o->server_threads = (unsigned)bench_cli_u64(cli, optarg); break;
         case 'O':
             if (strcmp(optarg, "rpc") && strcmp(optarg, "read"))
                 bench_cli_fail(cli, "unknown method '%s'", optarg);
@@ -749,9 +758,11 @@ static void check(const struct bench_cli *cli, const struct opts *o)
         bench_cli_fail(cli, "--kill-at kills a server this program forked: not with --role client");
     if (o->servers < 1 || o->servers > MAX_SERVERS || o->keys < 1 || o->keys > 10000000 ||
         o->seconds <= 0 || o->seconds > 600 || o->attempt_ms <= 0 || o->slow_ms <= 0 ||
-        o->rounds < 1 || o->rounds > MAX_ROUNDS)
+        o->rounds < 1 || o->rounds > MAX_ROUNDS || o->server_threads < 1 ||
+        o->server_threads > 8)
         bench_cli_fail(cli, "--servers (1..8), --keys, --seconds (up to 600), --attempt-ms, "
-                            "--slow-ms or --rounds (1..%d) out of range", MAX_ROUNDS);
+                            "--slow-ms, --rounds (1..%d) or --server-threads (1..8) out of "
+                            "range", MAX_ROUNDS);
     if (o->kill_at > 0 && (o->kill_at >= o->seconds || o->load <= 0))
         bench_cli_fail(cli, "--kill-at must come before --seconds end, with --load above 0");
     for (unsigned i = 0; i < cli->nsizes; i++)
@@ -796,7 +807,7 @@ static int run_sizes(struct run *r, struct opts *o, const struct bench_cli *cli,
 int main(int argc, char **argv)
 {
     struct opts o = {.servers = 3, .replicas = 3, .keys = 10000, .seconds = 2,
-                     .loads = "5000,20000,50000,100000", .base_port = 42100, .load = 10000,
+                     .server_threads = 1, .loads = "5000,20000,50000,100000", .base_port = 42100, .load = 10000,
                      .idle_wait_us = 20, .attempt_ms = 100, .slow_ms = 10, .rounds = 1,
                      .role = "both",
                      .method = KVCS_READ};
@@ -810,7 +821,7 @@ int main(int argc, char **argv)
     const uint8_t *psk = o.psk ? key : NULL;
     bench_pin(bench_cli_cpu(&cli, 0));
     if (strcmp(o.role, "server") == 0)
-        return server_run(o.server_list, idle_ns, log, psk, true);
+        return server_run(o.server_list, idle_ns, log, psk, o.server_threads, true);
     char uris[MAX_SERVERS][128], list[1024], me[64];
     const char *srv[MAX_SERVERS];
     pid_t pids[MAX_SERVERS] = {0};
@@ -824,7 +835,8 @@ int main(int argc, char **argv)
         for (unsigned i = 0; i < o.servers; i++) {
             snprintf(uris[i], sizeof uris[i], "udp://127.0.0.1:%d", o.base_port + (int)(i * 8));
             srv[i] = uris[i];
-            pids[i] = server_fork(uris[i], idle_ns, log, psk, bench_cli_cpu(&cli, 1 + i));
+            pids[i] = server_fork(uris[i], idle_ns, log, psk, o.server_threads,
+                                  o.server_threads > 1 ? -1 : bench_cli_cpu(&cli, 1 + i));
         }
     }
     snprintf(me, sizeof me, "udp://127.0.0.1:%d", o.base_port + (int)(o.servers * 8));
@@ -832,7 +844,8 @@ int main(int argc, char **argv)
         .uri = o.uri ? o.uri : me, .servers = srv, .nservers = o.servers,
         .replicas = o.replicas, .max_ops = 1024,
         .attempt_timeout_ns = (uint64_t)(o.attempt_ms * 1e6), .cc_off = true,
-        .psk = psk, .no_loc_cache = o.no_loc_cache, .no_hedge = o.no_hedge};
+        .psk = psk, .no_loc_cache = o.no_loc_cache, .no_hedge = o.no_hedge,
+        .server_threads = o.server_threads};
     bench_note(cli.csv, "kvcs: %u servers (%s, ...), %u replicas, %u keys; servers sleep once "
                "idle %.0f us, the client polls", o.servers, srv[0], o.replicas, o.keys,
                o.idle_wait_us);
