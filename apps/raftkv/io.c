@@ -256,18 +256,26 @@ static raft_time m_time(struct raft_io *io)
 }
 
 /* libraft draws only its election timer here, in [E, 2E] for election
- * timeout E; raftkv draws in the first 1 / ELECTION_SPREAD_DIV of that.
- * libraft 0.15's followers refuse their vote while they still know a
- * leader, so after the leader dies an election ends only once the *last*
- * follower's timer has fired: the whole spread adds to the failover.
- * E / 4 (125 ms by default) is still far above a vote's round trip, which
- * is what the spread must beat to keep split votes rare. */
-#define ELECTION_SPREAD_DIV 4
+ * timeout E, each time it restarts it. A follower's is drawn in the first
+ * 1 / ELECTION_SPREAD_DIV of that: libraft 0.15's followers refuse even a
+ * pre-vote while they still know a leader, so after the leader dies an
+ * election can succeed only once the *last* follower's timer has fired,
+ * and the whole spread adds to the failover. E / 8 (62 ms by default) is
+ * still far above a vote's round trip, which is what the spread must beat
+ * to keep split votes rare. A candidate's (a pre-vote or vote under way)
+ * is drawn in [E / 32, E / 16]: a candidate refused by a follower that
+ * still knew the old leader, or by one whose log is longer (so the other
+ * must win), asks again soon after that follower's own timer fired, not
+ * about E later; with pre-votes an early retry cannot disturb a live
+ * leader. */
+#define ELECTION_SPREAD_DIV 8
 
 static int m_random(struct raft_io *io, int min, int max)
 {
     struct rkio *k = io->impl;
     const int spread = (max - min) / ELECTION_SPREAD_DIV;
+    if (k->raft && raft_state((struct raft *)k->raft) == RAFT_CANDIDATE && spread >= 4)
+        return spread / 4 + (int)erma_rand_below(&k->rnd, (uint64_t)spread / 4 + 1);
     if (spread <= 0)
         return min;
     return min + (int)erma_rand_below(&k->rnd, (uint64_t)spread + 1);
@@ -322,6 +330,11 @@ int raftkv_io_init(struct raft_io *io, struct erma_nexus *nx, const struct raftk
 void raftkv_io_attach(struct raft_io *io, struct erma_rpc *rpc)
 {
     ((struct rkio *)io->impl)->rpc = rpc;
+}
+
+void raftkv_io_watch(struct raft_io *io, const struct raft *r)
+{
+    ((struct rkio *)io->impl)->raft = r;
 }
 
 /* The tick, when due. */

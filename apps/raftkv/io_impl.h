@@ -54,6 +54,7 @@ struct rkio {
     struct raft_io *io;
     struct raftkv_io_cfg cfg;
     struct erma_rpc *rpc;
+    const struct raft *raft; /* raftkv_io_watch(): its state, for random() */
     raft_id id;
     char addr[ADDR_MAX];
     uint64_t tick_ns; /* libraft's msecs / TICKS_PER_MSECS */

@@ -43,8 +43,9 @@
  *   snapshot). Ticks: five every msecs of erma_now_ns() (virtual time on
  *   the sim fabric), checked by each poll, so that libraft's timers fire
  *   within msecs / 5 of their time; time() is erma_now_ns() in ms,
- *   random() a seeded xoshiro256** that draws election timeouts in
- *   [E, 1.25E] rather than libraft's [E, 2E] (io.c says why).
+ *   random() a seeded xoshiro256** that draws a follower's election
+ *   timeout in [E, 1.125E] rather than libraft's [E, 2E], a candidate's in
+ *   [E / 32, E / 16] (io.c says why).
  *   no_fsync skips every fsync (benchmarks only: a crash may lose
  *   acknowledged writes). Every integer in messages and files is
  *   little-endian.
@@ -194,6 +195,10 @@ int raftkv_io_init(struct raft_io *io, struct erma_nexus *nx,
 /* The erma_rpc the io sends on; its cfg.sm_handler must be
  * raftkv_io_sm with sm_ctx the io (or call it from its own). */
 void raftkv_io_attach(struct raft_io *io, struct erma_rpc *rpc);
+/* The raft the io serves (after raft_init()), whose state random() asks:
+ * a candidate's election timer is drawn short (io.c). Without it every
+ * timer is a follower's. */
+void raftkv_io_watch(struct raft_io *io, const struct raft *r);
 void raftkv_io_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev, int err,
                   void *ctx);
 /* Opens a session to a peer ahead of the first send (which otherwise

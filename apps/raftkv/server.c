@@ -75,6 +75,7 @@ static int start_raft(struct raftkv_server *s)
     }
     s->raft_inited = true;
     s->raft.data = s;
+    raftkv_io_watch(&s->io, &s->raft);
     raft_set_heartbeat_timeout(&s->raft, c->heartbeat_ms);
     raft_set_election_timeout(&s->raft, c->election_ms);
     raft_set_install_snapshot_timeout(&s->raft, c->election_ms);
