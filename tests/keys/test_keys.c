@@ -19,6 +19,7 @@
 
 #include "erma/keys.h"
 #include "erma/sdk/wire.h"
+#include "loop_thread.h"
 #include "rma_util.h"
 
 static bool SIM = true, UDP = false;
@@ -341,32 +342,13 @@ static void test_bad_arguments(void **state)
 
 /* ---- the blocking fetch, on udp with the server's loop on a thread ---- */
 
-struct server {
-    struct erma_endpoint *ep;
-    atomic_bool stop;
-    pthread_t th;
-};
-
-static bool server_stopped(void *ctx)
-{
-    return atomic_load(&((struct server *)ctx)->stop);
-}
-
-static void *server_run(void *arg)
-{
-    struct server *s = arg;
-    erma_endpoint_run_until(s->ep, server_stopped, s, UINT64_MAX);
-    return NULL;
-}
-
 static void test_fetch_wait(void **state)
 {
     (void)state;
     struct fx f;
     fx_up(&f, false);
-    struct server s = {.ep = f.w.ep[0]};
-    atomic_init(&s.stop, false);
-    assert_int_equal(pthread_create(&s.th, NULL, server_run, &s), 0);
+    struct loop_thread s;
+    loop_thread_start(&s, f.w.ep[0]);
     struct erma_rkey k;
     uint8_t info[ERMA_KEYS_INFO_MAX];
     size_t n = sizeof info;
@@ -386,8 +368,7 @@ static void test_fetch_wait(void **state)
     assert_int_equal(erma_keys_fetch_wait(f.w.rpc[1], f.w.rma[1], f.sess[1], ERMA_KEYS_REQ_TYPE,
                                           "table", 10 * SEC, &k, NULL, NULL),
                      ERMA_OK);
-    atomic_store(&s.stop, true);
-    pthread_join(s.th, NULL);
+    loop_thread_stop(&s);
     /* the server's loop stopped: ERMA_ETIMEDOUT; the answer, once the loop
      * runs again, goes to no one (and frees what the wait left) */
     assert_int_equal(erma_keys_fetch_wait(f.w.rpc[1], f.w.rma[1], f.sess[1], ERMA_KEYS_REQ_TYPE,

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "loop_thread.h"
 #include "ports.h"
 #include "rma_util.h"
 
@@ -396,38 +397,8 @@ static void test_xfer_cb(void **state)
 
 /* ---- erma_rma_wait() ---- */
 
-/* The target's loop on a thread of its own, so that a wait, which runs
- * only the initiator's loop, gets answers. */
-struct server {
-    struct erma_endpoint *ep;
-    atomic_bool stop;
-    pthread_t th;
-};
-
-static bool server_stopped(void *ctx)
-{
-    return atomic_load(&((struct server *)ctx)->stop);
-}
-
-static void *server_run(void *arg)
-{
-    struct server *s = arg;
-    erma_endpoint_run_until(s->ep, server_stopped, s, UINT64_MAX);
-    return NULL;
-}
-
-static void server_start(struct server *s, struct erma_endpoint *ep)
-{
-    s->ep = ep;
-    atomic_init(&s->stop, false);
-    assert_int_equal(pthread_create(&s->th, NULL, server_run, s), 0);
-}
-
-static void server_stop(struct server *s)
-{
-    atomic_store(&s->stop, true);
-    pthread_join(s->th, NULL);
-}
+/* The target's loop runs on a thread of its own (loop_thread.h), so that
+ * a wait, which runs only the initiator's loop, gets answers. */
 
 static int submit(struct erma_rma *rma, struct erma_rma_cmd c)
 {
@@ -552,14 +523,14 @@ static void test_wait(void **state)
     (void)state;
     struct fx f;
     fx_up(&f, false, NULL);
-    struct server s;
-    server_start(&s, f.w.ep[0]);
+    struct loop_thread s;
+    loop_thread_start(&s, f.w.ep[0]);
     wait_polled(&f);
     wait_callback(&f);
     wait_transfers(&f);
     wait_all(&f);
     wait_bad_ids(&f);
-    server_stop(&s);
+    loop_thread_stop(&s);
     fx_down(&f);
 }
 
