@@ -150,6 +150,8 @@ int bench_raw_stream(const char *uri, const char *peer, uint32_t window, double 
 /* RPC measurements, client side; the server runs bench_rpc_server(). */
 struct erma_rpc_cfg;
 struct erma_endpoint_cfg;
+struct erma_endpoint;
+struct erma_rpc;
 struct bench_rpc_opts {
     const char *uri;    /* client endpoint URI */
     const char *server; /* server endpoint URI */
@@ -227,6 +229,12 @@ int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps);
  * in cpus[t], -1 for none. At most BENCH_MAX_THREADS threads. */
 #define BENCH_MAX_THREADS 32
 
+/* --cpu with --threads n: thread t's CPU on this side in cpus[0][t] and
+ * its server's in cpus[1][t], from one CPU F (F+t and F+n+t) or a list of
+ * 2n (this side's, then the servers'). Returns false (cpus untouched)
+ * without --cpu; fails (bench_cli_fail) with another count of CPUs. */
+bool bench_cli_thread_cpus(const struct bench_cli *c, unsigned n, int cpus[2][BENCH_MAX_THREADS]);
+
 /* Threads that start together: bench_gate_wait() returns once `parties`
  * calls have arrived (NULL: at once); bench_gate_parties() lowers the
  * count when fewer threads started than planned. One use. */
@@ -275,6 +283,24 @@ void bench_rpc_servers_stop(struct bench_rpc_servers *s);
 pid_t bench_rpc_servers_fork(const char *uri, unsigned n, const int *cpus,
                              const struct erma_rpc_cfg *cfg,
                              const struct erma_endpoint_cfg *ep_cfg, uint64_t max_ns);
+/* More for each server thread t to serve, on that thread: open(ctx, t,
+ * ep, rpc) once its endpoint and erma_rpc are up, before it serves (an
+ * RMA engine, a key service; an error fails the start), and close(ctx, t)
+ * when it stops, before they go (also after a failed open). */
+struct bench_thread_ext {
+    int (*open)(void *ctx, unsigned t, struct erma_endpoint *ep, struct erma_rpc *rpc);
+    void (*close)(void *ctx, unsigned t);
+    void *ctx;
+};
+int bench_rpc_servers_start_ext(const char *uri, unsigned n, const int *cpus,
+                                const struct erma_rpc_cfg *cfg,
+                                const struct erma_endpoint_cfg *ep_cfg,
+                                const struct bench_thread_ext *ext,
+                                struct bench_rpc_servers **out);
+pid_t bench_rpc_servers_fork_ext(const char *uri, unsigned n, const int *cpus,
+                                 const struct erma_rpc_cfg *cfg,
+                                 const struct erma_endpoint_cfg *ep_cfg,
+                                 const struct bench_thread_ext *ext, uint64_t max_ns);
 /* n bench_raw_server threads (ports of uri plus 0..n-1) in a forked child;
  * bench_raw_servers_stop() tells each of peer's n from uri to stop and
  * reaps the child. */

@@ -158,6 +158,18 @@ int bench_cli_cpu(const struct bench_cli *c, unsigned who)
     return c->ncpus > 1 ? c->cpus[1 + (who - 1) % (c->ncpus - 1)] : -1;
 }
 
+bool bench_cli_thread_cpus(const struct bench_cli *c, unsigned n, int cpus[2][BENCH_MAX_THREADS])
+{
+    if (c->ncpus && c->ncpus != 1 && c->ncpus != 2 * n)
+        bench_cli_fail(c, "--cpu with --threads %u: one CPU F (threads on F, F+1, ...) or "
+                          "%u CPUs", n, 2 * n);
+    for (unsigned t = 0; t < n && c->ncpus; t++)
+        for (unsigned side = 0; side < 2; side++)
+            cpus[side][t] = c->ncpus == 1 ? c->cpus[0] + (int)(side * n + t)
+                                          : c->cpus[side * n + t];
+    return c->ncpus > 0;
+}
+
 uint64_t bench_iters_for(uint64_t base, uint32_t size)
 {
     if (size <= 4096)

@@ -349,20 +349,6 @@ static long port_of(const char *uri)
     return c && end != c + 1 ? p : -1;
 }
 
-/* --threads N: thread t's CPUs from --cpu F or a list of 2N. */
-static void thread_cpus(const struct bench_cli *cli, struct opts *o)
-{
-    const unsigned n = o->threads;
-    o->pinned = cli->ncpus > 0;
-    if (cli->ncpus && cli->ncpus != 1 && cli->ncpus != 2 * n)
-        bench_cli_fail(cli, "--cpu with --threads %u: one CPU F (threads on F, F+1, ...) or "
-                            "%u CPUs", n, 2 * n);
-    for (unsigned t = 0; t < n && o->pinned; t++)
-        for (unsigned side = 0; side < 2; side++)
-            o->cpus[side][t] = cli->ncpus == 1 ? cli->cpus[0] + (int)(side * n + t)
-                                               : cli->cpus[side * n + t];
-}
-
 static void thread_layout(const struct bench_cli *cli, struct opts *o);
 
 /* The options --threads allows; fails with the reason. */
@@ -387,7 +373,7 @@ static void thread_layout(const struct bench_cli *cli, struct opts *o)
         bench_cli_fail(cli, "--threads %u: the erma server's ports (%ld and on) and the raw "
                             "server's (%ld and on) overlap; give --raw-server a port %u apart",
                        o->threads, a, b, o->threads);
-    thread_cpus(cli, o);
+    o->pinned = bench_cli_thread_cpus(cli, o->threads, o->cpus);
 }
 
 /* Checks the options against the mode; fails with the reason. */
@@ -499,7 +485,9 @@ static int run_threads(struct bench_cli *cli, struct opts *o)
                o->raw_server, o->ep.busy_poll ? "every endpoint busy-polls" :
                "erma endpoints sleep when idle (--no-poll), raw polls", o->rounds);
     struct bench_table t;
-    bench_table_start(&t, cli->csv, rpc_threads_header);
+    char header[256];
+    rpc_threads_header(header, sizeof header);
+    bench_table_start(&t, cli->csv, header);
     for (unsigned i = 0; i < cli->nsizes; i++) {
         set_size(o, cli->sizes[i]);
         if (rpc_threads_run(&to, &t) != 0)

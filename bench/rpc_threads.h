@@ -3,6 +3,8 @@
 #ifndef ERMA_BENCH_RPC_THREADS_H
 #define ERMA_BENCH_RPC_THREADS_H
 
+#include <stddef.h>
+
 #include "bench.h"
 
 struct rpc_threads_opts {
@@ -14,8 +16,8 @@ struct rpc_threads_opts {
     const int *client_cpus, *server_cpus; /* thread t's CPU; NULL: unpinned */
 };
 
-/* The table's header. */
-extern const char rpc_threads_header[];
+/* The table's header into buf. */
+void rpc_threads_header(char *buf, size_t len);
 
 /* Runs o->rounds rounds at o->rpc->size and prints their rows and the
  * median rows; returns 0, or 1 after a measurement failed (said on stderr). */

@@ -172,6 +172,7 @@ struct bench_rpc_servers {
     struct erma_rpc_cfg cfg;
     struct erma_endpoint_cfg ep_cfg;
     bool has_cfg, has_ep_cfg;
+    struct bench_thread_ext ext; /* .open NULL: none */
     struct erma_nexus *nx;
     struct bench_gate ready; /* the threads with their endpoints open, and the starter */
     unsigned started;
@@ -195,12 +196,17 @@ static void *server_main(void *arg)
     int rc = erma_endpoint_create(s->uri, (uint8_t)st->t, s->has_ep_cfg ? &s->ep_cfg : NULL, &ep);
     if (rc == ERMA_OK)
         rc = erma_rpc_create(s->nx, ep, s->has_cfg ? &s->cfg : NULL, &rpc);
+    const bool ext = rc == ERMA_OK && s->ext.open;
+    if (ext)
+        rc = s->ext.open(s->ext.ctx, st->t, ep, rpc);
     if (rc != ERMA_OK)
         ERMA_ERROR("rpc server thread %u on %s: %s", st->t, s->uri, erma_strerror(rc));
     st->rc = rc;
     bench_gate_wait(&s->ready);
     while (rc == ERMA_OK && !servers_stopped(s))
         erma_endpoint_run_until(ep, servers_stopped, s, 1000000000);
+    if (ext)
+        s->ext.close(s->ext.ctx, st->t);
     if (rpc)
         erma_rpc_destroy(rpc);
     erma_endpoint_destroy(ep);
@@ -235,6 +241,15 @@ int bench_rpc_servers_start(const char *uri, unsigned n, const int *cpus,
                             const struct erma_rpc_cfg *cfg, const struct erma_endpoint_cfg *ep_cfg,
                             struct bench_rpc_servers **out)
 {
+    return bench_rpc_servers_start_ext(uri, n, cpus, cfg, ep_cfg, NULL, out);
+}
+
+int bench_rpc_servers_start_ext(const char *uri, unsigned n, const int *cpus,
+                                const struct erma_rpc_cfg *cfg,
+                                const struct erma_endpoint_cfg *ep_cfg,
+                                const struct bench_thread_ext *ext,
+                                struct bench_rpc_servers **out)
+{
     if (!uri || !out || n == 0 || n > BENCH_MAX_THREADS)
         return ERMA_EINVAL;
     struct bench_rpc_servers *s = aligned_alloc(64, sizeof *s);
@@ -252,6 +267,8 @@ int bench_rpc_servers_start(const char *uri, unsigned n, const int *cpus,
         s->cfg = *cfg;
     if (ep_cfg)
         s->ep_cfg = *ep_cfg;
+    if (ext)
+        s->ext = *ext;
     int rc = bench_rpc_echo_nexus(&s->nx);
     if (rc != ERMA_OK) {
         free(s);
@@ -285,11 +302,19 @@ pid_t bench_rpc_servers_fork(const char *uri, unsigned n, const int *cpus,
                              const struct erma_rpc_cfg *cfg,
                              const struct erma_endpoint_cfg *ep_cfg, uint64_t max_ns)
 {
+    return bench_rpc_servers_fork_ext(uri, n, cpus, cfg, ep_cfg, NULL, max_ns);
+}
+
+pid_t bench_rpc_servers_fork_ext(const char *uri, unsigned n, const int *cpus,
+                                 const struct erma_rpc_cfg *cfg,
+                                 const struct erma_endpoint_cfg *ep_cfg,
+                                 const struct bench_thread_ext *ext, uint64_t max_ns)
+{
     const pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
         struct bench_rpc_servers *s;
-        if (bench_rpc_servers_start(uri, n, cpus, cfg, ep_cfg, &s) != ERMA_OK)
+        if (bench_rpc_servers_start_ext(uri, n, cpus, cfg, ep_cfg, ext, &s) != ERMA_OK)
             _exit(1);
         child_wait(max_ns);
         bench_rpc_servers_stop(s);
