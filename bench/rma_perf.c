@@ -328,9 +328,9 @@ static int serve(const struct bench_cli *cli, struct rma_opts *o, struct rma_tar
                 erma_strerror(rc));
         return 1;
     }
-    bench_note(cli->csv, "rma_perf server: %u endpoint%s from %s, each with the RPC echo, the "
-               "key service and a %zu MiB region, %s; Ctrl-C ends", n, n > 1 ? "s" : "",
-               o->rpc.server, tgt->len >> 20,
+    bench_note(cli->csv, "rma_perf server on %s (%u endpoint%s from it), each with the RPC "
+               "echo, the key service and a %zu MiB region, %s; Ctrl-C ends", o->rpc.server, n,
+               n > 1 ? "s" : "", tgt->len >> 20,
                o->ep.busy_poll ? "busy-polling" : "sleeping when idle");
     for (;;)
         pause();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/rma_perf_dpdk.sh - bench/rma_perf over the dpdk transport (net_af_packet
 # on a veth pair between two network namespaces made by scripts/netns): one
-# `rma_perf --role server` (the RPC echo, the REGION RPC that hands out keys
+# `rma_perf --role server` (the RPC echo, the key service that hands out keys
 # and a 64 MiB region served one-sided) in namespace b on CPU 1, and
 # `rma_perf --role client` in namespace a on CPU 0, which measures a
 # one-sided READ (or WRITE, --op write) beside an RPC of the same size, in
@@ -54,7 +54,7 @@ server="dpdk://$DPDK_IP_B:31850"
 # The server serves until killed (or until this script is gone).
 ip netns exec "$NS_B" "$perf" --role server --cpu 1 --server "$server?vdev=$vb" >"$log" 2>&1 &
 spid=$!
-for _ in $(seq 100); do # its note comes just before the EAL starts
+for _ in $(seq 100); do # its note comes once its endpoint (and the EAL) started
   grep -q 'rma_perf server on' "$log" && break
   kill -0 "$spid" 2>/dev/null || { cat "$log" >&2; echo "rma_perf_dpdk: the server died" >&2; exit 1; }
   sleep 0.1
