@@ -2,6 +2,7 @@
  * parts (internal.h) and its hooks in the endpoint's loop, which hand
  * packets and time to the target (serve.c), the initiator's portal
  * (portal.h) and the executor; completions polled. */
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,8 +107,8 @@ static uint64_t max64(uint64_t a, uint64_t b)
 static void cfg_defaults(struct erma_rma_cfg *c, const struct erma_transport_hints *h)
 {
     const uint64_t base = h->base_rtt_ns ? h->base_rtt_ns : DEFAULT_BASE_RTT_NS;
-    if (!c->identity)
-        c->identity = erma__rma_wallclock_ns() ^ ((uint64_t)(uintptr_t)c << 20) ^ (uint64_t)rand();
+    while (!c->identity) /* libsodium's generator: rand() is neither random nor thread-safe */
+        randombytes_buf(&c->identity, sizeof c->identity);
     c->slots = c->slots ? c->slots : defaults.slots;
     c->inbound_window = c->inbound_window ? c->inbound_window : defaults.inbound_window;
     c->max_regions = c->max_regions ? c->max_regions : defaults.max_regions;
