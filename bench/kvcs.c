@@ -17,6 +17,16 @@
  * untimed, so that the client's location cache knows every item as a
  * running service's would (its one-sided GETs take one READ, not two).
  *
+ * --client-threads C (default 1) runs C client threads in this process so
+ * that the servers can be saturated, each with its own kvcs client (a
+ * client belongs to one thread, erma/kvcs.h) at its own endpoint: the
+ * client URI's port plus t (port 0: any free port). Thread 0's client
+ * loads the keys; every client reads them all for its own location cache
+ * (above). In each phase below the threads start together, each with
+ * 1 / C of the offered load as its own Poisson stream (its own seed);
+ * a row merges their latencies for the percentiles and sums the rest
+ * (achieved, failed, wrong, hedged, one_read).
+ *
  * sweep (default): for each offered load L (GETs per second, Poisson
  * arrivals, uniform keys), T seconds by one-sided READ, then T seconds by
  * RPC. Latency is from an op's scheduled arrival to its callback, so
@@ -37,8 +47,8 @@
  * fails; the client asks the next replica too once a try is slower than
  * that replica's round trips (a hedge, erma/kvcs.h).
  *
- * --closed: the sweep's one load is one GET at a time (offered 0 in the
- * rows), for the latency of a lone lookup by each method.
+ * --closed: the sweep's one load is one GET at a time per client thread
+ * (offered 0 in the rows), for the latency of a lone lookup by each method.
  *
  * --rounds N repeats the sweep N times, each load by both methods in turn
  * (READ first in odd rounds, RPC first in even ones), and ends with a
@@ -53,10 +63,11 @@
  *
  * The servers sleep in their sockets once idle for --idle-wait-us
  * (default 20; kvcs server cfg.idle_wait_ns), so that three of them can
- * share one core; the client polls. --cpu LIST pins this process to the
- * first CPU and the servers to the others in turn (default: no pinning).
- * --server-threads N gives each server N endpoint threads with a share of
- * the keys each (kvcs cfg.threads; the client knows it), unpinned.
+ * share one core; the clients poll. --cpu LIST pins client thread t to
+ * the list's t-th CPU (it needs at least C of them) and the servers to the
+ * CPUs after those in turn (unpinned when none is left; default: no
+ * pinning). --server-threads N gives each server N endpoint threads with a
+ * share of the keys each (kvcs cfg.threads; the clients know it), unpinned.
  */
 #include <math.h>
 #include <signal.h>
@@ -92,19 +103,25 @@ static const char usage[] =
     "  --rounds N         sweep: N rounds, medians of per-round ratios (default 1)\n"
     "  --psk              secure RPC sessions (a shared key; READs are sealed anyway)\n"
     "  --no-loc-cache     one-sided GETs without the location cache (two READs each)\n"
-    "  --closed           sweep: one GET at a time (closed loop) instead of --loads\n"
+    "  --closed           sweep: one GET at a time per client thread (closed loop)\n"
+    "                     instead of --loads\n"
     "  --no-hedge         GET tries not hedged (kvcs cfg.no_hedge)\n"
     "  --only M           sweep: only method M, read or rpc (for profiles; no ratios)\n"
     "  --server-threads N each server runs N endpoint threads, keys split among them\n"
     "                     (kvcs cfg.threads; ports P..P+N-1; servers then unpinned)\n"
+    "  --client-threads C C client threads (1..32, default 1), each its own kvcs\n"
+    "                     client at the client URI's port plus t, with 1/C of the\n"
+    "                     load; rows merge their latencies and sum their counts\n"
     "  --idle-wait-us U   servers sleep once idle U us (default 20)\n"
     "  --base-port P      forked servers on udp://127.0.0.1:P, P+8, ... (default 42100)\n"
-    "  --cpu LIST         CPUs: this process, then the servers in turn (default: none)\n"
+    "  --cpu LIST         CPUs: client thread t on the t-th (at least C of them), then\n"
+    "                     the servers on the rest in turn (default: none)\n"
     "  --csv              CSV instead of the table (failure: with the 10 ms timeline)\n"
     "  --role R           both (default: fork the servers), server (one server at\n"
     "                     --server until killed), client (servers elsewhere)\n"
     "  --server URI[,..]  server: its URI; client: every server's URI, in ring order\n"
-    "  --uri URI          the client's URI (default: the port after the servers')\n"
+    "  --uri URI          client thread 0's URI, thread t at its port plus t (port\n"
+    "                     0: any free port; default: the port after the servers')\n"
     "  -h, --help         this text\n";
 
 #define MAX_SERVERS 8
@@ -121,15 +138,21 @@ struct opts {
     unsigned rounds;
     bool psk, no_loc_cache, closed, no_hedge;
     unsigned server_threads; /* each server's endpoint threads (kvcs cfg.threads) */
+    unsigned client_threads; /* client threads here, each with its own kvcs client */
+    int client_cpu[BENCH_MAX_THREADS]; /* client thread t's CPU, -1: unpinned */
     int only; /* sweep: 0 both, else KVCS_READ + 1 or KVCS_RPC + 1 */
     const char *loads, *role, *uri, *server_list;
     int base_port;
     enum kvcs_method method;
 };
 
+/* One client thread's client and counts; thread t's is runs[t], and
+ * runs[0] also gets the others' counts once a phase ends (run_phase). */
 struct run {
     const struct opts *o;
     struct kvcs_client *c;
+    unsigned t;    /* the thread's number */
+    char uri[128]; /* its client's URI */
     uint64_t *lat, nlat, cap;
     uint64_t failed, wrong, done, started;
     uint64_t start_ns;
@@ -213,6 +236,22 @@ static uint64_t log_bytes_for(const struct opts *o, const struct bench_cli *cli)
     return need;
 }
 
+/* Room for k more latencies in bin b. */
+static bool bin_room(struct run *r, uint64_t b, uint32_t k)
+{
+    if (r->bin_n[b] + k <= r->bin_cap[b])
+        return true;
+    uint32_t cap = r->bin_cap[b] ? r->bin_cap[b] : 256;
+    while (cap < r->bin_n[b] + k)
+        cap *= 2;
+    uint64_t *v = realloc(r->bin_lat[b], cap * sizeof *v);
+    if (!v)
+        return false;
+    r->bin_lat[b] = v;
+    r->bin_cap[b] = cap;
+    return true;
+}
+
 static void record(struct run *r, uint64_t arrival, uint64_t now, bool failed)
 {
     const uint64_t ns = now - arrival;
@@ -226,15 +265,8 @@ static void record(struct run *r, uint64_t arrival, uint64_t now, bool failed)
     r->bin_failed[b] += failed;
     if (failed)
         return;
-    if (r->bin_n[b] == r->bin_cap[b]) {
-        const uint32_t cap = r->bin_cap[b] ? 2 * r->bin_cap[b] : 256;
-        uint64_t *v = realloc(r->bin_lat[b], cap * sizeof *v);
-        if (!v)
-            return;
-        r->bin_lat[b] = v;
-        r->bin_cap[b] = cap;
-    }
-    r->bin_lat[b][r->bin_n[b]++] = ns;
+    if (bin_room(r, b, 1))
+        r->bin_lat[b][r->bin_n[b]++] = ns;
 }
 
 static void on_get(void *tag, int status, const uint8_t *val, uint32_t vlen)
@@ -320,6 +352,18 @@ static void nap(long ns)
     nanosleep(&ts, NULL);
 }
 
+/* A loop pass of thread 0's client r (runs[0]), which loads the keys, and
+ * one of every other thread's: a client that runs no loop pings no server,
+ * and a server drops its sessions after 500 ms (rpc cfg.failure_ns).
+ * Returns thread 0's count. */
+static int poll_clients(struct run *r)
+{
+    const int n = kvcs_client_run_once(r->c);
+    for (unsigned t = 1; t < r->o->client_threads; t++)
+        kvcs_client_run_once(r[t].c);
+    return n;
+}
+
 /* PUTs keys list[0..n) (list NULL: 0..n), PUT_WINDOW in flight; those
  * that fail or miss a replica end up in r->again. */
 static int load_pass(struct run *r, const uint32_t *list, uint32_t n, uint64_t end)
@@ -332,7 +376,7 @@ static int load_pass(struct run *r, const uint32_t *list, uint32_t n, uint64_t e
                                                               ERMA_OK)
             next++;
         /* nothing to do but wait: leave the CPU to the servers */
-        if (kvcs_client_run_once(r->c) == 0 && next - r->done == PUT_WINDOW)
+        if (poll_clients(r) == 0 && next - r->done == PUT_WINDOW)
             nap(20000);
         if (erma_now_ns() > end)
             return ERMA_ETIMEDOUT;
@@ -355,7 +399,7 @@ static int load_keys(struct run *r)
             memcpy(r->list, r->again, n * sizeof *r->list);
             for (uint64_t t = erma_now_ns() + 200000000ull * (unsigned)(pass - 1);
                  erma_now_ns() < t;)
-                if (kvcs_client_run_once(r->c) == 0)
+                if (poll_clients(r) == 0)
                     nap(1000000);
         }
         const uint32_t tried = n;
@@ -394,7 +438,7 @@ static void on_warm(void *tag, int status, const uint8_t *val, uint32_t vlen)
 
 /* One one-sided GET of every key, PUT_WINDOW in flight, untimed: the
  * client's location cache learns where the items are, as a running cache
- * service's would have (erma/kvcs.h). */
+ * service's would have (erma/kvcs.h). Each client thread warms its own. */
 static void warm_reads(struct run *r)
 {
     const uint64_t end = erma_now_ns() + 60000000000ull;
@@ -417,7 +461,7 @@ static void warm_reads(struct run *r)
 static void drive(struct run *r, double load, double seconds, double kill_at, pid_t kill_pid)
 {
     struct erma_rand rng;
-    erma_rand_seed(&rng, (uint64_t)load + 1);
+    erma_rand_seed(&rng, (uint64_t)load + 1 + 7919ull * r->t);
     r->start_ns = erma_now_ns();
     const uint64_t end = r->start_ns + (uint64_t)(seconds * 1e9);
     const uint64_t kill_ns = r->start_ns + (uint64_t)(kill_at * 1e9);
@@ -479,7 +523,7 @@ static void report_failed(const struct run *r, const char *phase)
 static void drive_closed(struct run *r, double seconds)
 {
     struct erma_rand rng;
-    erma_rand_seed(&rng, 7);
+    erma_rand_seed(&rng, 7 + 7919ull * r->t);
     r->start_ns = erma_now_ns();
     const uint64_t end = r->start_ns + (uint64_t)(seconds * 1e9);
     for (uint64_t now = r->start_ns; now < end; now = erma_now_ns()) {
@@ -531,27 +575,141 @@ static void cpu_both(const struct run *r, double *client, double *servers)
         *servers += r->pids[i] > 0 ? cpu_us(r->pids[i]) : 0;
 }
 
-/* One load by one method (load 0: closed loop): GETs for o->seconds, a
- * row, the latencies in *l and the achieved rate in *rate. Not inlined, so
- * that `valgrind --tool=callgrind --collect-atstart=no
- * --toggle-collect=sweep_one` counts the client's work in the phases alone. */
-__attribute__((noinline)) static int sweep_one(struct run *r, const struct bench_table *t,
-                                               double load, enum kvcs_method meth,
-                                               struct bench_lat *l, double *rate)
+/* Connects the client, three tries (a server on a loaded host may be slow
+ * to start). */
+static int client_up(struct run *r, const struct kvcs_client_cfg *cc)
+{
+    int rc = ERMA_OK;
+    for (int a = 1; a <= 3; a++) {
+        if ((rc = kvcs_client_create(cc, &r->c)) == ERMA_OK)
+            return rc;
+        fprintf(stderr, "kvcs: connecting %s to %u servers (%s, ...): %s (attempt %d of 3)\n",
+                cc->uri, cc->nservers, cc->servers[0], erma_strerror(rc), a);
+    }
+    return rc;
+}
+
+/* What the client threads do together (run_phase): connect their
+ * clients, warm their location caches, or GETs for a row or failure run. */
+enum phase_kind { PHASE_CONNECT, PHASE_WARM, PHASE_GETS };
+struct phase {
+    struct run *runs;
+    enum phase_kind kind;
+    const struct kvcs_client_cfg *cc; /* connect: the clients' config, but for uri */
+    enum kvcs_method meth;
+    double load, seconds, kill_at; /* load: all threads' (0: closed loop) */
+    pid_t victim;                  /* thread 0 kills it at kill_at (0: none) */
+    bool timeline;
+};
+
+/* One client thread's GETs of a phase. Not inlined, so that `valgrind
+ * --tool=callgrind --collect-atstart=no --toggle-collect=sweep_one` counts
+ * the client threads' work in the GET phases alone. */
+__attribute__((noinline)) static void sweep_one(struct run *r, const struct phase *ph)
+{
+    if (ph->load > 0)
+        drive(r, ph->load / r->o->client_threads, ph->seconds, ph->kill_at,
+              r->t == 0 ? ph->victim : 0);
+    else
+        drive_closed(r, ph->seconds);
+}
+
+static int phase_side(void *ctx, unsigned t, struct bench_gate *start,
+                      struct bench_raw_rate *out)
+{
+    (void)out;
+    const struct phase *ph = ctx;
+    struct run *r = &ph->runs[t];
+    if (ph->kind == PHASE_CONNECT) {
+        struct kvcs_client_cfg cc = *ph->cc;
+        cc.uri = r->uri;
+        const int rc = client_up(r, &cc);
+        bench_gate_wait(start);
+        return rc;
+    }
+    run_reset(r);
+    r->timeline = ph->timeline;
+    kvcs_client_set_method(r->c, ph->meth);
+    bench_gate_wait(start);
+    if (ph->kind == PHASE_WARM)
+        warm_reads(r);
+    else
+        sweep_one(r, ph);
+    return ERMA_OK;
+}
+
+/* Adds the counts, latencies and bins of runs[1..n) to runs[0]'s. */
+static void runs_merge(struct run *runs, unsigned n)
+{
+    struct run *r = &runs[0];
+    for (unsigned t = 1; t < n; t++) {
+        const struct run *s = &runs[t];
+        const uint64_t k = s->nlat < r->cap - r->nlat ? s->nlat : r->cap - r->nlat;
+        memcpy(r->lat + r->nlat, s->lat, k * sizeof *r->lat);
+        r->nlat += k;
+        r->failed += s->failed;
+        r->wrong += s->wrong;
+        r->done += s->done;
+        r->started += s->started;
+        if (s->failed) {
+            r->last_fail = s->last_fail;
+            r->last_fail_key = s->last_fail_key;
+        }
+        for (unsigned b = 0; s->timeline && b < MAX_BINS; b++) {
+            r->bin_failed[b] += s->bin_failed[b];
+            if (s->bin_n[b] && bin_room(r, b, s->bin_n[b])) {
+                memcpy(r->bin_lat[b] + r->bin_n[b], s->bin_lat[b], s->bin_n[b] * sizeof(uint64_t));
+                r->bin_n[b] += s->bin_n[b];
+            }
+        }
+    }
+}
+
+/* Runs ph on every client thread (they start together); a GET phase's
+ * counts end up in runs[0] (runs_merge). */
+static int run_phase(struct phase *ph)
+{
+    const struct opts *o = ph->runs->o;
+    struct bench_raw_rate per[BENCH_MAX_THREADS], total;
+    const int rc = bench_run_threads(phase_side, ph, o->client_threads, o->client_cpu, per,
+                                     &total);
+    if (ph->kind == PHASE_GETS)
+        runs_merge(ph->runs, o->client_threads);
+    return rc;
+}
+
+/* The sums over the clients of runs[0..n) of their stats. */
+static void stats_sum(const struct run *runs, struct kvcs_client_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    for (unsigned t = 0; t < runs->o->client_threads; t++) {
+        struct kvcs_client_stats s;
+        kvcs_client_get_stats(runs[t].c, &s);
+        out->failovers += s.failovers;
+        out->skipped += s.skipped;
+        out->hedges += s.hedges;
+        out->one_read += s.one_read;
+    }
+}
+
+/* One load by one method (load 0: closed loop): GETs for o->seconds from
+ * every client thread (r: runs[0]), a row, the latencies in *l and the
+ * achieved rate in *rate. */
+static int sweep_row(struct run *r, const struct bench_table *t, double load,
+                     enum kvcs_method meth, struct bench_lat *l, double *rate)
 {
     const struct opts *o = r->o;
     struct kvcs_client_stats a, b;
     double cli0, srv0, cli1, srv1;
-    run_reset(r);
-    kvcs_client_set_method(r->c, meth);
-    kvcs_client_get_stats(r->c, &a);
+    struct phase ph = {.runs = r, .kind = PHASE_GETS, .meth = meth, .load = load,
+                       .seconds = o->seconds};
+    stats_sum(r, &a);
     cpu_both(r, &cli0, &srv0);
-    if (load > 0)
-        drive(r, load, o->seconds, 0, 0);
-    else
-        drive_closed(r, o->seconds);
+    const int rc = run_phase(&ph);
     cpu_both(r, &cli1, &srv1);
-    kvcs_client_get_stats(r->c, &b);
+    stats_sum(r, &b);
+    if (rc != ERMA_OK)
+        return rc;
     char phase[96];
     snprintf(phase, sizeof phase, "sweep at %.0f GETs/s by %s, %u B values", load,
              method_name(meth), o->value);
@@ -622,7 +780,7 @@ static int sweep(struct run *r, const struct bench_table *t)
                 const int m = k % 2 ? n : 1 - n; /* READ first in odd rounds (1, 3...) */
                 const enum kvcs_method meth = m == 0 ? KVCS_READ : KVCS_RPC;
                 if (!o->only || o->only == 1 + (int)meth)
-                    rc = sweep_one(r, t, loads[i], meth, &l[m], &sum[i].rate[m][k]);
+                    rc = sweep_row(r, t, loads[i], meth, &l[m], &sum[i].rate[m][k]);
             }
             sum[i].p50[k] = l[1].median_us > 0 ? l[0].median_us / l[1].median_us : 0;
             sum[i].p99[k] = l[1].p99_us > 0 ? l[0].p99_us / l[1].p99_us : 0;
@@ -676,10 +834,12 @@ static double timeline(struct run *r, bool csv, uint64_t *disrupted_ms)
 static int failure(struct run *r, pid_t victim, bool csv)
 {
     const struct opts *o = r->o;
-    run_reset(r);
-    r->timeline = true;
-    kvcs_client_set_method(r->c, o->method);
-    drive(r, o->load, o->seconds, o->kill_at, victim);
+    struct phase ph = {.runs = r, .kind = PHASE_GETS, .meth = o->method, .load = o->load,
+                       .seconds = o->seconds, .kill_at = o->kill_at, .victim = victim,
+                       .timeline = true};
+    const int rc = run_phase(&ph);
+    if (rc != ERMA_OK)
+        return rc;
     char phase[96];
     snprintf(phase, sizeof phase, "failure run by %s at %.0f GETs/s, %u B values",
              method_name(o->method), o->load, o->value);
@@ -708,7 +868,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"slow-ms", 1, 0, 'w'},   {"rounds", 1, 0, 'n'},       {"psk", 0, 0, 'P'},
         {"no-loc-cache", 0, 0, 'C'}, {"closed", 0, 0, 'c'},
         {"no-hedge", 0, 0, 'H'}, {"only", 1, 0, 'O'}, {"server-threads", 1, 0, 'T'},
-        {0, 0, 0, 0}};
+        {"client-threads", 1, 0, 'N'}, {0, 0, 0, 0}};
     bench_cli_init(cli, "kvcs", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -738,6 +898,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'c': o->closed = true; break;
         case 'H': o->no_hedge = true; break;
         case 'T': o->server_threads = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'N': o->client_threads = (unsigned)bench_cli_u64(cli, optarg); break;
         case 'O':
             if (strcmp(optarg, "rpc") && strcmp(optarg, "read"))
                 bench_cli_fail(cli, "unknown method '%s'", optarg);
@@ -746,6 +907,25 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         default: bench_cli_fail(cli, NULL);
         }
     }
+}
+
+/* Client thread t's URI in out: uri's port plus t (port 0 stays 0: any
+ * free port; thread 0's is uri). False when uri has no port to add to. */
+static bool uri_for_thread(const char *uri, unsigned t, char *out, size_t n)
+{
+    if (t == 0)
+        return (size_t)snprintf(out, n, "%s", uri) < n;
+    const char *q = strchr(uri, '?'); /* dpdk://IP:PORT?... */
+    const size_t end = q ? (size_t)(q - uri) : strlen(uri);
+    size_t colon = end;
+    while (colon > 0 && uri[colon - 1] != ':')
+        colon--;
+    char *stop;
+    const unsigned long port = colon ? strtoul(uri + colon, &stop, 10) : 0;
+    if (colon == 0 || colon == end || stop != uri + end || port + t > 65535)
+        return false;
+    return (size_t)snprintf(out, n, "%.*s%lu%s", (int)colon, uri, port ? port + t : 0,
+                            uri + end) < n;
 }
 
 static void check(const struct bench_cli *cli, const struct opts *o)
@@ -763,6 +943,15 @@ static void check(const struct bench_cli *cli, const struct opts *o)
         bench_cli_fail(cli, "--servers (1..8), --keys, --seconds (up to 600), --attempt-ms, "
                             "--slow-ms, --rounds (1..%d) or --server-threads (1..8) out of "
                             "range", MAX_ROUNDS);
+    if (o->client_threads < 1 || o->client_threads > BENCH_MAX_THREADS)
+        bench_cli_fail(cli, "--client-threads: 1..%d", BENCH_MAX_THREADS);
+    if (cli->ncpus && cli->ncpus < o->client_threads)
+        bench_cli_fail(cli, "--cpu: %u CPUs for %u client threads", cli->ncpus,
+                       o->client_threads);
+    char uri[128];
+    if (o->uri && !uri_for_thread(o->uri, o->client_threads - 1, uri, sizeof uri))
+        bench_cli_fail(cli, "--uri %s: no port for client thread %u", o->uri,
+                       o->client_threads - 1);
     if (o->kill_at > 0 && (o->kill_at >= o->seconds || o->load <= 0))
         bench_cli_fail(cli, "--kill-at must come before --seconds end, with --load above 0");
     for (unsigned i = 0; i < cli->nsizes; i++)
@@ -770,21 +959,8 @@ static void check(const struct bench_cli *cli, const struct opts *o)
             bench_cli_fail(cli, "value size %u: 1..4096 B", cli->sizes[i]);
 }
 
-/* Connects the client, three tries (a server on a loaded host may be slow
- * to start). */
-static int client_up(struct run *r, const struct kvcs_client_cfg *cc)
-{
-    int rc = ERMA_OK;
-    for (int a = 1; a <= 3; a++) {
-        if ((rc = kvcs_client_create(cc, &r->c)) == ERMA_OK)
-            return rc;
-        fprintf(stderr, "kvcs: connecting %s to %u servers (%s, ...): %s (attempt %d of 3)\n",
-                cc->uri, cc->nservers, cc->servers[0], erma_strerror(rc), a);
-    }
-    return rc;
-}
-
-/* Loads the keys at each value size, then sweeps or runs the failure. */
+/* Loads the keys at each value size, then sweeps or runs the failure
+ * (r: runs[0]). */
 static int run_sizes(struct run *r, struct opts *o, const struct bench_cli *cli, pid_t victim)
 {
     struct bench_table t;
@@ -797,17 +973,55 @@ static int run_sizes(struct run *r, struct opts *o, const struct bench_cli *cli,
         o->value = cli->sizes[i];
         if ((rc = load_keys(r)) != ERMA_OK)
             break;
-        if (!o->no_loc_cache)
-            warm_reads(r);
+        struct phase warm = {.runs = r, .kind = PHASE_WARM};
+        if (!o->no_loc_cache && (rc = run_phase(&warm)) != ERMA_OK)
+            break;
         rc = o->kill_at > 0 ? failure(r, victim, cli->csv) : sweep(r, &t);
     }
     return rc;
 }
 
+/* Destroys the clients of runs[0..n) and frees them; NULL is ignored. */
+static void runs_free(struct run *runs, unsigned n)
+{
+    for (unsigned t = 0; runs && t < n; t++) {
+        if (runs[t].c)
+            kvcs_client_destroy(runs[t].c);
+        for (unsigned b = 0; b < MAX_BINS; b++)
+            free(runs[t].bin_lat[b]);
+        free(runs[t].lat);
+        free(runs[t].list);
+        free(runs[t].again);
+    }
+    free(runs);
+}
+
+/* The client threads' runs, each with its URI (from uri) and its
+ * latencies; runs[0] has room for all threads' and the loading's lists. */
+static struct run *runs_new(const struct opts *o, const char *uri, const pid_t *pids)
+{
+    struct run *runs = calloc(o->client_threads, sizeof *runs);
+    bool ok = runs != NULL;
+    for (unsigned t = 0; ok && t < o->client_threads; t++) {
+        struct run *r = &runs[t];
+        *r = (struct run){.o = o, .t = t, .pids = pids};
+        r->cap = 4000000ull * (t ? 1 : o->client_threads);
+        r->lat = malloc(r->cap * sizeof *r->lat);
+        ok = r->lat && uri_for_thread(uri, t, r->uri, sizeof r->uri);
+    }
+    if (ok) {
+        runs->list = malloc(o->keys * sizeof *runs->list);
+        runs->again = malloc(o->keys * sizeof *runs->again);
+        ok = runs->list && runs->again;
+    }
+    return ok ? runs : (runs_free(runs, o->client_threads), NULL);
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {.servers = 3, .replicas = 3, .keys = 10000, .seconds = 2,
-                     .server_threads = 1, .loads = "5000,20000,50000,100000", .base_port = 42100, .load = 10000,
+                     .server_threads = 1, .client_threads = 1,
+                     .loads = "5000,20000,50000,100000", .base_port = 42100, .load = 10000,
                      .idle_wait_us = 20, .attempt_ms = 100, .slow_ms = 10, .rounds = 1,
                      .role = "both",
                      .method = KVCS_READ};
@@ -819,12 +1033,14 @@ int main(int argc, char **argv)
     const uint64_t idle_ns = (uint64_t)(o.idle_wait_us * 1000), log = log_bytes_for(&o, &cli);
     static const uint8_t key[ERMA_PSK_BYTES] = "kvcs bench key: known to all!!";
     const uint8_t *psk = o.psk ? key : NULL;
-    bench_pin(bench_cli_cpu(&cli, 0));
-    if (strcmp(o.role, "server") == 0)
+    if (strcmp(o.role, "server") == 0) {
+        bench_pin(bench_cli_cpu(&cli, 0));
         return server_run(o.server_list, idle_ns, log, psk, o.server_threads, true);
+    }
     char uris[MAX_SERVERS][128], list[1024], me[64];
     const char *srv[MAX_SERVERS];
     pid_t pids[MAX_SERVERS] = {0};
+    const unsigned nc = o.client_threads;
     if (strcmp(o.role, "client") == 0) {
         snprintf(list, sizeof list, "%s", o.server_list);
         o.servers = 0;
@@ -832,13 +1048,16 @@ int main(int argc, char **argv)
              tok = strtok_r(NULL, ",", &save))
             srv[o.servers++] = tok;
     } else {
+        /* forked before this process is pinned: an unpinned one may run anywhere */
         for (unsigned i = 0; i < o.servers; i++) {
             snprintf(uris[i], sizeof uris[i], "udp://127.0.0.1:%d", o.base_port + (int)(i * 8));
             srv[i] = uris[i];
+            const int cpu = cli.ncpus > nc ? cli.cpus[nc + i % (cli.ncpus - nc)] : -1;
             pids[i] = server_fork(uris[i], idle_ns, log, psk, o.server_threads,
-                                  o.server_threads > 1 ? -1 : bench_cli_cpu(&cli, 1 + i));
+                                  o.server_threads > 1 ? -1 : cpu);
         }
     }
+    bench_pin(bench_cli_cpu(&cli, 0)); /* loading, on client thread 0's CPU */
     snprintf(me, sizeof me, "udp://127.0.0.1:%d", o.base_port + (int)(o.servers * 8));
     const struct kvcs_client_cfg cc = {
         .uri = o.uri ? o.uri : me, .servers = srv, .nservers = o.servers,
@@ -847,31 +1066,18 @@ int main(int argc, char **argv)
         .psk = psk, .no_loc_cache = o.no_loc_cache, .no_hedge = o.no_hedge,
         .server_threads = o.server_threads};
     bench_note(cli.csv, "kvcs: %u servers (%s, ...), %u replicas, %u keys; servers sleep once "
-               "idle %.0f us, the client polls", o.servers, srv[0], o.replicas, o.keys,
-               o.idle_wait_us);
-    struct run *r = calloc(1, sizeof *r);
-    int rc = r ? client_up(r, &cc) : ERMA_ENOMEM;
-    if (rc == ERMA_OK) {
-        r->o = &o;
-        r->cap = 4000000;
-        r->lat = malloc(r->cap * sizeof *r->lat);
-        r->list = malloc(o.keys * sizeof *r->list);
-        r->again = malloc(o.keys * sizeof *r->again);
-        r->pids = pids;
-        rc = r->lat && r->list && r->again ? run_sizes(r, &o, &cli, pids[0]) : ERMA_ENOMEM;
-    }
+               "idle %.0f us, %u client thread%s poll%s", o.servers, srv[0], o.replicas, o.keys,
+               o.idle_wait_us, nc, nc > 1 ? "s" : "", nc > 1 ? "" : "s");
+    for (unsigned t = 0; t < nc; t++)
+        o.client_cpu[t] = cli.ncpus ? cli.cpus[t] : -1;
+    struct run *runs = runs_new(&o, cc.uri, pids);
+    int rc = runs ? ERMA_OK : ERMA_ENOMEM;
+    struct phase connect = {.runs = runs, .kind = PHASE_CONNECT, .cc = &cc};
+    if (rc == ERMA_OK && (rc = run_phase(&connect)) == ERMA_OK)
+        rc = run_sizes(runs, &o, &cli, pids[0]);
     if (rc != ERMA_OK && rc != ERMA_EBADPKT)
         fprintf(stderr, "kvcs: ended: %s\n", erma_strerror(rc));
-    if (r && r->c)
-        kvcs_client_destroy(r->c);
-    if (r) {
-        for (unsigned b = 0; b < MAX_BINS; b++)
-            free(r->bin_lat[b]);
-        free(r->lat);
-        free(r->list);
-        free(r->again);
-    }
-    free(r);
+    runs_free(runs, nc);
     for (unsigned i = 0; i < o.servers; i++) {
         if (pids[i] > 0) {
             kill(pids[i], SIGKILL);
