@@ -68,22 +68,20 @@
  * CPUs after those in turn (unpinned when none is left; default: no
  * pinning). --server-threads N gives each server N endpoint threads with a
  * share of the keys each (kvcs cfg.threads; the clients know it), unpinned.
+ *
+ * The client threads (loading, warm-up reads, GETs, merged counts) are in
+ * kvcs_clients.c; the servers, the rows and the command line here.
  */
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "erma/clock.h"
 #include "erma/rpc.h"
-#include "kvcs/kvcs.h"
-#include "erma/sdk/rand.h"
+#include "kvcs_clients.h" /* the client threads: loading, warm-up, GETs */
 
 static const char usage[] =
     "usage: kvcs [options]\n"
@@ -127,64 +125,6 @@ static const char usage[] =
 #define MAX_SERVERS 8
 #define MAX_ROUNDS 64
 #define MAX_LOADS 32
-#define BIN_NS 10000000ull
-#define MAX_BINS 4096
-#define PUT_TRIES 5
-#define PUT_WINDOW 64
-
-struct opts {
-    unsigned servers, replicas, keys, value;
-    double seconds, kill_at, load, idle_wait_us, attempt_ms, slow_ms;
-    unsigned rounds;
-    bool psk, no_loc_cache, closed, no_hedge;
-    unsigned server_threads; /* each server's endpoint threads (kvcs cfg.threads) */
-    unsigned client_threads; /* client threads here, each with its own kvcs client */
-    int client_cpu[BENCH_MAX_THREADS]; /* client thread t's CPU, -1: unpinned */
-    int only; /* sweep: 0 both, else KVCS_READ + 1 or KVCS_RPC + 1 */
-    const char *loads, *role, *uri, *server_list;
-    int base_port;
-    enum kvcs_method method;
-};
-
-/* One client thread's client and counts; thread t's is runs[t], and
- * runs[0] also gets the others' counts once a phase ends (run_phase). */
-struct run {
-    const struct opts *o;
-    struct kvcs_client *c;
-    unsigned t;    /* the thread's number */
-    char uri[128]; /* its client's URI */
-    uint64_t *lat, nlat, cap;
-    uint64_t failed, wrong, done, started;
-    uint64_t start_ns;
-    uint32_t last_fail_key; /* for the message naming the failures */
-    int last_fail;
-    /* loading: the keys of a pass, and those to PUT again */
-    uint32_t *list, *again, nagain;
-    int put_error; /* of the last PUT stored nowhere */
-    /* timeline: per bin */
-    uint64_t *bin_lat[MAX_BINS];
-    uint32_t bin_n[MAX_BINS], bin_cap[MAX_BINS];
-    uint32_t bin_failed[MAX_BINS];
-    bool timeline;
-    const pid_t *pids; /* the forked servers (none: 0), for their CPU time */
-};
-
-struct pending {
-    struct run *r;
-    uint64_t arrival_ns;
-    uint32_t key;
-};
-
-static void key_of(uint32_t k, char out[16])
-{
-    snprintf(out, 16, "key%08u", k);
-}
-
-static void value_of(uint32_t k, uint32_t len, uint8_t *out)
-{
-    for (uint32_t i = 0; i < len; i++)
-        out[i] = (uint8_t)(k * 31 + i);
-}
 
 static const char *method_name(enum kvcs_method m)
 {
@@ -236,316 +176,6 @@ static uint64_t log_bytes_for(const struct opts *o, const struct bench_cli *cli)
     return need;
 }
 
-/* Room for k more latencies in bin b. */
-static bool bin_room(struct run *r, uint64_t b, uint32_t k)
-{
-    if (r->bin_n[b] + k <= r->bin_cap[b])
-        return true;
-    uint32_t cap = r->bin_cap[b] ? r->bin_cap[b] : 256;
-    while (cap < r->bin_n[b] + k)
-        cap *= 2;
-    uint64_t *v = realloc(r->bin_lat[b], cap * sizeof *v);
-    if (!v)
-        return false;
-    r->bin_lat[b] = v;
-    r->bin_cap[b] = cap;
-    return true;
-}
-
-static void record(struct run *r, uint64_t arrival, uint64_t now, bool failed)
-{
-    const uint64_t ns = now - arrival;
-    if (!failed && r->nlat < r->cap)
-        r->lat[r->nlat++] = ns;
-    if (!r->timeline)
-        return;
-    const uint64_t b = (now - r->start_ns) / BIN_NS;
-    if (b >= MAX_BINS)
-        return;
-    r->bin_failed[b] += failed;
-    if (failed)
-        return;
-    if (bin_room(r, b, 1))
-        r->bin_lat[b][r->bin_n[b]++] = ns;
-}
-
-static void on_get(void *tag, int status, const uint8_t *val, uint32_t vlen)
-{
-    struct pending *p = tag;
-    struct run *r = p->r;
-    uint8_t want[4096];
-    const bool bad = status != ERMA_OK;
-    if (!bad) {
-        value_of(p->key, r->o->value, want);
-        if (vlen != r->o->value || memcmp(val, want, vlen) != 0) {
-            char k[16];
-            key_of(p->key, k);
-            fprintf(stderr, "kvcs: GET %s: wrong value (%u B, %u B expected)\n", k, vlen,
-                    r->o->value);
-            r->wrong++;
-        }
-    } else {
-        r->last_fail_key = p->key;
-        r->last_fail = status;
-    }
-    r->failed += bad;
-    r->done++;
-    record(r, p->arrival_ns, erma_now_ns(), bad);
-    free(p);
-}
-
-/* The replicas of the op whose callback runs that did not store it; *why:
- * the status of the last of them. */
-static uint32_t replicas_missed(const struct run *r, int *why)
-{
-    struct kvcs_op_info info;
-    uint32_t missed = 0;
-    if (kvcs_op_info(r->c, &info) == ERMA_OK)
-        for (uint32_t i = 0; i < info.nreplicas; i++)
-            if (info.status[i] != ERMA_OK) {
-                missed++;
-                *why = info.status[i];
-            }
-    return missed;
-}
-
-/* A PUT that failed, or that some replica missed (it timed out there, or
- * the replica was marked down), goes into the next pass's list. */
-static void on_put(void *tag, int status, const uint8_t *val, uint32_t vlen)
-{
-    (void)val;
-    (void)vlen;
-    struct pending *p = tag;
-    struct run *r = p->r;
-    int why = status;
-    const uint32_t missed = status == ERMA_OK ? replicas_missed(r, &why) : 0;
-    r->done++;
-    if (status != ERMA_OK || missed) {
-        r->again[r->nagain++] = p->key;
-        r->last_fail_key = p->key;
-        r->last_fail = why;
-        r->failed += status != ERMA_OK;
-        r->put_error = status != ERMA_OK ? status : r->put_error;
-    }
-    free(p);
-}
-
-static int put_key(struct run *r, uint32_t key)
-{
-    char k[16];
-    uint8_t v[4096];
-    struct pending *p = malloc(sizeof *p);
-    if (!p)
-        return ERMA_ENOMEM;
-    *p = (struct pending){r, 0, key};
-    key_of(key, k);
-    value_of(key, r->o->value, v);
-    const int rc = kvcs_put(r->c, k, (uint32_t)strlen(k), v, r->o->value, on_put, p);
-    if (rc != ERMA_OK)
-        free(p);
-    return rc;
-}
-
-static void nap(long ns)
-{
-    const struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
-}
-
-/* A loop pass of thread 0's client r (runs[0]), which loads the keys, and
- * one of every other thread's: a client that runs no loop pings no server,
- * and a server drops its sessions after 500 ms (rpc cfg.failure_ns).
- * Returns thread 0's count. */
-static int poll_clients(struct run *r)
-{
-    const int n = kvcs_client_run_once(r->c);
-    for (unsigned t = 1; t < r->o->client_threads; t++)
-        kvcs_client_run_once(r[t].c);
-    return n;
-}
-
-/* PUTs keys list[0..n) (list NULL: 0..n), PUT_WINDOW in flight; those
- * that fail or miss a replica end up in r->again. */
-static int load_pass(struct run *r, const uint32_t *list, uint32_t n, uint64_t end)
-{
-    uint32_t next = 0;
-    r->done = r->failed = r->nagain = 0;
-    r->put_error = ERMA_OK;
-    while (next < n || r->done < next) {
-        while (next - r->done < PUT_WINDOW && next < n && put_key(r, list ? list[next] : next) ==
-                                                              ERMA_OK)
-            next++;
-        /* nothing to do but wait: leave the CPU to the servers */
-        if (poll_clients(r) == 0 && next - r->done == PUT_WINDOW)
-            nap(20000);
-        if (erma_now_ns() > end)
-            return ERMA_ETIMEDOUT;
-    }
-    return ERMA_OK;
-}
-
-/* Loads every key in up to PUT_TRIES passes: each pass PUTs again the keys
- * the one before could not store on every replica, after a pause of 200 ms
- * per pass (time for the client's probe to bring a replica marked down
- * back). Fails only for keys stored nowhere. */
-static int load_keys(struct run *r)
-{
-    const uint32_t keys = r->o->keys;
-    const uint64_t end = erma_now_ns() + 120000000000ull;
-    uint32_t n = keys;
-    int rc = ERMA_OK;
-    for (int pass = 1; pass <= PUT_TRIES && rc == ERMA_OK; pass++) {
-        if (pass > 1) {
-            memcpy(r->list, r->again, n * sizeof *r->list);
-            for (uint64_t t = erma_now_ns() + 200000000ull * (unsigned)(pass - 1);
-                 erma_now_ns() < t;)
-                if (poll_clients(r) == 0)
-                    nap(1000000);
-        }
-        const uint32_t tried = n;
-        rc = load_pass(r, pass > 1 ? r->list : NULL, tried, end);
-        n = r->nagain;
-        if (rc != ERMA_OK) {
-            fprintf(stderr, "kvcs: loading keys, pass %d: PUTs unanswered after 120 s\n", pass);
-            break;
-        }
-        if (n == 0)
-            return ERMA_OK;
-        char k[16];
-        key_of(r->last_fail_key, k);
-        fprintf(stderr, "kvcs: loading keys, pass %d of %d: %u of %u keys missed a replica, "
-                "%u of them every replica; the last, %s: %s%s\n", pass, PUT_TRIES, n, tried,
-                (unsigned)r->failed, k,
-                r->last_fail == KVCS_NOT_TRIED ? "replica marked down, not waited for"
-                                               : erma_strerror(r->last_fail),
-                pass < PUT_TRIES ? "; PUTting them again" : "");
-    }
-    if (rc == ERMA_OK && r->failed)
-        rc = r->put_error;
-    else if (rc == ERMA_OK)
-        fprintf(stderr, "kvcs: loading keys: going on; GETs of keys a replica missed may miss "
-                "there\n");
-    return rc;
-}
-
-static void on_warm(void *tag, int status, const uint8_t *val, uint32_t vlen)
-{
-    (void)status;
-    (void)val;
-    (void)vlen;
-    ((struct run *)tag)->done++;
-}
-
-/* One one-sided GET of every key, PUT_WINDOW in flight, untimed: the
- * client's location cache learns where the items are, as a running cache
- * service's would have (erma/kvcs.h). Each client thread warms its own. */
-static void warm_reads(struct run *r)
-{
-    const uint64_t end = erma_now_ns() + 60000000000ull;
-    uint32_t next = 0;
-    r->done = 0;
-    kvcs_client_set_method(r->c, KVCS_READ);
-    while ((next < r->o->keys || r->done < next) && erma_now_ns() < end) {
-        char k[16];
-        for (; next - r->done < PUT_WINDOW && next < r->o->keys; next++) {
-            key_of(next, k);
-            if (kvcs_get(r->c, k, (uint32_t)strlen(k), on_warm, r) != ERMA_OK)
-                break;
-        }
-        kvcs_client_run_once(r->c);
-    }
-}
-
-/* Open-loop GETs at `load` per second for `seconds`; kill server 0 at
- * kill_at seconds when kill_pid > 0. Waits up to 2 s for stragglers. */
-static void drive(struct run *r, double load, double seconds, double kill_at, pid_t kill_pid)
-{
-    struct erma_rand rng;
-    erma_rand_seed(&rng, (uint64_t)load + 1 + 7919ull * r->t);
-    r->start_ns = erma_now_ns();
-    const uint64_t end = r->start_ns + (uint64_t)(seconds * 1e9);
-    const uint64_t kill_ns = r->start_ns + (uint64_t)(kill_at * 1e9);
-    uint64_t next = r->start_ns;
-    for (uint64_t now = next; now < end; now = erma_now_ns()) {
-        if (kill_pid > 0 && now >= kill_ns) {
-            kill(kill_pid, SIGKILL);
-            kill_pid = 0;
-        }
-        while (next <= now && next < end) {
-            struct pending *p = malloc(sizeof *p);
-            if (!p)
-                break;
-            *p = (struct pending){r, next, (uint32_t)erma_rand_below(&rng, r->o->keys)};
-            char k[16];
-            key_of(p->key, k);
-            if (kvcs_get(r->c, k, (uint32_t)strlen(k), on_get, p) != ERMA_OK) {
-                free(p); /* no free op slot: the arrival waits, its latency grows */
-                break;
-            }
-            r->started++;
-            const double u = (double)(erma_rand_u64(&rng) >> 11) / 9007199254740992.0;
-            next += (uint64_t)(-log(1 - u) / load * 1e9);
-        }
-        kvcs_client_run_once(r->c);
-    }
-    const uint64_t stop = erma_now_ns() + 2000000000ull;
-    while (r->done < r->started && erma_now_ns() < stop)
-        kvcs_client_run_once(r->c);
-}
-
-static void run_reset(struct run *r)
-{
-    r->nlat = r->failed = r->wrong = r->done = r->started = 0;
-    r->last_fail = ERMA_OK;
-    for (unsigned b = 0; b < MAX_BINS; b++)
-        r->bin_n[b] = r->bin_failed[b] = 0;
-}
-
-/* Names the GETs of a phase that failed or were never answered (no end). */
-static void report_failed(const struct run *r, const char *phase)
-{
-    const uint64_t unanswered = r->started - r->done;
-    if (!r->failed && !unanswered)
-        return;
-    char k[16];
-    key_of(r->last_fail_key, k);
-    fprintf(stderr, "kvcs: %s: %llu of %llu GETs failed", phase, (unsigned long long)r->failed,
-            (unsigned long long)r->started);
-    if (r->failed)
-        fprintf(stderr, ", the last (%s) with: %s", k, erma_strerror(r->last_fail));
-    if (unanswered)
-        fprintf(stderr, "; %llu unanswered 2 s after the last arrival",
-                (unsigned long long)unanswered);
-    fputs("\n", stderr);
-}
-
-/* One GET at a time for `seconds`, each on a random key. */
-static void drive_closed(struct run *r, double seconds)
-{
-    struct erma_rand rng;
-    erma_rand_seed(&rng, 7 + 7919ull * r->t);
-    r->start_ns = erma_now_ns();
-    const uint64_t end = r->start_ns + (uint64_t)(seconds * 1e9);
-    for (uint64_t now = r->start_ns; now < end; now = erma_now_ns()) {
-        if (r->done == r->started) {
-            struct pending *p = malloc(sizeof *p);
-            if (!p)
-                break;
-            *p = (struct pending){r, now, (uint32_t)erma_rand_below(&rng, r->o->keys)};
-            char k[16];
-            key_of(p->key, k);
-            if (kvcs_get(r->c, k, (uint32_t)strlen(k), on_get, p) != ERMA_OK)
-                free(p);
-            else
-                r->started++;
-        }
-        kvcs_client_run_once(r->c);
-    }
-    const uint64_t stop = erma_now_ns() + 2000000000ull;
-    while (r->done < r->started && erma_now_ns() < stop)
-        kvcs_client_run_once(r->c);
-}
-
 /* CPU time of process pid (0: this one) so far, in us: utime + stime of
  * /proc/PID/stat (every thread), 0 when unreadable. */
 static double cpu_us(pid_t pid)
@@ -575,123 +205,6 @@ static void cpu_both(const struct run *r, double *client, double *servers)
         *servers += r->pids[i] > 0 ? cpu_us(r->pids[i]) : 0;
 }
 
-/* Connects the client, three tries (a server on a loaded host may be slow
- * to start). */
-static int client_up(struct run *r, const struct kvcs_client_cfg *cc)
-{
-    int rc = ERMA_OK;
-    for (int a = 1; a <= 3; a++) {
-        if ((rc = kvcs_client_create(cc, &r->c)) == ERMA_OK)
-            return rc;
-        fprintf(stderr, "kvcs: connecting %s to %u servers (%s, ...): %s (attempt %d of 3)\n",
-                cc->uri, cc->nservers, cc->servers[0], erma_strerror(rc), a);
-    }
-    return rc;
-}
-
-/* What the client threads do together (run_phase): connect their
- * clients, warm their location caches, or GETs for a row or failure run. */
-enum phase_kind { PHASE_CONNECT, PHASE_WARM, PHASE_GETS };
-struct phase {
-    struct run *runs;
-    enum phase_kind kind;
-    const struct kvcs_client_cfg *cc; /* connect: the clients' config, but for uri */
-    enum kvcs_method meth;
-    double load, seconds, kill_at; /* load: all threads' (0: closed loop) */
-    pid_t victim;                  /* thread 0 kills it at kill_at (0: none) */
-    bool timeline;
-};
-
-/* One client thread's GETs of a phase. Not inlined, so that `valgrind
- * --tool=callgrind --collect-atstart=no --toggle-collect=sweep_one` counts
- * the client threads' work in the GET phases alone. */
-__attribute__((noinline)) static void sweep_one(struct run *r, const struct phase *ph)
-{
-    if (ph->load > 0)
-        drive(r, ph->load / r->o->client_threads, ph->seconds, ph->kill_at,
-              r->t == 0 ? ph->victim : 0);
-    else
-        drive_closed(r, ph->seconds);
-}
-
-static int phase_side(void *ctx, unsigned t, struct bench_gate *start,
-                      struct bench_raw_rate *out)
-{
-    (void)out;
-    const struct phase *ph = ctx;
-    struct run *r = &ph->runs[t];
-    if (ph->kind == PHASE_CONNECT) {
-        struct kvcs_client_cfg cc = *ph->cc;
-        cc.uri = r->uri;
-        const int rc = client_up(r, &cc);
-        bench_gate_wait(start);
-        return rc;
-    }
-    run_reset(r);
-    r->timeline = ph->timeline;
-    kvcs_client_set_method(r->c, ph->meth);
-    bench_gate_wait(start);
-    if (ph->kind == PHASE_WARM)
-        warm_reads(r);
-    else
-        sweep_one(r, ph);
-    return ERMA_OK;
-}
-
-/* Adds the counts, latencies and bins of runs[1..n) to runs[0]'s. */
-static void runs_merge(struct run *runs, unsigned n)
-{
-    struct run *r = &runs[0];
-    for (unsigned t = 1; t < n; t++) {
-        const struct run *s = &runs[t];
-        const uint64_t k = s->nlat < r->cap - r->nlat ? s->nlat : r->cap - r->nlat;
-        memcpy(r->lat + r->nlat, s->lat, k * sizeof *r->lat);
-        r->nlat += k;
-        r->failed += s->failed;
-        r->wrong += s->wrong;
-        r->done += s->done;
-        r->started += s->started;
-        if (s->failed) {
-            r->last_fail = s->last_fail;
-            r->last_fail_key = s->last_fail_key;
-        }
-        for (unsigned b = 0; s->timeline && b < MAX_BINS; b++) {
-            r->bin_failed[b] += s->bin_failed[b];
-            if (s->bin_n[b] && bin_room(r, b, s->bin_n[b])) {
-                memcpy(r->bin_lat[b] + r->bin_n[b], s->bin_lat[b], s->bin_n[b] * sizeof(uint64_t));
-                r->bin_n[b] += s->bin_n[b];
-            }
-        }
-    }
-}
-
-/* Runs ph on every client thread (they start together); a GET phase's
- * counts end up in runs[0] (runs_merge). */
-static int run_phase(struct phase *ph)
-{
-    const struct opts *o = ph->runs->o;
-    struct bench_raw_rate per[BENCH_MAX_THREADS], total;
-    const int rc = bench_run_threads(phase_side, ph, o->client_threads, o->client_cpu, per,
-                                     &total);
-    if (ph->kind == PHASE_GETS)
-        runs_merge(ph->runs, o->client_threads);
-    return rc;
-}
-
-/* The sums over the clients of runs[0..n) of their stats. */
-static void stats_sum(const struct run *runs, struct kvcs_client_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    for (unsigned t = 0; t < runs->o->client_threads; t++) {
-        struct kvcs_client_stats s;
-        kvcs_client_get_stats(runs[t].c, &s);
-        out->failovers += s.failovers;
-        out->skipped += s.skipped;
-        out->hedges += s.hedges;
-        out->one_read += s.one_read;
-    }
-}
-
 /* One load by one method (load 0: closed loop): GETs for o->seconds from
  * every client thread (r: runs[0]), a row, the latencies in *l and the
  * achieved rate in *rate. */
@@ -703,17 +216,17 @@ static int sweep_row(struct run *r, const struct bench_table *t, double load,
     double cli0, srv0, cli1, srv1;
     struct phase ph = {.runs = r, .kind = PHASE_GETS, .meth = meth, .load = load,
                        .seconds = o->seconds};
-    stats_sum(r, &a);
+    clients_stats(r, &a);
     cpu_both(r, &cli0, &srv0);
-    const int rc = run_phase(&ph);
+    const int rc = clients_phase(&ph);
     cpu_both(r, &cli1, &srv1);
-    stats_sum(r, &b);
+    clients_stats(r, &b);
     if (rc != ERMA_OK)
         return rc;
     char phase[96];
     snprintf(phase, sizeof phase, "sweep at %.0f GETs/s by %s, %u B values", load,
              method_name(meth), o->value);
-    report_failed(r, phase);
+    clients_report_failed(r, phase);
     if (b.failovers != a.failovers)
         bench_note(false, "kvcs: %s: %llu GET tries moved on from a failed replica, %llu passed "
                    "one marked down", phase, (unsigned long long)(b.failovers - a.failovers),
@@ -837,13 +350,13 @@ static int failure(struct run *r, pid_t victim, bool csv)
     struct phase ph = {.runs = r, .kind = PHASE_GETS, .meth = o->method, .load = o->load,
                        .seconds = o->seconds, .kill_at = o->kill_at, .victim = victim,
                        .timeline = true};
-    const int rc = run_phase(&ph);
+    const int rc = clients_phase(&ph);
     if (rc != ERMA_OK)
         return rc;
     char phase[96];
     snprintf(phase, sizeof phase, "failure run by %s at %.0f GETs/s, %u B values",
              method_name(o->method), o->load, o->value);
-    report_failed(r, phase);
+    clients_report_failed(r, phase);
     uint64_t disrupted;
     const double before = timeline(r, csv, &disrupted);
     struct bench_table t;
@@ -909,25 +422,6 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
     }
 }
 
-/* Client thread t's URI in out: uri's port plus t (port 0 stays 0: any
- * free port; thread 0's is uri). False when uri has no port to add to. */
-static bool uri_for_thread(const char *uri, unsigned t, char *out, size_t n)
-{
-    if (t == 0)
-        return (size_t)snprintf(out, n, "%s", uri) < n;
-    const char *q = strchr(uri, '?'); /* dpdk://IP:PORT?... */
-    const size_t end = q ? (size_t)(q - uri) : strlen(uri);
-    size_t colon = end;
-    while (colon > 0 && uri[colon - 1] != ':')
-        colon--;
-    char *stop;
-    const unsigned long port = colon ? strtoul(uri + colon, &stop, 10) : 0;
-    if (colon == 0 || colon == end || stop != uri + end || port + t > 65535)
-        return false;
-    return (size_t)snprintf(out, n, "%.*s%lu%s", (int)colon, uri, port ? port + t : 0,
-                            uri + end) < n;
-}
-
 static void check(const struct bench_cli *cli, const struct opts *o)
 {
     if (strcmp(o->role, "both") && strcmp(o->role, "server") && strcmp(o->role, "client"))
@@ -949,7 +443,7 @@ static void check(const struct bench_cli *cli, const struct opts *o)
         bench_cli_fail(cli, "--cpu: %u CPUs for %u client threads", cli->ncpus,
                        o->client_threads);
     char uri[128];
-    if (o->uri && !uri_for_thread(o->uri, o->client_threads - 1, uri, sizeof uri))
+    if (o->uri && !clients_uri(o->uri, o->client_threads - 1, uri, sizeof uri))
         bench_cli_fail(cli, "--uri %s: no port for client thread %u", o->uri,
                        o->client_threads - 1);
     if (o->kill_at > 0 && (o->kill_at >= o->seconds || o->load <= 0))
@@ -971,50 +465,14 @@ static int run_sizes(struct run *r, struct opts *o, const struct bench_cli *cli,
     int rc = ERMA_OK;
     for (unsigned i = 0; i < cli->nsizes && rc == ERMA_OK; i++) {
         o->value = cli->sizes[i];
-        if ((rc = load_keys(r)) != ERMA_OK)
+        if ((rc = clients_load_keys(r)) != ERMA_OK)
             break;
         struct phase warm = {.runs = r, .kind = PHASE_WARM};
-        if (!o->no_loc_cache && (rc = run_phase(&warm)) != ERMA_OK)
+        if (!o->no_loc_cache && (rc = clients_phase(&warm)) != ERMA_OK)
             break;
         rc = o->kill_at > 0 ? failure(r, victim, cli->csv) : sweep(r, &t);
     }
     return rc;
-}
-
-/* Destroys the clients of runs[0..n) and frees them; NULL is ignored. */
-static void runs_free(struct run *runs, unsigned n)
-{
-    for (unsigned t = 0; runs && t < n; t++) {
-        if (runs[t].c)
-            kvcs_client_destroy(runs[t].c);
-        for (unsigned b = 0; b < MAX_BINS; b++)
-            free(runs[t].bin_lat[b]);
-        free(runs[t].lat);
-        free(runs[t].list);
-        free(runs[t].again);
-    }
-    free(runs);
-}
-
-/* The client threads' runs, each with its URI (from uri) and its
- * latencies; runs[0] has room for all threads' and the loading's lists. */
-static struct run *runs_new(const struct opts *o, const char *uri, const pid_t *pids)
-{
-    struct run *runs = calloc(o->client_threads, sizeof *runs);
-    bool ok = runs != NULL;
-    for (unsigned t = 0; ok && t < o->client_threads; t++) {
-        struct run *r = &runs[t];
-        *r = (struct run){.o = o, .t = t, .pids = pids};
-        r->cap = 4000000ull * (t ? 1 : o->client_threads);
-        r->lat = malloc(r->cap * sizeof *r->lat);
-        ok = r->lat && uri_for_thread(uri, t, r->uri, sizeof r->uri);
-    }
-    if (ok) {
-        runs->list = malloc(o->keys * sizeof *runs->list);
-        runs->again = malloc(o->keys * sizeof *runs->again);
-        ok = runs->list && runs->again;
-    }
-    return ok ? runs : (runs_free(runs, o->client_threads), NULL);
 }
 
 int main(int argc, char **argv)
@@ -1070,14 +528,14 @@ int main(int argc, char **argv)
                o.idle_wait_us, nc, nc > 1 ? "s" : "", nc > 1 ? "" : "s");
     for (unsigned t = 0; t < nc; t++)
         o.client_cpu[t] = cli.ncpus ? cli.cpus[t] : -1;
-    struct run *runs = runs_new(&o, cc.uri, pids);
+    struct run *runs = clients_new(&o, cc.uri, pids);
     int rc = runs ? ERMA_OK : ERMA_ENOMEM;
     struct phase connect = {.runs = runs, .kind = PHASE_CONNECT, .cc = &cc};
-    if (rc == ERMA_OK && (rc = run_phase(&connect)) == ERMA_OK)
+    if (rc == ERMA_OK && (rc = clients_phase(&connect)) == ERMA_OK)
         rc = run_sizes(runs, &o, &cli, pids[0]);
     if (rc != ERMA_OK && rc != ERMA_EBADPKT)
         fprintf(stderr, "kvcs: ended: %s\n", erma_strerror(rc));
-    runs_free(runs, nc);
+    clients_free(runs, nc);
     for (unsigned i = 0; i < o.servers; i++) {
         if (pids[i] > 0) {
             kill(pids[i], SIGKILL);
