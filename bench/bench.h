@@ -229,6 +229,10 @@ int bench_rpc_bw(const struct bench_rpc_opts *o, double *gbps);
  * in cpus[t], -1 for none. At most BENCH_MAX_THREADS threads. */
 #define BENCH_MAX_THREADS 32
 
+/* The thread count of option `name` in arg: 1..BENCH_MAX_THREADS, else
+ * fails (bench_cli_fail) naming the option. */
+unsigned bench_cli_threads(const struct bench_cli *c, const char *name, const char *arg);
+
 /* --cpu with --threads n: thread t's CPU on this side in cpus[0][t] and
  * its server's in cpus[1][t], from one CPU F (F+t and F+n+t) or a list of
  * 2n (this side's, then the servers'). Returns false (cpus untouched)

@@ -158,6 +158,14 @@ int bench_cli_cpu(const struct bench_cli *c, unsigned who)
     return c->ncpus > 1 ? c->cpus[1 + (who - 1) % (c->ncpus - 1)] : -1;
 }
 
+unsigned bench_cli_threads(const struct bench_cli *c, const char *name, const char *arg)
+{
+    const uint64_t n = bench_cli_u64(c, arg);
+    if (n == 0 || n > BENCH_MAX_THREADS)
+        bench_cli_fail(c, "%s must be 1..%d", name, BENCH_MAX_THREADS);
+    return (unsigned)n;
+}
+
 bool bench_cli_thread_cpus(const struct bench_cli *c, unsigned n, int cpus[2][BENCH_MAX_THREADS])
 {
     if (c->ncpus && c->ncpus != 1 && c->ncpus != 2 * n)

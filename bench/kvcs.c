@@ -411,7 +411,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'c': o->closed = true; break;
         case 'H': o->no_hedge = true; break;
         case 'T': o->server_threads = (unsigned)bench_cli_u64(cli, optarg); break;
-        case 'N': o->client_threads = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'N': o->client_threads = bench_cli_threads(cli, "--client-threads", optarg); break;
         case 'O':
             if (strcmp(optarg, "rpc") && strcmp(optarg, "read"))
                 bench_cli_fail(cli, "unknown method '%s'", optarg);
@@ -437,8 +437,6 @@ static void check(const struct bench_cli *cli, const struct opts *o)
         bench_cli_fail(cli, "--servers (1..8), --keys, --seconds (up to 600), --attempt-ms, "
                             "--slow-ms, --rounds (1..%d) or --server-threads (1..8) out of "
                             "range", MAX_ROUNDS);
-    if (o->client_threads < 1 || o->client_threads > BENCH_MAX_THREADS)
-        bench_cli_fail(cli, "--client-threads: 1..%d", BENCH_MAX_THREADS);
     if (cli->ncpus && cli->ncpus < o->client_threads)
         bench_cli_fail(cli, "--cpu: %u CPUs for %u client threads", cli->ncpus,
                        o->client_threads);

@@ -277,11 +277,7 @@ static void parse(struct bench_cli *cli, struct rma_opts *o, int argc, char **ar
         case 'R': o->role = optarg; break;
         case 'P': o->ep.busy_poll = false; break;
         case 'S': o->secure = true; break;
-        case 'T':
-            o->threads = (unsigned)bench_cli_u64(cli, optarg);
-            if (o->threads == 0 || o->threads > BENCH_MAX_THREADS)
-                bench_cli_fail(cli, "--threads must be 1..%d", BENCH_MAX_THREADS);
-            break;
+        case 'T': o->threads = bench_cli_threads(cli, "--threads", optarg); break;
         case 'x': o->scale = true; break;
         case 'n': o->ops = bench_cli_u64(cli, optarg); break;
         default: bench_cli_fail(cli, NULL);

@@ -329,11 +329,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'M': o->ep.mtu = (uint32_t)bench_cli_u64(cli, optarg); break;
         case 'C': o->cfg.cc.off = true; break;
         case 'G': o->cfg.go_back_n = true; break;
-        case 'T':
-            o->threads = (unsigned)bench_cli_u64(cli, optarg);
-            if (o->threads == 0 || o->threads > BENCH_MAX_THREADS)
-                bench_cli_fail(cli, "--threads must be 1..%d", BENCH_MAX_THREADS);
-            break;
+        case 'T': o->threads = bench_cli_threads(cli, "--threads", optarg); break;
         case 'x': o->scale = true; break;
         default: bench_cli_fail(cli, NULL);
         }
