@@ -80,7 +80,6 @@ struct server { /* one endpoint thread of one server (erma/kvcs.h, Client) */
     uint64_t heard_ns; /* its last answer to a try (not a transport failure) */
     uint32_t reads;    /* one-sided GETs in flight there */
     struct try *wait_head, *wait_tail; /* reads waiting for one of them to end */
-    struct erma_msgbuf req, resp;
 };
 
 struct kvcs_client {
