@@ -29,10 +29,10 @@ static void deliver(struct kvcs_client *c, struct op *op, int status, const uint
     memcpy(in->status, op->st, sizeof op->st);
     for (uint32_t i = 0; i < op->nrep; i++) {
         const struct server *s = &c->srv[op->rep[i]];
-        in->replicas[i] = op->rep[i] / c->threads; /* the ring's server number */
+        in->replicas[i] = op->rep[i] / c->cfg.server_threads; /* the ring's server number */
         in->down_err[i] = s->down ? s->down_err : 0;
     }
-    in->answered = op->answered == UINT32_MAX ? UINT32_MAX : op->answered / c->threads;
+    in->answered = op->answered == UINT32_MAX ? UINT32_MAX : op->answered / c->cfg.server_threads;
     const kvcs_fn cb = op->cb;
     void *tag = op->tag;
     op->live = false;
@@ -420,9 +420,9 @@ static int new_op(struct kvcs_client *c, enum kind kind, const void *key, uint32
     struct op *op = &c->ops[c->free_ops[--c->nfree]];
     const int n = kvcs_ring_replicas(c->ring, key, klen, op->rep, c->cfg.replicas);
     op->nrep = n > 0 ? (uint32_t)n : 0;
-    const uint32_t t = c->threads > 1 ? thread_of(key, klen, c->threads) : 0;
+    const uint32_t t = c->cfg.server_threads > 1 ? thread_of(key, klen, c->cfg.server_threads) : 0;
     for (uint32_t i = 0; i < op->nrep; i++)
-        op->rep[i] = op->rep[i] * c->threads + t;
+        op->rep[i] = op->rep[i] * c->cfg.server_threads + t;
     for (uint32_t i = 0; i < MAX_R; i++)
         op->st[i] = KVCS_NOT_TRIED;
     memcpy(op->key, key, klen);

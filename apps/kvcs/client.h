@@ -90,8 +90,8 @@ struct kvcs_client {
     struct erma_rma *rma;
     struct kv_reader *reader;
     struct kvcs_ring *ring;
-    struct server *srv; /* server s's thread t at srv[s * threads + t] */
-    uint32_t threads, nsrv; /* cfg.server_threads (at least 1); servers x threads */
+    struct server *srv; /* server s's thread t at srv[s * cfg.server_threads + t] */
+    uint32_t nsrv; /* cfg.nservers x cfg.server_threads (at least 1) */
     struct op *ops;
     uint32_t *free_ops, nfree;
     struct try *tries;

@@ -163,9 +163,9 @@ static int servers_up(struct kvcs_client *c, const char *const *uris)
 {
     for (uint32_t i = 0; i < c->nsrv; i++) {
         struct server *s = &c->srv[i];
-        const char *uri = uris[i / c->threads];
+        const char *uri = uris[i / c->cfg.server_threads];
         s->c = c;
-        s->tid = (uint8_t)(i % c->threads);
+        s->tid = (uint8_t)(i % c->cfg.server_threads);
         for (uint32_t k = 0; k < MAX_SESS; k++)
             s->sess[k] = -1;
         s->region_rc = -1;
@@ -196,6 +196,8 @@ static void defaults(struct kvcs_client_cfg *cfg)
         cfg->down_ns = 200000000;
     if (!cfg->connect_timeout_ns)
         cfg->connect_timeout_ns = 5000000000ull;
+    if (!cfg->server_threads)
+        cfg->server_threads = 1;
 }
 
 static int endpoint_up(struct kvcs_client *c)
@@ -268,8 +270,7 @@ int kvcs_client_create(const struct kvcs_client_cfg *cfg,
         return ERMA_ENOMEM;
     c->cfg = *cfg;
     defaults(&c->cfg);
-    c->threads = c->cfg.server_threads ? c->cfg.server_threads : 1;
-    c->nsrv = c->cfg.nservers * c->threads;
+    c->nsrv = c->cfg.nservers * c->cfg.server_threads;
     c->nsess = RX_SESSIONS / c->nsrv < MAX_SESS ? RX_SESSIONS / c->nsrv : MAX_SESS;
     if (!c->nsess)
         c->nsess = 1;
