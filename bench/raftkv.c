@@ -312,8 +312,10 @@ static void load_done(void *tag, int status, const uint8_t *val, uint32_t vlen)
     }
     l->acked++;
     const uint64_t now = erma_now_ns();
-    if (l->kill_at && now - (l->last_ack > l->kill_at ? l->last_ack : l->kill_at) > l->max_gap)
-        l->max_gap = now - (l->last_ack > l->kill_at ? l->last_ack : l->kill_at);
+    if (l->kill_at) { /* the gap since the last ack, or since the kill */
+        const uint64_t gap = now - (l->last_ack > l->kill_at ? l->last_ack : l->kill_at);
+        l->max_gap = gap > l->max_gap ? gap : l->max_gap;
+    }
     l->last_ack = now;
     if (l->first_sent && n >= l->first_sent && !l->recovered_at)
         l->recovered_at = now;
