@@ -433,10 +433,10 @@ static void check(const struct bench_cli *cli, const struct opts *o)
     if (o->servers < 1 || o->servers > MAX_SERVERS || o->keys < 1 || o->keys > 10000000 ||
         o->seconds <= 0 || o->seconds > 600 || o->attempt_ms <= 0 || o->slow_ms <= 0 ||
         o->rounds < 1 || o->rounds > MAX_ROUNDS || o->server_threads < 1 ||
-        o->server_threads > 8)
+        o->server_threads > KVCS_MAX_THREADS)
         bench_cli_fail(cli, "--servers (1..8), --keys, --seconds (up to 600), --attempt-ms, "
-                            "--slow-ms, --rounds (1..%d) or --server-threads (1..8) out of "
-                            "range", MAX_ROUNDS);
+                            "--slow-ms, --rounds (1..%d) or --server-threads (1..%d) out of "
+                            "range", MAX_ROUNDS, KVCS_MAX_THREADS);
     if (cli->ncpus && cli->ncpus < o->client_threads)
         bench_cli_fail(cli, "--cpu: %u CPUs for %u client threads", cli->ncpus,
                        o->client_threads);
