@@ -304,12 +304,39 @@ static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsign
     return nmsg;
 }
 
-/* sendmmsg, or sendmsg for one message: the kernel's shorter path. */
+/* One small datagram by sendto from one buffer, which spares the kernel
+ * the copy of a msghdr and its iovecs (as recv_plain does); false when m
+ * is not one (a cmsg, or more bytes than are worth copying here). */
+static bool send_plain(struct udp *u, const struct msghdr *m, ssize_t *r)
+{
+    uint8_t buf[PLAIN_MAX];
+    size_t len = 0;
+    if (m->msg_controllen || m->msg_iovlen > 2)
+        return false;
+    for (size_t i = 0; i < m->msg_iovlen; i++)
+        len += m->msg_iov[i].iov_len;
+    if (len > sizeof buf)
+        return false;
+    const void *data = m->msg_iov[0].iov_base;
+    if (m->msg_iovlen == 2) {
+        memcpy(buf, m->msg_iov[0].iov_base, m->msg_iov[0].iov_len);
+        memcpy(buf + m->msg_iov[0].iov_len, m->msg_iov[1].iov_base, m->msg_iov[1].iov_len);
+        data = buf;
+    }
+    *r = sendto(u->fd, data, len, 0, m->msg_name, m->msg_namelen);
+    return true;
+}
+
+/* sendmmsg, or one message by sendto or sendmsg: the kernel's shorter paths. */
 static int send_msgs(struct udp *u, unsigned from, unsigned count)
 {
-    if (count == 1)
-        return sendmsg(u->fd, &u->tx_msg[from].msg_hdr, 0) < 0 ? -1 : 1;
-    return sendmmsg(u->fd, u->tx_msg + from, count, 0);
+    if (count > 1)
+        return sendmmsg(u->fd, u->tx_msg + from, count, 0);
+    const struct msghdr *m = &u->tx_msg[from].msg_hdr;
+    ssize_t r;
+    if (!send_plain(u, m, &r))
+        r = sendmsg(u->fd, m, 0);
+    return r < 0 ? -1 : 1;
 }
 
 /* Sends pkts[0..n), n <= ERMA_MAX_BURST; returns how many the kernel took. */

@@ -142,6 +142,71 @@ static void test_receive_stamps(void **state)
     }
 }
 
+/* One datagram at a time (a ping-pong's case): small ones go by sendto
+ * from one buffer and come up by recvfrom, larger ones by sendmsg; every
+ * size arrives whole, from the right source, one packet each. */
+static void one_at_a_time(const char *host)
+{
+    struct erma_transport *a, *b;
+    struct erma_addr to_b;
+    open_pair(host, &a, &b, &to_b);
+    static uint8_t data[1472], copy[1][1472];
+    for (uint32_t k = 0; k < sizeof data; k++)
+        data[k] = (uint8_t)(k * 13 + 5);
+    const uint32_t sizes[] = {1, 16, 48, 255, 256, 257, 300, a->max_pkt};
+    for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        for (uint32_t split = 0; split <= 1; split++) { /* header alone; header and data */
+            const uint32_t hl = split ? sizes[i] / 2 : sizes[i];
+            const struct erma_tx_pkt tx = {.dst = &to_b, .hdr = data, .hdr_len = hl,
+                                           .data = split ? data + hl : NULL,
+                                           .data_len = sizes[i] - hl};
+            assert_int_equal(erma_tx_burst(a, &tx, 1), 1);
+            struct erma_rx_pkt rx[1];
+            assert_int_equal(udp_receive(b, rx, copy, 1, 1, 2000000000ull, NULL), 1);
+            assert_int_equal(rx[0].len, sizes[i]);
+            assert_memory_equal(rx[0].data, data, sizes[i]);
+            assert_true(erma_addr_eq(&rx[0].src, &a->local));
+        }
+    }
+    assert_int_equal(b->stats.rx_pkts, 16);
+    assert_int_equal(b->stats.rx_dropped, 0);
+    erma_transport_close(a);
+    erma_transport_close(b);
+}
+
+static void test_one_at_a_time(void **state)
+{
+    (void)state;
+    one_at_a_time("127.0.0.1");
+    one_at_a_time("[::1]");
+}
+
+/* Without the receive offload a buffer holds max_pkt bytes: a longer
+ * datagram (a plain socket's) is cut by the kernel, seen as cut and
+ * dropped, and the next one still comes. */
+static void test_oversize_datagram_dropped(void **state)
+{
+    (void)state;
+    setenv("ERMA_UDP_GRO", "0", 1);
+    struct erma_transport *b;
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:0", NULL, &b), ERMA_OK);
+    unsetenv("ERMA_UDP_GRO");
+    const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(fd >= 0);
+    static uint8_t big[4000], copy[1][1472];
+    memset(big, 0x5a, sizeof big);
+    const struct sockaddr *to = (const struct sockaddr *)b->local.raw;
+    assert_int_equal(sendto(fd, big, b->max_pkt + 1, 0, to, b->local.len), b->max_pkt + 1);
+    assert_int_equal(sendto(fd, big, sizeof big, 0, to, b->local.len), sizeof big);
+    assert_int_equal(sendto(fd, big, 20, 0, to, b->local.len), 20);
+    struct erma_rx_pkt rx[1];
+    assert_int_equal(udp_receive(b, rx, copy, 1, 1, 2000000000ull, NULL), 1);
+    assert_int_equal(rx[0].len, 20);
+    assert_int_equal(b->stats.rx_dropped, 2);
+    close(fd);
+    erma_transport_close(b);
+}
+
 static void test_exchange_v4(void **state)
 {
     (void)state;
@@ -253,6 +318,8 @@ int main(void)
         cmocka_unit_test(test_endpoint_port_taken),
         cmocka_unit_test(test_jumbo_and_loss_injection),
         cmocka_unit_test(test_receive_stamps),
+        cmocka_unit_test(test_one_at_a_time),
+        cmocka_unit_test(test_oversize_datagram_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
