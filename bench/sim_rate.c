@@ -3,14 +3,16 @@
  * thread, no system calls), for counting instructions per RPC with callgrind:
  *
  *   valgrind --tool=callgrind bench/sim_rate --rpcs 200000 [--cc off|on|...]
- *   sim_rate [--rpcs N] [--cc MODE] [--op rpc|secure|read] [--sizes LIST] [--cpu C] [--csv]
+ *   sim_rate [--rpcs N] [--cc MODE] [--op rpc|secure|read] [--window W] [--sizes LIST]
+ *            [--cpu C] [--csv]
  *
  * --op secure: the RPCs over authenticated, encrypted sessions (a psk);
  * read: one-sided READs of --size bytes from a region of the other
  * endpoint instead (sealed as always, 60 in flight), to count the target's
  * serving path beside an RPC's dispatch.
  * --cc: on (default), off, no_timely_bypass, no_wheel_bypass, no_batch_clock.
- * 8 sessions, 60 requests in flight, each of --size bytes (default 32)
+ * 8 sessions, --window requests in flight (60; 1 counts a ping-pong's
+ * path), each of --size bytes (default 32)
  * answered by as many. Prints the RPCs done, the rate in the fabric's
  * virtual time and the wall-clock seconds; exits 1 if an RPC failed or the
  * run did not finish in 60 s of virtual time. One process, no server side:
@@ -34,13 +36,14 @@ static const char usage[] =
     "  --rpcs N       RPCs per size (default 200000)\n"
     "  --cc MODE      on (default), off, no_timely_bypass, no_wheel_bypass, no_batch_clock\n"
     "  --op OP        rpc (default), secure (sealed sessions) or read (one-sided READs)\n"
+    "  --window W     requests (or READs) in flight, 1..60 (default 60)\n"
     "  --sizes LIST   request and response bytes, e.g. 32,1K,4K (--size B: one; default 32)\n"
     "  --cpu C        pin this process to CPU C (default: none)\n"
     "  --csv          CSV instead of the table\n"
     "  -h, --help     this text\n";
 
 #define ECHO 1
-#define WINDOW 60
+#define WINDOW 60 /* the most in flight */
 #define SESSIONS 8
 
 enum op { OP_RPC, OP_SECURE, OP_READ };
@@ -53,7 +56,7 @@ static uint8_t *region_mem, *local_mem;
 static int sess[SESSIONS];
 static struct erma_msgbuf req[WINDOW], resp[WINDOW];
 static unsigned long done_count, failed, target;
-static unsigned next_sess;
+static unsigned next_sess, window = WINDOW;
 
 /* Answers with as many bytes as the request had. */
 static void echo(struct erma_req *r, void *ctx)
@@ -73,7 +76,7 @@ static void on_done(struct erma_rpc *c, void *tag, int status, struct erma_msgbu
     failed += status != ERMA_OK;
     done_count++;
     const size_t k = (size_t)(uintptr_t)tag;
-    if (status == ERMA_OK && done_count + WINDOW <= target)
+    if (status == ERMA_OK && done_count + window <= target)
         erma_rpc_call(c, sess[next_sess++ % SESSIONS], ECHO, &req[k], &resp[k], on_done, tag);
 }
 
@@ -95,14 +98,14 @@ static bool finished(void *ctx)
         for (int i = 0; i < n; i++) {
             failed += c[i].status != ERMA_OK;
             done_count++;
-            if (c[i].status == ERMA_OK && done_count + WINDOW <= target)
+            if (c[i].status == ERMA_OK && done_count + window <= target)
                 failed += submit_read((size_t)c[i].tag) != ERMA_OK;
         }
     return done_count >= target || failed;
 }
 
 /* The READ side: an engine on each endpoint, a region of WINDOW x size
- * bytes on endpoint 1, its key for endpoint 0, WINDOW READs started. */
+ * bytes on endpoint 1, its key for endpoint 0, window READs started. */
 static int reads_up(uint32_t size)
 {
     const size_t len = (size_t)WINDOW * size;
@@ -128,7 +131,7 @@ static int reads_up(uint32_t size)
     cmd.op = ERMA_RMA_READ;
     cmd.peer = peer;
     cmd.len = size;
-    for (size_t k = 0; k < WINDOW && rc == ERMA_OK; k++)
+    for (size_t k = 0; k < window && rc == ERMA_OK; k++)
         rc = submit_read(k);
     return rc;
 }
@@ -172,7 +175,7 @@ static int run_size(const struct erma_cc_switches *cc, enum op op, uint32_t size
     for (int s = 0; s < SESSIONS && rc == ERMA_OK && op != OP_READ; s++)
         if ((sess[s] = erma_session_create(rpc[0], "sim://rate/1:100", 0)) < 0)
             rc = sess[s];
-    for (size_t k = 0; k < WINDOW && rc == ERMA_OK && op != OP_READ; k++) {
+    for (size_t k = 0; k < window && rc == ERMA_OK && op != OP_READ; k++) {
         rc = erma_msgbuf_alloc(rpc[0], size, &req[k]);
         if (rc == ERMA_OK)
             rc = erma_msgbuf_alloc(rpc[0], size, &resp[k]);
@@ -231,7 +234,8 @@ int main(int argc, char **argv)
     struct erma_cc_switches cc = {0};
     const char *ccname = "on";
     static const struct option lo[] = {BENCH_COMMON_OPTIONS, {"rpcs", 1, 0, 'n'},
-                                       {"cc", 1, 0, 'c'}, {"op", 1, 0, 'o'}, {0, 0, 0, 0}};
+                                       {"cc", 1, 0, 'c'}, {"op", 1, 0, 'o'}, {"window", 1, 0, 'w'},
+                                       {0, 0, 0, 0}};
     static const char *const ops[] = {"rpc", "secure", "read"};
     enum op op = OP_RPC;
     struct bench_cli cli;
@@ -243,11 +247,15 @@ int main(int argc, char **argv)
             parse_cc(&cli, ccname = optarg, &cc);
         else if (c == 'o')
             op = parse_op(&cli, optarg, ops);
+        else if (c == 'w')
+            window = (unsigned)bench_cli_u64(&cli, optarg);
         else
             bench_cli_fail(&cli, NULL);
     }
-    if (target < WINDOW)
-        bench_cli_fail(&cli, "--rpcs must be at least %d", WINDOW);
+    if (window < 1 || window > WINDOW)
+        bench_cli_fail(&cli, "--window must be 1..%d", WINDOW);
+    if (target < window)
+        bench_cli_fail(&cli, "--rpcs must be at least --window (%u)", window);
     if (cli.nsizes == 0)
         cli.sizes[cli.nsizes++] = 32;
     bench_pin(bench_cli_cpu(&cli, 0));
