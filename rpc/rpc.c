@@ -101,7 +101,9 @@ static int rpc_poll(void *ctx, uint64_t now)
     struct erma_rpc *rpc = ctx;
     struct rpc_timers *t = &rpc->timers;
     int work = 0;
-    for (struct erma_req *rq; (rq = erma__mpsc_pop(&rpc->server.worker_done)); work++)
+    /* in_workers is the loop's own count: no atomic read while it is 0 */
+    struct erma_mpsc *done = &rpc->server.worker_done;
+    for (struct erma_req *rq; rpc->server.in_workers && (rq = erma__mpsc_pop(done)); work++)
         erma__worker_response(rpc, rq);
     if (erma_wheel_count(&rpc->cc.wheel)) {
         const uint32_t before = erma_wheel_count(&rpc->cc.wheel);
