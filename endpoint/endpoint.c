@@ -335,17 +335,35 @@ static void demux(struct erma_endpoint *ep, const struct erma_rx_pkt *pkt)
     ep->protos[k].rx(ep->protos[k].ctx, &h, pkt);
 }
 
+/* When a packet without the transport's arrival stamp came, at the
+ * earliest: after the last pass looked (its clock reading), or after the
+ * loop woke from its idle sleep. The earliest, so that a loop kept away
+ * from its socket (an application's callback blocking it between passes,
+ * a disk sync) counts that time in the host's delay (erma/rpc.h, Busy
+ * hosts), not as network round trip: a busy-polling loop's bound is one
+ * pass; udp stamps arrivals once a burst came. */
+static uint64_t unstamped_rx(struct erma_endpoint *ep, uint64_t last, uint64_t now)
+{
+    const uint64_t t = ep->woke || last == 0 || last > now ? now : last;
+    ep->woke = false;
+    return t;
+}
+
 int erma_endpoint_run_once(struct erma_endpoint *ep)
 {
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
     erma__ep_tx_flush(ep); /* what the application queued since the last pass goes first */
+    const uint64_t last = ep->now;
     const int n = ep->npaths > 1 ? rx_paths(ep, rx) : erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
     const uint64_t now = erma__ep_clock(ep); /* the one reading of this pass */
+    const uint64_t since = n > 0 ? unstamped_rx(ep, last, now) : now;
     int work = n > 0 ? n : 0;
     ep->stats.rx_pkts += (uint64_t)work;
     for (int i = 0; i < n; i++) {
-        if (rx[i].rx_ns == 0 || rx[i].rx_ns > now)
-            rx[i].rx_ns = now; /* no stamp: the pass's time */
+        if (rx[i].rx_ns == 0)
+            rx[i].rx_ns = since;
+        else if (rx[i].rx_ns > now)
+            rx[i].rx_ns = now; /* a stamp ahead of this clock */
         demux(ep, &rx[i]);
     }
     for (unsigned k = 0; k < ep->nprotos; k++)
@@ -393,6 +411,7 @@ static void wait_paths(struct erma_endpoint *ep, uint64_t ns)
     for (; n < ep->npaths && ep->npaths > 1; n++)
         if (!ep->path[n]->ops->poll_fd || (fds[n].fd = ep->path[n]->ops->poll_fd(ep->path[n])) < 0)
             break;
+    ep->woke = true;
     if (ep->npaths == 1 || n < ep->npaths) {
         erma_transport_wait(ep->tr, ep->npaths == 1 || ns < 100000 ? ns : 100000);
         return;

@@ -57,6 +57,7 @@ struct erma_endpoint {
     uint64_t next_trim;  /* when the loop next trims the pool */
     uint64_t now;        /* the clock, read once per pass (erma__ep_clock) */
     uint64_t idle_since; /* when the loop last found work */
+    bool woke;           /* it slept in wait since the last pass that received */
     struct erma_endpoint_stats stats;
     struct erma_ep_proto protos[ERMA_EP_PROTOS];
     unsigned nprotos;

@@ -25,7 +25,7 @@
  * (SO_TIMESTAMPNS) becomes erma_rx_pkt.rx_ns, where a packet's time inside
  * this host starts (erma/rpc.h, Busy hosts). Like UDP_GRO they are turned
  * on at the first burst (a queue formed: the loop is busy or was away);
- * before it, rx_ns is 0 (the pass's time). The kernel starts stamping on
+ * before it, rx_ns is 0 (the endpoint's estimate). The kernel starts stamping on
  * arrival a moment after the first socket asks (a deferred switch): until
  * then it stamps at the read, which only makes a host delay look shorter.
  * ERMA_UDP_STAMP=0 never turns them on, ERMA_UDP_STAMP=1 at once. */

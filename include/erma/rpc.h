@@ -161,7 +161,9 @@ struct erma_cc_switches {
  * Busy hosts: a server puts in each credit return and response how long
  * the packet it answers spent inside its host (from the kernel's receive
  * stamp on udp to the answer: queued behind a busy or descheduled loop,
- * and the handler). The client takes that and its own such delay out of
+ * and the handler; without a stamp, from when the loop last looked at its
+ * socket, so that a loop an application blocks between passes, with a disk
+ * sync say, counts that time too). The client takes that and its own such delay out of
  * each round trip: Timely and the virtual paths see only what is left,
  * the network's part, so a busy host is not taken for a congested network
  * (its load is bounded by credits instead). A loop descheduled where no

@@ -61,7 +61,9 @@ struct erma_rx_pkt {
     uint8_t path;
     /* When the packet arrived, on erma_now_ns()'s clock: the kernel's
      * receive stamp on udp, the fabric's arrival on sim; 0 where the
-     * transport cannot tell (the endpoint takes its pass's time). The time
+     * transport cannot tell (the endpoint takes the time its loop last
+     * looked, or woke: at the earliest, so that a loop kept away from its
+     * socket counts that in the host's delay). The time
      * a packet waited in the host, behind a busy or descheduled loop, is
      * its protocol's reading minus this (rpc.h, host delay). */
     uint64_t rx_ns;
