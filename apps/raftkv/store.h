@@ -28,7 +28,8 @@ struct store {
     raft_term term;
     raft_id vote;
     int log_fd;
-    uint64_t log_size;
+    uint64_t log_size;  /* the records' end */
+    uint64_t log_alloc; /* the file's length: zeros from log_size on (store_log.c) */
     struct store_ent *ents;
     size_t nents, cap;
     raft_index first; /* index of ents[0]; the next append goes at first + nents */
