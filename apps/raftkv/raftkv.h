@@ -29,10 +29,12 @@
  *   (sim://F/H:P, udp://IP:P, ...).
  *   Storage (dir): `meta` holds term and vote (written to meta.tmp,
  *   fsynced, renamed, the directory fsynced: set_term and set_vote return
- *   only once it is durable); `log` is an append-only file of records
+ *   only once it is durable); `log` is a file of records
  *   [u32 magic][u32 len][u64 index][u64 term][u16 type][u16 0][u32 0]
- *   [data, padded to 8][u64 FNV-1a of all before] whose tail, torn by a
- *   crash, is cut at load; `snap` holds the last snapshot (index, term,
+ *   [data, padded to 8][u64 FNV-1a of all before], one after the other,
+ *   then zeros (it grows by 256 KiB of written zeros at a time, which new
+ *   records overwrite, so that a sync writes no metadata); a tail torn by
+ *   a crash is cut at load; `snap` holds the last snapshot (index, term,
  *   configuration and the state machine's bytes, checked the same way).
  *   The log is also kept in memory. append() writes at once; the entries
  *   of every append of one loop pass are made durable by one fdatasync
