@@ -77,6 +77,7 @@ static const char usage[] =
     "  --rounds R       rounds, 1..50 (default 3)\n"
     "  --cc-off         bw: no window CC in the executor\n"
     "  --no-poll        endpoints sleep when idle (default: busy-poll)\n"
+    "  --mtu M          every endpoint's Ethernet MTU, 576..9000 (default 1500)\n"
     "  --secure         also the RPC over authenticated, encrypted sessions\n"
     "  --threads N      rate: N initiator threads here (endpoint t of --uri each,\n"
     "                   its own engine and key) against N target threads (endpoint\n"
@@ -260,7 +261,8 @@ static void parse(struct bench_cli *cli, struct rma_opts *o, int argc, char **ar
         {"server", 1, 0, 's'}, {"iters", 1, 0, 'i'},  {"window", 1, 0, 'w'},
         {"seconds", 1, 0, 't'}, {"rounds", 1, 0, 'r'}, {"cc-off", 0, 0, 'c'},
         {"role", 1, 0, 'R'},  {"no-poll", 0, 0, 'P'}, {"secure", 0, 0, 'S'},
-        {"threads", 1, 0, 'T'}, {"scale", 0, 0, 'x'}, {"ops", 1, 0, 'n'}, {0, 0, 0, 0}};
+        {"threads", 1, 0, 'T'}, {"scale", 0, 0, 'x'}, {"ops", 1, 0, 'n'}, {"mtu", 1, 0, 'M'},
+        {0, 0, 0, 0}};
     const char *op = "read";
     bench_cli_init(cli, "rma_perf", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
@@ -280,9 +282,12 @@ static void parse(struct bench_cli *cli, struct rma_opts *o, int argc, char **ar
         case 'T': o->threads = bench_cli_threads(cli, "--threads", optarg); break;
         case 'x': o->scale = true; break;
         case 'n': o->ops = bench_cli_u64(cli, optarg); break;
+        case 'M': o->ep.mtu = (uint32_t)bench_cli_u64(cli, optarg); break;
         default: bench_cli_fail(cli, NULL);
         }
     }
+    if (o->ep.mtu && (o->ep.mtu < 576 || o->ep.mtu > 9000))
+        bench_cli_fail(cli, "--mtu %u: 576..9000", o->ep.mtu);
     o->lat = strcmp(o->mode, "lat") == 0;
     o->bw = strcmp(o->mode, "bw") == 0;
     if (!o->bw && !o->lat && strcmp(o->mode, "rate"))

@@ -260,6 +260,10 @@ int rma_bw(const struct rma_opts *o, struct rma_initiator *c, double *gbps)
     if (st.retries)
         fprintf(stderr, "rma_perf: %s: %llu chunks timed out or were refused and were retried\n",
                 rma_where(o, "one-sided", w, sizeof w), (unsigned long long)st.retries);
+    struct erma_rma_rtt rtt;
+    if (getenv("ERMA_BENCH_STATS") && erma_rma_peer_rtt(c->rma, c->peer, &rtt) == ERMA_OK)
+        fprintf(stderr, "rma_perf: %llu answers for no live op (late), srtt %.0f us, rto %.0f us\n",
+                (unsigned long long)st.rx_unmatched, rtt.srtt_ns / 1e3, rtt.rto_ns / 1e3);
     struct erma_rma_window_info lw, rw;
     if (getenv("ERMA_BENCH_CC") && erma_rma_local_window(c->rma, &lw) == ERMA_OK &&
         erma_rma_window(c->rma, c->peer, o->op, &rw) == ERMA_OK)

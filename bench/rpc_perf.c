@@ -382,6 +382,8 @@ static void check(const struct bench_cli *cli, struct opts *o)
         bench_cli_fail(cli, "unknown mode '%s'", o->mode);
     if (o->rounds == 0 || o->rounds > 50)
         bench_cli_fail(cli, "--rounds must be 1..50");
+    if (o->ep.mtu && (o->ep.mtu < 576 || o->ep.mtu > 9000))
+        bench_cli_fail(cli, "--mtu %u: 576..9000", o->ep.mtu);
     if (o->rpc.iters == 0 || o->rpc.window == 0 || o->rpc.window > 4096 || o->rpc.batch == 0 ||
         o->rpc.sessions == 0 || o->rpc.seconds <= 0)
         bench_cli_fail(cli, "--iters, --window (<= 4096), --batch, --sessions and --seconds "
