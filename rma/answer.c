@@ -88,7 +88,16 @@ static void read_resp(struct erma_rma *rma, struct slot *s, const struct rma_oph
         erma__portal_finish(rma, s, ERMA_OK);
 }
 
-void erma__portal_rx(struct erma_rma *rma, const struct rma_ophdr *h,
+/* The time an authentic answer's round trip spent inside the two hosts:
+ * the target's, as its answer says, and this loop's own wait to read it. */
+static uint64_t host_delays(const struct erma_rma *rma, uint16_t host_delay,
+                            const struct erma_rx_pkt *pkt)
+{
+    const uint64_t own = pkt->rx_ns && pkt->rx_ns < rma->ep->now ? rma->ep->now - pkt->rx_ns : 0;
+    return erma_delay_decode(host_delay) + own;
+}
+
+void erma__portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, uint16_t host_delay,
                      const struct erma_rx_pkt *pkt)
 {
     struct slot *s = match(rma, h, pkt);
@@ -107,9 +116,13 @@ void erma__portal_rx(struct erma_rma *rma, const struct rma_ophdr *h,
         rma->stats.rx_unsealed_bad++;
         return;
     }
+    /* a READ's answer packets wait alike: the last one's counts; a WRITE's
+     * two round trips add up */
+    const uint64_t host = host_delays(rma, host_delay, pkt);
+    s->host_ns = h->type == RMA_READ_RESP ? host : s->host_ns + host;
     if (h->type != RMA_READ_RESP || !s->got) {
         const uint64_t rtt = rma->ep->now - s->sent_ns;
-        erma__peer_rtt_sample(rma, s->peer, rtt);
+        erma__peer_rtt_sample(rma, s->peer, rtt, host);
         if (rma->ep->npaths > 1)
             erma__path_sample(rma, s->peer, s->path, rtt);
     }

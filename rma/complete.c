@@ -8,6 +8,7 @@ static void chunk_end(struct erma_rma *rma, struct slot *s)
 {
     const struct rma_chunk_end e = {.tag = s->tag, .local = s->local, .status = s->status,
                                     .submit_ns = s->submit_ns, .issue_ns = s->issue_ns,
+                                    .host_ns = s->host_ns,
                                     .path_out = s->path_out};
     rma->portal->hooks.chunk_done(rma, &e);
     erma__slot_free(rma, s);

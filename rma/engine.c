@@ -22,7 +22,6 @@ static bool is_request(uint8_t t)
 static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_pkt *pkt)
 {
     struct erma_rma *rma = ctx;
-    (void)eh;
     struct rma_ophdr h;
     if (pkt->len < RMA_OVERHEAD || pkt->len > rma->tr->max_pkt) {
         rma->stats.rx_bad++;
@@ -38,7 +37,7 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
     if (is_request(h.type))
         erma__serve_rx(rma, &h, pkt);
     else
-        erma__portal_rx(rma, &h, pkt);
+        erma__portal_rx(rma, &h, eh->host_delay, pkt);
 }
 
 /* Wall clock against the engine's (TSC) clock, again now and then: NTP

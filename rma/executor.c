@@ -363,7 +363,11 @@ static void chunk_done(struct erma_rma *rma, const struct rma_chunk_end *c)
     struct xfer *x = &e->xfers[id];
     const uint64_t off = (uint64_t)(c->local - x->local);
     const uint64_t issue_delay = c->issue_ns - c->submit_ns;
-    uint64_t remote = rma->ep->now - c->issue_ns;
+    /* The round trip less the time it spent inside the hosts (a busy or
+     * descheduled loop on either side, erma/rma.h, Busy hosts): the
+     * network's part, at least 1 ns. */
+    const uint64_t rtt = rma->ep->now - c->issue_ns;
+    uint64_t remote = rtt > c->host_ns ? rtt - c->host_ns : 1;
     /* A WRITE makes two round trips (request and solicitation, data and
      * completion); the window's targets are for one, so it sees the remote
      * delay per round trip. */

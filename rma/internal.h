@@ -127,6 +127,9 @@ struct erma_rma {
     struct erma_rma_cfg cfg;
     uint32_t pkt_data;         /* payload bytes per packet */
     uint64_t ctr;              /* this engine's nonce counter (packet.c) */
+    /* The host delay (erma_delay_encode) the answers sent now carry: the
+     * target sets it while it answers one request, else 0 (packet.c). */
+    uint16_t tx_delay;
     int64_t wire_off;          /* wire clock - engine clock (0 on the sim) */
     uint64_t wire_sync_ns;     /* next time wire_off is measured again */
     bool aes;                  /* AES-256-GCM usable here */

@@ -91,6 +91,7 @@ static void issue(struct erma_rma *rma, struct slot *s)
     uint64_t timeout = erma__peer_op_timeout(rma, s->peer, s->op);
     timeout = timeout < RMA_MAX_TTL_NS ? timeout : RMA_MAX_TTL_NS; /* a WRITE's 2 RTOs */
     s->issue_ns = s->sent_ns = rma->ep->now;
+    s->host_ns = 0;
     s->deadline_ns = rma->ep->now + timeout;
     s->wire_deadline = erma__rma_wire_now(rma) + timeout;
     struct rma_ophdr h = erma__portal_ophdr(rma, s, req_type[s->op]);

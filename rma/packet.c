@@ -52,7 +52,7 @@ void erma__rma_ophdr_decode(const uint8_t *p, struct rma_ophdr *o)
 void erma__rma_send(struct erma_rma *rma, const struct erma_addr *dst, struct rma_ophdr *h,
                    const uint8_t *kd, uint8_t cipher, uint8_t dir, const void *m, uint32_t plen)
 {
-    const struct erma_hdr eh = {.proto = ERMA_PROTO_RMA};
+    const struct erma_hdr eh = {.proto = ERMA_PROTO_RMA, .host_delay = dir ? rma->tx_delay : 0};
     uint8_t *pkt;
     struct erma_tx_pkt *p = erma__ep_tx(rma->ep, dst, NULL, NULL, &pkt);
     if (dir == 0) /* from the initiator's port of the op's path */

@@ -42,9 +42,21 @@ bool erma__peer_known(const struct erma_rma *rma, int peer)
 
 /* ---- round trips and timeouts ---- */
 
+/* The longest round trip lately halves every STALL_HALF_NS (as RPC's,
+ * erma/rpc.h, Busy hosts): a peer whose loop was descheduled once for a
+ * time slice will likely be again. */
+#define STALL_HALF_NS 100000000ull
+
+static uint64_t stall_now(const struct peer *p, uint64_t now)
+{
+    const uint64_t halvings = (now > p->stall_at_ns ? now - p->stall_at_ns : 0) / STALL_HALF_NS;
+    return halvings < 64 ? p->stall_ns >> halvings : 0;
+}
+
 /* srtt + 4 rttvar, with the floor as the least margin over srtt (a steady
- * RTT has no variance, and no time for jitter), after a timeout at least
- * the doubled RTO until a new sample; the cap, also before any sample. */
+ * RTT has no variance, and no time for jitter), at least twice the longest
+ * round trip lately, after a timeout at least the doubled RTO until a new
+ * sample; the cap, also before any sample. */
 static uint64_t peer_rto(const struct erma_rma *rma, const struct peer *p)
 {
     const struct erma_rma_cfg *c = &rma->cfg;
@@ -53,12 +65,16 @@ static uint64_t peer_rto(const struct erma_rma *rma, const struct peer *p)
     const uint64_t var = 4 * p->rttvar_ns, margin = var > c->op_timeout_min_ns ? var
                                                                             : c->op_timeout_min_ns;
     uint64_t rto = p->srtt_ns + margin;
+    const uint64_t stall = 2 * stall_now(p, rma->ep->now);
+    rto = rto > stall ? rto : stall;
     rto = rto > p->backoff_ns ? rto : p->backoff_ns;
     return rto < c->op_timeout_max_ns ? rto : c->op_timeout_max_ns;
 }
 
-/* RFC 6298's estimator, from authentic answers only. */
-void erma__peer_rtt_sample(struct erma_rma *rma, int peer, uint64_t rtt)
+/* RFC 6298's estimator, from authentic answers only; a round trip spent
+ * mostly inside the hosts (a loop descheduled) is remembered as a stall,
+ * one slowed on the way (a slow path, which the paths prune) is not. */
+void erma__peer_rtt_sample(struct erma_rma *rma, int peer, uint64_t rtt, uint64_t host)
 {
     struct peer *p = &rma->portal->peers[peer];
     if (!p->sampled) {
@@ -69,6 +85,10 @@ void erma__peer_rtt_sample(struct erma_rma *rma, int peer, uint64_t rtt)
         const uint64_t diff = rtt > p->srtt_ns ? rtt - p->srtt_ns : p->srtt_ns - rtt;
         p->rttvar_ns = (3 * p->rttvar_ns + diff) / 4;
         p->srtt_ns = (7 * p->srtt_ns + rtt) / 8;
+    }
+    if (2 * host >= rtt && rtt >= stall_now(p, rma->ep->now)) {
+        p->stall_ns = rtt;
+        p->stall_at_ns = rma->ep->now;
     }
     p->backoff_ns = 0;
 }

@@ -44,6 +44,7 @@ struct slot {
     int fence_status;       /* ERMA_OK, or ERMA_ECANCELLED: one of them failed */
     bool fence;
     uint64_t sent_ns;       /* the last packet that asked for an answer */
+    uint64_t host_ns;       /* of its round trips, the time spent inside the hosts */
     uint64_t deadline_ns;   /* TIMEOUT at this time (engine clock) */
     uint64_t wire_deadline; /* the deadline the target sees (wire clock) */
     uint32_t got, bytes;    /* READ: packets and bytes received */
@@ -56,6 +57,7 @@ struct peer {
     struct erma_addr addr;
     uint64_t srtt_ns, rttvar_ns; /* smoothed round trip and its variation */
     uint64_t backoff_ns;         /* after a timeout: the least RTO until a sample */
+    uint64_t stall_ns, stall_at_ns; /* the longest round trip lately, and when */
     bool sampled;
     struct erma_paths ps;        /* its virtual paths: ops spread over our ports */
 };
@@ -68,6 +70,7 @@ struct rma_chunk_end {
     const uint8_t *local;        /* its local buffer */
     int status;
     uint64_t submit_ns, issue_ns; /* issue_ns: the end, for one never issued */
+    uint64_t host_ns;            /* of its round trips, the time inside the hosts */
     bool path_out;               /* it ended on a path out of use (pruned) */
 };
 
@@ -152,7 +155,7 @@ uint64_t erma__portal_inbound(const struct erma_rma *rma);
  * this host's link takes to bring in one receive burst of answers. */
 uint64_t erma__portal_burst_ns(const struct erma_rma *rma);
 /* answer.c */
-void erma__portal_rx(struct erma_rma *rma, const struct rma_ophdr *h,
+void erma__portal_rx(struct erma_rma *rma, const struct rma_ophdr *h, uint16_t host_delay,
                      const struct erma_rx_pkt *pkt);
 
 /* ---- between the portal's files ---- */
@@ -187,7 +190,8 @@ static inline void erma__list_remove(struct list *l, struct slot *slots, int32_t
  * (two round trips), or the configured op_timeout_ns. */
 uint64_t erma__peer_op_timeout(const struct erma_rma *rma, int peer, uint8_t op);
 /* An authentic answer came back from peer after rtt_ns. */
-void erma__peer_rtt_sample(struct erma_rma *rma, int peer, uint64_t rtt_ns);
+/* host_ns: of rtt_ns, the time inside the two hosts (erma/rma.h, Busy hosts). */
+void erma__peer_rtt_sample(struct erma_rma *rma, int peer, uint64_t rtt_ns, uint64_t host_ns);
 /* An op timed out after rto_ns, the RTO it had: no RTO below twice that
  * until the next sample. */
 void erma__peer_backoff(struct erma_rma *rma, int peer, uint64_t rto_ns);

@@ -96,9 +96,11 @@ static void send_tails(struct erma_rma *rma)
         return;
     for (uint32_t i = 0; i < t->ntails; i++) {
         struct tail *l = &t->tails[i];
+        rma->tx_delay = l->delay;
         if (erma__region_find(rma, l->h.region))
             erma__rma_send(rma, &l->to, &l->h, l->kd, l->cipher, 1, l->src, l->len);
     }
+    rma->tx_delay = 0;
     sodium_memzero(t->tails, t->ntails * sizeof *t->tails);
     t->ntails = 0;
 }
@@ -122,9 +124,22 @@ static void send_read(struct erma_rma *rma, const struct erma_addr *to,
         if (t->ntails == RMA_TAILS)
             send_tails(rma);
         struct tail *l = &t->tails[t->ntails++];
-        *l = (struct tail){.to = *to, .h = a, .src = src + off, .len = n, .cipher = k->cipher};
+        *l = (struct tail){.to = *to, .h = a, .src = src + off, .len = n, .cipher = k->cipher,
+                           .delay = rma->tx_delay};
         memcpy(l->kd, k->kd, sizeof l->kd);
     }
+}
+
+/* The answers sent from now on say that what they answer came at rx_ns
+ * (erma/rma.h, Busy hosts); answered() ends that. */
+static void answering(struct erma_rma *rma, uint64_t rx_ns)
+{
+    rma->tx_delay = erma_delay_encode(rx_ns && rx_ns < rma->ep->now ? rma->ep->now - rx_ns : 0);
+}
+
+static void answered(struct erma_rma *rma)
+{
+    rma->tx_delay = 0;
 }
 
 /* ---- deadlines ---- */
@@ -355,12 +370,21 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
     return retired ? ERMA_ESUPERSEDED : ERMA_OK;
 }
 
+static void serve_req(struct erma_rma *rma, const struct queued_req *q);
+
 static void serve_one(struct erma_rma *rma, const struct queued_req *q)
 {
-    const struct rma_ophdr h = q->h;
-    if (!alive(rma, &h)) /* its initiator has given up: not served */
+    if (!alive(rma, &q->h)) /* its initiator has given up: not served */
         return;
     rma->stats.served++;
+    answering(rma, q->rx_ns);
+    serve_req(rma, q);
+    answered(rma);
+}
+
+static void serve_req(struct erma_rma *rma, const struct queued_req *q)
+{
+    const struct rma_ophdr h = q->h;
     struct region *r;
     struct key k;
     const int rc = verify(rma, &h, q->pkt, sizeof q->pkt, &q->src, &r, &k);
@@ -416,7 +440,9 @@ static void data_rx(struct erma_rma *rma, const struct rma_ophdr *h,
     if (s->op == ERMA_RMA_REKEY)
         erma__region_install(r, s->rekey, erma_get_le(s->rekey + ERMA_RMA_KEY_BYTES, 8),
                              rma->ep->now);
+    answering(rma, pkt->rx_ns);
     send_status(rma, &s->src, &s->req, ERMA_OK, &k);
+    answered(rma);
     sol_free(rma, s);
 }
 
@@ -434,7 +460,9 @@ static void refuse(struct erma_rma *rma, const struct rma_ophdr *h, const struct
         send_status(rma, &pkt->src, h, rc, &k);
     if (rc != ERMA_OK)
         return;
+    answering(rma, pkt->rx_ns);
     send_status(rma, &pkt->src, h, ERMA_ENACK, &k);
+    answered(rma);
     if (t->q_len < 4 && !t->warned_nack) { /* once: a threshold this small is a mistake */
         t->warned_nack = true;
         ERMA_WARN("rma: NACKed a request with %u queued: NACK threshold %llu bytes (1RMA's "
@@ -465,6 +493,7 @@ void erma__serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struc
     struct queued_req *q = &t->queue[(t->q_head + t->q_len) % rma->cfg.nack_threshold];
     q->src = pkt->src;
     q->h = *h;
+    q->rx_ns = pkt->rx_ns;
     memcpy(q->pkt, pkt->data, RMA_OVERHEAD);
     if (++t->q_len > rma->stats.max_queue)
         rma->stats.max_queue = t->q_len;

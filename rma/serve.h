@@ -8,6 +8,7 @@
 struct queued_req {    /* a request waiting for the serving engine */
     struct erma_addr src;
     struct rma_ophdr h;    /* pkt's op header, decoded */
+    uint64_t rx_ns;        /* when it came (erma_rx_pkt.rx_ns) */
     uint8_t pkt[ERMA_HDR_SIZE + RMA_OPHDR + RMA_TAG];
 };
 
@@ -36,6 +37,7 @@ struct tail {
     uint32_t len;
     uint8_t kd[ERMA_RMA_KEY_BYTES];
     uint8_t cipher;
+    uint16_t delay;            /* its answer's host delay */
 };
 
 struct rma_target {

@@ -54,8 +54,8 @@ int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h)
     erma_hdr_decode(pkt, h);
     if (h->proto < ERMA_PROTO_RPC || h->proto > ERMA_PROTO_SM)
         return ERMA_EBADPKT;
-    if (h->host_delay && (h->proto != ERMA_PROTO_RPC ||
-                          (h->pkt_type != ERMA_PKT_CR && h->pkt_type != ERMA_PKT_RESP)))
+    if (h->host_delay && h->proto != ERMA_PROTO_RMA &&
+        (h->proto != ERMA_PROTO_RPC || (h->pkt_type != ERMA_PKT_CR && h->pkt_type != ERMA_PKT_RESP)))
         return ERMA_EBADPKT;
     if (h->msg_size > ERMA_MAX_MSG_SIZE)
         return ERMA_EBADPKT;

@@ -212,6 +212,17 @@ int erma_rkey_unpack(const uint8_t *in, size_t len, struct erma_rkey *out);
  * was full puts timeouts off (16 passes at most in a row).
  * erma_rma_peer_rtt() tells a peer's RTO.
  *
+ * Busy hosts: a target puts in each answer how long the request it
+ * answers waited inside its host (the erma header's host_delay, as an RPC
+ * server does: from the transport's receive stamp, or the time its loop
+ * last looked, to the answer), sealed with the rest; the initiator adds
+ * its own wait to read the answer. The executor's window CC takes both
+ * out of a chunk's round trip and sees the network's part, so a
+ * descheduled target or initiator is not taken for a congested one. The
+ * RTO also stays above twice the longest round trip lately (halved every
+ * 100 ms) among those spent mostly inside the hosts, so that a peer
+ * descheduled once for a time slice does not time ops out the next time.
+ *
  * NACK threshold: the target queues requests for its serving engine and
  * NACKs one (sealed, for an authentic request only) that would take its
  * queued work past cfg.nack_bytes, or its queue past cfg.nack_threshold

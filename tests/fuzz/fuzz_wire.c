@@ -126,8 +126,9 @@ static void check_fields(const uint8_t *data, size_t size)
     erma_hdr_encode(&h, enc);
     erma_hdr_decode(enc, &got);
     FUZZ_CHECK(hdr_eq(&got, &want), "fields masked to their widths");
-    const bool answer = want.proto == ERMA_PROTO_RPC &&
-                        (want.pkt_type == ERMA_PKT_CR || want.pkt_type == ERMA_PKT_RESP);
+    const bool answer = want.proto == ERMA_PROTO_RMA ||
+                        (want.proto == ERMA_PROTO_RPC &&
+                         (want.pkt_type == ERMA_PKT_CR || want.pkt_type == ERMA_PKT_RESP));
     const bool ok = want.proto >= 1 && want.proto <= 3 && want.msg_size <= ERMA_MAX_MSG_SIZE &&
                     (want.host_delay == 0 || answer);
     const int rc = erma_hdr_check(enc, sizeof enc, &checked);

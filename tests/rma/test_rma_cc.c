@@ -371,6 +371,39 @@ static void test_congested_target(void **state)
     }
 }
 
+/* A target whose loop stalls (descheduled) for 20 RTTs at a time while a
+ * transfer reads from it: its answers say how long the requests waited in
+ * it (erma/rma.h, Busy hosts), so the remote window, which reads the
+ * network's part of each round trip, stays open and the transfer goes on
+ * at speed between the stalls. Taking the whole round trip for remote
+ * delay, it fell to 1.9 ops and 1.2 MiB came in the 410 RTTs (12.6 now). */
+static void test_stalled_target(void **state)
+{
+    (void)state;
+    struct flows f;
+    flows_up(&f, 2, false, false, 16u << 20, 0);
+    start_read(&f, 1);
+    run_for(&f, 10 * f.rtt_ns);
+    struct erma_endpoint *initiator[1] = {f.w.ep[1]};
+    for (int i = 0; i < 10; i++) {
+        /* only the initiator runs: requests queue at the target's port */
+        erma_sim_run(f.w.sim, initiator, 1, 20 * f.rtt_ns, NULL, NULL);
+        run_for(&f, 20 * f.rtt_ns);
+    }
+    struct erma_rma_window_info wi;
+    const int peer = erma_rma_peer(f.w.rma[1], f.w.uri[0], 0);
+    assert_int_equal(erma_rma_window(f.w.rma[1], peer, ERMA_RMA_READ, &wi), ERMA_OK);
+    uint64_t delivered = 0;
+    for (int b = 0; b < 10 + 400; b++)
+        delivered += f.m->bytes[1][b];
+    print_message("  10 stalls of 20 RTTs: remote window %.2f ops (%llu decreases), %.1f MiB "
+                  "delivered in 410 RTTs\n",
+                  wi.cwnd, (unsigned long long)wi.decreases, delivered / 1048576.0);
+    assert_true(wi.cwnd >= 4);
+    assert_true(delivered >= (4u << 20)); /* a quarter of the transfer, at least */
+    flows_down(&f);
+}
+
 /* A READ chunk the pacer holds blocks only its own priority: 64 B READ
  * commands of the last priority go past a first-priority transfer (with
  * the pacer blocking every priority, 188 of 200 failed DISPATCH_TIMEOUT). */
@@ -702,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_second_flow),
         cmocka_unit_test(test_local_flows),
         cmocka_unit_test(test_congested_target),
+        cmocka_unit_test(test_stalled_target),
         cmocka_unit_test(test_paced_chunk_blocks_own_priority),
         cmocka_unit_test(test_priority),
         cmocka_unit_test(test_transfer_priority),

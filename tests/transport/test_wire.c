@@ -122,6 +122,11 @@ static void test_rejects(void **state)
     answer.proto = ERMA_PROTO_SM; /* not an RPC answer: no host delay */
     erma_hdr_encode(&answer, bad);
     assert_int_equal(erma_hdr_check(bad, 16, &d), ERMA_EBADPKT);
+    answer.proto = ERMA_PROTO_RMA; /* a one-sided target's answer says its delay */
+    answer.pkt_type = ERMA_PKT_REQ;
+    erma_hdr_encode(&answer, bad);
+    assert_int_equal(erma_hdr_check(bad, 16, &d), ERMA_OK);
+    assert_int_equal(d.host_delay, 0x123);
     memcpy(bad, good, 16);
     bad[14] = (uint8_t)((bad[14] & 0xf0) | 0x0); /* proto 0 */
     assert_int_equal(erma_hdr_check(bad, 16, &d), ERMA_EBADPKT);

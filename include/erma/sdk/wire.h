@@ -9,9 +9,9 @@
  *   word 1: req_num 44 | magic 4 | proto 4 | host_delay 12
  * The first 112 bits are eRPC's header; erma adds proto, which tells RPC,
  * one-sided (RMA) and session-management packets apart, and host_delay:
- * in an RPC credit return or response, how long the packet it answers
- * spent inside the answering host (erma_delay_encode; zero in every other
- * packet). erma_hdr_check() is the gate every received packet passes.
+ * in an RPC credit return or response, or a one-sided target's answer,
+ * how long the packet it answers spent inside the answering host
+ * (erma_delay_encode; zero in every other packet). erma_hdr_check() is the gate every received packet passes.
  */
 #ifndef ERMA_WIRE_H
 #define ERMA_WIRE_H
@@ -52,7 +52,7 @@ struct erma_hdr {
     uint16_t pkt_num;      /* 14 bits */
     uint64_t req_num;      /* 44 bits */
     uint8_t proto;         /* 4 bits */
-    uint16_t host_delay;   /* 12 bits, erma_delay_encode(); RPC CR and RESP only */
+    uint16_t host_delay;   /* 12 bits, erma_delay_encode(); RPC CR and RESP, RMA answers */
 };
 
 /* host_delay's 12 bits: a 4-bit exponent e and an 8-bit mantissa m for
@@ -167,7 +167,8 @@ void erma_hdr_decode(const void *buf, struct erma_hdr *h);
 /* Decodes and validates a received packet of len bytes: ERMA_OK or
  * ERMA_EBADPKT. It accepts the packet only when it is at least a header
  * long, has the magic, a known proto and pkt_type, a host_delay of zero
- * unless it is an RPC credit return or response, and a msg_size within
+ * unless it is an RPC credit return or response or a one-sided packet, and
+ * a msg_size within
  * ERMA_MAX_MSG_SIZE; it reads nothing past len. */
 int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h);
 
