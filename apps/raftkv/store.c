@@ -52,17 +52,18 @@ static int sync_dir(const struct store *st)
     return rc;
 }
 
-int raftkv__store_write(int fd, const void *data, size_t n)
+int raftkv__store_write(int fd, const void *data, size_t n, uint64_t off)
 {
     const uint8_t *p = data;
     while (n) {
-        const ssize_t w = write(fd, p, n);
+        const ssize_t w = pwrite(fd, p, n, (off_t)off);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
             return RAFT_IOERR;
         p += w;
         n -= (size_t)w;
+        off += (uint64_t)w;
     }
     return 0;
 }
@@ -80,7 +81,7 @@ int raftkv__store_replace(struct store *st, const char *name, const void *data, 
         snprintf(st->errmsg, RAFT_ERRMSG_BUF_SIZE, "open %.160s: %.60s", tmp, strerror(errno));
         return RAFT_IOERR;
     }
-    int rc = raftkv__store_write(fd, data, len);
+    int rc = raftkv__store_write(fd, data, len, 0);
     if (!rc)
         rc = raftkv__store_fsync(st, fd);
     close(fd);

@@ -76,7 +76,8 @@ void raftkv__store_close(struct store *st);
 
 int raftkv__store_path(const struct store *st, const char *name, char *out);
 int raftkv__store_fsync(const struct store *st, int fd);
-int raftkv__store_write(int fd, const void *data, size_t n);
+/* n bytes at offset off of fd. */
+int raftkv__store_write(int fd, const void *data, size_t n, uint64_t off);
 /* name's new content, durable before it replaces the old. */
 int raftkv__store_replace(struct store *st, const char *name, const void *data, size_t len);
 /* name's whole content, malloc'd (NULL and 0 when absent). */

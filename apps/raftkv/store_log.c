@@ -100,22 +100,6 @@ int raftkv__store_log_open(struct store *st)
     return 0;
 }
 
-static int pwrite_all(int fd, const void *data, size_t n, uint64_t off)
-{
-    const uint8_t *p = data;
-    while (n) {
-        const ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return RAFT_IOERR;
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 /* Zeros written past log_alloc until n more bytes of records fit. */
 static int log_room(struct store *st, size_t n)
 {
@@ -125,7 +109,7 @@ static int log_room(struct store *st, size_t n)
     const uint64_t to = (st->log_size + n + LOG_PREALLOC - 1) / LOG_PREALLOC * LOG_PREALLOC;
     for (uint64_t at = st->log_alloc; at < to; at += sizeof zeros) {
         const size_t k = to - at < sizeof zeros ? (size_t)(to - at) : sizeof zeros;
-        if (pwrite_all(st->log_fd, zeros, k, at))
+        if (raftkv__store_write(st->log_fd, zeros, k, at))
             return RAFT_IOERR;
     }
     st->log_alloc = to;
@@ -247,7 +231,7 @@ int raftkv__store_append(struct store *st, const struct raft_entry *es, unsigned
     }
     rc = log_room(st, total);
     if (!rc)
-        rc = pwrite_all(st->log_fd, buf, total, st->log_size);
+        rc = raftkv__store_write(st->log_fd, buf, total, st->log_size);
     if (rc) {
         free(buf);
         snprintf(st->errmsg, RAFT_ERRMSG_BUF_SIZE, "write %.160s/log: %.60s", st->dir,
