@@ -245,11 +245,9 @@ static void flow_tried(struct erma_rma *rma, const struct xfer *x, uint64_t gen)
     }
 }
 
-int erma__exec_poll(struct erma_rma *rma)
+int erma__exec_work(struct erma_rma *rma)
 {
     struct rma_exec *e = rma->exec;
-    if (e->wake_ns > rma->ep->now)
-        return 0;
     e->wake_ns = UINT64_MAX;
     const uint32_t nx = e->used;
     int work = 0;
@@ -305,11 +303,6 @@ int erma__exec_poll(struct erma_rma *rma)
             }
         }
     return work;
-}
-
-uint64_t erma__exec_next_timer(const struct erma_rma *rma)
-{
-    return rma->exec->wake_ns;
 }
 
 static bool transient(int status)

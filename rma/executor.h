@@ -50,8 +50,18 @@ struct rma_exec {
 /* After the portal's: registers the executor's hooks with it. */
 int erma__exec_init(struct erma_rma *rma);
 void erma__exec_fini(struct erma_rma *rma);
-int erma__exec_poll(struct erma_rma *rma);
-uint64_t erma__exec_next_timer(const struct erma_rma *rma);
+/* Issues transfers' chunks as their windows allow; the work done. Inline:
+ * most loop passes come before the next window opens. */
+int erma__exec_work(struct erma_rma *rma);
+static inline int erma__exec_poll(struct erma_rma *rma)
+{
+    return rma->exec->wake_ns > rma->ep->now ? 0 : erma__exec_work(rma);
+}
+
+static inline uint64_t erma__exec_next_timer(const struct erma_rma *rma)
+{
+    return rma->exec->wake_ns;
+}
 /* Transfer id's completion was taken or its callback called: it is free
  * again. */
 void erma__exec_release(struct erma_rma *rma, uint32_t id);

@@ -137,8 +137,7 @@ static bool defer_timeouts(struct erma_rma *rma, bool rx_full)
     struct rma_portal *p = rma->portal;
     const bool stalled = rma->ep->now - p->last_poll_ns > RMA_STALL_NS;
     p->last_poll_ns = rma->ep->now;
-    const int32_t first = erma__heap_first(p);
-    if (first < 0 || p->slots[first].deadline_ns > rma->ep->now)
+    if (erma__heap_first_deadline(p) > rma->ep->now)
         return false;
     if ((stalled || rx_full) && p->deferrals < RMA_MAX_DEFERRALS) {
         p->deferrals++;
@@ -155,7 +154,7 @@ static void time_out(struct erma_rma *rma, struct slot *s)
     erma__portal_finish(rma, s, ERMA_ETIMEDOUT);
 }
 
-int erma__portal_poll(struct erma_rma *rma, bool rx_full)
+int erma__portal_work(struct erma_rma *rma, bool rx_full)
 {
     struct rma_portal *p = rma->portal;
     int work = 0;
@@ -168,12 +167,12 @@ int erma__portal_poll(struct erma_rma *rma, bool rx_full)
     work = erma__portal_issue(rma, work);
     if (defer_timeouts(rma, rx_full))
         return work + 1;
-    for (int32_t i; (i = erma__heap_first(p)) >= 0 && p->slots[i].deadline_ns <= now; work++)
-        time_out(rma, &p->slots[i]);
+    for (; erma__heap_first_deadline(p) <= now; work++)
+        time_out(rma, &p->slots[erma__heap_first(p)]);
     return work;
 }
 
-uint64_t erma__portal_next_timer(const struct erma_rma *rma)
+uint64_t erma__portal_queued_timer(const struct erma_rma *rma)
 {
     const struct rma_portal *p = rma->portal;
     uint64_t t = UINT64_MAX;
@@ -192,10 +191,6 @@ uint64_t erma__portal_next_timer(const struct erma_rma *rma)
         blocked = at == UINT64_MAX;
         t = at < t ? at : t;
     }
-    const int32_t first = erma__heap_first(p);
-    if (first >= 0) {
-        const uint64_t d = p->slots[first].deadline_ns;
-        t = d < t ? d : t;
-    }
-    return t;
+    const uint64_t d = erma__heap_first_deadline(p);
+    return d < t ? d : t;
 }

@@ -64,6 +64,13 @@ struct peer {
 
 struct list { int32_t head, tail; };
 
+/* The deadline heap holds each key beside its slot, so that its walks and
+ * the loop's look at the first deadline touch no slot. */
+struct heap_entry {
+    uint64_t deadline_ns; /* the slot's deadline_ns, which stays while in the heap */
+    int32_t slot;
+};
+
 /* How a chunk ended, for hooks.chunk_done. */
 struct rma_chunk_end {
     uint64_t tag;                /* the chunk command's tag */
@@ -103,7 +110,7 @@ struct rma_portal {
     struct list fenced;         /* SLOT_FENCED slots, in submission order */
     uint64_t wseq;              /* WRITE commands and transfers numbered */
     bool fence_settling;
-    int32_t *heap;              /* slots in flight, a min-heap by deadline */
+    struct heap_entry *heap;    /* slots in flight, a min-heap by deadline */
     uint32_t nheap;
     uint32_t inbound;           /* READ bytes outstanding */
     uint64_t queued_in;         /* READ bytes waiting in the local queue */
@@ -146,9 +153,10 @@ uint32_t erma__fence_count(const struct erma_rma *rma, int peer, uint32_t region
  * cancelled if it failed. */
 void erma__portal_write_done(struct erma_rma *rma, int peer, uint32_t region, uint64_t wseq,
                              int status);
-/* issue.c */
-int erma__portal_poll(struct erma_rma *rma, bool rx_full);
-uint64_t erma__portal_next_timer(const struct erma_rma *rma);
+/* issue.c: erma__portal_poll() and erma__portal_next_timer(), inline
+ * below, go there only when an op waits in a queue or a deadline is due. */
+int erma__portal_work(struct erma_rma *rma, bool rx_full);
+uint64_t erma__portal_queued_timer(const struct erma_rma *rma);
 /* READ bytes in flight or waiting in the local queue. */
 uint64_t erma__portal_inbound(const struct erma_rma *rma);
 /* How far behind their schedule the pacers catch up at most: the time
@@ -218,7 +226,12 @@ void erma__heap_remove(struct erma_rma *rma, int32_t i);
 /* The op in flight with the earliest deadline: its slot, -1 when none. */
 static inline int32_t erma__heap_first(const struct rma_portal *p)
 {
-    return p->nheap ? p->heap[0] : -1;
+    return p->nheap ? p->heap[0].slot : -1;
+}
+/* That op's deadline, UINT64_MAX when none. */
+static inline uint64_t erma__heap_first_deadline(const struct rma_portal *p)
+{
+    return p->nheap ? p->heap[0].deadline_ns : UINT64_MAX;
 }
 /* fence.c */
 /* Write wseq to (peer, region) ended with status: the fenced slots after
@@ -244,5 +257,23 @@ int erma__portal_issue(struct erma_rma *rma, int work);
 /* The op header of the packets of slot s. */
 struct rma_ophdr erma__portal_ophdr(const struct erma_rma *rma, const struct slot *s,
                                     uint8_t type);
+
+/* ---- for the engine, inline: most loop passes have nothing to issue and
+ * no deadline due ---- */
+
+static inline int erma__portal_poll(struct erma_rma *rma, bool rx_full)
+{
+    struct rma_portal *p = rma->portal;
+    if (p->nqueued || erma__heap_first_deadline(p) <= rma->ep->now)
+        return erma__portal_work(rma, rx_full);
+    p->last_poll_ns = rma->ep->now; /* the pass, for stall detection (issue.c) */
+    return 0;
+}
+
+static inline uint64_t erma__portal_next_timer(const struct erma_rma *rma)
+{
+    const struct rma_portal *p = rma->portal;
+    return p->nqueued ? erma__portal_queued_timer(rma) : erma__heap_first_deadline(p);
+}
 
 #endif

@@ -502,7 +502,7 @@ void erma__serve_rx(struct erma_rma *rma, const struct rma_ophdr *h, const struc
         rma->stats.max_queue_bytes = t->q_bytes;
 }
 
-int erma__serve_poll(struct erma_rma *rma)
+int erma__serve_work(struct erma_rma *rma)
 {
     struct rma_target *t = rma->target;
     int work = 0;
@@ -519,12 +519,4 @@ int erma__serve_poll(struct erma_rma *rma)
     if (rma->ep->now >= t->sol_expiry_ns)
         sol_expire(rma);
     return work;
-}
-
-uint64_t erma__serve_next_timer(const struct erma_rma *rma)
-{
-    const struct rma_target *t = rma->target;
-    if (t->q_len)
-        return t->busy_until_ns > rma->ep->now ? t->busy_until_ns : rma->ep->now;
-    return t->sol_expiry_ns;
 }

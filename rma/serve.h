@@ -63,7 +63,23 @@ void erma__serve_fini(struct erma_rma *rma);
 /* A request or solicited data (h decoded from pkt) came in. */
 void erma__serve_rx(struct erma_rma *rma, const struct rma_ophdr *h,
                     const struct erma_rx_pkt *pkt);
-int erma__serve_poll(struct erma_rma *rma);
-uint64_t erma__serve_next_timer(const struct erma_rma *rma);
+/* Serves queued requests, sends held tails, expires solicitations; the
+ * work done. Inline: most loop passes find nothing to do. */
+int erma__serve_work(struct erma_rma *rma);
+static inline int erma__serve_poll(struct erma_rma *rma)
+{
+    const struct rma_target *t = rma->target;
+    if (!t->q_len && !t->ntails && rma->ep->now < t->sol_expiry_ns)
+        return 0;
+    return erma__serve_work(rma);
+}
+
+static inline uint64_t erma__serve_next_timer(const struct erma_rma *rma)
+{
+    const struct rma_target *t = rma->target;
+    if (t->q_len)
+        return t->busy_until_ns > rma->ep->now ? t->busy_until_ns : rma->ep->now;
+    return t->sol_expiry_ns;
+}
 
 #endif

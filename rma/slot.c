@@ -78,48 +78,41 @@ bool erma__slot_any_free(const struct erma_rma *rma)
 
 /* ---- ops in flight: a min-heap by deadline ---- */
 
-static void heap_set(struct rma_portal *p, uint32_t pos, int32_t i)
+static void heap_set(struct rma_portal *p, uint32_t pos, struct heap_entry e)
 {
-    p->heap[pos] = i;
-    p->slots[i].heap_idx = (int32_t)pos;
-}
-
-static uint64_t heap_key(const struct rma_portal *p, uint32_t pos)
-{
-    return p->slots[p->heap[pos]].deadline_ns;
+    p->heap[pos] = e;
+    p->slots[e.slot].heap_idx = (int32_t)pos;
 }
 
 static void heap_up(struct rma_portal *p, uint32_t pos)
 {
-    const int32_t i = p->heap[pos];
-    const uint64_t d = p->slots[i].deadline_ns;
-    for (; pos > 0 && heap_key(p, (pos - 1) / 2) > d; pos = (pos - 1) / 2)
+    const struct heap_entry e = p->heap[pos];
+    for (; pos > 0 && p->heap[(pos - 1) / 2].deadline_ns > e.deadline_ns; pos = (pos - 1) / 2)
         heap_set(p, pos, p->heap[(pos - 1) / 2]);
-    heap_set(p, pos, i);
+    heap_set(p, pos, e);
 }
 
 static void heap_down(struct rma_portal *p, uint32_t pos)
 {
-    const int32_t i = p->heap[pos];
-    const uint64_t d = p->slots[i].deadline_ns;
+    const struct heap_entry e = p->heap[pos];
     for (;;) {
         uint32_t c = 2 * pos + 1;
         if (c >= p->nheap)
             break;
-        if (c + 1 < p->nheap && heap_key(p, c + 1) < heap_key(p, c))
+        if (c + 1 < p->nheap && p->heap[c + 1].deadline_ns < p->heap[c].deadline_ns)
             c++;
-        if (heap_key(p, c) >= d)
+        if (p->heap[c].deadline_ns >= e.deadline_ns)
             break;
         heap_set(p, pos, p->heap[c]);
         pos = c;
     }
-    heap_set(p, pos, i);
+    heap_set(p, pos, e);
 }
 
 void erma__heap_push(struct erma_rma *rma, int32_t i)
 {
     struct rma_portal *p = rma->portal;
-    heap_set(p, p->nheap++, i);
+    heap_set(p, p->nheap++, (struct heap_entry){p->slots[i].deadline_ns, i});
     heap_up(p, p->nheap - 1);
 }
 
@@ -127,12 +120,12 @@ void erma__heap_remove(struct erma_rma *rma, int32_t i)
 {
     struct rma_portal *p = rma->portal;
     const uint32_t pos = (uint32_t)p->slots[i].heap_idx;
-    const int32_t last = p->heap[--p->nheap];
+    const struct heap_entry last = p->heap[--p->nheap];
     p->slots[i].heap_idx = -1;
-    if (last == i)
+    if (last.slot == i)
         return;
     heap_set(p, pos, last);
     heap_up(p, pos);
-    heap_down(p, (uint32_t)p->slots[last].heap_idx);
+    heap_down(p, (uint32_t)p->slots[last.slot].heap_idx);
 }
 
