@@ -43,24 +43,27 @@ static bool same_key(const uint8_t *a, const uint8_t *b)
     return d == 0;
 }
 
-/* Kd with its cipher and, for AES, its schedule from the engine's cache,
- * expanded there on a miss (on each call if memory runs out). A bulk
- * transfer's thousands of packets use one key. */
-static void key_cached(struct erma_rma *rma, struct erma__aead *k,
-                       const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher)
+/* The key to seal or open with under kd: for AES, the engine cache's entry
+ * with its schedule (expanded there on a miss), used in place; else (or
+ * when memory for a schedule ran out) *tmp, set to kd, which the caller
+ * wipes. A bulk transfer's thousands of packets use one key; the entry hit
+ * last is looked at first. */
+static const struct erma__aead *key_cached(struct erma_rma *rma, struct erma__aead *tmp,
+                                           const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher)
 {
-    key_of(k, kd, cipher);
-    if (!k->aes)
-        return;
-    struct rma_keys *c = &rma->keys;
-    for (unsigned i = 0; i < RMA_KEYS; i++)
-        if (c->k[i].expanded && same_key(c->k[i].key, kd)) {
-            k->expanded = c->k[i].expanded;
-            return;
-        }
-    struct erma__aead *e = &c->k[c->next++ % RMA_KEYS];
-    if (erma__aead_expand(e, kd, true) == ERMA_OK)
-        k->expanded = e->expanded;
+    if (cipher == ERMA_RMA_AES256_GCM) {
+        struct rma_keys *c = &rma->keys;
+        for (unsigned n = 0, i = c->last; n < RMA_KEYS; n++, i = (i + 1) % RMA_KEYS)
+            if (c->k[i].expanded && same_key(c->k[i].key, kd)) {
+                c->last = i;
+                return &c->k[i];
+            }
+        struct erma__aead *e = &c->k[c->next++ % RMA_KEYS];
+        if (erma__aead_expand(e, kd, true) == ERMA_OK)
+            return e;
+    }
+    key_of(tmp, kd, cipher);
+    return tmp;
 }
 
 void erma__rma_keys_forget(struct erma_rma *rma)
@@ -112,19 +115,21 @@ int erma__rma_open_as(const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher, uint
 void erma__rma_seal(struct erma_rma *rma, const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher,
                     uint8_t dir, uint64_t nonce_ctr, uint8_t *pkt, const void *m, uint32_t plen)
 {
-    struct erma__aead k;
-    key_cached(rma, &k, kd, cipher);
-    seal(&k, dir, nonce_ctr, pkt, m, plen);
-    sodium_memzero(&k, sizeof k);
+    struct erma__aead tmp;
+    const struct erma__aead *k = key_cached(rma, &tmp, kd, cipher);
+    seal(k, dir, nonce_ctr, pkt, m, plen);
+    if (k == &tmp)
+        sodium_memzero(&tmp, sizeof tmp);
 }
 
 int erma__rma_open(struct erma_rma *rma, const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher,
                    uint8_t dir, uint64_t nonce_ctr, const uint8_t *pkt, uint32_t len, uint8_t *m)
 {
-    struct erma__aead k;
-    key_cached(rma, &k, kd, cipher);
-    const int rc = open_pkt(&k, dir, nonce_ctr, pkt, len, m);
-    sodium_memzero(&k, sizeof k);
+    struct erma__aead tmp;
+    const struct erma__aead *k = key_cached(rma, &tmp, kd, cipher);
+    const int rc = open_pkt(k, dir, nonce_ctr, pkt, len, m);
+    if (k == &tmp)
+        sodium_memzero(&tmp, sizeof tmp);
     return rc;
 }
 

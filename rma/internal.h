@@ -90,6 +90,7 @@ uint64_t erma__rma_wallclock_ns(void);
 struct rma_keys {
     struct erma__aead k[RMA_KEYS]; /* key: a Kd; expanded: its schedule (NULL: empty) */
     uint32_t next;                 /* the entry a miss replaces */
+    uint32_t last;                 /* the entry hit last */
 };
 
 /* ---- the engine core (engine.c) ---- */

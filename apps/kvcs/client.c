@@ -70,6 +70,8 @@ static void finish_op(struct kvcs_client *c, struct op *op, int status, const ui
 
 static void deliver_deferred(struct kvcs_client *c)
 {
+    if (!c->done_head)
+        return;
     struct op *op = c->done_head;
     c->done_head = c->done_tail = NULL;
     while (op) {

@@ -95,6 +95,7 @@ struct kvcs_client {
     struct op *ops;
     uint32_t *free_ops, nfree;
     struct try *tries;
+    struct try *spare; /* freed tries, for reuse (client_try.c) */
     struct op *done_head, *done_tail; /* finished while starting */
     int starting;                     /* inside a call that starts an op */
     bool destroying;
@@ -112,10 +113,12 @@ void kvcs__mark_down(struct kvcs_client *c, uint32_t server, int err);
 void kvcs__probe_servers(struct kvcs_client *c, uint64_t now);
 /* The server's sessions in turn; -1 when none is there. */
 int kvcs__session_of(struct kvcs_client *c, struct server *s);
-/* client_try.c: a try in c->tries, zeroed but for c; unlinked and freed. */
+/* client_try.c: a try in c->tries, zeroed but for c; unlinked and kept
+ * for reuse. */
 struct try *kvcs__try_new(struct kvcs_client *c);
 void kvcs__try_free(struct kvcs_client *c, struct try *t);
-/* Frees every try left (those of reads the engine dropped). */
+/* Frees every try left (those of reads the engine dropped) and those kept
+ * for reuse. */
 void kvcs__free_tries(struct kvcs_client *c);
 void kvcs__rtt_sample(struct rtt *e, uint64_t ns);
 uint64_t kvcs__hedge_ns(const struct kvcs_client *c, const struct server *s, bool read);

@@ -2,17 +2,24 @@
  * round trips of answered ones per server and method, and when a slow one
  * is hedged. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kvcs/client.h"
 
 #define HEDGE_MIN_NS 100000ull    /* no hedge sooner than this after a try */
 #define HEDGE_FIRST_NS 1000000ull /* before a round trip was measured */
 
+/* Freed tries wait in c->spare (linked by next) for the next op: no
+ * allocation per try once the client has run its peak of tries. */
 struct try *kvcs__try_new(struct kvcs_client *c)
 {
-    struct try *t = calloc(1, sizeof *t);
-    if (!t)
+    struct try *t = c->spare;
+    if (t) {
+        c->spare = t->next;
+        memset(t, 0, sizeof *t);
+    } else if (!(t = calloc(1, sizeof *t))) {
         return NULL;
+    }
     t->c = c;
     t->next = c->tries;
     if (c->tries)
@@ -29,13 +36,18 @@ void kvcs__try_free(struct kvcs_client *c, struct try *t)
         c->tries = t->next;
     if (t->next)
         t->next->prev = t->prev;
-    free(t);
+    t->next = c->spare;
+    c->spare = t;
 }
 
 void kvcs__free_tries(struct kvcs_client *c)
 {
     while (c->tries)
         kvcs__try_free(c, c->tries);
+    for (struct try *t; (t = c->spare);) {
+        c->spare = t->next;
+        free(t);
+    }
 }
 
 /* The k-th largest of v[0..m), k <= 4: one pass keeping the top k. */
