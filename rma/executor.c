@@ -474,6 +474,14 @@ static void write_done(struct erma_rma *rma, int peer, uint32_t region, uint64_t
     }
 }
 
+/* A slot was freed or the inbound window opened: transfers in progress may
+ * go on (the engine's commands alone wake no one). */
+static void room(struct erma_rma *rma)
+{
+    if (rma->exec->used)
+        wake(rma);
+}
+
 int erma__exec_init(struct erma_rma *rma)
 {
     struct rma_exec *e = rma->exec = calloc(1, sizeof *rma->exec);
@@ -486,7 +494,7 @@ int erma__exec_init(struct erma_rma *rma)
     e->wake_ns = UINT64_MAX;
     const int rc = erma_window_init(&e->wcc, &wc);
     /* merged windows have no local window for the pacing to act on */
-    const struct rma_portal_hooks hooks = {.chunk_done = chunk_done, .room = wake,
+    const struct rma_portal_hooks hooks = {.chunk_done = chunk_done, .room = room,
                                            .writes = writes, .write_done = write_done,
                                            .paced = !rma->cfg.cc_off && !e->wcc.cfg.merged};
     erma__portal_set_hooks(rma, &hooks);
