@@ -50,12 +50,15 @@ void kvcs__free_tries(struct kvcs_client *c)
     }
 }
 
-/* The k-th largest of v[0..m), k <= 4: one pass keeping the top k. */
+/* The k-th largest of v[0..m), k <= 4: one pass keeping the top k (most
+ * values are below all of them: one comparison each). */
 static uint32_t kth_largest(const uint32_t *v, uint32_t m, uint32_t k)
 {
     uint32_t top[4] = {0}; /* descending */
     for (uint32_t i = 0; i < m; i++) {
         uint32_t x = v[i];
+        if (x <= top[k - 1])
+            continue;
         for (uint32_t j = 0; j < k; j++)
             if (x > top[j]) {
                 const uint32_t y = top[j];

@@ -13,10 +13,19 @@ struct point {
     uint32_t server;
 };
 
+/* Each point's replica list, the first nsucc distinct servers clockwise
+ * from it, is computed at creation when the table stays small
+ * (RING_SUCC_MAX entries): a key's replicas are then its point's list. */
+#define RING_SUCC_MAX (1u << 20)
+
 struct kvcs_ring {
     uint32_t nservers, npoints;
     struct point *points;
+    uint32_t nsucc;  /* 0: no table, walk the ring */
+    uint32_t *succ;  /* point i's list at succ[i * nsucc] */
 };
+
+static uint32_t walk(const struct kvcs_ring *ring, uint32_t at, uint32_t *out, uint32_t r);
 
 /* Fixed, so that every process builds the same ring. */
 static const uint8_t ring_key[crypto_shorthash_KEYBYTES] = "erma kvcs ring!";
@@ -59,6 +68,13 @@ int kvcs_ring_create(uint32_t nservers, uint32_t vnodes, struct kvcs_ring **out)
             r->points[s * vnodes + j] = (struct point){hash_of(id, sizeof id), s};
         }
     qsort(r->points, r->npoints, sizeof *r->points, by_hash);
+    const uint32_t nsucc = nservers < KVCS_MAX_REPLICAS ? nservers : KVCS_MAX_REPLICAS;
+    if ((uint64_t)r->npoints * nsucc <= RING_SUCC_MAX &&
+        (r->succ = malloc((size_t)r->npoints * nsucc * sizeof *r->succ))) {
+        for (uint32_t i = 0; i < r->npoints; i++)
+            walk(r, i, r->succ + (size_t)i * nsucc, nsucc);
+        r->nsucc = nsucc; /* set last: walk() above used no table */
+    }
     *out = r;
     return ERMA_OK;
 }
@@ -68,6 +84,7 @@ void kvcs_ring_destroy(struct kvcs_ring *ring)
     if (!ring)
         return;
     free(ring->points);
+    free(ring->succ);
     free(ring);
 }
 
@@ -98,6 +115,19 @@ static int has(const uint32_t *out, uint32_t n, uint32_t s)
     return 0;
 }
 
+/* The first r distinct servers clockwise from point at, into out. */
+static uint32_t walk(const struct kvcs_ring *ring, uint32_t at, uint32_t *out, uint32_t r)
+{
+    uint32_t n = 0;
+    for (uint32_t walked = 0; n < r && walked < ring->npoints; walked++) {
+        const uint32_t s = ring->points[at].server;
+        if (!has(out, n, s))
+            out[n++] = s;
+        at = at + 1 == ring->npoints ? 0 : at + 1;
+    }
+    return n;
+}
+
 int kvcs_ring_replicas(const struct kvcs_ring *ring, const void *key, uint32_t klen,
                        uint32_t *out, uint32_t r)
 {
@@ -105,12 +135,9 @@ int kvcs_ring_replicas(const struct kvcs_ring *ring, const void *key, uint32_t k
         return ERMA_EINVAL;
     if (r > ring->nservers)
         r = ring->nservers;
-    uint32_t n = 0, at = first_at(ring, hash_of(key, klen));
-    for (uint32_t walked = 0; n < r && walked < ring->npoints; walked++) {
-        const uint32_t s = ring->points[at].server;
-        if (!has(out, n, s))
-            out[n++] = s;
-        at = at + 1 == ring->npoints ? 0 : at + 1;
-    }
-    return (int)n;
+    const uint32_t at = first_at(ring, hash_of(key, klen));
+    if (r > ring->nsucc)
+        return (int)walk(ring, at, out, r);
+    memcpy(out, ring->succ + (size_t)at * ring->nsucc, r * sizeof *out);
+    return (int)r;
 }

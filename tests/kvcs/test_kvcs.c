@@ -70,6 +70,33 @@ static void test_ring(void **state)
     kvcs_ring_destroy(r6);
 }
 
+/* Replica lists come from a table built at creation for up to
+ * KVCS_MAX_REPLICAS replicas, from a walk of the ring for more: the two
+ * agree. */
+static void test_ring_lists(void **state)
+{
+    (void)state;
+    struct kvcs_ring *r;
+    assert_int_equal(kvcs_ring_create(10, 64, &r), ERMA_OK);
+    uint32_t all[10], some[KVCS_MAX_REPLICAS];
+    char key[16];
+    for (uint32_t k = 0; k < 10000; k++) {
+        key_name(k, key);
+        assert_int_equal(kvcs_ring_replicas(r, key, 9, all, 10), 10); /* walked */
+        uint32_t seen = 0;
+        for (int i = 0; i < 10; i++) {
+            assert_true(all[i] < 10);
+            seen |= 1u << all[i];
+        }
+        assert_int_equal(seen, 0x3ff);
+        for (uint32_t n = 1; n <= KVCS_MAX_REPLICAS; n++) {
+            assert_int_equal(kvcs_ring_replicas(r, key, 9, some, n), (int)n); /* the table */
+            assert_memory_equal(some, all, n * sizeof *some);
+        }
+    }
+    kvcs_ring_destroy(r);
+}
+
 /* ---- servers in child processes ---- */
 
 struct servers {
@@ -913,6 +940,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring),
+        cmocka_unit_test(test_ring_lists),
         cmocka_unit_test_teardown(test_methods, kill_servers),
         cmocka_unit_test_teardown(test_server_threads, kill_servers),
         cmocka_unit_test_teardown(test_replica_failure, kill_servers),
