@@ -69,6 +69,8 @@ struct kv_ref {
     uint32_t len;
 };
 
+/* The table's length in bytes (its region's) for that geometry. */
+uint64_t kv_table_len(uint64_t nbuckets, uint64_t log_bytes);
 /* Offset and length of the bucket that would hold key. */
 void kv_bucket_of(uint64_t nbuckets, const void *key, uint32_t klen, uint64_t *off,
                   uint32_t *len);

@@ -151,10 +151,28 @@ static int read_bucket(struct kv_reader *r, struct get *g)
     return read_into(r, g, off, g->bucket, len);
 }
 
+/* A short item is read with the bytes after it up to a multiple of
+ * READ_ROUND, where the table has them: libsodium 1.0.18's AES-256-GCM
+ * seals and opens whole 128-byte runs of payload far cheaper than a
+ * shorter tail (callgrind: 96 bytes about 1,820 instructions each way, 128
+ * bytes 1,050), and both the target and this reader pay it. The item's
+ * checks look at its own bytes only. */
+#define READ_ROUND 128
+#define READ_ROUND_MAX 1024
+
+static uint32_t item_read_len(const struct kv_remote *rm, const struct kv_ref *ref)
+{
+    const uint32_t len = (ref->len + READ_ROUND - 1) / READ_ROUND * READ_ROUND;
+    const uint64_t end = kv_table_len(rm->nbuckets, rm->log_bytes);
+    return len > READ_ROUND_MAX || ref->off > end || len > end - ref->off ? ref->len : len;
+}
+
 static int read_ref(struct kv_reader *r, struct get *g)
 {
     const struct kv_ref *ref = &g->refs[g->ref];
-    return ref->len > KV_MAX_ITEM ? ERMA_EBADPKT : read_into(r, g, ref->off, g->item, ref->len);
+    if (ref->len > KV_MAX_ITEM)
+        return ERMA_EBADPKT;
+    return read_into(r, g, ref->off, g->item, item_read_len(&g->remote, ref));
 }
 
 /* The get is free again before its callback, which may start another. */

@@ -101,6 +101,11 @@ static uint64_t log_base(uint64_t nbuckets)
     return HDR + nbuckets * KV_BUCKET;
 }
 
+uint64_t kv_table_len(uint64_t nbuckets, uint64_t log_bytes)
+{
+    return log_base(nbuckets) + log_bytes;
+}
+
 int kv_create(uint32_t buckets, uint64_t log_bytes, struct kv **out)
 {
     if (!out || buckets == 0 || buckets > (1u << 26) || log_bytes > (1ull << 38) ||
@@ -111,7 +116,7 @@ int kv_create(uint32_t buckets, uint64_t log_bytes, struct kv **out)
         return ERMA_ENOMEM;
     kv->nbuckets = pow2(buckets);
     kv->log_bytes = pow2(log_bytes < 65536 ? 65536 : log_bytes);
-    kv->len = log_base(kv->nbuckets) + kv->log_bytes;
+    kv->len = kv_table_len(kv->nbuckets, kv->log_bytes);
     kv->mem = aligned_alloc(64, kv->len);
     if (!kv->mem) {
         free(kv);

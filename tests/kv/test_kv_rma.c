@@ -633,6 +633,65 @@ static void test_region_key_bound(void **state)
     world_down_kv(&w);
 }
 
+/* ---- items read with the bytes after them ---- */
+
+struct end_get {
+    int done, status;
+    uint8_t val[64];
+    uint32_t vlen;
+};
+
+static void on_end_get(void *tag, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct end_get *g = tag;
+    g->done = 1;
+    g->status = status;
+    g->vlen = vlen;
+    if (status == ERMA_OK && vlen <= sizeof g->val)
+        memcpy(g->val, val, vlen);
+}
+
+/* A short item is READ with the table's bytes after it up to 128 bytes
+ * (kv/reader.c): items of 64 bytes fill a 64 KiB log exactly, so the last
+ * one ends at the table's end, where its READ must stay its own length.
+ * Every key is read twice (the bucket, then the cached location). */
+static void test_items_to_the_end(void **state)
+{
+    (void)state;
+    static struct world_ w;
+    world_up_kv(&w, 1 << 12, 64u << 10, 2048);
+    enum { N = 1024, VLEN = 32 }; /* 16 + 8-byte key + 32 + 8: 64 bytes */
+    char key[16];
+    uint8_t val[VLEN];
+    for (uint32_t k = 0; k < N; k++) {
+        key_of(k, key);
+        memset(val, (int)(k & 0xff), VLEN);
+        memcpy(val, &k, 4);
+        assert_int_equal(kv_put(w.kv, key, 8, val, VLEN), ERMA_OK);
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t k = 0; k < N; k++) {
+            if (k < N - 40 && k % 97)
+                continue;
+            struct end_get g = {0};
+            key_of(k, key);
+            assert_int_equal(kv_rget(w.reader, &w.remote, key, 8, on_end_get, &g), ERMA_OK);
+            for (const uint64_t end = erma_now_ns() + 10000000000ull;
+                 !g.done && erma_now_ns() < end;)
+                run_once(&w);
+            assert_int_equal(g.done, 1);
+            assert_int_equal(g.status, ERMA_OK);
+            assert_int_equal(g.vlen, VLEN);
+            memset(val, (int)(k & 0xff), VLEN);
+            memcpy(val, &k, 4);
+            assert_memory_equal(g.val, val, VLEN);
+        }
+    struct kv_reader_stats rs;
+    kv_reader_get_stats(w.reader, &rs);
+    assert_true(rs.cache_hits > 0);
+    world_down_kv(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -640,6 +699,7 @@ int main(void)
         cmocka_unit_test(test_wrapping_log),
         cmocka_unit_test(test_torn),
         cmocka_unit_test(test_region_key_bound),
+        cmocka_unit_test(test_items_to_the_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
