@@ -42,27 +42,40 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
 
 /* Wall clock against the engine's (TSC) clock, again now and then: NTP
  * slews the one and not the other. The sim's clock is everyone's. */
+static bool wire_sync_due(const struct erma_rma *rma)
+{
+    return !rma->tr->hints.shared_clock && rma->ep->now >= rma->wire_sync_ns;
+}
+
 static void wire_sync(struct erma_rma *rma)
 {
-    if (rma->tr->hints.shared_clock || rma->ep->now < rma->wire_sync_ns)
+    if (!wire_sync_due(rma))
         return;
     const uint64_t t = erma_now_ns(); /* rma->ep->now may be a pass's stale reading */
     rma->wire_off = (int64_t)(erma__rma_wallclock_ns() - t);
     rma->wire_sync_ns = t + 100000000;
 }
 
+/* Apart from hook_poll, so that its quiet passes save no registers. */
+__attribute__((noinline)) static int poll_parts(struct erma_rma *rma, bool rx_full)
+{
+    wire_sync(rma);
+    int work = erma__serve_poll(rma);
+    work += erma__exec_poll(rma);
+    return work + erma__portal_poll(rma, rx_full);
+}
+
 static int hook_poll(void *ctx, uint64_t now)
 {
     struct erma_rma *rma = ctx;
     (void)now; /* rma->ep->now */
-    wire_sync(rma);
     /* a full RX burst may have left answers unread (issue.c, timeouts) */
     const bool rx_full = rma->rx_pass >= ERMA_MAX_BURST;
     rma->rx_pass = 0;
-    int work = erma__serve_poll(rma);
-    work += erma__exec_poll(rma);
-    work += erma__portal_poll(rma, rx_full);
-    return work;
+    if (!wire_sync_due(rma) && erma__serve_quiet(rma) && erma__exec_quiet(rma) &&
+        erma__portal_quiet(rma))
+        return 0; /* most passes */
+    return poll_parts(rma, rx_full);
 }
 
 static void hook_after_flush(void *ctx)

@@ -53,9 +53,14 @@ void erma__exec_fini(struct erma_rma *rma);
 /* Issues transfers' chunks as their windows allow; the work done. Inline:
  * most loop passes come before the next window opens. */
 int erma__exec_work(struct erma_rma *rma);
+static inline bool erma__exec_quiet(const struct erma_rma *rma)
+{
+    return rma->exec->wake_ns > rma->ep->now;
+}
+
 static inline int erma__exec_poll(struct erma_rma *rma)
 {
-    return rma->exec->wake_ns > rma->ep->now ? 0 : erma__exec_work(rma);
+    return erma__exec_quiet(rma) ? 0 : erma__exec_work(rma);
 }
 
 static inline uint64_t erma__exec_next_timer(const struct erma_rma *rma)

@@ -261,13 +261,20 @@ struct rma_ophdr erma__portal_ophdr(const struct erma_rma *rma, const struct slo
 /* ---- for the engine, inline: most loop passes have nothing to issue and
  * no deadline due ---- */
 
-static inline int erma__portal_poll(struct erma_rma *rma, bool rx_full)
+/* True when no op is queued and no deadline is due: then the pass is only
+ * stamped, for the stall detection (issue.c), and nothing else is to do. */
+static inline bool erma__portal_quiet(struct erma_rma *rma)
 {
     struct rma_portal *p = rma->portal;
     if (p->nqueued || erma__heap_first_deadline(p) <= rma->ep->now)
-        return erma__portal_work(rma, rx_full);
-    p->last_poll_ns = rma->ep->now; /* the pass, for stall detection (issue.c) */
-    return 0;
+        return false;
+    p->last_poll_ns = rma->ep->now;
+    return true;
+}
+
+static inline int erma__portal_poll(struct erma_rma *rma, bool rx_full)
+{
+    return erma__portal_quiet(rma) ? 0 : erma__portal_work(rma, rx_full);
 }
 
 static inline uint64_t erma__portal_next_timer(const struct erma_rma *rma)

@@ -66,12 +66,15 @@ void erma__serve_rx(struct erma_rma *rma, const struct rma_ophdr *h,
 /* Serves queued requests, sends held tails, expires solicitations; the
  * work done. Inline: most loop passes find nothing to do. */
 int erma__serve_work(struct erma_rma *rma);
-static inline int erma__serve_poll(struct erma_rma *rma)
+static inline bool erma__serve_quiet(const struct erma_rma *rma)
 {
     const struct rma_target *t = rma->target;
-    if (!t->q_len && !t->ntails && rma->ep->now < t->sol_expiry_ns)
-        return 0;
-    return erma__serve_work(rma);
+    return !t->q_len && !t->ntails && rma->ep->now < t->sol_expiry_ns;
+}
+
+static inline int erma__serve_poll(struct erma_rma *rma)
+{
+    return erma__serve_quiet(rma) ? 0 : erma__serve_work(rma);
 }
 
 static inline uint64_t erma__serve_next_timer(const struct erma_rma *rma)
