@@ -58,11 +58,11 @@ int erma__aead_open(const struct erma__aead *k, const uint8_t n[ERMA__AEAD_NONCE
     if (!k->aes)
         return crypto_aead_chacha20poly1305_ietf_decrypt_detached(m, NULL, c, clen, tag, ad,
                                                                   adlen, n, k->key);
-    if (!erma__crypto_aes_available())
-        return -1;
-    if (k->expanded)
+    if (k->expanded) /* expanded only where AES-256-GCM runs (erma__aead_expand's callers) */
         return crypto_aead_aes256gcm_decrypt_detached_afternm(m, NULL, c, clen, tag, ad, adlen, n,
                                                               k->expanded);
+    if (!erma__crypto_aes_available())
+        return -1;
     return crypto_aead_aes256gcm_decrypt_detached(m, NULL, c, clen, tag, ad, adlen, n, k->key);
 }
 

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <sodium.h>
 
@@ -41,8 +42,12 @@ void erma__aead_end(struct erma__aead *k);
  * bytes 0-7, dir in byte 8, zero after. (Inline: it runs per packet.) */
 static inline void erma__aead_nonce(uint8_t n[ERMA__AEAD_NONCE], uint64_t ctr, uint8_t dir)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(n, &ctr, 8); /* the byte loop cost about 55 instructions a packet */
+#else
     for (int i = 0; i < 8; i++)
         n[i] = (uint8_t)(ctr >> (8 * i));
+#endif
     n[8] = dir;
     n[9] = n[10] = n[11] = 0;
 }
