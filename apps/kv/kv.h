@@ -163,6 +163,8 @@ int kv_remote_of(const struct erma_rkey *key, const uint8_t *info, size_t info_l
 
 /* A reader does GETs by one-sided READs on one RMA engine: READ the key's
  * bucket, find candidate items, READ the item, check its stamp and its check (a hash of its bytes).
+ * (An item under 1 KiB is READ with the table's bytes after it up to a
+ * multiple of 128 bytes, which the AEAD seals and opens more cheaply.)
  * A bucket being changed or an item torn by a concurrent write is read
  * again (at most max_tries times, then ERMA_EAGAIN); a torn read is never
  * returned. The reader owns the engine's completions: while it exists,

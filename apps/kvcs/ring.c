@@ -1,6 +1,7 @@
 /* Consistent hashing for kvcs (erma/kvcs.h): vnodes points per server on a
  * 64-bit ring of SipHash values, sorted; a key's replicas are found by a
- * binary search and a clockwise walk. */
+ * binary search and its point's list, computed with the ring (or a
+ * clockwise walk). */
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
