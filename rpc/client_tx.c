@@ -82,27 +82,50 @@ static bool paced(const struct erma_rpc *rpc, const struct session *s)
 static void schedule(struct erma_rpc *rpc, struct session *s, uint64_t now)
 {
     const uint64_t due = s->cc.next_tx_ns > now ? s->cc.next_tx_ns : now;
+    /* An empty wheel's time stands where its last reap left it: brought to
+     * now, due is placed in its own slot (not in the last, which would let
+     * it go early, after a walk over every slot in between). */
+    if (erma_wheel_count(&rpc->cc.wheel) == 0)
+        erma_wheel_reap(&rpc->cc.wheel, now, NULL, 0);
     if (erma_wheel_insert(&rpc->cc.wheel, due, s, s->token) == ERMA_OK)
         s->cc.in_wheel = true;
     else if (send_next(rpc, s)) /* wheel full: go now rather than stall */
         s->cc.direct_pkts++;
 }
 
+static bool any_pending(const struct session *s)
+{
+    if (s->credits == 0)
+        return false;
+    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
+        if (slot_pending(&s->slots[k].client))
+            return true;
+    return false;
+}
+
+/* A paced session's packet whose due time has come leaves at once, as the
+ * wheel would release it, without a wait for the wheel's slot to end; the
+ * next one goes into the wheel. */
 static void client_send(struct erma_rpc *rpc, struct session *s)
 {
     if (s->cc.in_wheel)
         return; /* the wheel will send */
-    if (paced(rpc, s)) {
-        if (s->credits > 0)
-            for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
-                if (slot_pending(&s->slots[k].client)) {
-                    schedule(rpc, s, cc_now(rpc));
-                    return;
-                }
+    if (!paced(rpc, s)) {
+        while (send_next(rpc, s))
+            s->cc.direct_pkts++;
         return;
     }
-    while (send_next(rpc, s))
-        s->cc.direct_pkts++;
+    if (!any_pending(s))
+        return;
+    const uint64_t now = cc_now(rpc);
+    uint32_t bytes;
+    if (s->cc.next_tx_ns <= now && (bytes = send_next(rpc, s)) > 0) {
+        s->cc.paced_pkts++;
+        s->cc.next_tx_ns = erma_pacer_next_tx(s->cc.timely.rate_bps, bytes, now, now);
+        if (!any_pending(s))
+            return;
+    }
+    schedule(rpc, s, now);
 }
 
 /* Packets a released session may send at once when it is behind schedule. */

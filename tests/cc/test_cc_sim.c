@@ -93,7 +93,7 @@ struct pair {
     struct erma_msgbuf req, resp;
 };
 
-static void pair_up(struct pair *p, const char *name)
+static void pair_up_at(struct pair *p, const char *name, double link_bps)
 {
     struct erma_sim_cfg sc;
     erma_sim_cfg_default(&sc);
@@ -105,7 +105,7 @@ static void pair_up(struct pair *p, const char *name)
         assert_int_equal(erma_nexus_create(NULL, &p->nx[h]), ERMA_OK);
         if (h == 1)
             assert_int_equal(erma_handler_register(p->nx[h], 1, sink, ERMA_DISPATCH, NULL), ERMA_OK);
-        const struct erma_rpc_cfg cfg = {.seed = 1};
+        const struct erma_rpc_cfg cfg = {.seed = 1, .link_bps = link_bps};
         assert_int_equal(erma_endpoint_create(uri, 0, NULL, &p->ep[h]), ERMA_OK);
         assert_int_equal(erma_rpc_create(p->nx[h], p->ep[h], &cfg, &p->rpc[h]), ERMA_OK);
     }
@@ -114,6 +114,11 @@ static void pair_up(struct pair *p, const char *name)
     assert_true(p->sess >= 0);
     assert_int_equal(erma_msgbuf_alloc(p->rpc[0], 1 << 20, &p->req), ERMA_OK);
     assert_int_equal(erma_msgbuf_alloc(p->rpc[0], 64, &p->resp), ERMA_OK);
+}
+
+static void pair_up(struct pair *p, const char *name)
+{
+    pair_up_at(p, name, 0);
 }
 
 static void pair_calls(struct pair *p, int n)
@@ -180,10 +185,44 @@ static void test_uncongested_not_paced(void **state)
     pair_down(&p);
 }
 
+/* A paced session whose wheel stood empty for longer than the wheel's
+ * horizon (2.1 s here: 64 packets at the 366 kb/s floor of a 366 Mb/s
+ * ceiling, 4.2 M slots): its next request's packets keep their pace, and
+ * its wheel, brought to the present before they go in, is not walked
+ * slot by slot over the idle time (tens of ms of CPU per request). */
+static void test_paced_after_idle(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_up_at(&p, "paced_idle", 3.66e8);
+    const struct erma_cc_switches sw = {.no_wheel_bypass = true}; /* every packet paced */
+    assert_int_equal(erma_rpc_set_cc(p.rpc[0], &sw), ERMA_OK);
+    assert_int_equal(erma_msgbuf_resize(&p.req, 4000), ERMA_OK); /* 3 packets */
+    done = 0;
+    uint64_t fastest = UINT64_MAX;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(erma_sim_run(p.sim, p.ep, 2, 2500000000ull, NULL, NULL),
+                         ERMA_ETIMEDOUT); /* idle */
+        const uint64_t t0 = erma_now_ns(), cpu0 = erma_mono_ns();
+        assert_int_equal(erma_rpc_call(p.rpc[0], p.sess, 1, &p.req, &p.resp, on_done, NULL),
+                         ERMA_OK);
+        assert_int_equal(erma_sim_run(p.sim, p.ep, 2, 1000000000ull, enough, &(int){i + 1}),
+                         ERMA_OK);
+        const uint64_t took = erma_now_ns() - t0, cpu = erma_mono_ns() - cpu0;
+        fastest = cpu < fastest ? cpu : fastest;
+        print_message("  request %d after 2.5 s idle: %.1f us (virtual), %.0f us of real time\n",
+                      i, took / 1e3, cpu / 1e3);
+        assert_true(took >= 2 * 30000); /* two gaps of about 33 us between its packets */
+    }
+    assert_true(fastest < 2000000); /* 10x what it needs; a walk over the wheel took 8 ms */
+    pair_down(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uncongested_not_paced),
+        cmocka_unit_test(test_paced_after_idle),
         cmocka_unit_test(test_incast_50),
         cmocka_unit_test(test_two_flows),
     };
