@@ -54,10 +54,15 @@ static uint32_t slot_next_pkt(struct client_slot *c)
  * credit. */
 static uint32_t send_next(struct erma_rpc *rpc, struct session *s)
 {
-    if (s->credits == 0 || (s->ps.n > 1 && !erma_paths_free(&s->ps, rpc->ep->now)))
+    if (s->credits == 0 || s->client.busy_mask == 0 ||
+        (s->ps.n > 1 && !erma_paths_free(&s->ps, rpc->ep->now)))
         return 0;
-    for (unsigned n = 0; n < ERMA_SESSION_SLOTS; n++) {
-        struct slot *sl = &s->slots[(s->client.rr + n) % ERMA_SESSION_SLOTS];
+    const unsigned rr = s->client.rr, m = s->client.busy_mask;
+    /* bit n: slot rr + n (mod the slots) is busy */
+    for (unsigned busy = (m >> rr | m << (ERMA_SESSION_SLOTS - rr)) & 0xffu; busy;
+         busy &= busy - 1) {
+        const unsigned n = (unsigned)__builtin_ctz(busy);
+        struct slot *sl = &s->slots[(rr + n) % ERMA_SESSION_SLOTS];
         if (slot_pending(&sl->client)) {
             s->client.rr = (uint8_t)((s->client.rr + n + 1) % ERMA_SESSION_SLOTS);
             s->credits--;
@@ -181,16 +186,18 @@ int erma_session_cc_stats(const struct erma_rpc *rpc, int num, struct erma_sessi
 
 /* ---- requests onto slots ---- */
 
-static void busy_add(struct erma_rpc *rpc, struct session *s)
+static void busy_add(struct erma_rpc *rpc, struct session *s, const struct slot *sl)
 {
+    s->client.busy_mask |= (uint8_t)(1u << (sl - s->slots));
     if (s->client.busy_slots++ == 0) {
         s->client.busy_idx = rpc->client.nbusy;
         rpc->client.busy[rpc->client.nbusy++] = s;
     }
 }
 
-static void busy_remove(struct erma_rpc *rpc, struct session *s)
+static void busy_remove(struct erma_rpc *rpc, struct session *s, const struct slot *sl)
 {
+    s->client.busy_mask &= (uint8_t)~(1u << (sl - s->slots));
     if (--s->client.busy_slots == 0) {
         struct session *last = rpc->client.busy[--rpc->client.nbusy];
         rpc->client.busy[s->client.busy_idx] = last;
@@ -203,7 +210,7 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
 {
     struct client_slot *c = &sl->client;
     c->busy = true;
-    busy_add(rpc, s);
+    busy_add(rpc, s, sl);
     sl->req_num += ERMA_SESSION_SLOTS;
     c->req_type = b->req_type;
     c->req = b->req;
@@ -229,7 +236,7 @@ void erma__slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     s->credits += slot_outstanding(c);
     paths_done(s, c, slot_unanswered(c));
     c->busy = false;
-    busy_remove(rpc, s);
+    busy_remove(rpc, s, sl);
     erma__complete(rpc, c->cont, c->tag, status, c->resp);
 }
 

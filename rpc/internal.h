@@ -157,12 +157,14 @@ struct sess_sm {
 };
 
 /* A client session's requests (client_tx.c, client_rx.c). */
+_Static_assert(ERMA_SESSION_SLOTS == 8, "sess_client.busy_mask has a bit per slot");
 struct sess_client {
     uint32_t busy_slots;  /* slots with a request; listed in rpc->client.busy if > 0 */
     uint32_t busy_idx;
     struct backlog *backlog, *backlog_tail;
     uint32_t nbacklog;    /* requests in backlog */
     uint8_t rr;           /* round robin over slots */
+    uint8_t busy_mask;    /* bit k: slot k has a request */
     uint8_t dupthresh;    /* replies to later packets that make one lost (fast resend) */
 };
 

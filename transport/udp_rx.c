@@ -143,7 +143,7 @@ static void put_pkt(const struct udp *u, struct erma_rx_pkt *p, const uint8_t *d
     p->len = len;
     p->rx_ns = u->rx_ns[u->rx_i];
     p->src.len = (uint8_t)u->rx_msg[u->rx_i].msg_hdr.msg_namelen;
-    memcpy(p->src.raw, &u->rx_src[u->rx_i], p->src.len);
+    memcpy(p->src.raw, &u->rx_src[u->rx_i], sizeof p->src.raw); /* a fixed size: no call */
 }
 
 /* The next packet of the bundle being read into *p; false at its end
