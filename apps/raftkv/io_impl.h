@@ -27,6 +27,16 @@ struct send_op {
     raft_io_send_cb cb; /* NULL once answered (at close) */
     struct erma_msgbuf msg, resp;
     int peer, status;
+    unsigned type; /* the raft message's */
+};
+
+/* An AppendEntries received and not answered yet: the follower's result
+ * to its sender rides in its response (net.c). */
+struct held {
+    struct held *next;
+    struct erma_req *req;
+    raft_id from;
+    uint64_t at; /* when it came */
 };
 
 /* A received message, waiting for the next poll. */
@@ -71,6 +81,8 @@ struct rkio {
         struct send_op inflight; /* list head */
         struct send_op *done, **done_tail;
         struct inmsg *inbox, **inbox_tail;
+        struct held *held, **held_tail; /* oldest first */
+        unsigned nheld;
     } net;
     struct raftkv_io_stats stats;
 };
@@ -89,7 +101,8 @@ struct inmsg *raftkv__net_take_inbox(struct rkio *k);
 int raftkv__net_complete(struct rkio *k, struct send_op *done);
 /* Hands the messages of inbox (taken) to raft; returns how many. */
 int raftkv__net_deliver(struct rkio *k, struct inmsg *inbox);
-/* Opens sessions to the peers that are down and due a try. */
+/* Opens sessions to the peers that are down and due a try; answers the
+ * AppendEntries held too long without a result. */
 void raftkv__net_reconnect(struct rkio *k, uint64_t now);
 /* At close: every send raft still waits for completes now (cancelled, or
  * as it did); received messages are dropped. */

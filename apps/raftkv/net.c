@@ -9,6 +9,19 @@
 #include "raftkv/io_impl.h"
 #include "raftkv/msg.h"
 
+/* AppendEntries held for their results (raftkv.h, "Network"): at most
+ * HOLD_MAX (the oldest is answered empty when another comes), none longer
+ * than HOLD_NS (well within the sender's retransmission timeout). */
+#define HOLD_MAX 4
+#define HOLD_NS 2000000ull
+
+/* Room in an AppendEntries' response for its result: id, address, body. */
+#define RESULT_ROOM (8 + 2 + ADDR_MAX + 64)
+
+static void held_answer(struct rkio *k, struct held **at);
+static bool answer_with(struct rkio *k, const struct raft_message *m, size_t size);
+static void take_result(struct rkio *k, const uint8_t *data, size_t len);
+
 /* ---- peers and sessions ---- */
 
 static struct peer *peer_find(struct rkio *k, raft_id id, const char *addr)
@@ -76,6 +89,8 @@ int raftkv_io_connect(struct raft_io *io, raft_id id, const char *address)
 
 void raftkv__net_reconnect(struct rkio *k, uint64_t now)
 {
+    while (k->net.held && now - k->net.held->at > HOLD_NS)
+        held_answer(k, &k->net.held); /* its result will go as a message of its own */
     for (unsigned i = 0; i < k->net.npeers; i++)
         if (k->net.peers[i].sess < 0 && now >= k->net.peers[i].retry_at)
             peer_connect(k, &k->net.peers[i], now);
@@ -103,6 +118,8 @@ static void on_sent(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
     struct rkio *k = op->k;
     inflight_unlink(op);
     k->net.peers[op->peer].inflight--;
+    if (status == ERMA_OK && op->type == RAFT_IO_APPEND_ENTRIES && resp->size > 0)
+        take_result(k, resp->data, resp->size);
     erma_msgbuf_free(rpc, &op->msg);
     erma_msgbuf_free(rpc, &op->resp);
     if (!op->cb) {
@@ -126,7 +143,9 @@ static int call(struct rkio *k, struct peer *p, struct send_op *op, const struct
 {
     if (erma_msgbuf_alloc(k->rpc, size, &op->msg) != ERMA_OK)
         return RAFT_NOMEM;
-    if (erma_msgbuf_alloc(k->rpc, 8, &op->resp) != ERMA_OK) {
+    op->type = m->type;
+    const size_t room = m->type == RAFT_IO_APPEND_ENTRIES ? RESULT_ROOM : 8;
+    if (erma_msgbuf_alloc(k->rpc, room, &op->resp) != ERMA_OK) {
         erma_msgbuf_free(k->rpc, &op->msg);
         return RAFT_NOMEM;
     }
@@ -171,7 +190,12 @@ int raftkv__net_send(struct raft_io *io, struct raft_io_send *req, const struct 
     op->req = req;
     op->cb = cb;
     op->peer = p ? (int)(p - k->net.peers) : -1;
+    op->type = m->type;
     k->stats.sent++;
+    if (m->type == RAFT_IO_APPEND_ENTRIES_RESULT && answer_with(k, m, size)) {
+        done_push(k, op); /* taken: the callback, at the next poll */
+        return 0;
+    }
     if (!p) {
         op->status = RAFT_NOCONNECTION;
     } else {
@@ -222,8 +246,89 @@ static void inmsg_free(struct inmsg *im)
     free(im);
 }
 
-/* A raft message arrived: answered empty at once, handed to raft at the
- * next poll. */
+static void inbox_push(struct rkio *k, struct inmsg *im)
+{
+    im->next = NULL;
+    *k->net.inbox_tail = im;
+    k->net.inbox_tail = &im->next;
+}
+
+static void answer_empty(struct erma_req *req)
+{
+    struct erma_msgbuf *resp = erma_req_resp_buf(req);
+    erma_msgbuf_resize(resp, 0);
+    erma_req_respond(req, resp);
+}
+
+/* Answers *at (empty) and unlinks it. */
+static void held_answer(struct rkio *k, struct held **at)
+{
+    struct held *h = *at;
+    answer_empty(h->req);
+    *at = h->next;
+    if (!*at)
+        k->net.held_tail = at;
+    k->net.nheld--;
+    free(h);
+}
+
+/* Keeps an AppendEntries unanswered for its result; false without memory. */
+static bool hold(struct rkio *k, struct erma_req *req, raft_id from)
+{
+    struct held *h = malloc(sizeof *h);
+    if (!h)
+        return false;
+    if (k->net.nheld == HOLD_MAX)
+        held_answer(k, &k->net.held);
+    *h = (struct held){NULL, req, from, erma_now_ns()};
+    *k->net.held_tail = h;
+    k->net.held_tail = &h->next;
+    k->net.nheld++;
+    return true;
+}
+
+/* Sends the AppendEntries result m (size bytes) as the response to the
+ * oldest AppendEntries held from its addressee; false when none is held
+ * (it goes as a message of its own). */
+static bool answer_with(struct rkio *k, const struct raft_message *m, size_t size)
+{
+    struct held **at = &k->net.held;
+    while (*at && (*at)->from != m->server_id)
+        at = &(*at)->next;
+    struct held *h = *at;
+    struct erma_msgbuf *resp = h ? erma_req_resp_buf(h->req) : NULL;
+    if (!h || resp->max_size < size)
+        return false;
+    raftkv__msg_encode(m, k->id, k->addr, resp->data);
+    erma_msgbuf_resize(resp, size);
+    erma_req_respond(h->req, resp);
+    *at = h->next;
+    if (!*at)
+        k->net.held_tail = at;
+    k->net.nheld--;
+    free(h);
+    k->stats.results_in_responses++;
+    return true;
+}
+
+/* An AppendEntries result in the response to one this replica sent. */
+static void take_result(struct rkio *k, const uint8_t *data, size_t len)
+{
+    struct inmsg *im = calloc(1, sizeof *im);
+    if (!im || !raftkv__msg_decode(RAFT_IO_APPEND_ENTRIES_RESULT, data, len, &im->m, im->addr)) {
+        free(im);
+        k->stats.rx_bad++;
+        return;
+    }
+    if (!k->started || k->closed) {
+        inmsg_free(im);
+        return;
+    }
+    inbox_push(k, im);
+}
+
+/* A raft message arrived: handed to raft at the next poll, and answered
+ * empty at once; an AppendEntries later, with its result. */
 static void on_message(struct erma_req *req, void *ctx)
 {
     struct rkio *k = ctx;
@@ -234,20 +339,18 @@ static void on_message(struct erma_req *req, void *ctx)
         free(im);
         im = NULL;
     }
-    struct erma_msgbuf *resp = erma_req_resp_buf(req);
-    erma_msgbuf_resize(resp, 0);
-    erma_req_respond(req, resp);
+    const bool live = im && k->started && !k->closed;
+    if (!live || type != RAFT_IO_APPEND_ENTRIES || !hold(k, req, im->m.server_id))
+        answer_empty(req);
     if (!im) {
         k->stats.rx_bad++;
         return;
     }
-    if (!k->started || k->closed) {
+    if (!live) {
         inmsg_free(im);
         return;
     }
-    im->next = NULL;
-    *k->net.inbox_tail = im;
-    k->net.inbox_tail = &im->next;
+    inbox_push(k, im);
 }
 
 struct inmsg *raftkv__net_take_inbox(struct rkio *k)
@@ -283,6 +386,7 @@ int raftkv__net_init(struct rkio *k, struct erma_nexus *nx)
     k->net.inflight.next = k->net.inflight.prev = &k->net.inflight;
     k->net.done_tail = &k->net.done;
     k->net.inbox_tail = &k->net.inbox;
+    k->net.held_tail = &k->net.held;
     for (unsigned t = RAFT_IO_APPEND_ENTRIES; t <= RAFT_IO_TIMEOUT_NOW; t++) {
         const int rc = erma_handler_register(nx, (uint8_t)(k->cfg.type_base + t), on_message,
                                              ERMA_DISPATCH, k);
@@ -316,10 +420,17 @@ void raftkv__net_close(struct rkio *k)
         next = im->next;
         inmsg_free(im);
     }
+    while (k->net.held)
+        held_answer(k, &k->net.held);
 }
 
 void raftkv__net_destroy(struct rkio *k)
 {
+    while (k->net.held) { /* the rpc is gone, and the requests with it */
+        struct held *h = k->net.held;
+        k->net.held = h->next;
+        free(h);
+    }
     /* sends the rpc never completed (it is gone): their buffers went with it */
     while (k->net.inflight.next != &k->net.inflight) {
         struct send_op *op = k->net.inflight.next;

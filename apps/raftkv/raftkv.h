@@ -14,7 +14,12 @@
  *   its result, RequestVote, its result, InstallSnapshot, TimeoutNow), each
  *   [u64 sender id][u16 len][sender address][body] and answered with an
  *   empty response: raft's own results travel as messages of their own, as
- *   raft expects of an unreliable network. A message is encoded into an
+ *   raft expects of an unreliable network, save one: a follower holds an
+ *   AppendEntries (at most 4, none past 2 ms) and sends its result to the
+ *   sender as that request's response, a message in the same encoding
+ *   (one message and one empty response fewer each way, as eRPC's Raft
+ *   answers AppendEntries); a result with no AppendEntries held goes on
+ *   its own. Every replica must run this version. A message is encoded into an
  *   erma message buffer inside send(); the send callback runs once the RPC
  *   has completed, from the next raftkv_io_poll(), never from inside
  *   send(): 0 when the peer's endpoint took it, RAFT_NOCONNECTION when the
@@ -183,6 +188,7 @@ struct raftkv_io_cfg {
 struct raftkv_io_stats {
     uint64_t sent, send_failed, received, rx_bad;
     uint64_t send_acked; /* sends the peer's endpoint took */
+    uint64_t results_in_responses; /* AppendEntries results sent as their responses */
     uint64_t appends, entries_written, syncs, truncates;
     uint64_t snapshots_put, snapshots_installed; /* installed: put with trailing 0 */
     uint64_t snapshots_sent;                      /* snapshot_get: loaded to send */

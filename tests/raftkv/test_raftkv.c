@@ -595,6 +595,16 @@ static void test_replicate(void **state)
                   (unsigned long long)io.appends, (unsigned long long)io.syncs,
                   (unsigned long long)io.sent, (unsigned long long)io.send_failed,
                   (unsigned long long)io.snapshots_put);
+    /* the followers' AppendEntries results rode in the responses to them */
+    uint64_t piggybacked = 0, sent = 0;
+    for (unsigned i = 0; i < N; i++) {
+        raftkv_io_get_stats(raftkv_server_io(c.srv[i]), &io);
+        piggybacked += io.results_in_responses;
+        sent += io.sent;
+    }
+    print_message("  %llu of %llu raft messages sent as the responses to AppendEntries\n",
+                  (unsigned long long)piggybacked, (unsigned long long)sent);
+    assert_true(piggybacked > 0);
     cluster_down(&c);
 }
 
