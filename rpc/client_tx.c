@@ -90,7 +90,7 @@ static void schedule(struct erma_rpc *rpc, struct session *s, uint64_t now)
     /* An empty wheel's time stands where its last reap left it: brought to
      * now, due is placed in its own slot (not in the last, which would let
      * it go early, after a walk over every slot in between). */
-    if (erma_wheel_count(&rpc->cc.wheel) == 0)
+    if (rpc->cc.wheel.count == 0)
         erma_wheel_reap(&rpc->cc.wheel, now, NULL, 0);
     if (erma_wheel_insert(&rpc->cc.wheel, due, s, s->token) == ERMA_OK)
         s->cc.in_wheel = true;

@@ -105,10 +105,10 @@ static int rpc_poll(void *ctx, uint64_t now)
     struct erma_mpsc *done = &rpc->server.worker_done;
     for (struct erma_req *rq; rpc->server.in_workers && (rq = erma__mpsc_pop(done)); work++)
         erma__worker_response(rpc, rq);
-    if (erma_wheel_count(&rpc->cc.wheel)) {
-        const uint32_t before = erma_wheel_count(&rpc->cc.wheel);
+    if (rpc->cc.wheel.count) {
+        const uint32_t before = rpc->cc.wheel.count;
         erma__rpc_wheel_release(rpc, now);
-        work += (int)(before - erma_wheel_count(&rpc->cc.wheel));
+        work += (int)(before - rpc->cc.wheel.count);
     }
     if (now >= t->next_scan_ns) {
         erma__busy_scan(rpc, now);
@@ -137,7 +137,7 @@ static uint64_t rpc_next_timer(const void *ctx)
     const struct rpc_timers *tm = &rpc->timers;
     const uint64_t sm = rpc->table.active ? tm->next_sm_scan_ns : UINT64_MAX;
     uint64_t t = rpc->client.nbusy && tm->next_scan_ns < sm ? tm->next_scan_ns : sm;
-    if (erma_wheel_count(&rpc->cc.wheel)) { /* the next slot may hold due packets */
+    if (rpc->cc.wheel.count) { /* the next slot may hold due packets */
         const uint64_t w = rpc->cc.wheel.cur_start_ns + rpc->cc.wheel.slot_ns;
         t = w < t ? w : t;
     }
