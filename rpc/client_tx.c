@@ -33,9 +33,14 @@ static bool slot_pending(const struct client_slot *c)
                                      c->num_tx - c->num_rx < WINDOW));
 }
 
+/* A bit at a time: usually none is left, and without -mpopcnt
+ * __builtin_popcountll is a library call. */
 static uint32_t slot_outstanding(const struct client_slot *c)
 {
-    return (uint32_t)__builtin_popcountll(slot_unanswered(c));
+    uint32_t n = 0;
+    for (uint64_t m = slot_unanswered(c); m; m &= m - 1)
+        n++;
+    return n;
 }
 
 /* The next packet of a pending slot: a lost one first, else a new one. */
@@ -242,8 +247,8 @@ void erma__slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl,
 
 void erma__client_kick(struct erma_rpc *rpc, struct session *s)
 {
-    if (s->state != CONNECTED)
-        return;
+    if (s->state != CONNECTED || (!s->client.backlog && !s->client.busy_mask))
+        return; /* nothing to start or send */
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS && s->client.backlog; k++) {
         struct slot *sl = &s->slots[k];
         if (!sl->client.busy) {
