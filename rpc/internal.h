@@ -394,12 +394,12 @@ static inline void erma__msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k,
  * when s is a secure session (s NULL: in the clear). */
 uint8_t *erma__tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
                        uint32_t len);
-/* A data packet with its own copy of the header, in the batch's room: the
- * flush may change it for this packet alone (a response's host delay).
- * Returns the copy. */
+/* A data packet with its own header, in the batch's room: returned for
+ * the caller to write (ERMA_HDR_SIZE bytes); the flush may change it for
+ * this packet alone (a response's host delay). */
 uint8_t *erma__tx_data_own_hdr(struct erma_rpc *rpc, struct session *s,
-                               const struct erma_addr *dst, const uint8_t *hdr,
-                               const uint8_t *data, uint32_t data_len);
+                               const struct erma_addr *dst, const uint8_t *data,
+                               uint32_t data_len);
 void erma__tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
                    const uint8_t *hdr, const uint8_t *data, uint32_t data_len);
 void erma__complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,

@@ -102,13 +102,12 @@ void erma__tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_ad
 }
 
 uint8_t *erma__tx_data_own_hdr(struct erma_rpc *rpc, struct session *s,
-                               const struct erma_addr *dst, const uint8_t *hdr,
-                               const uint8_t *data, uint32_t data_len)
+                               const struct erma_addr *dst, const uint8_t *data,
+                               uint32_t data_len)
 {
     uint8_t *room;
     struct erma_tx_pkt *p = tx_next(rpc, s, dst, &room);
-    memcpy(room, hdr, ERMA_HDR_SIZE); /* sealed in place at the flush */
-    p->hdr = room;
+    p->hdr = room; /* sealed in place at the flush */
     p->hdr_len = ERMA_HDR_SIZE;
     p->data = data_len ? data : NULL;
     p->data_len = data_len;
