@@ -245,10 +245,10 @@ void erma__slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     erma__complete(rpc, c->cont, c->tag, status, c->resp);
 }
 
-void erma__client_kick(struct erma_rpc *rpc, struct session *s)
+/* Starts the waiting requests on the free slots. Out of line: a kick
+ * with none waiting saves no registers for it. */
+__attribute__((noinline)) static void start_backlog(struct erma_rpc *rpc, struct session *s)
 {
-    if (s->state != CONNECTED || (!s->client.backlog && !s->client.busy_mask))
-        return; /* nothing to start or send */
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS && s->client.backlog; k++) {
         struct slot *sl = &s->slots[k];
         if (!sl->client.busy) {
@@ -260,6 +260,14 @@ void erma__client_kick(struct erma_rpc *rpc, struct session *s)
             rpc->client.free_backlog = b;
         }
     }
+}
+
+void erma__client_kick(struct erma_rpc *rpc, struct session *s)
+{
+    if (s->state != CONNECTED || (!s->client.backlog && !s->client.busy_mask))
+        return; /* nothing to start or send */
+    if (s->client.backlog)
+        start_backlog(rpc, s);
     client_send(rpc, s);
 }
 
@@ -278,13 +286,21 @@ int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type, struct erma_m
     if (s->sm.reconnecting && (rpc->cfg.reconnect != ERMA_RECONNECT_QUEUE ||
                                s->client.nbacklog >= rpc->cfg.reconnect_queue))
         return ERMA_EAGAIN;
+    erma__ep_clock(rpc->ep); /* called from outside the loop */
+    const uint8_t busy = s->client.busy_mask;
+    if (s->state == CONNECTED && !s->client.backlog && busy != 0xffu) {
+        /* none waits before it: the first free slot takes it, as a kick would */
+        const struct backlog now = {NULL, req_type, req, resp, cont, tag};
+        slot_start(rpc, s, &s->slots[__builtin_ctz(~busy & 0xffu)], &now);
+        client_send(rpc, s);
+        return ERMA_OK;
+    }
     struct backlog *b = rpc->client.free_backlog;
     if (b)
         rpc->client.free_backlog = b->next;
     else if (!(b = malloc(sizeof *b)))
         return ERMA_ENOMEM;
     *b = (struct backlog){NULL, req_type, req, resp, cont, tag};
-    erma__ep_clock(rpc->ep); /* called from outside the loop */
     if (s->client.backlog_tail && s->client.backlog)
         s->client.backlog_tail->next = b;
     else
