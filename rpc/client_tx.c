@@ -236,8 +236,10 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
 void erma__slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl, int status)
 {
     struct client_slot *c = &sl->client;
-    erma__budget_give(rpc, &s->recv_held, NULL, c->charged);
-    c->charged = 0;
+    if (c->charged) { /* a response buffer erma grew */
+        erma__budget_give(rpc, &s->recv_held, NULL, c->charged);
+        c->charged = 0;
+    }
     s->credits += slot_outstanding(c);
     paths_done(s, c, slot_unanswered(c));
     c->busy = false;
