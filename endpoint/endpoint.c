@@ -244,33 +244,32 @@ void erma__ep_unregister(struct erma_endpoint *ep, void *ctx)
 
 /* ---- TX batch ---- */
 
-struct erma_tx_pkt *erma__ep_tx(struct erma_endpoint *ep, const struct erma_addr *dst,
-                                erma_ep_prep_fn prep, void *prep_ctx, uint8_t **room)
-{
-    if (ep->ntx == ERMA_MAX_BURST)
-        erma__ep_tx_flush(ep);
-    const unsigned i = ep->ntx++;
-    ep->txdst[i] = *dst;
-    ep->prep[i] = prep;
-    ep->prep_ctx[i] = prep_ctx;
-    ep->tx[i] = (struct erma_tx_pkt){.dst = &ep->txdst[i]};
-    if (room)
-        *room = ep->room + (size_t)i * ep->tr->max_pkt;
-    return &ep->tx[i];
-}
-
-/* Sends tx[a..b) on tr, counting what the transport would not take. */
-static void send_run(struct erma_endpoint *ep, struct erma_transport *tr, unsigned a, unsigned b)
+/* What the first try at tx[a..b) left (n: its result): offered again, up
+ * to TX_TRIES tries in all; returns the packets sent. Out of line: most
+ * runs leave at the first try. */
+__attribute__((noinline)) static unsigned send_rest(struct erma_endpoint *ep,
+                                                    struct erma_transport *tr, unsigned a,
+                                                    unsigned b, int n)
 {
     unsigned sent = 0;
-    for (int tries = 0; a + sent < b && tries < TX_TRIES; tries++) {
-        const int n = erma_tx_burst(tr, ep->tx + a + sent, b - a - sent);
+    for (int tries = 1;; tries++) {
         if (n < 0) {
             ERMA_WARN("endpoint: tx_burst failed: %s", erma_strerror(n));
             break;
         }
         sent += (unsigned)n;
+        if (a + sent >= b || tries == TX_TRIES)
+            break;
+        n = erma_tx_burst(tr, ep->tx + a + sent, b - a - sent);
     }
+    return sent;
+}
+
+/* Sends tx[a..b) on tr, counting what the transport would not take. */
+static void send_run(struct erma_endpoint *ep, struct erma_transport *tr, unsigned a, unsigned b)
+{
+    const int n = erma_tx_burst(tr, ep->tx + a, b - a);
+    const unsigned sent = n == (int)(b - a) ? (unsigned)n : send_rest(ep, tr, a, b, n);
     ep->stats.tx_pkts += sent;
     ep->stats.tx_dropped += b - a - sent;
 }

@@ -95,12 +95,31 @@ static inline uint64_t erma__ep_clock(struct erma_endpoint *ep)
     return ep->now = t > ep->now ? t : ep->now;
 }
 
+/* Sends the batch. A queue that takes only part of it is offered the rest
+ * again (64 tries in all); what it still refuses is dropped and counted
+ * (stats.tx_dropped): the protocols' timeouts repair it. */
+void erma__ep_tx_flush(struct erma_endpoint *ep);
+
 /* The next packet of the batch (sending the batch first if it is full),
  * to dst, with no segments yet: the caller sets hdr/hdr_len and
  * data/data_len, or builds it in *room (max_pkt bytes) and calls
- * erma__ep_tx_room_len(). prep (may be NULL) runs on it at the flush. */
-struct erma_tx_pkt *erma__ep_tx(struct erma_endpoint *ep, const struct erma_addr *dst,
-                                erma_ep_prep_fn prep, void *prep_ctx, uint8_t **room);
+ * erma__ep_tx_room_len(). prep (may be NULL) runs on it at the flush.
+ * Inline: every packet sent passes here. */
+static inline struct erma_tx_pkt *erma__ep_tx(struct erma_endpoint *ep,
+                                              const struct erma_addr *dst, erma_ep_prep_fn prep,
+                                              void *prep_ctx, uint8_t **room)
+{
+    if (ep->ntx == ERMA_MAX_BURST)
+        erma__ep_tx_flush(ep);
+    const unsigned i = ep->ntx++;
+    ep->txdst[i] = *dst;
+    ep->prep[i] = prep;
+    ep->prep_ctx[i] = prep_ctx;
+    ep->tx[i] = (struct erma_tx_pkt){.dst = &ep->txdst[i]};
+    if (room)
+        *room = ep->room + (size_t)i * ep->tr->max_pkt;
+    return &ep->tx[i];
+}
 /* The packet p was built in its room and is len bytes long. */
 static inline void erma__ep_tx_room_len(struct erma_endpoint *ep, struct erma_tx_pkt *p,
                                         uint32_t len)
@@ -108,9 +127,4 @@ static inline void erma__ep_tx_room_len(struct erma_endpoint *ep, struct erma_tx
     p->hdr = ep->room + (size_t)(p - ep->tx) * ep->tr->max_pkt;
     p->hdr_len = len;
 }
-/* Sends the batch. A queue that takes only part of it is offered the rest
- * again (64 tries in all); what it still refuses is dropped and counted
- * (stats.tx_dropped): the protocols' timeouts repair it. */
-void erma__ep_tx_flush(struct erma_endpoint *ep);
-
 #endif

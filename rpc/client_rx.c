@@ -94,9 +94,11 @@ static void slot_resend(struct erma_rpc *rpc, struct session *s, struct client_s
 }
 
 /* A response buffer of size bytes in place of the caller's, within the
- * session's and the endpoint's budgets (the server declared the size). */
-static int client_grow_resp(struct erma_rpc *rpc, struct session *s, struct client_slot *c,
-                            uint32_t size)
+ * session's and the endpoint's budgets (the server declared the size).
+ * Out of line, as the rare paths below: erma__client_rx, which inlines
+ * the rest, needs fewer registers. */
+__attribute__((noinline)) static int client_grow_resp(struct erma_rpc *rpc, struct session *s,
+                                                      struct client_slot *c, uint32_t size)
 {
     erma__budget_give(rpc, &s->recv_held, NULL, c->charged); /* an earlier first packet's */
     c->charged = 0;
@@ -233,6 +235,14 @@ static void client_mark(struct session *s, struct client_slot *c, uint32_t i)
     }
 }
 
+/* Marks the replies to every packet before i received. */
+__attribute__((noinline)) static void client_mark_before(struct session *s,
+                                                         struct client_slot *c, uint32_t i)
+{
+    while (c->num_rx < i)
+        client_mark(s, c, c->num_rx);
+}
+
 /* A CR's arrival bitmap: request packets the server has whose own CRs
  * were lost (or are late) are answered too. Never the last request
  * packet: response packet 0 answers it. */
@@ -256,12 +266,12 @@ static void client_take_acks(struct session *s, struct client_slot *c, const uin
  * still without a reply once the replies to dupthresh packets sent after
  * it on its path came was lost; it goes again now, not at the timeout.
  * (Paths differ in delay: packets on different ones say nothing of each
- * other.) A packet sent again already waits for the timeout. */
-static void client_fast_resend(struct erma_rpc *rpc, struct session *s, struct client_slot *c,
-                               uint32_t i)
+ * other.) A packet sent again already waits for the timeout. Called for
+ * a reply to packet i >= num_rx + dupthresh only. */
+__attribute__((noinline)) static void client_fast_resend(struct erma_rpc *rpc,
+                                                         struct session *s,
+                                                         struct client_slot *c, uint32_t i)
 {
-    if (i < c->num_rx + s->client.dupthresh)
-        return;
     const uint32_t top = i - c->num_rx;
     const uint64_t cand = slot_unanswered(c) & ~c->again & (bit(top) - 1);
     if (!cand)
@@ -330,14 +340,14 @@ void erma__client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_
     /* The first response packet says the server has every request packet:
      * credit returns still missing were lost, or are late duplicates
      * (num_rx is always the first packet without a reply). */
-    while (!is_cr && i + 1 == c->req_pkts && c->num_rx < i)
-        client_mark(s, c, c->num_rx);
+    if (!is_cr && i + 1 == c->req_pkts && c->num_rx < i)
+        client_mark_before(s, c, i);
     client_mark(s, c, i);
     if (is_cr)
         client_take_acks(s, c, pkt->data + ERMA_HDR_SIZE);
     c->backoff = 0;
     c->waited_ns = 0;
-    if (!rpc->cfg.go_back_n)
+    if (!rpc->cfg.go_back_n && i >= c->num_rx + s->client.dupthresh)
         client_fast_resend(rpc, s, c, i);
     if (s->ps.n > 1)
         s->ps.clock = (int8_t)pkt->path; /* the next packet goes where this one left */

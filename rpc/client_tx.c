@@ -33,9 +33,14 @@ static bool slot_pending(const struct client_slot *c)
                                      c->num_tx - c->num_rx < WINDOW));
 }
 
+/* A bit at a time: usually none is left, and without -mpopcnt
+ * __builtin_popcountll is a library call. */
 static uint32_t slot_outstanding(const struct client_slot *c)
 {
-    return (uint32_t)__builtin_popcountll(slot_unanswered(c));
+    uint32_t n = 0;
+    for (uint64_t m = slot_unanswered(c); m; m &= m - 1)
+        n++;
+    return n;
 }
 
 /* The next packet of a pending slot: a lost one first, else a new one. */
@@ -90,7 +95,7 @@ static void schedule(struct erma_rpc *rpc, struct session *s, uint64_t now)
     /* An empty wheel's time stands where its last reap left it: brought to
      * now, due is placed in its own slot (not in the last, which would let
      * it go early, after a walk over every slot in between). */
-    if (erma_wheel_count(&rpc->cc.wheel) == 0)
+    if (rpc->cc.wheel.count == 0)
         erma_wheel_reap(&rpc->cc.wheel, now, NULL, 0);
     if (erma_wheel_insert(&rpc->cc.wheel, due, s, s->token) == ERMA_OK)
         s->cc.in_wheel = true;
@@ -231,8 +236,10 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
 void erma__slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl, int status)
 {
     struct client_slot *c = &sl->client;
-    erma__budget_give(rpc, &s->recv_held, NULL, c->charged);
-    c->charged = 0;
+    if (c->charged) { /* a response buffer erma grew */
+        erma__budget_give(rpc, &s->recv_held, NULL, c->charged);
+        c->charged = 0;
+    }
     s->credits += slot_outstanding(c);
     paths_done(s, c, slot_unanswered(c));
     c->busy = false;
@@ -240,10 +247,10 @@ void erma__slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     erma__complete(rpc, c->cont, c->tag, status, c->resp);
 }
 
-void erma__client_kick(struct erma_rpc *rpc, struct session *s)
+/* Starts the waiting requests on the free slots. Out of line: a kick
+ * with none waiting saves no registers for it. */
+__attribute__((noinline)) static void start_backlog(struct erma_rpc *rpc, struct session *s)
 {
-    if (s->state != CONNECTED)
-        return;
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS && s->client.backlog; k++) {
         struct slot *sl = &s->slots[k];
         if (!sl->client.busy) {
@@ -255,6 +262,14 @@ void erma__client_kick(struct erma_rpc *rpc, struct session *s)
             rpc->client.free_backlog = b;
         }
     }
+}
+
+void erma__client_kick(struct erma_rpc *rpc, struct session *s)
+{
+    if (s->state != CONNECTED || (!s->client.backlog && !s->client.busy_mask))
+        return; /* nothing to start or send */
+    if (s->client.backlog)
+        start_backlog(rpc, s);
     client_send(rpc, s);
 }
 
@@ -273,13 +288,21 @@ int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type, struct erma_m
     if (s->sm.reconnecting && (rpc->cfg.reconnect != ERMA_RECONNECT_QUEUE ||
                                s->client.nbacklog >= rpc->cfg.reconnect_queue))
         return ERMA_EAGAIN;
+    erma__ep_clock(rpc->ep); /* called from outside the loop */
+    const uint8_t busy = s->client.busy_mask;
+    if (s->state == CONNECTED && !s->client.backlog && busy != 0xffu) {
+        /* none waits before it: the first free slot takes it, as a kick would */
+        const struct backlog now = {NULL, req_type, req, resp, cont, tag};
+        slot_start(rpc, s, &s->slots[__builtin_ctz(~busy & 0xffu)], &now);
+        client_send(rpc, s);
+        return ERMA_OK;
+    }
     struct backlog *b = rpc->client.free_backlog;
     if (b)
         rpc->client.free_backlog = b->next;
     else if (!(b = malloc(sizeof *b)))
         return ERMA_ENOMEM;
     *b = (struct backlog){NULL, req_type, req, resp, cont, tag};
-    erma__ep_clock(rpc->ep); /* called from outside the loop */
     if (s->client.backlog_tail && s->client.backlog)
         s->client.backlog_tail->next = b;
     else

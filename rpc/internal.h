@@ -370,23 +370,36 @@ static inline int erma__session_path(const struct erma_rpc *rpc, const struct se
     return erma__ep_path_of(rpc->ep, &s->peer, s->ps.n, a);
 }
 
-/* ---- msgbuf.c ---- */
-uint32_t erma__msg_pkts(uint32_t size, uint32_t pkt_data);
-uint8_t *erma__msg_hdr(const struct erma_msgbuf *mb, uint32_t k);
-void erma__msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
-                        uint32_t *len);
+/* ---- message buffers: [hdr 0][data ... max_size][hdr 1][hdr 2]...[hdr n-1] ---- */
+static inline uint32_t erma__msg_pkts(uint32_t size, uint32_t pkt_data)
+{
+    return size <= pkt_data ? 1 : (size + pkt_data - 1) / pkt_data;
+}
+
+static inline uint8_t *erma__msg_hdr(const struct erma_msgbuf *mb, uint32_t k)
+{
+    return k == 0 ? mb->mem : mb->data + mb->max_size + (size_t)(k - 1) * ERMA_HDR_SIZE;
+}
+
+static inline void erma__msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k,
+                                      const uint8_t **data, uint32_t *len)
+{
+    const uint32_t off = k * mb->pkt_data;
+    *data = mb->data + off;
+    *len = mb->size - off < mb->pkt_data ? mb->size - off : mb->pkt_data;
+}
 
 /* ---- tx.c ---- */
 /* Queues a packet to dst for the next flush, sealed there under s's keys
  * when s is a secure session (s NULL: in the clear). */
 uint8_t *erma__tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
                        uint32_t len);
-/* A data packet with its own copy of the header, in the batch's room: the
- * flush may change it for this packet alone (a response's host delay).
- * Returns the copy. */
+/* A data packet with its own header, in the batch's room: returned for
+ * the caller to write (ERMA_HDR_SIZE bytes); the flush may change it for
+ * this packet alone (a response's host delay). */
 uint8_t *erma__tx_data_own_hdr(struct erma_rpc *rpc, struct session *s,
-                               const struct erma_addr *dst, const uint8_t *hdr,
-                               const uint8_t *data, uint32_t data_len);
+                               const struct erma_addr *dst, const uint8_t *data,
+                               uint32_t data_len);
 void erma__tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
                    const uint8_t *hdr, const uint8_t *data, uint32_t data_len);
 void erma__complete(struct erma_rpc *rpc, erma_cont_fn cont, void *tag, int status,
@@ -407,7 +420,14 @@ void erma__partial_remove(struct erma_rpc *rpc, struct erma_req *rq);
 struct erma_req *erma__partial_stalled(const struct erma_rpc *rpc, uint64_t now);
 
 /* ---- sessions.c: the session table ---- */
-struct session *erma__session_get(struct erma_rpc *rpc, uint16_t num);
+/* The session numbered num, NULL when there is none (or it is FREE). */
+static inline struct session *erma__session_get(const struct erma_rpc *rpc, uint16_t num)
+{
+    if (num >= rpc->table.n)
+        return NULL;
+    struct session *s = rpc->table.sessions[num];
+    return s && s->state != FREE ? s : NULL;
+}
 /* A new session numbered from the free stack (else the next number), in
  * no state yet; NULL when none is left or no memory. */
 struct session *erma__session_alloc(struct erma_rpc *rpc, enum sess_role role);

@@ -1,29 +1,11 @@
-/* Message buffers: [hdr 0][data ... max_size][hdr 1][hdr 2]...[hdr n-1]. */
+/* Message buffers (their layout: internal.h). */
 #include <string.h>
 
 #include "internal.h"
 
-uint32_t erma__msg_pkts(uint32_t size, uint32_t pkt_data)
-{
-    return size <= pkt_data ? 1 : (size + pkt_data - 1) / pkt_data;
-}
-
 static size_t mem_size(uint32_t max_size, uint32_t max_pkts)
 {
     return (size_t)ERMA_HDR_SIZE * max_pkts + max_size;
-}
-
-uint8_t *erma__msg_hdr(const struct erma_msgbuf *mb, uint32_t k)
-{
-    return k == 0 ? mb->mem : mb->data + mb->max_size + (size_t)(k - 1) * ERMA_HDR_SIZE;
-}
-
-void erma__msg_pkt_span(const struct erma_msgbuf *mb, uint32_t k, const uint8_t **data,
-                        uint32_t *len)
-{
-    const uint32_t off = k * mb->pkt_data;
-    *data = mb->data + off;
-    *len = mb->size - off < mb->pkt_data ? mb->size - off : mb->pkt_data;
 }
 
 int erma_msgbuf_alloc(struct erma_rpc *rpc, size_t max_size, struct erma_msgbuf *out)

@@ -35,13 +35,16 @@ static void rpc_rx(struct erma_rpc *rpc, const struct erma_hdr *h, const struct 
         rpc->stats.rx_no_session++;
         return;
     }
-    struct erma_rx_pkt plain = *pkt;
-    if (secure && !erma__session_open(rpc, s, plain.data, &plain.len))
-        return;
-    pkt = &plain;
-    if (secure && !length_ok(h, pkt->len, rpc->pkt_data)) {
-        rpc->stats.rx_bad++;
-        return;
+    struct erma_rx_pkt plain;
+    if (secure) {
+        plain = *pkt;
+        if (!erma__session_open(rpc, s, plain.data, &plain.len))
+            return;
+        pkt = &plain;
+        if (!length_ok(h, pkt->len, rpc->pkt_data)) {
+            rpc->stats.rx_bad++;
+            return;
+        }
     }
     s->sm.last_rx_ns = rpc->ep->now;
     s->tx_path = (uint8_t)path; /* a server answers on the path the packet came on */

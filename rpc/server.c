@@ -9,15 +9,19 @@
 #include "erma/log.h"
 #include "server.h"
 
-/* Response packet j, answering a packet that came at rx_ns: each queued
- * copy has its own header, whose host delay is its own. */
+/* Response packet j of rq (on its slot), answering a packet that came at
+ * rx_ns: each queued copy has its own header, written in the batch's
+ * room, whose host delay is its own. */
 static void server_send_resp_pkt(struct erma_rpc *rpc, struct session *s, struct erma_req *rq,
                                  uint32_t j, uint64_t rx_ns)
 {
     const uint8_t *data;
     uint32_t len;
     erma__msg_pkt_span(rq->resp, j, &data, &len);
-    uint8_t *h = erma__tx_data_own_hdr(rpc, s, &s->peer, erma__msg_hdr(rq->resp, j), data, len);
+    uint8_t *h = erma__tx_data_own_hdr(rpc, s, &s->peer, data, len);
+    const uint32_t req_pkts = erma__msg_pkts(rq->size, rpc->pkt_data);
+    hdr_put(h, rq->type, rq->resp->size, s->remote_num, ERMA_PKT_RESP, req_pkts - 1 + j,
+            rq->slot->req_num);
     erma_hdr_set_delay(h, erma__host_delay(rpc, rx_ns));
 }
 
@@ -116,15 +120,9 @@ void erma__server_slot_free(struct erma_rpc *rpc, struct slot *sl)
 
 static void server_respond(struct erma_rpc *rpc, struct erma_req *rq)
 {
-    struct session *s = rq->sess;
-    struct slot *sl = rq->slot;
-    const uint32_t req_pkts = erma__msg_pkts(rq->size, rpc->pkt_data);
     free_req_buf(rpc, rq);
     rq->resp_pkts = erma__msg_pkts(rq->resp->size, rpc->pkt_data);
-    for (uint32_t j = 0; j < rq->resp_pkts; j++)
-        hdr_put(erma__msg_hdr(rq->resp, j), rq->type, rq->resp->size, s->remote_num,
-                ERMA_PKT_RESP, req_pkts - 1 + j, sl->req_num);
-    server_send_resp_pkt(rpc, s, rq, 0, rq->rx_ns);
+    server_send_resp_pkt(rpc, rq->sess, rq, 0, rq->rx_ns);
 }
 
 /* The handler that held rq has answered: send the response, unless rq is

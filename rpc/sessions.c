@@ -6,14 +6,6 @@
 
 #include "internal.h"
 
-struct session *erma__session_get(struct erma_rpc *rpc, uint16_t num)
-{
-    if (num >= rpc->table.n)
-        return NULL;
-    struct session *s = rpc->table.sessions[num];
-    return s && s->state != FREE ? s : NULL;
-}
-
 uint32_t erma_rpc_free_sessions(const struct erma_rpc *rpc)
 {
     return (rpc->ep->tr->rx_ring - rpc->table.ring_credits) / rpc->cfg.credits;

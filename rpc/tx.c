@@ -53,12 +53,11 @@ static void tx_prep(void *ctx, struct erma_tx_pkt *p, uint8_t *room, uint64_t pa
 }
 
 /* On virtual path k a client sends from its port k to the server's own
- * port; the server answers from its port k to the client's port k. */
-static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s,
-                                   const struct erma_addr *dst, uint8_t **room)
+ * port; the server answers from its port k to the client's port k. Out of
+ * line: a session of one path needs no registers for this. */
+__attribute__((noinline)) static struct erma_tx_pkt *
+tx_next_path(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst, uint8_t **room)
 {
-    if (!s || s->ps.n <= 1)
-        return erma__ep_tx(rpc->ep, dst, s ? tx_prep : NULL, s, room);
     const uint8_t path = s->tx_path < s->ps.n ? s->tx_path : 0;
     struct erma_addr there;
     if (path && s->role == SERVER && dst == &s->peer &&
@@ -67,6 +66,14 @@ static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s,
     struct erma_tx_pkt *p = erma__ep_tx(rpc->ep, dst, tx_prep, s, room);
     p->path = path;
     return p;
+}
+
+static struct erma_tx_pkt *tx_next(struct erma_rpc *rpc, struct session *s,
+                                   const struct erma_addr *dst, uint8_t **room)
+{
+    if (!s || s->ps.n <= 1)
+        return erma__ep_tx(rpc->ep, dst, s ? tx_prep : NULL, s, room);
+    return tx_next_path(rpc, s, dst, room);
 }
 
 uint8_t *erma__tx_ctrl(struct erma_rpc *rpc, struct session *s, const struct erma_addr *dst,
@@ -95,13 +102,12 @@ void erma__tx_data(struct erma_rpc *rpc, struct session *s, const struct erma_ad
 }
 
 uint8_t *erma__tx_data_own_hdr(struct erma_rpc *rpc, struct session *s,
-                               const struct erma_addr *dst, const uint8_t *hdr,
-                               const uint8_t *data, uint32_t data_len)
+                               const struct erma_addr *dst, const uint8_t *data,
+                               uint32_t data_len)
 {
     uint8_t *room;
     struct erma_tx_pkt *p = tx_next(rpc, s, dst, &room);
-    memcpy(room, hdr, ERMA_HDR_SIZE); /* sealed in place at the flush */
-    p->hdr = room;
+    p->hdr = room; /* sealed in place at the flush */
     p->hdr_len = ERMA_HDR_SIZE;
     p->data = data_len ? data : NULL;
     p->data_len = data_len;

@@ -31,7 +31,8 @@ void erma_hdr_encode(const struct erma_hdr *h, void *buf)
     erma_put(&p, w1, 8);
 }
 
-void erma_hdr_decode(const void *buf, struct erma_hdr *h)
+/* Every received packet's header is decoded here: inlined into the check. */
+static inline void decode(const void *buf, struct erma_hdr *h)
 {
     const uint64_t w0 = get_le64(buf), w1 = get_le64((const uint8_t *)buf + 8);
     h->req_type = (uint8_t)w0;
@@ -44,6 +45,11 @@ void erma_hdr_decode(const void *buf, struct erma_hdr *h)
     h->host_delay = (uint16_t)(w1 >> 52);
 }
 
+void erma_hdr_decode(const void *buf, struct erma_hdr *h)
+{
+    decode(buf, h);
+}
+
 int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h)
 {
     if (!pkt || len < ERMA_HDR_SIZE)
@@ -51,7 +57,7 @@ int erma_hdr_check(const void *pkt, size_t len, struct erma_hdr *h)
     const uint64_t w1 = get_le64((const uint8_t *)pkt + 8);
     if (((w1 >> 44) & 0xfu) != ERMA_HDR_MAGIC)
         return ERMA_EBADPKT;
-    erma_hdr_decode(pkt, h);
+    decode(pkt, h);
     if (h->proto < ERMA_PROTO_RPC || h->proto > ERMA_PROTO_SM)
         return ERMA_EBADPKT;
     if (h->host_delay && h->proto != ERMA_PROTO_RMA &&
