@@ -403,7 +403,8 @@ uint64_t raftkv_io_next_timer(const struct raft_io *io)
         return UINT64_MAX;
     if (raftkv__net_pending(k) || k->later || k->st.need_sync)
         return 0; /* work for the next poll */
-    return k->next_tick;
+    const uint64_t held = raftkv__net_next_timer(k);
+    return held < k->next_tick ? held : k->next_tick;
 }
 
 void raftkv_io_destroy(struct raft_io *io)

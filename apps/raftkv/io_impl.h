@@ -111,5 +111,7 @@ void raftkv__net_close(struct rkio *k);
 void raftkv__net_destroy(struct rkio *k);
 /* Work for the next poll. */
 bool raftkv__net_pending(const struct rkio *k);
+/* When the oldest AppendEntries held is to be answered (UINT64_MAX: none). */
+uint64_t raftkv__net_next_timer(const struct rkio *k);
 
 #endif

@@ -401,6 +401,11 @@ bool raftkv__net_pending(const struct rkio *k)
     return k->net.done || k->net.inbox;
 }
 
+uint64_t raftkv__net_next_timer(const struct rkio *k)
+{
+    return k->net.held ? k->net.held->at + HOLD_NS + 1 : UINT64_MAX;
+}
+
 void raftkv__net_close(struct rkio *k)
 {
     for (struct send_op *op = k->net.inflight.next; op != &k->net.inflight; op = op->next) {
