@@ -41,10 +41,11 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
 }
 
 /* Wall clock against the engine's (TSC) clock, again now and then: NTP
- * slews the one and not the other. The sim's clock is everyone's. */
+ * slews the one and not the other. The sim's clock is everyone's: its
+ * wire_sync_ns is UINT64_MAX. */
 static bool wire_sync_due(const struct erma_rma *rma)
 {
-    return !rma->tr->hints.shared_clock && rma->ep->now >= rma->wire_sync_ns;
+    return rma->ep->now >= rma->wire_sync_ns;
 }
 
 static void wire_sync(struct erma_rma *rma)
@@ -239,6 +240,8 @@ int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
     rma->ctr = erma__rma_wallclock_ns();
     rma->aes = erma__crypto_aes_available() && !rma->cfg.no_aes;
     erma__ep_clock(ep); /* the parts start at ep->now */
+    if (rma->tr->hints.shared_clock)
+        rma->wire_sync_ns = UINT64_MAX;
     wire_sync(rma);
     int rc = parts_init(rma);
     const struct erma_ep_proto hooks = {hook_rx, hook_poll, hook_after_flush, hook_next_timer,
