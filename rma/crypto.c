@@ -47,9 +47,10 @@ static bool same_key(const uint8_t *a, const uint8_t *b)
  * with its schedule (expanded there on a miss), used in place; else (or
  * when memory for a schedule ran out) *tmp, set to kd, which the caller
  * wipes. A bulk transfer's thousands of packets use one key; the entry hit
- * last is looked at first. */
-static const struct erma__aead *key_cached(struct erma_rma *rma, struct erma__aead *tmp,
-                                           const uint8_t kd[ERMA_RMA_KEY_BYTES], uint8_t cipher)
+ * last is looked at first, inline (key_cached). */
+__attribute__((noinline)) static const struct erma__aead *
+key_search(struct erma_rma *rma, struct erma__aead *tmp, const uint8_t kd[ERMA_RMA_KEY_BYTES],
+           uint8_t cipher)
 {
     if (cipher == ERMA_RMA_AES256_GCM) {
         struct rma_keys *c = &rma->keys;
@@ -64,6 +65,16 @@ static const struct erma__aead *key_cached(struct erma_rma *rma, struct erma__ae
     }
     key_of(tmp, kd, cipher);
     return tmp;
+}
+
+static inline const struct erma__aead *key_cached(struct erma_rma *rma, struct erma__aead *tmp,
+                                                  const uint8_t kd[ERMA_RMA_KEY_BYTES],
+                                                  uint8_t cipher)
+{
+    const struct erma__aead *e = &rma->keys.k[rma->keys.last];
+    if (cipher == ERMA_RMA_AES256_GCM && e->expanded && same_key(e->key, kd))
+        return e;
+    return key_search(rma, tmp, kd, cipher);
 }
 
 void erma__rma_keys_forget(struct erma_rma *rma)

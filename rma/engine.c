@@ -41,10 +41,11 @@ static void hook_rx(void *ctx, const struct erma_hdr *eh, const struct erma_rx_p
 }
 
 /* Wall clock against the engine's (TSC) clock, again now and then: NTP
- * slews the one and not the other. The sim's clock is everyone's. */
+ * slews the one and not the other. The sim's clock is everyone's: its
+ * wire_sync_ns is UINT64_MAX. */
 static bool wire_sync_due(const struct erma_rma *rma)
 {
-    return !rma->tr->hints.shared_clock && rma->ep->now >= rma->wire_sync_ns;
+    return rma->ep->now >= rma->wire_sync_ns;
 }
 
 static void wire_sync(struct erma_rma *rma)
@@ -85,15 +86,28 @@ static void hook_after_flush(void *ctx)
         erma__rma_run_callbacks(rma);
 }
 
+static inline uint64_t next_timer(const struct erma_rma *rma, uint64_t p)
+{
+    uint64_t t = erma__serve_next_timer(rma);
+    const uint64_t e = erma__exec_next_timer(rma);
+    t = p < t ? p : t;
+    return e < t ? e : t;
+}
+
+/* Apart from hook_next_timer, so that its common case saves no registers. */
+__attribute__((noinline)) static uint64_t next_timer_queued(const struct erma_rma *rma)
+{
+    return next_timer(rma, erma__portal_queued_timer(rma));
+}
+
 static uint64_t hook_next_timer(const void *ctx)
 {
     const struct erma_rma *rma = ctx;
     if (rma->cbq.len)
         return 0; /* callbacks queued outside the loop: the next pass runs them */
-    uint64_t t = erma__serve_next_timer(rma);
-    const uint64_t p = erma__portal_next_timer(rma), e = erma__exec_next_timer(rma);
-    t = p < t ? p : t;
-    return e < t ? e : t;
+    if (rma->portal->nqueued)
+        return next_timer_queued(rma);
+    return next_timer(rma, erma__heap_first_deadline(rma->portal));
 }
 
 /* ---- lifetime ---- */
@@ -226,6 +240,8 @@ int erma_rma_create(struct erma_endpoint *ep, const struct erma_rma_cfg *cfg,
     rma->ctr = erma__rma_wallclock_ns();
     rma->aes = erma__crypto_aes_available() && !rma->cfg.no_aes;
     erma__ep_clock(ep); /* the parts start at ep->now */
+    if (rma->tr->hints.shared_clock)
+        rma->wire_sync_ns = UINT64_MAX;
     wire_sync(rma);
     int rc = parts_init(rma);
     const struct erma_ep_proto hooks = {hook_rx, hook_poll, hook_after_flush, hook_next_timer,

@@ -66,10 +66,9 @@ uint64_t erma__portal_burst_ns(const struct erma_rma *rma)
 static void pace(struct erma_rma *rma, const struct slot *s)
 {
     struct rma_portal *p = rma->portal;
-    const uint64_t burst = erma__portal_burst_ns(rma);
     uint64_t from = s->issue_ns;
     if (s->chunk && s->due_ns < from)
-        from = erma__rma_catch_up(s->due_ns, from, burst);
+        from = erma__rma_catch_up(s->due_ns, from, erma__portal_burst_ns(rma));
     from = p->answers_at_ns > from ? p->answers_at_ns : from;
     const uint64_t cap = s->issue_ns + rma->cfg.dispatch_timeout_ns / 2;
     p->answers_at_ns = from + answer_ns(rma, s->len);

@@ -356,10 +356,14 @@ static int verify(struct erma_rma *rma, const struct rma_ophdr *h, const uint8_t
     bool retired;
     const uint8_t *kr = erma__region_key(r, h->key_gen, rma->ep->now, &retired);
     struct erma_addr base;
-    if (kr && erma__ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base) != ERMA_OK)
-        kr = NULL;
+    const struct erma_addr *a = src; /* path 0: the address the key is bound to */
+    if (kr && RMA_PATH_OF(h->flags)) {
+        a = &base;
+        if (erma__ep_path_addr(rma->ep, src, -(int)RMA_PATH_OF(h->flags), &base) != ERMA_OK)
+            kr = NULL;
+    }
     if (kr) {
-        k->kd = erma__region_kd(rma, r, kr, h->key_gen, h->identity, &base);
+        k->kd = erma__region_kd(rma, r, kr, h->key_gen, h->identity, a);
         k->cipher = r->cipher;
     }
     if (!kr || erma__rma_open(rma, k->kd, k->cipher, 0, h->nonce_ctr, pkt, len, rma->scratch) != 0) {
