@@ -107,8 +107,8 @@ static bool any_pending(const struct session *s)
 {
     if (s->credits == 0)
         return false;
-    for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
-        if (slot_pending(&s->slots[k].client))
+    for (unsigned busy = s->client.busy_mask; busy; busy &= busy - 1)
+        if (slot_pending(&s->slots[__builtin_ctz(busy)].client))
             return true;
     return false;
 }
@@ -193,17 +193,17 @@ int erma_session_cc_stats(const struct erma_rpc *rpc, int num, struct erma_sessi
 
 static void busy_add(struct erma_rpc *rpc, struct session *s, const struct slot *sl)
 {
-    s->client.busy_mask |= (uint8_t)(1u << (sl - s->slots));
-    if (s->client.busy_slots++ == 0) {
+    if (s->client.busy_mask == 0) {
         s->client.busy_idx = rpc->client.nbusy;
         rpc->client.busy[rpc->client.nbusy++] = s;
     }
+    s->client.busy_mask |= (uint8_t)(1u << (sl - s->slots));
 }
 
 static void busy_remove(struct erma_rpc *rpc, struct session *s, const struct slot *sl)
 {
     s->client.busy_mask &= (uint8_t)~(1u << (sl - s->slots));
-    if (--s->client.busy_slots == 0) {
+    if (s->client.busy_mask == 0) {
         struct session *last = rpc->client.busy[--rpc->client.nbusy];
         rpc->client.busy[s->client.busy_idx] = last;
         last->client.busy_idx = s->client.busy_idx;

@@ -159,8 +159,7 @@ struct sess_sm {
 /* A client session's requests (client_tx.c, client_rx.c). */
 _Static_assert(ERMA_SESSION_SLOTS == 8, "sess_client.busy_mask has a bit per slot");
 struct sess_client {
-    uint32_t busy_slots;  /* slots with a request; listed in rpc->client.busy if > 0 */
-    uint32_t busy_idx;
+    uint32_t busy_idx;    /* in rpc->client.busy, while busy_mask is not 0 */
     struct backlog *backlog, *backlog_tail;
     uint32_t nbacklog;    /* requests in backlog */
     uint8_t rr;           /* round robin over slots */
