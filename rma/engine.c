@@ -86,28 +86,15 @@ static void hook_after_flush(void *ctx)
         erma__rma_run_callbacks(rma);
 }
 
-static inline uint64_t next_timer(const struct erma_rma *rma, uint64_t p)
-{
-    uint64_t t = erma__serve_next_timer(rma);
-    const uint64_t e = erma__exec_next_timer(rma);
-    t = p < t ? p : t;
-    return e < t ? e : t;
-}
-
-/* Apart from hook_next_timer, so that its common case saves no registers. */
-__attribute__((noinline)) static uint64_t next_timer_queued(const struct erma_rma *rma)
-{
-    return next_timer(rma, erma__portal_queued_timer(rma));
-}
-
 static uint64_t hook_next_timer(const void *ctx)
 {
     const struct erma_rma *rma = ctx;
     if (rma->cbq.len)
         return 0; /* callbacks queued outside the loop: the next pass runs them */
-    if (rma->portal->nqueued)
-        return next_timer_queued(rma);
-    return next_timer(rma, erma__heap_first_deadline(rma->portal));
+    uint64_t t = erma__serve_next_timer(rma);
+    const uint64_t p = erma__portal_next_timer(rma), e = erma__exec_next_timer(rma);
+    t = p < t ? p : t;
+    return e < t ? e : t;
 }
 
 /* ---- lifetime ---- */
