@@ -143,7 +143,6 @@ static int call(struct rkio *k, struct peer *p, struct send_op *op, const struct
 {
     if (erma_msgbuf_alloc(k->rpc, size, &op->msg) != ERMA_OK)
         return RAFT_NOMEM;
-    op->type = m->type;
     const size_t room = m->type == RAFT_IO_APPEND_ENTRIES ? RESULT_ROOM : 8;
     if (erma_msgbuf_alloc(k->rpc, room, &op->resp) != ERMA_OK) {
         erma_msgbuf_free(k->rpc, &op->msg);
@@ -246,8 +245,31 @@ static void inmsg_free(struct inmsg *im)
     free(im);
 }
 
+static bool running(const struct rkio *k)
+{
+    return k->started && !k->closed;
+}
+
+/* A received message of the kind type, decoded; NULL (counted) when it is
+ * malformed or no memory is left. */
+static struct inmsg *received(struct rkio *k, unsigned type, const uint8_t *data, size_t len)
+{
+    struct inmsg *im = calloc(1, sizeof *im);
+    if (!im || !raftkv__msg_decode(type, data, len, &im->m, im->addr)) {
+        free(im);
+        k->stats.rx_bad++;
+        return NULL;
+    }
+    return im;
+}
+
+/* Hands im to raft at the next poll; dropped while raft is not running. */
 static void inbox_push(struct rkio *k, struct inmsg *im)
 {
+    if (!running(k)) {
+        inmsg_free(im);
+        return;
+    }
     im->next = NULL;
     *k->net.inbox_tail = im;
     k->net.inbox_tail = &im->next;
@@ -260,16 +282,23 @@ static void answer_empty(struct erma_req *req)
     erma_req_respond(req, resp);
 }
 
-/* Answers *at (empty) and unlinks it. */
-static void held_answer(struct rkio *k, struct held **at)
+/* Unlinks *at; returns its request, still to be answered. */
+static struct erma_req *unhold(struct rkio *k, struct held **at)
 {
     struct held *h = *at;
-    answer_empty(h->req);
+    struct erma_req *req = h->req;
     *at = h->next;
     if (!*at)
         k->net.held_tail = at;
     k->net.nheld--;
     free(h);
+    return req;
+}
+
+/* Answers *at (empty) and unlinks it. */
+static void held_answer(struct rkio *k, struct held **at)
+{
+    answer_empty(unhold(k, at));
 }
 
 /* Keeps an AppendEntries unanswered for its result; false without memory. */
@@ -295,18 +324,12 @@ static bool answer_with(struct rkio *k, const struct raft_message *m, size_t siz
     struct held **at = &k->net.held;
     while (*at && (*at)->from != m->server_id)
         at = &(*at)->next;
-    struct held *h = *at;
-    struct erma_msgbuf *resp = h ? erma_req_resp_buf(h->req) : NULL;
-    if (!h || resp->max_size < size)
+    struct erma_msgbuf *resp = *at ? erma_req_resp_buf((*at)->req) : NULL;
+    if (!resp || resp->max_size < size)
         return false;
     raftkv__msg_encode(m, k->id, k->addr, resp->data);
     erma_msgbuf_resize(resp, size);
-    erma_req_respond(h->req, resp);
-    *at = h->next;
-    if (!*at)
-        k->net.held_tail = at;
-    k->net.nheld--;
-    free(h);
+    erma_req_respond(unhold(k, at), resp);
     k->stats.results_in_responses++;
     return true;
 }
@@ -314,17 +337,9 @@ static bool answer_with(struct rkio *k, const struct raft_message *m, size_t siz
 /* An AppendEntries result in the response to one this replica sent. */
 static void take_result(struct rkio *k, const uint8_t *data, size_t len)
 {
-    struct inmsg *im = calloc(1, sizeof *im);
-    if (!im || !raftkv__msg_decode(RAFT_IO_APPEND_ENTRIES_RESULT, data, len, &im->m, im->addr)) {
-        free(im);
-        k->stats.rx_bad++;
-        return;
-    }
-    if (!k->started || k->closed) {
-        inmsg_free(im);
-        return;
-    }
-    inbox_push(k, im);
+    struct inmsg *im = received(k, RAFT_IO_APPEND_ENTRIES_RESULT, data, len);
+    if (im)
+        inbox_push(k, im);
 }
 
 /* A raft message arrived: handed to raft at the next poll, and answered
@@ -333,24 +348,11 @@ static void on_message(struct erma_req *req, void *ctx)
 {
     struct rkio *k = ctx;
     const unsigned type = (unsigned)(erma_req_type(req) - k->cfg.type_base);
-    struct inmsg *im = calloc(1, sizeof *im);
-    if (im && !raftkv__msg_decode(type, erma_req_data(req), erma_req_size(req), &im->m,
-                                  im->addr)) {
-        free(im);
-        im = NULL;
-    }
-    const bool live = im && k->started && !k->closed;
-    if (!live || type != RAFT_IO_APPEND_ENTRIES || !hold(k, req, im->m.server_id))
+    struct inmsg *im = received(k, type, erma_req_data(req), erma_req_size(req));
+    if (!im || !running(k) || type != RAFT_IO_APPEND_ENTRIES || !hold(k, req, im->m.server_id))
         answer_empty(req);
-    if (!im) {
-        k->stats.rx_bad++;
-        return;
-    }
-    if (!live) {
-        inmsg_free(im);
-        return;
-    }
-    inbox_push(k, im);
+    if (im)
+        inbox_push(k, im);
 }
 
 struct inmsg *raftkv__net_take_inbox(struct rkio *k)
