@@ -274,20 +274,20 @@ static void send_run(struct erma_endpoint *ep, struct erma_transport *tr, unsign
     ep->stats.tx_dropped += b - a - sent;
 }
 
-void erma__ep_tx_flush(struct erma_endpoint *ep)
+/* Sends the batch that passes at pass_ns queued, at flush_ns (0: the clock
+ * is read at the first packet with a prep). */
+static void tx_flush_at(struct erma_endpoint *ep, uint64_t pass_ns, uint64_t flush_ns)
 {
-    if (ep->ntx == 0)
-        return;
-    uint64_t flush = 0; /* read at the first packet with a prep */
+    uint64_t flush = flush_ns;
     for (unsigned i = 0; i < ep->ntx; i++) {
         if (!ep->prep[i])
             continue;
         if (!flush) {
             const uint64_t t = erma_now_ns();
-            flush = t > ep->now ? t : ep->now;
+            flush = t > pass_ns ? t : pass_ns;
         }
         ep->prep[i](ep->prep_ctx[i], &ep->tx[i], ep->room + (size_t)i * ep->tr->max_pkt,
-                    ep->now, flush);
+                    pass_ns, flush);
     }
     if (ep->npaths == 1) {
         send_run(ep, ep->tr, 0, ep->ntx);
@@ -299,6 +299,12 @@ void erma__ep_tx_flush(struct erma_endpoint *ep)
         }
     }
     ep->ntx = 0;
+}
+
+void erma__ep_tx_flush(struct erma_endpoint *ep)
+{
+    if (ep->ntx)
+        tx_flush_at(ep, ep->now, 0);
 }
 
 /* Receives from every path, starting with the next one each pass (a busy
@@ -351,10 +357,17 @@ static uint64_t unstamped_rx(struct erma_endpoint *ep, uint64_t last, uint64_t n
 int erma_endpoint_run_once(struct erma_endpoint *ep)
 {
     struct erma_rx_pkt rx[ERMA_MAX_BURST];
-    erma__ep_tx_flush(ep); /* what the application queued since the last pass goes first */
     const uint64_t last = ep->now;
+    /* The pass's time, read before the receive: the application's packets
+     * leave at it, and a lone packet that came is handled without another
+     * reading (this time is off by one receive call at most). A burst is
+     * timed after its receive, whose copies take long. */
+    uint64_t now = erma__ep_clock(ep);
+    if (ep->ntx) /* what the application queued since the last pass goes first */
+        tx_flush_at(ep, last, now);
     const int n = ep->npaths > 1 ? rx_paths(ep, rx) : erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
-    const uint64_t now = erma__ep_clock(ep); /* the one reading of this pass */
+    if (n > 1)
+        now = erma__ep_clock(ep);
     const uint64_t since = n > 0 ? unstamped_rx(ep, last, now) : now;
     int work = n > 0 ? n : 0;
     ep->stats.rx_pkts += (uint64_t)work;
@@ -446,10 +459,11 @@ static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
 int erma_endpoint_run_until(struct erma_endpoint *ep, bool (*done)(void *ctx), void *ctx,
                             uint64_t timeout_ns)
 {
-    const uint64_t start = erma_now_ns();
-    const uint64_t end = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;
+    uint64_t end = 0; /* from the first pass's clock: no reading of its own */
     for (;;) {
         const int work = erma_endpoint_run_once(ep);
+        if (!end)
+            end = timeout_ns > UINT64_MAX - ep->now ? UINT64_MAX : ep->now + timeout_ns;
         if (done && done(ctx))
             return ERMA_OK;
         if (ep->now >= end)
