@@ -304,39 +304,12 @@ static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsign
     return nmsg;
 }
 
-/* One small datagram by sendto from one buffer, which spares the kernel
- * the copy of a msghdr and its iovecs (as recv_plain does); false when m
- * is not one (a cmsg, or more bytes than are worth copying here). */
-static bool send_plain(struct udp *u, const struct msghdr *m, ssize_t *r)
-{
-    uint8_t buf[PLAIN_MAX];
-    size_t len = 0;
-    if (m->msg_controllen || m->msg_iovlen > 2)
-        return false;
-    for (size_t i = 0; i < m->msg_iovlen; i++)
-        len += m->msg_iov[i].iov_len;
-    if (len > sizeof buf)
-        return false;
-    const void *data = m->msg_iov[0].iov_base;
-    if (m->msg_iovlen == 2) {
-        memcpy(buf, m->msg_iov[0].iov_base, m->msg_iov[0].iov_len);
-        memcpy(buf + m->msg_iov[0].iov_len, m->msg_iov[1].iov_base, m->msg_iov[1].iov_len);
-        data = buf;
-    }
-    *r = sendto(u->fd, data, len, 0, m->msg_name, m->msg_namelen);
-    return true;
-}
-
-/* sendmmsg, or one message by sendto or sendmsg: the kernel's shorter paths. */
+/* sendmmsg, or one message by sendmsg. */
 static int send_msgs(struct udp *u, unsigned from, unsigned count)
 {
     if (count > 1)
         return sendmmsg(u->fd, u->tx_msg + from, count, 0);
-    const struct msghdr *m = &u->tx_msg[from].msg_hdr;
-    ssize_t r;
-    if (!send_plain(u, m, &r))
-        r = sendmsg(u->fd, m, 0);
-    return r < 0 ? -1 : 1;
+    return sendmsg(u->fd, &u->tx_msg[from].msg_hdr, 0) < 0 ? -1 : 1;
 }
 
 /* Sends pkts[0..n), n <= ERMA_MAX_BURST; returns how many the kernel took. */
@@ -368,12 +341,41 @@ static unsigned send_batch(struct udp *u, const struct erma_tx_pkt *pkts, unsign
     return sent;
 }
 
+/* A lone packet of at most PLAIN_MAX bytes, or of one segment, straight
+ * to sendto: no message built for a batch (a ping-pong's every send).
+ * Returns what send_batch would: 1 sent (or dropped as unsendable), 0 the
+ * kernel's queue is full. */
+static unsigned send_lone(struct udp *u, const struct erma_tx_pkt *p)
+{
+    uint8_t buf[PLAIN_MAX];
+    const void *data = p->hdr;
+    size_t len = p->hdr_len;
+    if (p->data_len) {
+        memcpy(buf, p->hdr, p->hdr_len);
+        memcpy(buf + len, p->data, p->data_len);
+        data = buf;
+        len += p->data_len;
+    }
+    if (sendto(u->fd, data, len, 0, (const struct sockaddr *)p->dst->raw, p->dst->len) >= 0)
+        return 1;
+    if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR)
+        return 0;
+    u->base.stats.tx_errors++; /* unsendable (e.g. unreachable address): dropped alone */
+    return 1;
+}
+
 static int udp_tx_burst(struct erma_transport *tr, const struct erma_tx_pkt *pkts, unsigned n)
 {
     struct udp *u = (struct udp *)tr;
     const int rc = erma_transport_check_tx(tr, pkts, n, tr->local.len);
     if (rc != ERMA_OK)
         return rc;
+    if (n == 1 && (!pkts[0].data_len || erma_tx_pkt_len(&pkts[0]) <= PLAIN_MAX)) {
+        const unsigned got = send_lone(u, &pkts[0]);
+        tr->stats.tx_bytes += got ? erma_tx_pkt_len(&pkts[0]) : 0;
+        tr->stats.tx_pkts += got;
+        return (int)got;
+    }
     unsigned sent = 0;
     while (sent < n) {
         const unsigned want = n - sent < ERMA_MAX_BURST ? n - sent : ERMA_MAX_BURST;

@@ -24,7 +24,8 @@
  * 32 B RPC round trip on loopback is 0.97x of on (docs/PERFORMANCE.md),
  * and latency-bound endpoints never see such a burst. */
 #define GRO_AFTER 8u
-/* Datagrams up to this size go by sendto from one buffer (udp.c send_plain). */
+/* A lone packet of two segments up to this size goes by sendto from one
+ * buffer (udp.c send_lone). */
 #define PLAIN_MAX 256u
 
 struct udp {

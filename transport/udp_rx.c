@@ -56,27 +56,6 @@ static void stamps_to_erma(struct udp *u, const uint64_t *real, unsigned n)
     }
 }
 
-/* One datagram by recvfrom, which spares the kernel the copy of a msghdr
- * and its iovec (a plain ping-pong's round trip is about 5% shorter with
- * it): only while no cmsg is wanted (no UDP_GRO, no stamps). MSG_TRUNC
- * makes it return the datagram's full length, so a cut one is seen. */
-static ssize_t recv_plain(struct udp *u)
-{
-    struct msghdr *m = &u->rx_msg[0].msg_hdr;
-    socklen_t len = m->msg_namelen;
-    const ssize_t r = recvfrom(u->fd, m->msg_iov[0].iov_base, m->msg_iov[0].iov_len,
-                               MSG_DONTWAIT | MSG_TRUNC, m->msg_name, &len);
-    if (r < 0)
-        return r;
-    m->msg_namelen = len;
-    m->msg_controllen = 0;
-    if ((size_t)r > m->msg_iov[0].iov_len) {
-        m->msg_flags = MSG_TRUNC;
-        return (ssize_t)m->msg_iov[0].iov_len;
-    }
-    return r;
-}
-
 /* recvmmsg, or one datagram: after a receive that found nothing (a polling
  * loop's usual case) only one is asked for, sparing the kernel a second
  * look at an empty queue. */
@@ -84,8 +63,7 @@ static int recv_msgs(struct udp *u, unsigned count)
 {
     if (count > 1)
         return recvmmsg(u->fd, u->rx_msg, count, MSG_DONTWAIT, NULL);
-    const ssize_t r = u->gro || u->stamp ? recvmsg(u->fd, &u->rx_msg[0].msg_hdr, MSG_DONTWAIT)
-                                         : recv_plain(u);
+    const ssize_t r = recvmsg(u->fd, &u->rx_msg[0].msg_hdr, MSG_DONTWAIT);
     if (r < 0)
         return -1;
     u->rx_msg[0].msg_len = (unsigned)r;
@@ -205,12 +183,40 @@ static unsigned held_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
     return cut_held(u, pkts, max);
 }
 
+/* A polling loop's usual receive: the last one found nothing, none is
+ * held and no cmsg is wanted: one datagram by recvfrom, handed out as it
+ * is unless it is a bundle or cut short. */
+static unsigned lone_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
+{
+    socklen_t alen = sizeof u->rx_src[0];
+    const ssize_t r = recvfrom(u->fd, u->rx_iov[0].iov_base, u->rx_buf, MSG_DONTWAIT | MSG_TRUNC,
+                               (struct sockaddr *)&u->rx_src[0], &alen);
+    if (r < 0)
+        return 0;
+    if (r == 0 || (size_t)r > u->rx_buf) { /* empty, or cut short: dropped */
+        u->base.stats.rx_dropped++;
+        return 0;
+    }
+    u->rx_msg[0].msg_hdr.msg_namelen = alen;
+    u->rx_ns[0] = 0;
+    u->rx_i = u->rx_off = 0;
+    if (erma_bundle_is(u->rx_iov[0].iov_base, (uint32_t)r)) { /* split as if held */
+        u->rx_n = 1;
+        u->rx_msg[0].msg_len = (unsigned)r;
+        u->rx_seg[0] = (uint32_t)r;
+        return cut_held(u, pkts, max);
+    }
+    put_pkt(u, &pkts[0], u->rx_iov[0].iov_base, (uint32_t)r);
+    return 1;
+}
+
 int erma__udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max)
 {
     struct udp *u = (struct udp *)tr;
     if (max > ERMA_MAX_BURST)
         max = ERMA_MAX_BURST;
-    const unsigned n = held_rx(u, pkts, max);
+    const unsigned n = u->rx_idle && !u->gro && !u->stamp ? lone_rx(u, pkts, max)
+                                                          : held_rx(u, pkts, max);
     u->rx_idle = n == 0;
     for (unsigned i = 0; i < n; i++)
         tr->stats.rx_bytes += pkts[i].len;

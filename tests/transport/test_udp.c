@@ -13,6 +13,7 @@
 #include "erma/clock.h"
 #include "erma/endpoint.h"
 #include "erma/errors.h"
+#include "erma/sdk/bundle.h"
 #include "erma/sdk/transport_driver.h"
 #include "udp_rx.h"
 
@@ -142,9 +143,11 @@ static void test_receive_stamps(void **state)
     }
 }
 
-/* One datagram at a time (a ping-pong's case): small ones go by sendto
- * from one buffer and come up by recvfrom, larger ones by sendmsg; every
- * size arrives whole, from the right source, one packet each. */
+/* One datagram at a time (a ping-pong's case): a lone packet goes by
+ * sendto (from one buffer when it has two segments of at most 256 bytes,
+ * else by sendmsg) and, after a receive that found nothing, comes up by
+ * recvfrom; every size arrives whole, from the right source, one packet
+ * each. */
 static void one_at_a_time(const char *host)
 {
     struct erma_transport *a, *b;
@@ -160,8 +163,9 @@ static void one_at_a_time(const char *host)
             const struct erma_tx_pkt tx = {.dst = &to_b, .hdr = data, .hdr_len = hl,
                                            .data = split ? data + hl : NULL,
                                            .data_len = sizes[i] - hl};
-            assert_int_equal(erma_tx_burst(a, &tx, 1), 1);
             struct erma_rx_pkt rx[1];
+            assert_int_equal(erma_rx_burst(b, rx, 1), 0); /* idle: the lone receive next */
+            assert_int_equal(erma_tx_burst(a, &tx, 1), 1);
             assert_int_equal(udp_receive(b, rx, copy, 1, 1, 2000000000ull, NULL), 1);
             assert_int_equal(rx[0].len, sizes[i]);
             assert_memory_equal(rx[0].data, data, sizes[i]);
@@ -202,6 +206,71 @@ static void test_oversize_datagram_dropped(void **state)
     struct erma_rx_pkt rx[1];
     assert_int_equal(udp_receive(b, rx, copy, 1, 1, 2000000000ull, NULL), 1);
     assert_int_equal(rx[0].len, 20);
+    assert_int_equal(b->stats.rx_dropped, 2);
+    close(fd);
+    erma_transport_close(b);
+}
+
+/* Polls an idle b until a call hands out packets or drops a datagram
+ * (loopback may deliver a moment after the send); that call's count. */
+static int poll_one(struct erma_transport *b, struct erma_rx_pkt *rx)
+{
+    const uint64_t dropped = b->stats.rx_dropped, end = erma_now_ns() + 2000000000ull;
+    int n = 0;
+    while (n == 0 && b->stats.rx_dropped == dropped && erma_now_ns() < end)
+        n = erma_rx_burst(b, rx, ERMA_MAX_BURST);
+    return n;
+}
+
+/* After a receive that found nothing, a datagram comes up alone by
+ * recvfrom: one cut short or empty is dropped and counted, a bundle is
+ * still split into its packets, a plain one is handed out whole with its
+ * source. */
+static void test_lone_datagrams(void **state)
+{
+    (void)state;
+    setenv("ERMA_UDP_GRO", "0", 1); /* buffers of max_pkt bytes */
+    struct erma_transport *b;
+    assert_int_equal(erma_transport_open("udp://127.0.0.1:0", NULL, &b), ERMA_OK);
+    unsetenv("ERMA_UDP_GRO");
+    const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    assert_true(fd >= 0);
+    const struct sockaddr *to = (const struct sockaddr *)b->local.raw;
+    static uint8_t dg[4000];
+    memset(dg, 0x5a, sizeof dg);
+    struct erma_rx_pkt rx[ERMA_MAX_BURST];
+    assert_int_equal(erma_rx_burst(b, rx, ERMA_MAX_BURST), 0);
+    assert_int_equal(sendto(fd, dg, b->max_pkt + 1, 0, to, b->local.len), b->max_pkt + 1);
+    assert_int_equal(poll_one(b, rx), 0);
+    assert_int_equal(b->stats.rx_dropped, 1);
+    assert_int_equal(sendto(fd, dg, 0, 0, to, b->local.len), 0);
+    assert_int_equal(poll_one(b, rx), 0);
+    assert_int_equal(b->stats.rx_dropped, 2);
+    uint32_t len = ERMA_HDR_SIZE; /* a bundle of 20 and 30 bytes */
+    erma_bundle_hdr(dg, 2);
+    for (uint32_t k = 0, n = 20; k < 2; k++, n += 10) {
+        erma_bundle_len(dg + len, n);
+        memset(dg + len + ERMA_BUNDLE_LEN_SIZE, (int)k + 1, n);
+        len += ERMA_BUNDLE_LEN_SIZE + n;
+    }
+    assert_int_equal(sendto(fd, dg, len, 0, to, b->local.len), len);
+    assert_int_equal(poll_one(b, rx), 2);
+    assert_int_equal(rx[0].len, 20);
+    assert_int_equal(rx[1].len, 30);
+    assert_int_equal(rx[0].data[19], 1);
+    assert_int_equal(rx[1].data[29], 2);
+    assert_int_equal(erma_rx_burst(b, rx, ERMA_MAX_BURST), 0);
+    memset(dg, 9, 24);
+    assert_int_equal(sendto(fd, dg, 24, 0, to, b->local.len), 24);
+    assert_int_equal(poll_one(b, rx), 1);
+    assert_int_equal(rx[0].len, 24);
+    assert_int_equal(rx[0].data[23], 9);
+    struct sockaddr_in me;
+    socklen_t mlen = sizeof me;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&me, &mlen), 0);
+    assert_int_equal(rx[0].src.len, sizeof me);
+    assert_int_equal(memcmp(rx[0].src.raw + 2, &me.sin_port, 2), 0); /* from fd's port */
+    assert_int_equal(b->stats.rx_pkts, 3);
     assert_int_equal(b->stats.rx_dropped, 2);
     close(fd);
     erma_transport_close(b);
@@ -320,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_receive_stamps),
         cmocka_unit_test(test_one_at_a_time),
         cmocka_unit_test(test_oversize_datagram_dropped),
+        cmocka_unit_test(test_lone_datagrams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
