@@ -307,6 +307,14 @@ void erma__ep_tx_flush(struct erma_endpoint *ep)
         tx_flush_at(ep, ep->now, 0);
 }
 
+void erma__ep_tx_send_now(struct erma_endpoint *ep)
+{
+    if (ep->in_pass || ep->sent_now || !ep->ntx)
+        return;
+    ep->sent_now = true;
+    tx_flush_at(ep, ep->now, ep->now);
+}
+
 /* Receives from every path, starting with the next one each pass (a busy
  * port must not starve the others). */
 static int rx_paths(struct erma_endpoint *ep, struct erma_rx_pkt *rx)
@@ -363,6 +371,9 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
      * reading (this time is off by one receive call at most). A burst is
      * timed after its receive, whose copies take long. */
     uint64_t now = erma__ep_clock(ep);
+    const bool outer = ep->in_pass; /* (a pass run from a callback of one) */
+    ep->in_pass = true;
+    ep->sent_now = false;
     if (ep->ntx) /* what the application queued since the last pass goes first */
         tx_flush_at(ep, last, now);
     const int n = ep->npaths > 1 ? rx_paths(ep, rx) : erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
@@ -389,6 +400,7 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
         erma_pool_trim(ep->pool, now);
         ep->next_trim = now + ERMA_EP_TRIM_NS;
     }
+    ep->in_pass = outer;
     return work;
 }
 

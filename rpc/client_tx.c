@@ -295,6 +295,7 @@ int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type, struct erma_m
         const struct backlog now = {NULL, req_type, req, resp, cont, tag};
         slot_start(rpc, s, &s->slots[__builtin_ctz(~busy & 0xffu)], &now);
         client_send(rpc, s);
+        erma__ep_tx_send_now(rpc->ep);
         return ERMA_OK;
     }
     struct backlog *b = rpc->client.free_backlog;
@@ -310,6 +311,7 @@ int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type, struct erma_m
     s->client.backlog_tail = b;
     s->client.nbacklog++;
     erma__client_kick(rpc, s);
+    erma__ep_tx_send_now(rpc->ep);
     return ERMA_OK;
 }
 

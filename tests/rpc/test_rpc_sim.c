@@ -116,6 +116,83 @@ static void test_reissue_in_continuation(void **state)
     world_down(&w);
 }
 
+/* ---- a call from outside the loop leaves at once ---- */
+
+static uint64_t tx_pkts(struct erma_rpc *rpc)
+{
+    struct erma_endpoint_stats es;
+    erma_endpoint_get_stats(erma_rpc_endpoint(rpc), &es);
+    return es.tx_pkts;
+}
+
+struct at_once {
+    int sess, rc, done;
+    uint64_t sent; /* packets the endpoint sent during the continuation's call */
+    struct call inner;
+};
+
+/* Inside the loop a call's packet waits for the pass's flush. */
+static void on_outer(struct erma_rpc *rpc, void *tag, int status, struct erma_msgbuf *resp)
+{
+    (void)resp;
+    struct at_once *a = tag;
+    const uint64_t before = tx_pkts(rpc);
+    a->rc = status != ERMA_OK ? status
+                              : erma_rpc_call(rpc, a->sess, ECHO, &a->inner.req, &a->inner.resp,
+                                              on_call, &a->inner);
+    a->sent = tx_pkts(rpc) - before;
+    a->done = 1;
+}
+
+/* The first call after a pass sends its request at once (a closed-loop
+ * client's does not wait for the next pass); a second before the next
+ * pass joins the batch, and so does a call from a continuation. */
+static void test_call_sends_at_once(void **state)
+{
+    (void)state;
+    struct world w;
+    world_up(&w, "at_once", 2, 0, 0);
+    world_start(&w);
+    const int s = connect(&w, 0, 1);
+    int never = 0;
+    run_until(&w, &never, 1000000); /* the handshake's packets all sent */
+    struct call c[2];
+    const uint64_t t0 = tx_pkts(w.rpc[0]);
+    start_call(&w, s, ECHO, 1, &c[0]);
+    assert_int_equal(tx_pkts(w.rpc[0]), t0 + 1);
+    start_call(&w, s, ECHO, 2, &c[1]);
+    assert_int_equal(tx_pkts(w.rpc[0]), t0 + 1);
+    assert_int_equal(run_until(&w, &c[1].done, 1000000000ull), ERMA_OK);
+    assert_int_equal(run_until(&w, &c[0].done, 1000000000ull), ERMA_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(c[i].status, ERMA_OK);
+        assert_int_equal(check_resp(&c[i].resp, (uint32_t)i + 1, 8), 0);
+        end_call(&w, &c[i]);
+    }
+    struct at_once a = {.sess = s};
+    struct call outer = {0};
+    assert_int_equal(erma_msgbuf_alloc(w.rpc[0], REQ_HDR, &outer.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(w.rpc[0], 16, &outer.resp), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(w.rpc[0], REQ_HDR, &a.inner.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(w.rpc[0], 16, &a.inner.resp), ERMA_OK);
+    fill_req(&outer.req, 3, 8);
+    fill_req(&a.inner.req, 4, 8);
+    const uint64_t t1 = tx_pkts(w.rpc[0]);
+    assert_int_equal(erma_rpc_call(w.rpc[0], s, ECHO, &outer.req, &outer.resp, on_outer, &a),
+                     ERMA_OK);
+    assert_int_equal(tx_pkts(w.rpc[0]), t1 + 1);
+    assert_int_equal(run_until(&w, &a.inner.done, 1000000000ull), ERMA_OK);
+    assert_int_equal(a.rc, ERMA_OK);
+    assert_int_equal(a.sent, 0);
+    assert_int_equal(a.inner.status, ERMA_OK);
+    assert_int_equal(check_resp(&a.inner.resp, 4, 8), 0);
+    assert_int_equal(check_resp(&outer.resp, 3, 8), 0);
+    assert_int_equal(atomic_load(&w.echo[1].calls), 4);
+    end_call(&w, &outer);
+    end_call(&w, &a.inner);
+    world_down(&w);
+}
+
 /* ---- many calls with loss: at-most-once, exactly-once completion ---- */
 
 #define MANY 100000
@@ -328,6 +405,7 @@ int main(int argc, char **argv)
         return cmocka_run_group_tests(multipath, NULL, NULL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),        cmocka_unit_test(test_reissue_in_continuation),
+        cmocka_unit_test(test_call_sends_at_once),
         cmocka_unit_test(test_many_with_loss),
         cmocka_unit_test(test_selective_ack),
         cmocka_unit_test(test_nested),       cmocka_unit_test(test_many_sessions),
