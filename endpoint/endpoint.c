@@ -309,10 +309,8 @@ void erma__ep_tx_flush(struct erma_endpoint *ep)
 
 void erma__ep_tx_send_now(struct erma_endpoint *ep)
 {
-    if (ep->in_pass || ep->sent_now || !ep->ntx)
-        return;
-    ep->sent_now = true;
-    tx_flush_at(ep, ep->now, ep->now);
+    if (!ep->in_pass && ep->calls++ == 0 && ep->lone_calls && ep->ntx)
+        tx_flush_at(ep, ep->now, ep->now);
 }
 
 /* Receives from every path, starting with the next one each pass (a busy
@@ -373,7 +371,10 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
     uint64_t now = erma__ep_clock(ep);
     const bool outer = ep->in_pass; /* (a pass run from a callback of one) */
     ep->in_pass = true;
-    ep->sent_now = false;
+    if (ep->calls) { /* one call, or a burst of them, since the last pass */
+        ep->lone_calls = ep->calls == 1;
+        ep->calls = 0;
+    }
     if (ep->ntx) /* what the application queued since the last pass goes first */
         tx_flush_at(ep, last, now);
     const int n = ep->npaths > 1 ? rx_paths(ep, rx) : erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);

@@ -59,7 +59,8 @@ struct erma_endpoint {
     uint64_t idle_since; /* when the loop last found work */
     bool woke;           /* it slept in wait since the last pass that received */
     bool in_pass;        /* run_once runs: protocols' packets wait for its flushes */
-    bool sent_now;       /* erma__ep_tx_send_now sent since the last pass began */
+    bool lone_calls;     /* the application called alone between passes, lately */
+    unsigned calls;      /* erma__ep_tx_send_now calls since the pass began */
     struct erma_endpoint_stats stats;
     struct erma_ep_proto protos[ERMA_EP_PROTOS];
     unsigned nprotos;
@@ -105,8 +106,11 @@ void erma__ep_tx_flush(struct erma_endpoint *ep);
 /* For a call from outside the loop that has just read the clock
  * (erma__ep_clock) and queued packets: the first such call after a pass
  * sends the batch at once, at ep->now, so that a lone request does not
- * wait for the next pass; later ones before the next pass, and calls
- * inside a pass, leave theirs to the pass (one batch for a burst). */
+ * wait for the next pass, while the application has been calling one at
+ * a time (the last pass that followed calls followed one). Later calls
+ * before the next pass, calls of an application that calls in bursts,
+ * and calls inside a pass leave theirs to the pass: one batch, one
+ * system call for a burst. */
 void erma__ep_tx_send_now(struct erma_endpoint *ep);
 
 /* The next packet of the batch (sending the batch first if it is full),

@@ -501,10 +501,12 @@ int erma_msgbuf_resize(struct erma_msgbuf *mb, size_t size);
  * run after the loop pass's send), so cont may free them, or re-issue a
  * call with the same req and resp (resp may have grown), on this or
  * another session of this rpc: a closed loop needs no new buffers.
- * When its request leaves: the first call from outside the loop since its
- * last pass sends at once (a closed-loop client waits for no pass); later
- * calls before the next pass, and calls from continuations and handlers,
- * go in the pass's batch (one system call for a burst).
+ * When its request leaves: while the application calls one at a time from
+ * outside the loop (the last pass that followed calls followed one), the
+ * first call after a pass sends at once (a closed-loop client waits for no
+ * pass); later calls before the next pass, calls of an application that
+ * calls in bursts, and calls from continuations and handlers go in the
+ * pass's batch (one system call for a burst).
  * Returns ERMA_OK once queued; otherwise cont never runs: ERMA_ENOENT for
  * no such client session (a server session's number, or one that ended or
  * is disconnecting); ERMA_EAGAIN while the session reconnects and

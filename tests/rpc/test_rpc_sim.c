@@ -144,9 +144,11 @@ static void on_outer(struct erma_rpc *rpc, void *tag, int status, struct erma_ms
     a->done = 1;
 }
 
-/* The first call after a pass sends its request at once (a closed-loop
- * client's does not wait for the next pass); a second before the next
- * pass joins the batch, and so does a call from a continuation. */
+/* A call from outside the loop that follows a pass sends its request at
+ * once while the application calls one at a time (a closed-loop client
+ * waits for no pass); a second call before the next pass joins the batch,
+ * and after such a burst the next call waits for the pass too, until one
+ * lone call again. A continuation's call waits for its pass. */
 static void test_call_sends_at_once(void **state)
 {
     (void)state;
@@ -156,18 +158,23 @@ static void test_call_sends_at_once(void **state)
     const int s = connect(&w, 0, 1);
     int never = 0;
     run_until(&w, &never, 1000000); /* the handshake's packets all sent */
-    struct call c[2];
-    const uint64_t t0 = tx_pkts(w.rpc[0]);
-    start_call(&w, s, ECHO, 1, &c[0]);
-    assert_int_equal(tx_pkts(w.rpc[0]), t0 + 1);
-    start_call(&w, s, ECHO, 2, &c[1]);
-    assert_int_equal(tx_pkts(w.rpc[0]), t0 + 1);
-    assert_int_equal(run_until(&w, &c[1].done, 1000000000ull), ERMA_OK);
-    assert_int_equal(run_until(&w, &c[0].done, 1000000000ull), ERMA_OK);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(c[i].status, ERMA_OK);
-        assert_int_equal(check_resp(&c[i].resp, (uint32_t)i + 1, 8), 0);
-        end_call(&w, &c[i]);
+    const int burst[] = {1, 2, 1}; /* calls in a row, each round */
+    const bool at_once[] = {false, true, false}; /* no history; lone; after a burst */
+    uint32_t id = 0;
+    for (int r = 0; r < 3; r++) {
+        struct call c[2];
+        const uint64_t t = tx_pkts(w.rpc[0]);
+        for (int i = 0; i < burst[r]; i++) {
+            start_call(&w, s, ECHO, id + (uint32_t)i, &c[i]);
+            assert_int_equal(tx_pkts(w.rpc[0]), t + at_once[r]);
+        }
+        for (int i = 0; i < burst[r]; i++) {
+            assert_int_equal(run_until(&w, &c[i].done, 1000000000ull), ERMA_OK);
+            assert_int_equal(c[i].status, ERMA_OK);
+            assert_int_equal(check_resp(&c[i].resp, id + (uint32_t)i, 8), 0);
+            end_call(&w, &c[i]);
+        }
+        id += (uint32_t)burst[r];
     }
     struct at_once a = {.sess = s};
     struct call outer = {0};
@@ -175,8 +182,8 @@ static void test_call_sends_at_once(void **state)
     assert_int_equal(erma_msgbuf_alloc(w.rpc[0], 16, &outer.resp), ERMA_OK);
     assert_int_equal(erma_msgbuf_alloc(w.rpc[0], REQ_HDR, &a.inner.req), ERMA_OK);
     assert_int_equal(erma_msgbuf_alloc(w.rpc[0], 16, &a.inner.resp), ERMA_OK);
-    fill_req(&outer.req, 3, 8);
-    fill_req(&a.inner.req, 4, 8);
+    fill_req(&outer.req, id, 8);
+    fill_req(&a.inner.req, id + 1, 8);
     const uint64_t t1 = tx_pkts(w.rpc[0]);
     assert_int_equal(erma_rpc_call(w.rpc[0], s, ECHO, &outer.req, &outer.resp, on_outer, &a),
                      ERMA_OK);
@@ -185,9 +192,9 @@ static void test_call_sends_at_once(void **state)
     assert_int_equal(a.rc, ERMA_OK);
     assert_int_equal(a.sent, 0);
     assert_int_equal(a.inner.status, ERMA_OK);
-    assert_int_equal(check_resp(&a.inner.resp, 4, 8), 0);
-    assert_int_equal(check_resp(&outer.resp, 3, 8), 0);
-    assert_int_equal(atomic_load(&w.echo[1].calls), 4);
+    assert_int_equal(check_resp(&a.inner.resp, id + 1, 8), 0);
+    assert_int_equal(check_resp(&outer.resp, id, 8), 0);
+    assert_int_equal(atomic_load(&w.echo[1].calls), id + 2);
     end_call(&w, &outer);
     end_call(&w, &a.inner);
     world_down(&w);
