@@ -189,6 +189,7 @@ static unsigned held_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
 static unsigned lone_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
 {
     socklen_t alen = sizeof u->rx_src[0];
+    u->rx_n = 0; /* the last receive's datagrams are all handed out: none is held */
     const ssize_t r = recvfrom(u->fd, u->rx_iov[0].iov_base, u->rx_buf, MSG_DONTWAIT | MSG_TRUNC,
                                (struct sockaddr *)&u->rx_src[0], &alen);
     if (r < 0)
