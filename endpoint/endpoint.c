@@ -366,8 +366,9 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
     const uint64_t last = ep->now;
     /* The pass's time, read before the receive: the application's packets
      * leave at it, and a lone packet that came is handled without another
-     * reading (this time is off by one receive call at most). A burst is
-     * timed after its receive, whose copies take long. */
+     * reading (this time is off by one receive call at most). It is read
+     * again after a burst (whose copies take long), after a flush of the
+     * application's packets, and for a packet the kernel stamped later. */
     uint64_t now = erma__ep_clock(ep);
     const bool outer = ep->in_pass; /* (a pass run from a callback of one) */
     ep->in_pass = true;
@@ -375,10 +376,11 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
         ep->lone_calls = ep->calls == 1;
         ep->calls = 0;
     }
-    if (ep->ntx) /* what the application queued since the last pass goes first */
+    const bool flushed = ep->ntx > 0;
+    if (flushed) /* what the application queued since the last pass goes first */
         tx_flush_at(ep, last, now);
     const int n = ep->npaths > 1 ? rx_paths(ep, rx) : erma_rx_burst(ep->tr, rx, ERMA_MAX_BURST);
-    if (n > 1)
+    if (n > 1 || (n == 1 && (flushed || rx[0].rx_ns > now)))
         now = erma__ep_clock(ep);
     const uint64_t since = n > 0 ? unstamped_rx(ep, last, now) : now;
     int work = n > 0 ? n : 0;

@@ -55,7 +55,7 @@ struct erma_endpoint {
     unsigned rx_first; /* the path the next pass receives from first */
     struct erma_pool *pool;
     uint64_t next_trim;  /* when the loop next trims the pool */
-    uint64_t now;        /* the clock, read once per pass (erma__ep_clock) */
+    uint64_t now;        /* the clock, at the top of each pass (erma__ep_clock) */
     uint64_t idle_since; /* when the loop last found work */
     bool woke;           /* it slept in wait since the last pass that received */
     bool in_pass;        /* run_once runs: protocols' packets wait for its flushes */

@@ -86,7 +86,8 @@ static int submit(struct erma_rma *rma, const struct erma_rma_cmd *c, bool chunk
         p->queued_in += s->len;
     rma->stats.submitted++;
     rma->open += !chunk;
-    /* Into the TX batch now: the next loop pass sends it before its RX burst. */
+    /* Into the TX batch now: the next loop pass sends it before its RX burst
+     * (or a lone erma_rpc_call before then, which sends the whole batch). */
     erma__portal_issue(rma, 0);
     return i;
 }

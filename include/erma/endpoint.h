@@ -17,10 +17,11 @@
  * the base URI and t. With P = 0 every endpoint takes a free port
  * (erma_endpoint_uri() tells which): right for clients, which nobody calls.
  *
- * The loop. Each pass of erma_endpoint_run_once() sends what the
- * application queued, receives a burst, reads the clock once, hands every
- * packet to its protocol by the header's proto field, runs the protocols'
- * timers, sends the batch, then runs the continuations of what completed
+ * The loop. Each pass of erma_endpoint_run_once() reads the clock, sends
+ * what the application queued (a lone erma_rpc_call from outside the loop
+ * has sent its request already), receives a burst, hands every packet to
+ * its protocol by the header's proto field, runs the protocols' timers,
+ * sends the batch, then runs the continuations of what completed
  * (docs/ARCHITECTURE.md has it step by step). erma_endpoint_run_until()
  * loops; once a pass finds nothing to do for cfg.idle_wait_ns it sleeps in
  * the transport until a packet or the next timer, so an idle endpoint costs
@@ -105,7 +106,8 @@ void erma_endpoint_destroy(struct erma_endpoint *ep);
  * completions, never this count. */
 int erma_endpoint_run_once(struct erma_endpoint *ep);
 /* Runs the loop until done(ctx) is true (asked after every pass) or
- * timeout_ns of erma_now_ns() have passed. Returns ERMA_OK when done, else
+ * timeout_ns of erma_now_ns() have passed (counted from the first pass's
+ * clock, at most one pass late). Returns ERMA_OK when done, else
  * ERMA_ETIMEDOUT. done may be NULL: run for timeout_ns. A sleeping loop
  * wakes at least every ERMA_IDLE_SLEEP_MAX_NS, so a done() that another
  * thread makes true is seen within that. Typical client use:
