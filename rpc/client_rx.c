@@ -304,7 +304,7 @@ void erma__client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_
         rpc->stats.rx_other_session++;
         return;
     }
-    if (!c->busy || sl->req_num != h->req_num || i >= c->num_tx) {
+    if (!erma__slot_busy(s, sl) || sl->req_num != h->req_num || i >= c->num_tx) {
         rpc->stats.rx_stale++;
         return;
     }
@@ -360,7 +360,7 @@ void erma__client_rx(struct erma_rpc *rpc, struct session *s, const struct erma_
 void erma__client_req_error(struct erma_rpc *rpc, struct session *s, uint64_t req_num, int err)
 {
     struct slot *sl = &s->slots[req_num % ERMA_SESSION_SLOTS];
-    if (!sl->client.busy || sl->req_num != req_num || err >= 0 || err <= ERMA_ERR_LAST)
+    if (!erma__slot_busy(s, sl) || sl->req_num != req_num || err >= 0 || err <= ERMA_ERR_LAST)
         return;
     sl->client.unheard = 0;
     erma__slot_finish(rpc, s, sl, err);
@@ -391,7 +391,7 @@ bool erma__client_scan(struct erma_rpc *rpc, struct session *s, uint64_t now)
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++) {
         struct slot *sl = &s->slots[k];
         struct client_slot *c = &sl->client;
-        if (!c->busy)
+        if (!erma__slot_busy(s, sl))
             continue;
         if (rpc->cfg.req_timeout_ns && since(now, c->start_ns) > rpc->cfg.req_timeout_ns) {
             c->unheard = c->num_rx || c->rx_bits ? 0 : c->unheard + 1;

@@ -27,10 +27,10 @@ static uint32_t send_pkt(struct erma_rpc *rpc, struct session *s, struct slot *s
     return rpc->ep->tr->max_pkt;
 }
 
+/* A busy slot (callers walk busy_mask) with a packet to send. */
 static bool slot_pending(const struct client_slot *c)
 {
-    return c->busy && (c->resend || (c->num_tx < client_total_tx(c) &&
-                                     c->num_tx - c->num_rx < WINDOW));
+    return c->resend || (c->num_tx < client_total_tx(c) && c->num_tx - c->num_rx < WINDOW);
 }
 
 /* A bit at a time: usually none is left, and without -mpopcnt
@@ -214,7 +214,6 @@ static void slot_start(struct erma_rpc *rpc, struct session *s, struct slot *sl,
                        const struct backlog *b)
 {
     struct client_slot *c = &sl->client;
-    c->busy = true;
     busy_add(rpc, s, sl);
     sl->req_num += ERMA_SESSION_SLOTS;
     c->req_type = b->req_type;
@@ -242,7 +241,6 @@ void erma__slot_finish(struct erma_rpc *rpc, struct session *s, struct slot *sl,
     }
     s->credits += slot_outstanding(c);
     paths_done(s, c, slot_unanswered(c));
-    c->busy = false;
     busy_remove(rpc, s, sl);
     erma__complete(rpc, c->cont, c->tag, status, c->resp);
 }
@@ -253,7 +251,7 @@ __attribute__((noinline)) static void start_backlog(struct erma_rpc *rpc, struct
 {
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS && s->client.backlog; k++) {
         struct slot *sl = &s->slots[k];
-        if (!sl->client.busy) {
+        if (!erma__slot_busy(s, sl)) {
             struct backlog *b = s->client.backlog;
             s->client.backlog = b->next;
             s->client.nbacklog--;
@@ -318,7 +316,7 @@ int erma_rpc_call(struct erma_rpc *rpc, int num, uint8_t req_type, struct erma_m
 void erma__fail_client_sent(struct erma_rpc *rpc, struct session *s, int status)
 {
     for (unsigned k = 0; k < ERMA_SESSION_SLOTS; k++)
-        if (s->slots[k].client.busy)
+        if (erma__slot_busy(s, &s->slots[k]))
             erma__slot_finish(rpc, s, &s->slots[k], status);
 }
 

@@ -91,7 +91,6 @@ struct erma_req {
  * index space: 0..req_pkts-1 are request packets, req_pkts.. are RFRs for
  * response packets 1... */
 struct client_slot {
-    bool busy;
     uint8_t req_type;
     struct erma_msgbuf *req, *resp;
     erma_cont_fn cont;
@@ -202,6 +201,12 @@ struct session {
     struct sess_cc cc;
     struct slot slots[ERMA_SESSION_SLOTS];
 };
+
+/* Whether client slot sl of s holds a request: its bit in busy_mask. */
+static inline bool erma__slot_busy(const struct session *s, const struct slot *sl)
+{
+    return (s->client.busy_mask >> (sl - s->slots)) & 1u;
+}
 
 /* ---- the endpoint's RPC state ---- */
 

@@ -34,7 +34,7 @@ static void tx_late(struct session *s, struct erma_tx_pkt *p, uint64_t flush_ns,
         erma_hdr_set_delay(hdr, erma_delay_encode(erma_delay_decode(h.host_delay) + late_ns));
     } else if (s->role == CLIENT && (h.pkt_type == ERMA_PKT_REQ || h.pkt_type == ERMA_PKT_RFR)) {
         struct slot *sl = &s->slots[h.req_num % ERMA_SESSION_SLOTS];
-        if (sl->client.busy && sl->req_num == h.req_num) /* it leaves now */
+        if (erma__slot_busy(s, sl) && sl->req_num == h.req_num) /* it leaves now */
             sl->client.tx_ns[h.pkt_num % ERMA_MAX_CREDITS] = (uint32_t)flush_ns;
         if (late_ns > s->cc.timely.cfg->t_low_ns) /* this host is busy */
             erma__host_busy(s, flush_ns);
