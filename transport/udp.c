@@ -312,6 +312,13 @@ static int send_msgs(struct udp *u, unsigned from, unsigned count)
     return sendmsg(u->fd, &u->tx_msg[from].msg_hdr, 0) < 0 ? -1 : 1;
 }
 
+/* The send's errno says the kernel's queue is full (or it was
+ * interrupted): the packets stay for the next flush, not dropped. */
+static bool queue_full(int e)
+{
+    return e == EAGAIN || e == ENOBUFS || e == EINTR;
+}
+
 /* Sends pkts[0..n), n <= ERMA_MAX_BURST; returns how many the kernel took. */
 static unsigned send_batch(struct udp *u, const struct erma_tx_pkt *pkts, unsigned n)
 {
@@ -324,7 +331,7 @@ static unsigned send_batch(struct udp *u, const struct erma_tx_pkt *pkts, unsign
                 sent += u->tx_pkts[done];
                 u->base.stats.tx_bundles += u->tx_bundle[done];
             }
-        } else if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR) {
+        } else if (queue_full(errno)) {
             break;
         } else if (u->tx_pkts[done] > 1 && (errno == EIO || errno == EINVAL)) {
             /* A device that cannot segment: the rest, offered again, goes
@@ -358,7 +365,7 @@ static unsigned send_lone(struct udp *u, const struct erma_tx_pkt *p)
     }
     if (sendto(u->fd, data, len, 0, (const struct sockaddr *)p->dst->raw, p->dst->len) >= 0)
         return 1;
-    if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR)
+    if (queue_full(errno))
         return 0;
     u->base.stats.tx_errors++; /* unsendable (e.g. unreachable address): dropped alone */
     return 1;
