@@ -6,12 +6,14 @@
  * kernel as one super-datagram with UDP_SEGMENT, which the stack (or the
  * NIC) cuts into those datagrams again. With UDP_GRO on, the kernel hands
  * such runs up as one buffer and a cmsg giving the segment size, which
- * rx_burst cuts into packets again; it is turned on at the first receive
- * of a burst (GRO_AFTER datagrams), so that ping-pong traffic never pays
- * for it. The receive buffers are 64 KiB each for it (2 MiB a socket,
+ * rx_burst cuts into packets again; it is turned on by a receive of a
+ * burst (GRO_AFTER datagrams) and off again after a quiet time
+ * (OFFLOAD_QUIET_NS without a receive of more than one packet), so that
+ * ping-pong traffic does not pay for it. The receive buffers are 64 KiB each for it (2 MiB a socket,
  * touched only as bulk arrives). ERMA_UDP_GSO=0 in the environment turns
- * both off, ERMA_UDP_GRO=0 the receive side only; a kernel without them
- * runs without.
+ * both off, ERMA_UDP_GRO=0 the receive side only, ERMA_UDP_GRO=1 turns
+ * the receive side on for good at once; a kernel without them runs
+ * without.
  *
  * Coalescing: adjacent packets of a TX burst to one destination that fit
  * one datagram together (small ones: requests, responses, credit returns
@@ -23,12 +25,13 @@
  *
  * Receive stamps: the kernel's arrival time of each datagram
  * (SO_TIMESTAMPNS) becomes erma_rx_pkt.rx_ns, where a packet's time inside
- * this host starts (erma/rpc.h, Busy hosts). Like UDP_GRO they are turned
- * on at the first burst (a queue formed: the loop is busy or was away);
- * before it, rx_ns is 0 (the endpoint's estimate). The kernel starts stamping on
- * arrival a moment after the first socket asks (a deferred switch): until
- * then it stamps at the read, which only makes a host delay look shorter.
- * ERMA_UDP_STAMP=0 never turns them on, ERMA_UDP_STAMP=1 at once. */
+ * this host starts (erma/rpc.h, Busy hosts). Like UDP_GRO they are on
+ * from a burst (a queue formed: the loop is busy or was away) to a quiet
+ * time; outside, rx_ns is 0 (the endpoint's estimate). The kernel starts
+ * stamping on arrival a moment after the first socket asks (a deferred
+ * switch): until then it stamps at the read, which only makes a host
+ * delay look shorter. ERMA_UDP_STAMP=0 never turns them on,
+ * ERMA_UDP_STAMP=1 on for good at once. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -205,9 +208,13 @@ static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
     if (getsockname(u->fd, (struct sockaddr *)u->base.local.raw, &len) != 0)
         goto fail;
     offload_on(u);
-    const char *st = getenv("ERMA_UDP_STAMP");
+    const char *gro = getenv("ERMA_UDP_GRO"), *st = getenv("ERMA_UDP_STAMP");
+    u->gro_always = u->gro_ok && gro && strcmp(gro, "1") == 0;
+    if (u->gro_always)
+        erma__udp_gro_on(u);
     u->stamp_ok = !env_off("ERMA_UDP_STAMP");
-    if (st && strcmp(st, "1") == 0)
+    u->stamp_always = st && strcmp(st, "1") == 0;
+    if (u->stamp_always)
         erma__udp_stamps_on(u);
     rc = ERMA_ENOMEM;
     u->rx_buf = u->gro_ok ? GRO_BUF : u->base.max_pkt;

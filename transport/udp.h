@@ -24,6 +24,10 @@
  * 32 B RPC round trip on loopback is 0.97x of on (docs/PERFORMANCE.md),
  * and latency-bound endpoints never see such a burst. */
 #define GRO_AFTER 8u
+/* Receives of at most one packet for this long turn both off again;
+ * the clock is read once in QUIET_CHECK of them (udp_rx.c watch_quiet). */
+#define OFFLOAD_QUIET_NS 200000000ull
+#define QUIET_CHECK 256u
 /* A lone packet of two segments up to this size goes by sendto from one
  * buffer (udp.c send_lone). */
 #define PLAIN_MAX 256u
@@ -32,9 +36,12 @@ struct udp {
     struct erma_transport base;
     int fd;
     bool gso;         /* UDP_SEGMENT on send */
-    bool gro_ok, gro; /* UDP_GRO on receive: possible; turned on (at the first burst) */
+    bool gro_ok, gro; /* UDP_GRO on receive: possible; on (from a burst to a quiet time) */
+    bool gro_always, stamp_always;   /* ERMA_UDP_GRO=1, ERMA_UDP_STAMP=1: on from the start */
     bool coalesce;    /* small packets to one destination go as a bundle */
-    bool stamp_ok, stamp; /* SO_TIMESTAMPNS: allowed; turned on (at the first burst) */
+    bool stamp_ok, stamp; /* SO_TIMESTAMPNS: allowed; on (from a burst to a quiet time) */
+    uint32_t quiet;       /* receives of at most one packet since the clock was read */
+    uint64_t quiet_since; /* when that clock reading first found them quiet (0: not yet) */
     uint32_t rx_buf;  /* bytes of one receive buffer: max_pkt, or GRO_BUF with GRO */
     uint8_t *rx_mem;  /* ERMA_MAX_BURST buffers of rx_buf bytes */
     struct mmsghdr rx_msg[ERMA_MAX_BURST];
@@ -60,6 +67,8 @@ struct udp {
 
 /* From now on the kernel stamps each datagram's arrival (SO_TIMESTAMPNS). */
 void erma__udp_stamps_on(struct udp *u);
+/* From now on the kernel hands up GSO runs whole (UDP_GRO). */
+void erma__udp_gro_on(struct udp *u);
 int erma__udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max);
 
 #endif

@@ -1,7 +1,7 @@
 /* The udp transport's receive side (udp.c has the rest): recvmmsg into
  * held datagrams, cut into packets at their UDP_GRO segment size, bundles
  * split, each with the kernel's arrival stamp; the receive offload and
- * the stamps turned on at the first burst. */
+ * the stamps on from a burst until a quiet time. */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -70,16 +70,77 @@ static int recv_msgs(struct udp *u, unsigned count)
     return 1;
 }
 
-/* Turns the receive offload on, for good: a receive found a burst. Until
- * then every datagram is one packet; after, the cmsg says (recv_held always
- * asks for it), so datagrams queued before stay right. */
-static void gro_on(struct udp *u)
+/* Turns the receive offload on: a receive found a burst. From then on
+ * the cmsg says how a datagram is cut (recv_held always asks for it), so
+ * datagrams queued before stay right. */
+void erma__udp_gro_on(struct udp *u)
 {
     const int v = 1;
     u->gro = setsockopt(u->fd, SOL_UDP, UDP_GRO, &v, sizeof v) == 0;
     u->gro_ok = u->gro;
-    ERMA_DEBUG("udp: receive offload %s after a burst of %u datagrams",
-               u->gro ? "on" : "refused", u->rx_n);
+    ERMA_DEBUG("udp: receive offload %s", u->gro ? "on" : "refused");
+}
+
+/* Turns the receive offload off, unless a datagram is queued: one queued
+ * whole before it went off would come up without the cmsg that says how
+ * to cut it. (A run the kernel was queueing at that very moment still
+ * can: whole, it fails erma's length checks or its seal and is sent
+ * again, as a lost packet is.) */
+static void gro_off(struct udp *u)
+{
+    const int off = 0, on = 1;
+    uint8_t byte;
+    if (setsockopt(u->fd, SOL_UDP, UDP_GRO, &off, sizeof off) != 0)
+        return;
+    if (recv(u->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0)
+        setsockopt(u->fd, SOL_UDP, UDP_GRO, &on, sizeof on); /* next quiet time */
+    else
+        u->gro = false;
+}
+
+/* A burst (GRO_AFTER datagrams in one receive: a queue formed, the loop is
+ * busy or was away) turns the receive offload and the stamps on. */
+static void offload_on(struct udp *u)
+{
+    const bool was = u->gro || u->stamp;
+    if (u->gro_ok && !u->gro)
+        erma__udp_gro_on(u);
+    if (u->stamp_ok && !u->stamp)
+        erma__udp_stamps_on(u);
+    u->base.stats.rx_offload_on += !was && (u->gro || u->stamp);
+}
+
+/* Both go off again once no receive has found more than one packet for
+ * OFFLOAD_QUIET_NS, so that an endpoint whose load has passed gets the
+ * lone receive back (each costs a lone packet's round trip 5-9%). The
+ * time is long beside a burst's, since the kernel's switch of its stamps
+ * is costly to flip; the clock is read once in QUIET_CHECK receives. */
+static void watch_quiet(struct udp *u)
+{
+    const bool queue = u->rx_n > 1 || (u->rx_n == 1 && u->rx_seg[0] && u->rx_seg[0] < u->rx_msg[0].msg_len);
+    if (queue) {
+        u->quiet = 0;
+        u->quiet_since = 0;
+        return;
+    }
+    if (++u->quiet < QUIET_CHECK)
+        return;
+    u->quiet = 0;
+    const uint64_t now = erma_now_ns();
+    if (!u->quiet_since) {
+        u->quiet_since = now;
+        return;
+    }
+    if (u->rx_n > 0 || now - u->quiet_since < OFFLOAD_QUIET_NS)
+        return;
+    u->quiet_since = 0;
+    const int off = 0;
+    if (u->stamp && !u->stamp_always &&
+        setsockopt(u->fd, SOL_SOCKET, SO_TIMESTAMPNS, &off, sizeof off) == 0)
+        u->stamp = false;
+    if (u->gro && !u->gro_always)
+        gro_off(u);
+    u->base.stats.rx_offload_off += !u->gro && !u->stamp;
 }
 
 /* Receives up to max datagrams into the receive buffers; how many. */
@@ -95,10 +156,8 @@ static unsigned recv_held(struct udp *u, unsigned max)
     }
     const int r = recv_msgs(u, max);
     u->rx_n = r > 0 ? (unsigned)r : 0;
-    if (u->rx_n >= GRO_AFTER && u->gro_ok && !u->gro)
-        gro_on(u);
-    if (u->rx_n >= GRO_AFTER && u->stamp_ok && !u->stamp)
-        erma__udp_stamps_on(u);
+    if (u->rx_n >= GRO_AFTER)
+        offload_on(u);
     u->rx_i = u->rx_off = 0;
     uint64_t real[ERMA_MAX_BURST];
     for (unsigned i = 0; i < u->rx_n; i++) {
@@ -107,6 +166,8 @@ static unsigned recv_held(struct udp *u, unsigned max)
         u->rx_seg[i] = m->msg_flags & MSG_TRUNC ? 0 : seg;
         u->base.stats.rx_dropped += u->rx_seg[i] == 0;
     }
+    if ((u->gro && !u->gro_always) || (u->stamp && !u->stamp_always))
+        watch_quiet(u);
     if (u->rx_n && u->stamp)
         stamps_to_erma(u, real, u->rx_n);
     else

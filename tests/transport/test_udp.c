@@ -143,6 +143,49 @@ static void test_receive_stamps(void **state)
     }
 }
 
+/* A burst turns the receive offload and the stamps on; receives of one
+ * packet at a time for OFFLOAD_QUIET_NS (200 ms) turn them off again, so
+ * that lone packets come by recvfrom once more, unstamped; a run of
+ * same-size packets the peer sends by segmentation offload then comes
+ * cut by the kernel, every packet whole, and the next burst turns both
+ * on again. */
+static void test_offload_quiet_time(void **state)
+{
+    (void)state;
+    struct erma_transport *a, *b;
+    struct erma_addr to_b;
+    open_pair("127.0.0.1", &a, &b, &to_b);
+    static uint8_t data[16][1000], copy[16][1472];
+    struct erma_tx_pkt tx[16];
+    for (unsigned i = 0; i < 16; i++) {
+        memset(data[i], (int)i + 1, sizeof data[i]);
+        tx[i] = (struct erma_tx_pkt){.dst = &to_b, .hdr = data[i], .hdr_len = sizeof data[i]};
+    }
+    struct erma_rx_pkt rx[16];
+    for (int round = 1; round <= 2; round++) {
+        assert_int_equal(erma_tx_burst(a, tx, 16), 16); /* a GSO run, or 16 datagrams */
+        usleep(10000);
+        assert_int_equal(udp_receive(b, rx, copy, 16, ERMA_MAX_BURST, 2000000000ull, NULL), 16);
+        for (unsigned i = 0; i < 16; i++) {
+            assert_int_equal(rx[i].len, sizeof data[i]);
+            assert_memory_equal(rx[i].data, data[i], sizeof data[i]);
+        }
+        assert_int_equal(b->stats.rx_offload_on, (uint64_t)round);
+        assert_stamped(a, b, tx);
+        const uint64_t end = erma_now_ns() + 2000000000ull; /* 10x the quiet time */
+        while (b->stats.rx_offload_off < (uint64_t)round && erma_now_ns() < end)
+            assert_int_equal(erma_rx_burst(b, rx, ERMA_MAX_BURST), 0);
+        assert_int_equal(b->stats.rx_offload_off, (uint64_t)round);
+        uint64_t sent, read_at;
+        for (int i = 0; i < 3; i++) /* single packets: no stamps, no burst */
+            assert_int_equal(waited_one(a, b, tx, 1000, &sent, &read_at), 0);
+        assert_int_equal(b->stats.rx_offload_on, (uint64_t)round);
+    }
+    assert_int_equal(b->stats.rx_dropped, 0);
+    erma_transport_close(a);
+    erma_transport_close(b);
+}
+
 /* One datagram at a time (a ping-pong's case): a lone packet goes by
  * sendto (from one buffer when it has two segments of at most 256 bytes,
  * else by sendmsg) and, after a receive that found nothing, comes up by
@@ -393,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_endpoint_port_taken),
         cmocka_unit_test(test_jumbo_and_loss_injection),
         cmocka_unit_test(test_receive_stamps),
+        cmocka_unit_test(test_offload_quiet_time),
         cmocka_unit_test(test_one_at_a_time),
         cmocka_unit_test(test_oversize_datagram_dropped),
         cmocka_unit_test(test_lone_datagrams),
