@@ -20,11 +20,11 @@
 #define GRO_BUF 65536u
 /* a UDP_GRO segment size and an SO_TIMESTAMPNS receive stamp */
 #define CTRL_BYTES (CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct timespec)))
-/* Datagrams in one receive that turn the receive offload on. Off, the
- * 32 B RPC round trip on loopback is 0.97x of on (docs/PERFORMANCE.md),
- * and latency-bound endpoints never see such a burst. */
+/* Packets in one receive (a burst) that turn the receive offload and the
+ * stamps on. On, a 32 B RPC round trip on loopback takes 9% and 5% longer
+ * (docs/PERFORMANCE.md), and latency-bound endpoints never see a burst. */
 #define GRO_AFTER 8u
-/* Receives of at most one packet for this long turn both off again;
+/* No burst for this long turns both off again;
  * the clock is read once in QUIET_CHECK of them (udp_rx.c watch_quiet). */
 #define OFFLOAD_QUIET_NS 200000000ull
 #define QUIET_CHECK 256u

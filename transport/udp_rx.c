@@ -108,21 +108,17 @@ static void offload_on(struct udp *u)
     if (u->stamp_ok && !u->stamp)
         erma__udp_stamps_on(u);
     u->base.stats.rx_offload_on += !was && (u->gro || u->stamp);
+    u->quiet = 0;
+    u->quiet_since = 0;
 }
 
-/* Both go off again once no receive has found more than one packet for
+/* Both go off again once no receive has found a burst for
  * OFFLOAD_QUIET_NS, so that an endpoint whose load has passed gets the
  * lone receive back (each costs a lone packet's round trip 5-9%). The
  * time is long beside a burst's, since the kernel's switch of its stamps
  * is costly to flip; the clock is read once in QUIET_CHECK receives. */
 static void watch_quiet(struct udp *u)
 {
-    const bool queue = u->rx_n > 1 || (u->rx_n == 1 && u->rx_seg[0] && u->rx_seg[0] < u->rx_msg[0].msg_len);
-    if (queue) {
-        u->quiet = 0;
-        u->quiet_since = 0;
-        return;
-    }
     if (++u->quiet < QUIET_CHECK)
         return;
     u->quiet = 0;
@@ -156,17 +152,19 @@ static unsigned recv_held(struct udp *u, unsigned max)
     }
     const int r = recv_msgs(u, max);
     u->rx_n = r > 0 ? (unsigned)r : 0;
-    if (u->rx_n >= GRO_AFTER)
-        offload_on(u);
     u->rx_i = u->rx_off = 0;
     uint64_t real[ERMA_MAX_BURST];
+    uint32_t pkts = 0;
     for (unsigned i = 0; i < u->rx_n; i++) {
         struct msghdr *m = &u->rx_msg[i].msg_hdr;
-        const uint32_t seg = read_cmsgs(m, u->rx_msg[i].msg_len, &real[i]);
+        const uint32_t len = u->rx_msg[i].msg_len, seg = read_cmsgs(m, len, &real[i]);
         u->rx_seg[i] = m->msg_flags & MSG_TRUNC ? 0 : seg;
         u->base.stats.rx_dropped += u->rx_seg[i] == 0;
+        pkts += seg < len ? (len + seg - 1) / seg : 1;
     }
-    if ((u->gro && !u->gro_always) || (u->stamp && !u->stamp_always))
+    if (pkts >= GRO_AFTER)
+        offload_on(u);
+    else if ((u->gro && !u->gro_always) || (u->stamp && !u->stamp_always))
         watch_quiet(u);
     if (u->rx_n && u->stamp)
         stamps_to_erma(u, real, u->rx_n);

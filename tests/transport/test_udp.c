@@ -143,8 +143,8 @@ static void test_receive_stamps(void **state)
     }
 }
 
-/* A burst turns the receive offload and the stamps on; receives of one
- * packet at a time for OFFLOAD_QUIET_NS (200 ms) turn them off again, so
+/* A burst turns the receive offload and the stamps on; OFFLOAD_QUIET_NS
+ * (200 ms) without one turns them off again, so
  * that lone packets come by recvfrom once more, unstamped; a run of
  * same-size packets the peer sends by segmentation offload then comes
  * cut by the kernel, every packet whole, and the next burst turns both
