@@ -137,6 +137,8 @@ static void watch_quiet(struct udp *u)
     if (u->gro && !u->gro_always)
         gro_off(u);
     u->base.stats.rx_offload_off += !u->gro && !u->stamp;
+    ERMA_DEBUG("udp: after a quiet time: receive offload %s, stamps %s", u->gro ? "on" : "off",
+               u->stamp ? "on" : "off");
 }
 
 /* Receives up to max datagrams into the receive buffers; how many. */
