@@ -372,7 +372,8 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
     uint64_t now = erma__ep_clock(ep);
     const bool outer = ep->in_pass; /* (a pass run from a callback of one) */
     ep->in_pass = true;
-    if (ep->calls) { /* one call, or a burst of them, since the last pass */
+    const bool called = ep->calls > 0;
+    if (called) { /* one call, or a burst of them, since the last pass */
         ep->lone_calls = ep->calls == 1;
         ep->calls = 0;
     }
@@ -399,6 +400,11 @@ int erma_endpoint_run_once(struct erma_endpoint *ep)
         if (ep->protos[k].after_flush)
             ep->protos[k].after_flush(ep->protos[k].ctx);
     erma__ep_tx_flush(ep); /* what the continuations sent: before any sleep */
+    /* Work, or the application's packets: the loop is busy (an answer may
+     * come soon). Here, since run_until may return on done() before its
+     * idle wait looks. */
+    if (work > 0 || called || flushed)
+        ep->idle_since = now;
     if (now >= ep->next_trim) {
         erma_pool_trim(ep->pool, now);
         ep->next_trim = now + ERMA_EP_TRIM_NS;
@@ -439,6 +445,7 @@ static void wait_paths(struct erma_endpoint *ep, uint64_t ns)
         if (!ep->path[n]->ops->poll_fd || (fds[n].fd = ep->path[n]->ops->poll_fd(ep->path[n])) < 0)
             break;
     ep->woke = true;
+    ep->stats.sleeps++;
     if (ep->npaths == 1 || n < ep->npaths) {
         erma_transport_wait(ep->tr, ep->npaths == 1 || ns < 100000 ? ns : 100000);
         return;

@@ -23,8 +23,10 @@
  * its protocol by the header's proto field, runs the protocols' timers,
  * sends the batch, then runs the continuations of what completed
  * (docs/ARCHITECTURE.md has it step by step). erma_endpoint_run_until()
- * loops; once a pass finds nothing to do for cfg.idle_wait_ns it sleeps in
- * the transport until a packet or the next timer, so an idle endpoint costs
+ * loops; once its passes have found nothing to do for cfg.idle_wait_ns (a
+ * packet received or sent counts, the application's own calls too) it
+ * sleeps in the transport until a packet or the next timer
+ * (stats.sleeps counts them), so an idle endpoint costs
  * well under 1% of a core; cfg.busy_poll keeps it spinning instead.
  *
  * Lifetime: create the endpoint, then its protocols; destroy the protocols
@@ -82,6 +84,7 @@ struct erma_endpoint_stats {
     uint64_t rx_bad;     /* a malformed header */
     uint64_t rx_no_proto; /* for a protocol not on this endpoint (one-sided ops at an
                              endpoint without erma_rma, say), dropped */
+    uint64_t sleeps;      /* idle sleeps: passes found nothing to do for cfg.idle_wait_ns */
 };
 
 /* Opens endpoint thread_id of base_uri (see Addresses): "udp://HOST:PORT",
