@@ -357,7 +357,7 @@ static void demux(struct erma_endpoint *ep, const struct erma_rx_pkt *pkt)
  * from its socket (an application's callback blocking it between passes,
  * a disk sync) counts that time in the host's delay (erma/rpc.h, Busy
  * hosts), not as network round trip: a busy-polling loop's bound is one
- * pass; udp stamps arrivals once a burst came. */
+ * pass; udp stamps arrivals from a burst to a quiet time. */
 static uint64_t unstamped_rx(struct erma_endpoint *ep, uint64_t last, uint64_t now)
 {
     const uint64_t t = ep->woke || last == 0 || last > now ? now : last;
@@ -469,14 +469,18 @@ static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
         ep->idle_since = now;
         return;
     }
-    if (work > 0 || awaits(ep)) {
+    if (work > 0) {
         ep->idle_since = now;
         return;
     }
-    if (now - ep->idle_since < ep->cfg.idle_wait_ns) {
+    const bool wait = awaits(ep); /* a worker's answer wakes nothing: spin */
+    if (wait)
+        ep->idle_since = now;
+    if (wait || now - ep->idle_since < ep->cfg.idle_wait_ns) {
         /* Spinning: every YIELD_EVERY-th idle pass lets whatever else is
          * runnable on this CPU have it (endpoints sharing a core take
-         * turns; alone on it, a yield returns at once). */
+         * turns, a worker thread too; alone on it, a yield returns at
+         * once). */
         if (++ep->idle_passes % YIELD_EVERY == 0)
             sched_yield();
         return;

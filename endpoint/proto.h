@@ -56,7 +56,7 @@ struct erma_endpoint {
     struct erma_pool *pool;
     uint64_t next_trim;  /* when the loop next trims the pool */
     uint64_t now;        /* the clock, at the top of each pass (erma__ep_clock) */
-    uint64_t idle_since; /* when the loop last found work */
+    uint64_t idle_since; /* when the loop last found work or the application called */
     bool woke;           /* it slept in wait since the last pass that received */
     unsigned idle_passes; /* passes that spun idle (a yield every YIELD_EVERY) */
     bool in_pass;        /* run_once runs: protocols' packets wait for its flushes */

@@ -227,7 +227,8 @@ static int udp_open(const char *rest, const struct erma_transport_cfg *cfg,
         u->rx_msg[i].msg_hdr.msg_iovlen = 1;
     }
     ERMA_DEBUG("udp %s: segmentation offload %s, receive offload %s, coalescing %s", rest,
-               u->gso ? "on" : "off", u->gro_ok ? "at the first burst" : "off",
+               u->gso ? "on" : "off",
+               u->gro_always ? "on" : u->gro_ok ? "from a burst to a quiet time" : "off",
                u->coalesce ? "on" : "off");
     *out = &u->base;
     return ERMA_OK;

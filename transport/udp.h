@@ -40,7 +40,7 @@ struct udp {
     bool gro_always, stamp_always;   /* ERMA_UDP_GRO=1, ERMA_UDP_STAMP=1: on from the start */
     bool coalesce;    /* small packets to one destination go as a bundle */
     bool stamp_ok, stamp; /* SO_TIMESTAMPNS: allowed; on (from a burst to a quiet time) */
-    uint32_t quiet;       /* receives of at most one packet since the clock was read */
+    uint32_t quiet;       /* receives without a burst since the clock was read */
     uint64_t quiet_since; /* when that clock reading first found them quiet (0: not yet) */
     uint32_t rx_buf;  /* bytes of one receive buffer: max_pkt, or GRO_BUF with GRO */
     uint8_t *rx_mem;  /* ERMA_MAX_BURST buffers of rx_buf bytes */

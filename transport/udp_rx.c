@@ -92,22 +92,23 @@ static void gro_off(struct udp *u)
     uint8_t byte;
     if (setsockopt(u->fd, SOL_UDP, UDP_GRO, &off, sizeof off) != 0)
         return;
-    if (recv(u->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0)
-        setsockopt(u->fd, SOL_UDP, UDP_GRO, &on, sizeof on); /* next quiet time */
-    else
+    if (recv(u->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+        (errno == EAGAIN || errno == EWOULDBLOCK))
         u->gro = false;
+    else /* something queued (or unknown): on again, until the next quiet time */
+        setsockopt(u->fd, SOL_UDP, UDP_GRO, &on, sizeof on);
 }
 
-/* A burst (GRO_AFTER datagrams in one receive: a queue formed, the loop is
+/* A burst (GRO_AFTER packets in one receive: a queue formed, the loop is
  * busy or was away) turns the receive offload and the stamps on. */
 static void offload_on(struct udp *u)
 {
-    const bool was = u->gro || u->stamp;
+    const bool gro = u->gro, stamp = u->stamp;
     if (u->gro_ok && !u->gro)
         erma__udp_gro_on(u);
     if (u->stamp_ok && !u->stamp)
         erma__udp_stamps_on(u);
-    u->base.stats.rx_offload_on += !was && (u->gro || u->stamp);
+    u->base.stats.rx_offload_on += (u->gro && !gro) || (u->stamp && !stamp);
     u->quiet = 0;
     u->quiet_since = 0;
 }
@@ -115,8 +116,9 @@ static void offload_on(struct udp *u)
 /* Both go off again once no receive has found a burst for
  * OFFLOAD_QUIET_NS, so that an endpoint whose load has passed gets the
  * lone receive back (each costs a lone packet's round trip 5-9%). The
- * time is long beside a burst's, since the kernel's switch of its stamps
- * is costly to flip; the clock is read once in QUIET_CHECK receives. */
+ * time is long beside the gaps between a loaded endpoint's bursts, so
+ * that one under load keeps them rather than switching (a system call
+ * or two each way); the clock is read once in QUIET_CHECK receives. */
 static void watch_quiet(struct udp *u)
 {
     if (++u->quiet < QUIET_CHECK)
@@ -130,13 +132,14 @@ static void watch_quiet(struct udp *u)
     if (u->rx_n > 0 || now - u->quiet_since < OFFLOAD_QUIET_NS)
         return;
     u->quiet_since = 0;
+    const bool gro = u->gro, stamp = u->stamp;
     const int off = 0;
     if (u->stamp && !u->stamp_always &&
         setsockopt(u->fd, SOL_SOCKET, SO_TIMESTAMPNS, &off, sizeof off) == 0)
         u->stamp = false;
     if (u->gro && !u->gro_always)
         gro_off(u);
-    u->base.stats.rx_offload_off += !u->gro && !u->stamp;
+    u->base.stats.rx_offload_off += (gro && !u->gro) || (stamp && !u->stamp);
     ERMA_DEBUG("udp: after a quiet time: receive offload %s, stamps %s", u->gro ? "on" : "off",
                u->stamp ? "on" : "off");
 }
@@ -160,7 +163,9 @@ static unsigned recv_held(struct udp *u, unsigned max)
     for (unsigned i = 0; i < u->rx_n; i++) {
         struct msghdr *m = &u->rx_msg[i].msg_hdr;
         const uint32_t len = u->rx_msg[i].msg_len, seg = read_cmsgs(m, len, &real[i]);
-        u->rx_seg[i] = m->msg_flags & MSG_TRUNC ? 0 : seg;
+        /* cut short, or a packet longer than ours (a run that came whole
+         * without its cmsg, just after the offload went off): dropped */
+        u->rx_seg[i] = m->msg_flags & MSG_TRUNC || seg > u->base.max_pkt ? 0 : seg;
         u->base.stats.rx_dropped += u->rx_seg[i] == 0;
         pkts += seg < len ? (len + seg - 1) / seg : 1;
     }
@@ -255,7 +260,7 @@ static unsigned lone_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
                                (struct sockaddr *)&u->rx_src[0], &alen);
     if (r < 0)
         return 0;
-    if (r == 0 || (size_t)r > u->rx_buf) { /* empty, or cut short: dropped */
+    if (r == 0 || (size_t)r > u->base.max_pkt) { /* empty, cut short or oversize: dropped */
         u->base.stats.rx_dropped++;
         return 0;
     }

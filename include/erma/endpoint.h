@@ -24,8 +24,8 @@
  * sends the batch, then runs the continuations of what completed
  * (docs/ARCHITECTURE.md has it step by step). erma_endpoint_run_until()
  * loops; once its passes have found nothing to do for cfg.idle_wait_ns (a
- * packet received or sent counts, the application's own calls too) it
- * sleeps in the transport until a packet or the next timer
+ * packet received counts, and so do the application's calls and queued
+ * packets) it sleeps in the transport until a packet or the next timer
  * (stats.sleeps counts them), so an idle endpoint costs
  * well under 1% of a core. While it waits to sleep it spins, and yields
  * the CPU now and then (sched_yield) so that loops sharing a core take

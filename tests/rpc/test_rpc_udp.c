@@ -334,7 +334,7 @@ static void test_idle_server_sleeps(void **state)
 static bool call_done(void *ctx);
 
 /* An endpoint with the default idle sleep keeps spinning while it awaits
- * an answer and just after it: a call made after a quiet spell counts as
+ * an answer and just after it, and sleeps once idle_wait_ns passed: a call made after a quiet spell counts as
  * work, and so does the answer that ends run_until on done(). (Both were
  * missed once: every round trip of a default endpoint slept, 28-36 us
  * against 5.7 on loopback.) idle_wait_ns is 100 ms here, 10x what a call
@@ -365,6 +365,11 @@ static void test_no_sleep_while_awaiting(void **state)
         erma_msgbuf_free(c.rpc, &k.req);
         erma_msgbuf_free(c.rpc, &k.resp);
     }
+    struct erma_endpoint_stats before, after; /* and it still sleeps once idle */
+    erma_endpoint_get_stats(c.ep, &before);
+    assert_int_equal(erma_endpoint_run_until(c.ep, NULL, NULL, 300000000), ERMA_ETIMEDOUT);
+    erma_endpoint_get_stats(c.ep, &after);
+    assert_true(after.sleeps > before.sleeps);
     client_down(&c);
     kill_server();
 }

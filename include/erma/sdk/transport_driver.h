@@ -80,8 +80,8 @@ struct erma_transport_stats {
     uint64_t tx_pkts, tx_bytes, tx_errors;
     uint64_t tx_bundles; /* datagrams that carried several packets (erma/sdk/bundle.h) */
     uint64_t rx_pkts, rx_bytes, rx_dropped, rx_injected_drops;
-    /* udp: times the receive offload and stamps went on at a burst, and
-     * off again after a quiet time */
+    /* udp: bursts that turned the receive offload or the stamps on, and
+     * quiet times that turned one off again */
     uint64_t rx_offload_on, rx_offload_off;
 };
 
