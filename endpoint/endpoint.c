@@ -1,7 +1,6 @@
 /* The endpoint: its transport queue, TX batch, clock, demultiplexer, loop
  * and idle wait, and the sim driver. */
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,10 +9,6 @@
 #include "erma/sim.h"
 #include "proto.h"
 #define TX_TRIES 64
-/* The idle spin before a sleep yields the CPU once in this many passes:
- * a lone endpoint's round trip pays nothing measurable for it, endpoints
- * sharing a core get it from one another (docs/PERFORMANCE.md). */
-#define YIELD_EVERY 8u
 
 static const struct erma_endpoint_cfg defaults = {
     .mtu = ERMA_DEFAULT_MTU,
@@ -469,22 +464,12 @@ static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
         ep->idle_since = now;
         return;
     }
-    if (work > 0) {
+    if (work > 0 || awaits(ep)) { /* awaits: a worker's answer wakes nothing */
         ep->idle_since = now;
         return;
     }
-    const bool wait = awaits(ep); /* a worker's answer wakes nothing: spin */
-    if (wait)
-        ep->idle_since = now;
-    if (wait || now - ep->idle_since < ep->cfg.idle_wait_ns) {
-        /* Spinning: every YIELD_EVERY-th idle pass lets whatever else is
-         * runnable on this CPU have it (endpoints sharing a core take
-         * turns, a worker thread too; alone on it, a yield returns at
-         * once). */
-        if (++ep->idle_passes % YIELD_EVERY == 0)
-            sched_yield();
+    if (now - ep->idle_since < ep->cfg.idle_wait_ns)
         return;
-    }
     uint64_t until = erma_endpoint_next_timer(ep);
     until = until < end ? until : end;
     if (until > now + ERMA_IDLE_SLEEP_MAX_NS)

@@ -58,7 +58,6 @@ struct erma_endpoint {
     uint64_t now;        /* the clock, at the top of each pass (erma__ep_clock) */
     uint64_t idle_since; /* when the loop last found work or the application called */
     bool woke;           /* it slept in wait since the last pass that received */
-    unsigned idle_passes; /* passes that spun idle (a yield every YIELD_EVERY) */
     bool in_pass;        /* run_once runs: protocols' packets wait for its flushes */
     bool lone_calls;     /* the application called alone between passes, lately */
     unsigned calls;      /* erma__ep_tx_send_now calls since the pass began */

@@ -27,9 +27,8 @@
  * packet received counts, and so do the application's calls and queued
  * packets) it sleeps in the transport until a packet or the next timer
  * (stats.sleeps counts them), so an idle endpoint costs
- * well under 1% of a core. While it waits to sleep it spins, and yields
- * the CPU now and then (sched_yield) so that loops sharing a core take
- * turns; cfg.busy_poll spins for good instead, never yielding.
+ * well under 1% of a core; until then it spins. cfg.busy_poll spins for
+ * good instead.
  *
  * Lifetime: create the endpoint, then its protocols; destroy the protocols
  * (erma_rpc_destroy, erma_rma_destroy), then the endpoint.
@@ -57,8 +56,7 @@ struct erma_endpoint_cfg {
     uint32_t mtu;          /* Ethernet MTU, 576..9000; default 1500 */
     uint32_t rx_ring;      /* packets the receive queue holds; default 4096 */
     /* Once the loop finds nothing to do for this long it sleeps until a
-     * packet or the next timer; default 50 us. Until then it spins,
-     * yielding the CPU now and then. */
+     * packet or the next timer; default 50 us. Until then it spins. */
     uint64_t idle_wait_ns;
     /* Never sleep: poll the transport all the time (a whole core, the
      * lowest latency; latency benchmarks use it). */
