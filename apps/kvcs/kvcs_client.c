@@ -3,6 +3,7 @@
  *
  *   kvcs_client --uri URI --servers U1,U2,... [--replicas R] [--method read|rpc]
  *               [--ops N] [--keys K] [--depth D] [--cc-off] [--server-threads T]
+ *               [--connect-s S]
  *
  * Loads K keys (default 1000), then runs N ops (default 100000), D at a
  * time (default 32): 90% GETs of a random key, 10% PUTs of a new version of
@@ -14,7 +15,9 @@
  * failovers, median and p99 latency in microseconds, and on stderr the
  * first five failed ops, each replica's status and why it is marked down.
  * Exits 0 only when every op completed and wrong == 0. --server-threads T:
- * the servers run kvcs_server --threads T.
+ * the servers run kvcs_server --threads T. --connect-s S: how long the
+ * servers have to answer at the start (default 5 s; servers started just
+ * before, under a sanitizer on a busy machine, may need more).
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -248,7 +251,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: kvcs_client --uri URI --servers U1,U2,... [--replicas R] "
                     "[--method read|rpc] [--ops N] [--keys K] [--depth D] [--cc-off]\n"
-                    "                   [--server-threads T]\n");
+                    "                   [--server-threads T] [--connect-s S]\n");
     return 2;
 }
 
@@ -260,7 +263,8 @@ static int parse(int argc, char **argv, struct kvcs_client_cfg *cfg, struct prog
         {"replicas", required_argument, NULL, 'r'}, {"method", required_argument, NULL, 'm'},
         {"ops", required_argument, NULL, 'n'},     {"keys", required_argument, NULL, 'k'},
         {"depth", required_argument, NULL, 'd'},   {"cc-off", no_argument, NULL, 'c'},
-        {"server-threads", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
+        {"server-threads", required_argument, NULL, 't'},
+        {"connect-s", required_argument, NULL, 'C'},      {NULL, 0, NULL, 0}};
     for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         if (o == 'u')
             cfg->uri = optarg;
@@ -280,6 +284,8 @@ static int parse(int argc, char **argv, struct kvcs_client_cfg *cfg, struct prog
             cfg->cc_off = true;
         else if (o == 't')
             cfg->server_threads = (uint32_t)strtoul(optarg, NULL, 0);
+        else if (o == 'C')
+            cfg->connect_timeout_ns = strtoull(optarg, NULL, 0) * 1000000000ull;
         else
             return ERMA_EINVAL;
     }
