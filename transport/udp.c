@@ -8,9 +8,9 @@
  * such runs up as one buffer and a cmsg giving the segment size, which
  * rx_burst cuts into packets again; it is turned on by a receive of a
  * burst (GRO_AFTER packets) and off again after a quiet time
- * (OFFLOAD_QUIET_NS without a burst), so that
- * ping-pong traffic does not pay for it. The receive buffers are 64 KiB each for it (2 MiB a socket,
- * touched only as bulk arrives). ERMA_UDP_GSO=0 in the environment turns
+ * (OFFLOAD_QUIET_NS without a burst), so that ping-pong traffic does not
+ * pay for it. The receive buffers are 64 KiB each for it (2 MiB a
+ * socket, touched only as bulk arrives). ERMA_UDP_GSO=0 in the environment turns
  * both off, ERMA_UDP_GRO=0 the receive side only, ERMA_UDP_GRO=1 turns
  * the receive side on for good at once; a kernel without them runs
  * without.

@@ -88,7 +88,7 @@ void erma__udp_gro_on(struct udp *u)
  * again, as a lost packet is.) */
 static void gro_off(struct udp *u)
 {
-    const int off = 0, on = 1;
+    const int off = 0;
     uint8_t byte;
     if (setsockopt(u->fd, SOL_UDP, UDP_GRO, &off, sizeof off) != 0)
         return;
@@ -96,7 +96,7 @@ static void gro_off(struct udp *u)
         (errno == EAGAIN || errno == EWOULDBLOCK))
         u->gro = false;
     else /* something queued (or unknown): on again, until the next quiet time */
-        setsockopt(u->fd, SOL_UDP, UDP_GRO, &on, sizeof on);
+        erma__udp_gro_on(u);
 }
 
 /* A burst (GRO_AFTER packets in one receive: a queue formed, the loop is
