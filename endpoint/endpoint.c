@@ -1,9 +1,11 @@
 /* The endpoint: its transport queue, TX batch, clock, demultiplexer, loop
  * and idle wait, and the sim driver. */
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "erma/log.h"
 #include "erma/sim.h"
@@ -456,9 +458,53 @@ static void wait_paths(struct erma_endpoint *ep, uint64_t ns)
     ppoll(fds, n, &t, NULL);
 }
 
+/* The thread's run-queue wait in ns (schedstat's second field), or
+ * UINT64_MAX where the kernel does not tell it. */
+static uint64_t run_queue_ns(void)
+{
+    char buf[96];
+    const int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    const ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return UINT64_MAX;
+    buf[n] = 0;
+    char *end;
+    strtoull(buf, &end, 10); /* the time on the CPU */
+    const unsigned long long wait = strtoull(end, &end, 10);
+    return end > buf && (*end == ' ' || *end == '\n') ? (uint64_t)wait : UINT64_MAX;
+}
+
+/* The shared-core guard: every SHARE_CHECK_NS, a loop whose thread waited
+ * on the run queue for over an eighth of the time since the last look
+ * sleeps as soon as it is idle for the next SHARED_HOLD_NS. Only where the
+ * transport can sleep (udp); a kernel without schedstat turns it off. */
+#define SHARE_CHECK_NS 10000000ull
+#define SHARED_HOLD_NS 1000000000ull
+static void share_check(struct erma_endpoint *ep, uint64_t now)
+{
+    const uint64_t wait = ep->tr->ops->wait ? run_queue_ns() : UINT64_MAX;
+    if (wait == UINT64_MAX) {
+        ep->next_share_check = UINT64_MAX;
+        return;
+    }
+    const uint64_t wall = erma_mono_ns();
+    if (ep->share_wall && wall > ep->share_wall && wait >= ep->share_delay &&
+        (wait - ep->share_delay) * 8 > wall - ep->share_wall) {
+        ep->shared_until = now + SHARED_HOLD_NS;
+        ep->stats.shared_core++;
+    }
+    ep->share_wall = wall;
+    ep->share_delay = wait;
+    ep->next_share_check = now + SHARE_CHECK_NS;
+}
+
 static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
 {
     const uint64_t now = ep->now;
+    if (now >= ep->next_share_check)
+        share_check(ep, now);
     if (ep->ntx) { /* queued since the pass (by done(), say): never sleep on it */
         erma__ep_tx_flush(ep);
         ep->idle_since = now;
@@ -468,14 +514,17 @@ static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
         ep->idle_since = now;
         return;
     }
-    if (now - ep->idle_since < ep->cfg.idle_wait_ns)
+    const bool shared = now < ep->shared_until;
+    if (now - ep->idle_since < (shared ? 0 : ep->cfg.idle_wait_ns))
         return;
     uint64_t until = erma_endpoint_next_timer(ep);
     until = until < end ? until : end;
     if (until > now + ERMA_IDLE_SLEEP_MAX_NS)
         until = now + ERMA_IDLE_SLEEP_MAX_NS;
-    if (until > now)
+    if (until > now) {
+        ep->stats.shared_sleeps += shared && now - ep->idle_since < ep->cfg.idle_wait_ns;
         wait_paths(ep, until - now);
+    }
 }
 
 int erma_endpoint_run_until(struct erma_endpoint *ep, bool (*done)(void *ctx), void *ctx,

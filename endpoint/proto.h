@@ -61,6 +61,10 @@ struct erma_endpoint {
     bool in_pass;        /* run_once runs: protocols' packets wait for its flushes */
     bool lone_calls;     /* the application called alone between passes, lately */
     unsigned calls;      /* erma__ep_tx_send_now calls since the pass began */
+    /* The shared-core guard (endpoint.c, share_check): the next look at the
+     * thread's run-queue wait (ep->now), the monotonic time and the wait at
+     * the last look, and until when (ep->now) the loop sleeps at once. */
+    uint64_t next_share_check, share_wall, share_delay, shared_until;
     struct erma_endpoint_stats stats;
     struct erma_ep_proto protos[ERMA_EP_PROTOS];
     unsigned nprotos;

@@ -27,8 +27,10 @@
  * packet received counts, and so do the application's calls and queued
  * packets) it sleeps in the transport until a packet or the next timer
  * (stats.sleeps counts them), so an idle endpoint costs
- * well under 1% of a core; until then it spins. cfg.busy_poll spins for
- * good instead.
+ * well under 1% of a core; until then it spins. On a core that another
+ * thread wants too it sleeps at once (cfg.idle_wait_ns says when): a
+ * sleeper woken by a packet gets the core back at once, a spinner waits for
+ * the other's time slice. cfg.busy_poll spins for good instead.
  *
  * Lifetime: create the endpoint, then its protocols; destroy the protocols
  * (erma_rpc_destroy, erma_rma_destroy), then the endpoint.
@@ -56,7 +58,12 @@ struct erma_endpoint_cfg {
     uint32_t mtu;          /* Ethernet MTU, 576..9000; default 1500 */
     uint32_t rx_ring;      /* packets the receive queue holds; default 4096 */
     /* Once the loop finds nothing to do for this long it sleeps until a
-     * packet or the next timer; default 50 us. Until then it spins. */
+     * packet or the next timer; default 50 us. Until then it spins. A loop
+     * whose thread waited on the run queue for over an eighth of the time
+     * (another thread wants its core: a spinning loop would keep its packets
+     * waiting while that one runs) sleeps at once instead for the next
+     * second (udp; stats.shared_core, stats.shared_sleeps). The loop looks
+     * every 10 ms, at the thread's schedstat in /proc. */
     uint64_t idle_wait_ns;
     /* Never sleep: poll the transport all the time (a whole core, the
      * lowest latency; latency benchmarks use it). */
@@ -86,6 +93,8 @@ struct erma_endpoint_stats {
     uint64_t rx_no_proto; /* for a protocol not on this endpoint (one-sided ops at an
                              endpoint without erma_rma, say), dropped */
     uint64_t sleeps;      /* idle sleeps: passes found nothing to do for cfg.idle_wait_ns */
+    uint64_t shared_core; /* looks that found the loop's core shared (see idle_wait_ns) */
+    uint64_t shared_sleeps; /* of sleeps, those taken at once because the core was shared */
 };
 
 /* Opens endpoint thread_id of base_uri (see Addresses): "udp://HOST:PORT",
