@@ -476,12 +476,18 @@ static uint64_t run_queue_ns(void)
     return end > buf && (*end == ' ' || *end == '\n') ? (uint64_t)wait : UINT64_MAX;
 }
 
-/* The shared-core guard: every SHARE_CHECK_NS, a loop whose thread waited
- * on the run queue for over an eighth of the time since the last look
- * sleeps as soon as it is idle for the next SHARED_HOLD_NS. Only where the
- * transport can sleep (udp); a kernel without schedstat turns it off. */
+/* The shared-core guard: a loop whose thread waited on the run queue for
+ * over an eighth of the time in SHARE_WINDOWS looks in a row, SHARE_CHECK_NS
+ * apart (one window alone may be a blip: a kernel thread, a process
+ * exiting), spins at most SHARED_SPIN_NS once idle for the next
+ * SHARED_HOLD_NS: about two loopback round trips, so a ping-pong's answer
+ * still finds it awake, while a longer wait is left to the threads that
+ * share the core. Only where the transport can sleep (udp); no schedstat
+ * turns it off. */
 #define SHARE_CHECK_NS 10000000ull
+#define SHARE_WINDOWS 3
 #define SHARED_HOLD_NS 1000000000ull
+#define SHARED_SPIN_NS 10000ull
 static void share_check(struct erma_endpoint *ep, uint64_t now)
 {
     const uint64_t wait = ep->tr->ops->wait ? run_queue_ns() : UINT64_MAX;
@@ -490,8 +496,10 @@ static void share_check(struct erma_endpoint *ep, uint64_t now)
         return;
     }
     const uint64_t wall = erma_mono_ns();
-    if (ep->share_wall && wall > ep->share_wall && wait >= ep->share_delay &&
-        (wait - ep->share_delay) * 8 > wall - ep->share_wall) {
+    const bool waited = ep->share_wall && wall > ep->share_wall && wait >= ep->share_delay &&
+                        (wait - ep->share_delay) * 8 > wall - ep->share_wall;
+    ep->share_streak = waited ? ep->share_streak + 1 : 0;
+    if (ep->share_streak >= SHARE_WINDOWS) {
         ep->shared_until = now + SHARED_HOLD_NS;
         ep->stats.shared_core++;
     }
@@ -515,7 +523,9 @@ static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)
         return;
     }
     const bool shared = now < ep->shared_until;
-    if (now - ep->idle_since < (shared ? 0 : ep->cfg.idle_wait_ns))
+    const uint64_t spin = shared && SHARED_SPIN_NS < ep->cfg.idle_wait_ns ? SHARED_SPIN_NS
+                                                                          : ep->cfg.idle_wait_ns;
+    if (now - ep->idle_since < spin)
         return;
     uint64_t until = erma_endpoint_next_timer(ep);
     until = until < end ? until : end;

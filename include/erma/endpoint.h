@@ -28,7 +28,7 @@
  * packets) it sleeps in the transport until a packet or the next timer
  * (stats.sleeps counts them), so an idle endpoint costs
  * well under 1% of a core; until then it spins. On a core that another
- * thread wants too it sleeps at once (cfg.idle_wait_ns says when): a
+ * thread wants too it spins 10 us at most (cfg.idle_wait_ns says when): a
  * sleeper woken by a packet gets the core back at once, a spinner waits for
  * the other's time slice. cfg.busy_poll spins for good instead.
  *
@@ -60,10 +60,10 @@ struct erma_endpoint_cfg {
     /* Once the loop finds nothing to do for this long it sleeps until a
      * packet or the next timer; default 50 us. Until then it spins. A loop
      * whose thread waited on the run queue for over an eighth of the time
-     * (another thread wants its core: a spinning loop would keep its packets
-     * waiting while that one runs) sleeps at once instead for the next
-     * second (udp; stats.shared_core, stats.shared_sleeps). The loop looks
-     * every 10 ms, at the thread's schedstat in /proc. */
+     * in three looks 10 ms apart (another thread wants its core: a spinning
+     * loop would keep its packets waiting while that one runs) spins at
+     * most 10 us instead for the next second (udp; it reads the thread's
+     * schedstat in /proc; stats.shared_core, stats.shared_sleeps). */
     uint64_t idle_wait_ns;
     /* Never sleep: poll the transport all the time (a whole core, the
      * lowest latency; latency benchmarks use it). */
@@ -94,7 +94,7 @@ struct erma_endpoint_stats {
                              endpoint without erma_rma, say), dropped */
     uint64_t sleeps;      /* idle sleeps: passes found nothing to do for cfg.idle_wait_ns */
     uint64_t shared_core; /* looks that found the loop's core shared (see idle_wait_ns) */
-    uint64_t shared_sleeps; /* of sleeps, those taken at once because the core was shared */
+    uint64_t shared_sleeps; /* of sleeps, those taken before idle_wait_ns: the core was shared */
 };
 
 /* Opens endpoint thread_id of base_uri (see Addresses): "udp://HOST:PORT",
