@@ -63,8 +63,8 @@ struct erma_endpoint {
     unsigned calls;      /* erma__ep_tx_send_now calls since the pass began */
     /* The shared-core guard (endpoint.c, share_check): the next look at the
      * thread's run-queue wait (ep->now), the monotonic time and the wait at
-     * the last look, and until when (ep->now) the loop sleeps at once; the
-     * looks in a row that found the core shared. */
+     * the last look, and until when (ep->now) the loop spins SHARED_SPIN_NS
+     * at most; the looks in a row that found the core shared. */
     uint64_t next_share_check, share_wall, share_delay, shared_until;
     unsigned share_streak;
     struct erma_endpoint_stats stats;
