@@ -402,6 +402,7 @@ static void call_run_until(struct client *c, uint8_t type, uint32_t id)
 static void test_shared_core_sleeps_sooner(void **state)
 {
     (void)state;
+    start_server(0); /* before the pinning: the server must not inherit it */
     cpu_set_t all, one;
     const int cpu = sched_getcpu();
     assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
@@ -409,6 +410,7 @@ static void test_shared_core_sleeps_sooner(void **state)
     CPU_SET(cpu < 0 ? 0 : cpu, &one);
     if (cpu < 0 || sched_setaffinity(0, sizeof one, &one) != 0) {
         print_message("  skipped: cannot pin this thread to a CPU here\n");
+        kill_server();
         skip();
     }
     const pid_t hog = fork(); /* pinned to the same CPU, as its parent; */
@@ -419,7 +421,6 @@ static void test_shared_core_sleeps_sooner(void **state)
             ;
         _exit(0);
     }
-    start_server(0);
     struct client c;
     client_up(&c, NULL, NULL);
     c.sess = client_connect(&c);
