@@ -425,10 +425,11 @@ uint64_t erma_endpoint_next_timer(const struct erma_endpoint *ep)
     return t;
 }
 
-/* Once nothing happened for idle_wait_ns (and no protocol awaits what
- * would not wake it), sleeps until a packet, the next timer or end, at most
- * ERMA_IDLE_SLEEP_MAX_NS. Idleness carries over from
- * one run call to the next, so a loop of short runs sleeps as one long one. */
+/* Once nothing happened for idle_wait_ns, or SHARED_SPIN_NS on a shared
+ * core (share_check), and no protocol awaits what would not wake it,
+ * sleeps until a packet, the next timer or end, at most
+ * ERMA_IDLE_SLEEP_MAX_NS. Idleness carries over from one run call to the
+ * next, so a loop of short runs sleeps as one long one. */
 static bool awaits(const struct erma_endpoint *ep)
 {
     for (unsigned k = 0; k < ep->nprotos; k++)

@@ -92,7 +92,8 @@ struct erma_endpoint_stats {
     uint64_t rx_bad;     /* a malformed header */
     uint64_t rx_no_proto; /* for a protocol not on this endpoint (one-sided ops at an
                              endpoint without erma_rma, say), dropped */
-    uint64_t sleeps;      /* idle sleeps: passes found nothing to do for cfg.idle_wait_ns */
+    uint64_t sleeps;      /* idle sleeps: passes found nothing to do for cfg.idle_wait_ns
+                             (10 us on a shared core: shared_sleeps) */
     uint64_t shared_core; /* looks that found the loop's core shared (see idle_wait_ns) */
     uint64_t shared_sleeps; /* of sleeps, those taken before idle_wait_ns: the core was shared */
 };

@@ -334,6 +334,22 @@ static void test_idle_server_sleeps(void **state)
 
 static bool call_done(void *ctx);
 
+/* One call of type on c's session, by erma_endpoint_run_until (whose idle
+ * wait is what the guard below changes); the answer checked. */
+static void call_run_until(struct client *c, uint8_t type, uint32_t id)
+{
+    struct call k = {0};
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, REQ_HDR, &k.req), ERMA_OK);
+    assert_int_equal(erma_msgbuf_alloc(c->rpc, 64, &k.resp), ERMA_OK);
+    fill_req(&k.req, id, 32);
+    assert_int_equal(erma_rpc_call(c->rpc, c->sess, type, &k.req, &k.resp, on_call, &k), ERMA_OK);
+    assert_int_equal(erma_endpoint_run_until(c->ep, call_done, &k, 5000000000ull), ERMA_OK);
+    assert_int_equal(k.status, ERMA_OK);
+    assert_int_equal(check_resp(&k.resp, id, 32), 0);
+    erma_msgbuf_free(c->rpc, &k.req);
+    erma_msgbuf_free(c->rpc, &k.resp);
+}
+
 /* An endpoint with the default idle sleep keeps spinning while it awaits
  * an answer and just after it, and sleeps once idle_wait_ns passed: a call made after a quiet spell counts as
  * work, and so does the answer that ends run_until on done(). (Both were
@@ -352,21 +368,12 @@ static void test_no_sleep_while_awaiting(void **state)
         usleep(150000); /* a quiet spell longer than idle_wait_ns */
         struct erma_endpoint_stats before, after;
         erma_endpoint_get_stats(c.ep, &before);
-        struct call k = {0};
-        assert_int_equal(erma_msgbuf_alloc(c.rpc, REQ_HDR, &k.req), ERMA_OK);
-        assert_int_equal(erma_msgbuf_alloc(c.rpc, 64, &k.resp), ERMA_OK);
-        fill_req(&k.req, (uint32_t)i, 32);
-        assert_int_equal(erma_rpc_call(c.rpc, c.sess, ECHO, &k.req, &k.resp, on_call, &k),
-                         ERMA_OK);
-        assert_int_equal(erma_endpoint_run_until(c.ep, call_done, &k, 5000000000ull), ERMA_OK);
-        assert_int_equal(k.status, ERMA_OK);
+        call_run_until(&c, ECHO, (uint32_t)i);
         assert_int_equal(erma_endpoint_run_until(c.ep, NULL, NULL, 2000000), ERMA_ETIMEDOUT);
         erma_endpoint_get_stats(c.ep, &after);
-        /* (beside CPU hogs the shared-core guard may sleep at once: those
+        /* (beside CPU hogs the shared-core guard may sleep early: those
          * sleeps are counted apart) */
         assert_int_equal(after.sleeps - after.shared_sleeps, before.sleeps - before.shared_sleeps);
-        erma_msgbuf_free(c.rpc, &k.req);
-        erma_msgbuf_free(c.rpc, &k.resp);
     }
     struct erma_endpoint_stats before, after; /* and it still sleeps once idle */
     erma_endpoint_get_stats(c.ep, &before);
@@ -375,22 +382,6 @@ static void test_no_sleep_while_awaiting(void **state)
     assert_true(after.sleeps > before.sleeps);
     client_down(&c);
     kill_server();
-}
-
-/* One call of type on c's session, by erma_endpoint_run_until (whose idle
- * wait is what the guard below changes); the answer checked. */
-static void call_run_until(struct client *c, uint8_t type, uint32_t id)
-{
-    struct call k = {0};
-    assert_int_equal(erma_msgbuf_alloc(c->rpc, REQ_HDR, &k.req), ERMA_OK);
-    assert_int_equal(erma_msgbuf_alloc(c->rpc, 64, &k.resp), ERMA_OK);
-    fill_req(&k.req, id, 32);
-    assert_int_equal(erma_rpc_call(c->rpc, c->sess, type, &k.req, &k.resp, on_call, &k), ERMA_OK);
-    assert_int_equal(erma_endpoint_run_until(c->ep, call_done, &k, 5000000000ull), ERMA_OK);
-    assert_int_equal(k.status, ERMA_OK);
-    assert_int_equal(check_resp(&k.resp, id, 32), 0);
-    erma_msgbuf_free(c->rpc, &k.req);
-    erma_msgbuf_free(c->rpc, &k.resp);
 }
 
 /* A default client whose thread shares its core with a spinning process
