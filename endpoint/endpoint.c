@@ -1,5 +1,6 @@
 /* The endpoint: its transport queue, TX batch, clock, demultiplexer, loop
  * and idle wait, and the sim driver. */
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -459,43 +460,63 @@ static void wait_paths(struct erma_endpoint *ep, uint64_t ns)
     ppoll(fds, n, &t, NULL);
 }
 
-/* The thread's run-queue wait in ns (schedstat's second field), or
- * UINT64_MAX where the kernel does not tell it. */
-static uint64_t run_queue_ns(void)
+/* The calling thread's run-queue wait in ns (schedstat's second field)
+ * into *wait: 1; 0 where this look failed but a later one may not (no file
+ * descriptor left, say); -1 where the kernel does not tell it (no
+ * schedstat, or not ours to read). Opened at each look, 10 ms apart, so
+ * that an endpoint holds no descriptor and reads the thread that calls. */
+static int run_queue_ns(uint64_t *wait)
 {
     char buf[96];
     const int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-    const ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0)
-        close(fd);
+    if (fd < 0)
+        return errno == ENOENT || errno == EACCES || errno == EPERM ? -1 : 0;
+    const ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
     if (n <= 0)
-        return UINT64_MAX;
+        return n < 0 && errno == EINTR ? 0 : -1;
     buf[n] = 0;
     char *end;
     strtoull(buf, &end, 10); /* the time on the CPU */
-    const unsigned long long wait = strtoull(end, &end, 10);
-    return end > buf && (*end == ' ' || *end == '\n') ? (uint64_t)wait : UINT64_MAX;
+    const char *field = end;
+    *wait = strtoull(field, &end, 10);
+    return end > field && (*end == ' ' || *end == '\n') ? 1 : -1;
 }
 
 /* The shared-core guard: a loop whose thread waited on the run queue for
  * over an eighth of the time in SHARE_WINDOWS looks in a row, SHARE_CHECK_NS
  * apart (one window alone may be a blip: a kernel thread, a process
- * exiting), spins at most SHARED_SPIN_NS once idle for the next
- * SHARED_HOLD_NS: about two loopback round trips, so a ping-pong's answer
- * still finds it awake, while a longer wait is left to the threads that
- * share the core. Only where the transport can sleep (udp); no schedstat
- * turns it off. */
+ * exiting), spins at most SHARED_SPIN_NS once idle until SHARED_HOLD_NS
+ * after the last such look (each look of the streak extends it): about two
+ * loopback round trips, so a ping-pong's answer still finds it awake,
+ * while a longer wait is left to the threads that share the core. Only
+ * where the transport can sleep (udp: cfg.busy_poll is the way to spin for
+ * good); no schedstat turns it off. The looks' intervals are measured on
+ * the monotonic clock, which the kernel's wait is in; the hold is on the
+ * loop's clock, which idle_wait compares. An endpoint run by another thread
+ * than at the last look starts over. */
 #define SHARE_CHECK_NS 10000000ull
 #define SHARE_WINDOWS 3
 #define SHARED_HOLD_NS 1000000000ull
 #define SHARED_SPIN_NS 10000ull
 static void share_check(struct erma_endpoint *ep, uint64_t now)
 {
-    const uint64_t wait = ep->tr->ops->wait ? run_queue_ns() : UINT64_MAX;
-    if (wait == UINT64_MAX) {
+    uint64_t wait = 0;
+    const int got = ep->tr->ops->wait ? run_queue_ns(&wait) : -1;
+    if (got < 0) {
         ep->next_share_check = UINT64_MAX;
         return;
     }
+    ep->next_share_check = now + SHARE_CHECK_NS;
+    if (got == 0)
+        return;
+    const pthread_t self = pthread_self();
+    if (ep->share_wall && !pthread_equal(self, ep->share_thread)) {
+        ep->share_wall = 0;
+        ep->share_streak = 0;
+        ep->shared_until = 0;
+    }
+    ep->share_thread = self;
     const uint64_t wall = erma_mono_ns();
     const bool waited = ep->share_wall && wall > ep->share_wall && wait >= ep->share_delay &&
                         (wait - ep->share_delay) * 8 > wall - ep->share_wall;
@@ -506,7 +527,6 @@ static void share_check(struct erma_endpoint *ep, uint64_t now)
     }
     ep->share_wall = wall;
     ep->share_delay = wait;
-    ep->next_share_check = now + SHARE_CHECK_NS;
 }
 
 static void idle_wait(struct erma_endpoint *ep, int work, uint64_t end)

@@ -10,6 +10,8 @@
 #ifndef ERMA_ENDPOINT_PROTO_H
 #define ERMA_ENDPOINT_PROTO_H
 
+#include <pthread.h>
+
 #include "erma/clock.h"
 #include "erma/endpoint.h"
 #include "erma/sdk/pool.h"
@@ -63,9 +65,11 @@ struct erma_endpoint {
     unsigned calls;      /* erma__ep_tx_send_now calls since the pass began */
     /* The shared-core guard (endpoint.c, share_check): the next look at the
      * thread's run-queue wait (ep->now), the monotonic time and the wait at
-     * the last look, and until when (ep->now) the loop spins SHARED_SPIN_NS
-     * at most; the looks in a row that found the core shared. */
+     * the last look and the thread that looked, until when (ep->now) the
+     * loop spins SHARED_SPIN_NS at most; the looks in a row that found the
+     * core shared. */
     uint64_t next_share_check, share_wall, share_delay, shared_until;
+    pthread_t share_thread;
     unsigned share_streak;
     struct erma_endpoint_stats stats;
     struct erma_ep_proto protos[ERMA_EP_PROTOS];

@@ -62,8 +62,9 @@ struct erma_endpoint_cfg {
      * whose thread waited on the run queue for over an eighth of the time
      * in three looks 10 ms apart (another thread wants its core: a spinning
      * loop would keep its packets waiting while that one runs) spins at
-     * most 10 us instead for the next second (udp; it reads the thread's
-     * schedstat in /proc; stats.shared_core, stats.shared_sleeps). */
+     * most 10 us instead until a second after the last such look (udp
+     * only; it reads the thread's schedstat in /proc and turns itself off
+     * where that is missing; stats.shared_core, stats.shared_sleeps). */
     uint64_t idle_wait_ns;
     /* Never sleep: poll the transport all the time (a whole core, the
      * lowest latency; latency benchmarks use it). */

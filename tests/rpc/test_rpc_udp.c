@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -384,6 +385,45 @@ static void test_no_sleep_while_awaiting(void **state)
     kill_server();
 }
 
+/* test_shared_core_sleeps_sooner's hog and pinning, undone by its
+ * teardown even when an assertion ends the test early. */
+static pid_t hog_pid = -1;
+static cpu_set_t hog_all;
+static bool hog_pinned;
+
+static int shared_core_teardown(void **state)
+{
+    (void)state;
+    if (hog_pid > 0) {
+        kill(hog_pid, SIGKILL);
+        waitpid(hog_pid, NULL, 0);
+        hog_pid = -1;
+    }
+    if (hog_pinned && sched_setaffinity(0, sizeof hog_all, &hog_all) != 0)
+        fprintf(stderr, "  teardown: could not unpin this thread\n");
+    hog_pinned = false;
+    if (server_pid > 0)
+        kill_server();
+    return 0;
+}
+
+/* A process that spins on the caller's CPU for 15 s at most, and dies with
+ * the test process should anything else leave it behind. */
+static void start_hog(void)
+{
+    const pid_t parent = getpid();
+    hog_pid = fork(); /* pinned to the same CPU, as its parent */
+    assert_true(hog_pid >= 0);
+    if (hog_pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(0);
+        const uint64_t stop = erma_now_ns() + 15000000000ull;
+        while (erma_now_ns() < stop)
+            ;
+        _exit(0);
+    }
+}
+
 /* A default client whose thread shares its core with a spinning process
  * finds it (the run-queue wait, while it spins through back-to-back
  * echoes, for up to 10 s) and for the next second sleeps 10 us after its
@@ -394,24 +434,17 @@ static void test_shared_core_sleeps_sooner(void **state)
 {
     (void)state;
     start_server(0); /* before the pinning: the server must not inherit it */
-    cpu_set_t all, one;
+    cpu_set_t one;
     const int cpu = sched_getcpu();
-    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    assert_int_equal(sched_getaffinity(0, sizeof hog_all, &hog_all), 0);
     CPU_ZERO(&one);
     CPU_SET(cpu < 0 ? 0 : cpu, &one);
     if (cpu < 0 || sched_setaffinity(0, sizeof one, &one) != 0) {
         print_message("  skipped: cannot pin this thread to a CPU here\n");
-        kill_server();
-        skip();
+        skip(); /* the teardown stops the server */
     }
-    const pid_t hog = fork(); /* pinned to the same CPU, as its parent; */
-    assert_true(hog >= 0);
-    if (hog == 0) { /* 15 s at most, should an assert leave it behind */
-        const uint64_t stop = erma_now_ns() + 15000000000ull;
-        while (erma_now_ns() < stop)
-            ;
-        _exit(0);
-    }
+    hog_pinned = true;
+    start_hog();
     struct client c;
     client_up(&c, NULL, NULL);
     c.sess = client_connect(&c);
@@ -425,11 +458,7 @@ static void test_shared_core_sleeps_sooner(void **state)
     for (uint32_t i = 0; i < 20; i++)
         call_run_until(&c, SLOW_WORKER, calls + i);
     erma_endpoint_get_stats(c.ep, &after);
-    kill(hog, SIGKILL);
-    waitpid(hog, NULL, 0);
-    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
     client_down(&c);
-    kill_server();
     print_message("  beside a spinning process on CPU %d the core was found shared after %u "
                   "echoes; then 20 worker echoes slept early %llu times\n",
                   cpu, calls, (unsigned long long)(after.shared_sleeps - found.shared_sleeps));
@@ -1188,7 +1217,7 @@ int main(void)
         cmocka_unit_test(test_sizes_dispatch_and_worker),
         cmocka_unit_test(test_idle_server_sleeps),
         cmocka_unit_test(test_no_sleep_while_awaiting),
-        cmocka_unit_test(test_shared_core_sleeps_sooner),
+        cmocka_unit_test_teardown(test_shared_core_sleeps_sooner, shared_core_teardown),
         cmocka_unit_test(test_many_with_loss),
         cmocka_unit_test(test_server_killed_and_restarted),
         cmocka_unit_test(test_reconnect_across_restart),
