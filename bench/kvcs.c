@@ -58,7 +58,9 @@
  * always are (the fair comparison; erma_nexus_cfg.psk).
  *
  * A GET whose value differs from what the loader PUT counts as wrong and
- * ends the run (exit 1); failed GETs (every replica timed out, say) are
+ * ends the run (exit 1); stderr names the method, the replica that
+ * answered and the key whose value it was (each value starts with its
+ * key's number). Failed GETs (every replica timed out, say) are
  * counted and named on stderr, and the run goes on.
  *
  * The servers sleep in their sockets once idle for --idle-wait-us

@@ -18,6 +18,7 @@ struct pending {
     struct run *r;
     uint64_t arrival_ns;
     uint32_t key;
+    enum kvcs_method meth; /* the phase's, when the GET began */
 };
 
 static void key_of(uint32_t k, char out[16])
@@ -25,10 +26,31 @@ static void key_of(uint32_t k, char out[16])
     snprintf(out, 16, "key%08u", k);
 }
 
+/* Key k's value: the key number in its first 4 bytes (fewer in a shorter
+ * value), so that a wrong value names the key it belongs to, then a
+ * pattern of k. */
 static void value_of(uint32_t k, uint32_t len, uint8_t *out)
 {
     for (uint32_t i = 0; i < len; i++)
-        out[i] = (uint8_t)(k * 31 + i);
+        out[i] = i < 4 ? (uint8_t)(k >> 8 * i) : (uint8_t)(k * 31 + i);
+}
+
+/* Says what a wrong value was: whose key's bytes it holds, its length,
+ * and which replica answered by which method. */
+static void report_wrong(const struct pending *p, const uint8_t *val, uint32_t vlen)
+{
+    const struct run *r = p->r;
+    char k[16];
+    key_of(p->key, k);
+    uint32_t claims = 0;
+    for (uint32_t i = 0; i < 4 && i < vlen; i++)
+        claims |= (uint32_t)val[i] << 8 * i;
+    struct kvcs_op_info info;
+    const bool have = kvcs_op_info(r->c, &info) == ERMA_OK;
+    fprintf(stderr, "kvcs: GET %s by %s: wrong value (%u B, %u B expected; its first bytes "
+                    "name key %u), answered by replica %d\n",
+            k, p->meth == KVCS_READ ? "read" : "rpc", vlen, r->o->value, claims,
+            have && info.answered != UINT32_MAX ? (int)info.answered : -1);
 }
 
 /* Room for k more latencies in bin b. */
@@ -73,10 +95,7 @@ static void on_get(void *tag, int status, const uint8_t *val, uint32_t vlen)
     if (!bad) {
         value_of(p->key, r->o->value, want);
         if (vlen != r->o->value || memcmp(val, want, vlen) != 0) {
-            char k[16];
-            key_of(p->key, k);
-            fprintf(stderr, "kvcs: GET %s: wrong value (%u B, %u B expected)\n", k, vlen,
-                    r->o->value);
+            report_wrong(p, val, vlen);
             r->wrong++;
         }
     } else {
@@ -132,7 +151,7 @@ static int put_key(struct run *r, uint32_t key)
     struct pending *p = malloc(sizeof *p);
     if (!p)
         return ERMA_ENOMEM;
-    *p = (struct pending){r, 0, key};
+    *p = (struct pending){r, 0, key, r->meth};
     key_of(key, k);
     value_of(key, r->o->value, v);
     const int rc = kvcs_put(r->c, k, (uint32_t)strlen(k), v, r->o->value, on_put, p);
@@ -270,7 +289,7 @@ static void drive(struct run *r, double load, double seconds, double kill_at, pi
             struct pending *p = malloc(sizeof *p);
             if (!p)
                 break;
-            *p = (struct pending){r, next, (uint32_t)erma_rand_below(&rng, r->o->keys)};
+            *p = (struct pending){r, next, (uint32_t)erma_rand_below(&rng, r->o->keys), r->meth};
             char k[16];
             key_of(p->key, k);
             if (kvcs_get(r->c, k, (uint32_t)strlen(k), on_get, p) != ERMA_OK) {
@@ -326,7 +345,7 @@ static void drive_closed(struct run *r, double seconds)
             struct pending *p = malloc(sizeof *p);
             if (!p)
                 break;
-            *p = (struct pending){r, now, (uint32_t)erma_rand_below(&rng, r->o->keys)};
+            *p = (struct pending){r, now, (uint32_t)erma_rand_below(&rng, r->o->keys), r->meth};
             char k[16];
             key_of(p->key, k);
             if (kvcs_get(r->c, k, (uint32_t)strlen(k), on_get, p) != ERMA_OK)
@@ -382,6 +401,7 @@ static int phase_side(void *ctx, unsigned t, struct bench_gate *start,
     }
     run_reset(r);
     r->timeline = ph->timeline;
+    r->meth = ph->meth;
     kvcs_client_set_method(r->c, ph->meth);
     bench_gate_wait(start);
     if (ph->kind == PHASE_WARM)

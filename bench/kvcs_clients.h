@@ -52,6 +52,7 @@ struct run {
     uint32_t bin_n[MAX_BINS], bin_cap[MAX_BINS];
     uint32_t bin_failed[MAX_BINS];
     bool timeline;
+    enum kvcs_method meth; /* the phase's */
     const pid_t *pids; /* the forked servers (none: 0), for their CPU time */
 };
 
