@@ -3,12 +3,14 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -390,6 +392,31 @@ static void test_no_sleep_while_awaiting(void **state)
 static pid_t hog_pid = -1;
 static cpu_set_t hog_all;
 static bool hog_pinned;
+static struct rlimit fds_saved;
+static bool fds_starved;
+
+/* No new file descriptor for this process (the soft limit at the lowest
+ * free one) until fds_restore(); false where that cannot be done. */
+static bool fds_starve(void)
+{
+    const int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (lowest < 0 || getrlimit(RLIMIT_NOFILE, &fds_saved) != 0) {
+        if (lowest >= 0)
+            close(lowest);
+        return false;
+    }
+    close(lowest);
+    const struct rlimit starved = {(rlim_t)lowest, fds_saved.rlim_max};
+    fds_starved = setrlimit(RLIMIT_NOFILE, &starved) == 0;
+    return fds_starved;
+}
+
+static void fds_restore(void)
+{
+    if (fds_starved && setrlimit(RLIMIT_NOFILE, &fds_saved) != 0)
+        fprintf(stderr, "  could not restore the file descriptor limit\n");
+    fds_starved = false;
+}
 
 static int shared_core_teardown(void **state)
 {
@@ -402,6 +429,7 @@ static int shared_core_teardown(void **state)
     if (hog_pinned && sched_setaffinity(0, sizeof hog_all, &hog_all) != 0)
         fprintf(stderr, "  teardown: could not unpin this thread\n");
     hog_pinned = false;
+    fds_restore();
     if (server_pid > 0)
         kill_server();
     return 0;
@@ -429,7 +457,9 @@ static void start_hog(void)
  * echoes, for up to 10 s) and for the next second sleeps 10 us after its
  * last work instead of 50: woken by the answer it gets the core back at
  * once, where spinning it would wait out the other's time slice. Then 20
- * calls of a 1 ms worker echo each sleep early (half of them, at least). */
+ * calls of a 1 ms worker echo each sleep early (half of them, at least).
+ * For its first 50 ms the process can open no file, so that its looks at
+ * schedstat fail: they are tried again, and find the core shared later. */
 static void test_shared_core_sleeps_sooner(void **state)
 {
     (void)state;
@@ -450,6 +480,16 @@ static void test_shared_core_sleeps_sooner(void **state)
     c.sess = client_connect(&c);
     struct erma_endpoint_stats found = {0}, after;
     uint32_t calls = 0;
+    if (fds_starve()) {
+        const uint64_t starved_until = erma_now_ns() + 50000000ull;
+        while (erma_now_ns() < starved_until)
+            call_run_until(&c, ECHO, calls++);
+        fds_restore();
+        erma_endpoint_get_stats(c.ep, &found);
+        assert_int_equal(found.shared_core, 0); /* no look could read schedstat */
+    } else {
+        print_message("  (cannot lower the file descriptor limit here: no failed looks)\n");
+    }
     const uint64_t end = erma_now_ns() + 10000000000ull;
     while (found.shared_core == 0 && erma_now_ns() < end) {
         call_run_until(&c, ECHO, calls++);
