@@ -411,28 +411,36 @@ static bool fds_starve(void)
     return fds_starved;
 }
 
-static void fds_restore(void)
+/* 0, or -1 when the limit could not be put back. */
+static int fds_restore(void)
 {
-    if (fds_starved && setrlimit(RLIMIT_NOFILE, &fds_saved) != 0)
+    const int rc = fds_starved && setrlimit(RLIMIT_NOFILE, &fds_saved) != 0 ? -1 : 0;
+    if (rc)
         fprintf(stderr, "  could not restore the file descriptor limit\n");
     fds_starved = false;
+    return rc;
 }
 
+/* Fails the test (non-zero) when the thread cannot be unpinned or the
+ * limit put back, as the test's own assertions did before it had one. */
 static int shared_core_teardown(void **state)
 {
     (void)state;
+    int rc = 0;
     if (hog_pid > 0) {
         kill(hog_pid, SIGKILL);
         waitpid(hog_pid, NULL, 0);
         hog_pid = -1;
     }
-    if (hog_pinned && sched_setaffinity(0, sizeof hog_all, &hog_all) != 0)
+    if (hog_pinned && sched_setaffinity(0, sizeof hog_all, &hog_all) != 0) {
         fprintf(stderr, "  teardown: could not unpin this thread\n");
+        rc = -1;
+    }
     hog_pinned = false;
-    fds_restore();
+    rc |= fds_restore();
     if (server_pid > 0)
         kill_server();
-    return 0;
+    return rc;
 }
 
 /* A process that spins on the caller's CPU for 15 s at most, and dies with
@@ -484,7 +492,7 @@ static void test_shared_core_sleeps_sooner(void **state)
         const uint64_t starved_until = erma_now_ns() + 50000000ull;
         while (erma_now_ns() < starved_until)
             call_run_until(&c, ECHO, calls++);
-        fds_restore();
+        assert_int_equal(fds_restore(), 0);
         erma_endpoint_get_stats(c.ep, &found);
         assert_int_equal(found.shared_core, 0); /* no look could read schedstat */
     } else {
