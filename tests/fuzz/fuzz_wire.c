@@ -7,10 +7,11 @@
  *      every prefix of up to 24 bytes (it must read nothing past len:
  *      each prefix is its own exact-size heap copy, which ASan watches).
  *      An accepted header re-encodes to exactly its 16 bytes, and check
- *      accepts exactly what docs/PROTOCOL.md says (length, magic, zero
- *      reserved bits, proto 1..3, msg_size <= 8 MiB).
+ *      accepts exactly what docs/PROTOCOL.md says (length, magic, proto
+ *      1..3, msg_size <= 8 MiB, a host_delay only in an RPC CR or RESP or
+ *      a one-sided packet).
  *   2. as raw header bytes: decode then encode gives the same word 0 and
- *      the same word 1 with the magic set and the reserved bits cleared;
+ *      the same word 1 with the magic set;
  *      decoding that again gives the same fields.
  *   3. as field values: a struct erma_hdr filled from the first 19 bytes
  *      (values wider than their wire fields included) encodes to fields
@@ -58,7 +59,8 @@ static bool valid_by_spec(const uint8_t *p, size_t len)
     const uint64_t w0 = word(p), w1 = word(p + 8);
     const uint64_t msg_size = (w0 >> 8) & 0xffffff, magic = (w1 >> 44) & 0xf;
     const uint64_t proto = (w1 >> 48) & 0xf, delay = w1 >> 52, pkt_type = (w0 >> 48) & 3;
-    const bool answer = proto == ERMA_PROTO_RPC && (pkt_type == ERMA_PKT_CR || pkt_type == ERMA_PKT_RESP);
+    const bool answer = proto == ERMA_PROTO_RMA ||
+                        (proto == ERMA_PROTO_RPC && (pkt_type == ERMA_PKT_CR || pkt_type == ERMA_PKT_RESP));
     return magic == ERMA_HDR_MAGIC && (delay == 0 || answer) && proto >= 1 && proto <= 3 &&
            msg_size <= ERMA_MAX_MSG_SIZE;
 }
