@@ -16,9 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench.h"
+#include "erma/clock.h"
 
 static const char usage[] =
     "usage: aead [options]\n"
@@ -43,13 +43,6 @@ struct aead_cfg {
     uint8_t ad[MAX_AD];
     size_t adlen;
 };
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void seal(const struct aead_cfg *a, const uint8_t *n, const uint8_t *m, size_t len,
                  uint8_t *c, uint8_t *tag)
@@ -81,8 +74,8 @@ static double run(const struct aead_cfg *a, bool opening, size_t len, double sec
     randombytes_buf(m, len);
     seal(a, n, m, len, c, tag);
     uint64_t calls = 0;
-    const double t0 = now_s();
-    double t = t0;
+    const uint64_t t0 = erma_now_ns(), end = t0 + (uint64_t)(seconds * 1e9);
+    uint64_t t = t0;
     do {
         for (int i = 0; i < 64; i++, calls++) {
             if (!opening) {
@@ -93,9 +86,9 @@ static double run(const struct aead_cfg *a, bool opening, size_t len, double sec
                 exit(1);
             }
         }
-        t = now_s();
-    } while (t - t0 < seconds);
-    return (t - t0) * 1e9 / (double)calls;
+        t = erma_now_ns();
+    } while (t < end);
+    return (double)(t - t0) / (double)calls;
 }
 
 int main(int argc, char **argv)
