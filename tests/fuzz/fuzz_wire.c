@@ -51,6 +51,14 @@ static bool hdr_eq(const struct erma_hdr *a, const struct erma_hdr *b)
            a->host_delay == b->host_delay;
 }
 
+/* Which packets docs/PROTOCOL.md lets carry a host_delay: an RPC credit
+ * return or response, or any one-sided packet. */
+static bool may_delay(uint64_t proto, uint64_t pkt_type)
+{
+    return proto == ERMA_PROTO_RMA ||
+           (proto == ERMA_PROTO_RPC && (pkt_type == ERMA_PKT_CR || pkt_type == ERMA_PKT_RESP));
+}
+
 /* What docs/PROTOCOL.md says erma_hdr_check() accepts. */
 static bool valid_by_spec(const uint8_t *p, size_t len)
 {
@@ -59,10 +67,8 @@ static bool valid_by_spec(const uint8_t *p, size_t len)
     const uint64_t w0 = word(p), w1 = word(p + 8);
     const uint64_t msg_size = (w0 >> 8) & 0xffffff, magic = (w1 >> 44) & 0xf;
     const uint64_t proto = (w1 >> 48) & 0xf, delay = w1 >> 52, pkt_type = (w0 >> 48) & 3;
-    const bool answer = proto == ERMA_PROTO_RMA ||
-                        (proto == ERMA_PROTO_RPC && (pkt_type == ERMA_PKT_CR || pkt_type == ERMA_PKT_RESP));
-    return magic == ERMA_HDR_MAGIC && (delay == 0 || answer) && proto >= 1 && proto <= 3 &&
-           msg_size <= ERMA_MAX_MSG_SIZE;
+    return magic == ERMA_HDR_MAGIC && (delay == 0 || may_delay(proto, pkt_type)) &&
+           proto >= 1 && proto <= 3 && msg_size <= ERMA_MAX_MSG_SIZE;
 }
 
 static void check_received(const uint8_t *data, size_t size)
@@ -128,11 +134,8 @@ static void check_fields(const uint8_t *data, size_t size)
     erma_hdr_encode(&h, enc);
     erma_hdr_decode(enc, &got);
     FUZZ_CHECK(hdr_eq(&got, &want), "fields masked to their widths");
-    const bool answer = want.proto == ERMA_PROTO_RMA ||
-                        (want.proto == ERMA_PROTO_RPC &&
-                         (want.pkt_type == ERMA_PKT_CR || want.pkt_type == ERMA_PKT_RESP));
     const bool ok = want.proto >= 1 && want.proto <= 3 && want.msg_size <= ERMA_MAX_MSG_SIZE &&
-                    (want.host_delay == 0 || answer);
+                    (want.host_delay == 0 || may_delay(want.proto, want.pkt_type));
     const int rc = erma_hdr_check(enc, sizeof enc, &checked);
     FUZZ_CHECK((rc == ERMA_OK) == ok, "check of an encoded header: %d", rc);
     FUZZ_CHECK(rc != ERMA_OK || hdr_eq(&checked, &want), "check decodes the fields");
