@@ -95,17 +95,30 @@ int kv_reader_cache(struct kv_reader *r, uint32_t entries)
     return ERMA_OK;
 }
 
-/* FNV-1a over the table's identity and the key; never 0. */
+/* The table's identity (peer, region, key generation) and the key hashed
+ * a word at a time (a GET computes it twice, kv_reader_prefetch() and
+ * kv_rget(); bytewise FNV-1a was 0.6% of a loaded client's time), mixed
+ * by MurmurHash3's finalizer; never 0. */
 static uint64_t loc_tag(const struct kv_remote *rm, const void *key, uint32_t klen)
 {
-    const uint64_t prime = 1099511628211ull;
-    uint64_t h = 14695981039346656037ull;
-    const uint64_t id[3] = {(uint64_t)(uint32_t)rm->peer, rm->rkey.region, rm->rkey.key_gen};
-    for (int i = 0; i < 3; i++)
-        h = (h ^ id[i]) * prime;
-    for (uint32_t i = 0; i < klen; i++)
-        h = (h ^ ((const uint8_t *)key)[i]) * prime;
-    return h | 1;
+    const uint64_t k = 0x9e3779b97f4a7c15ull;
+    const uint8_t *p = key;
+    uint64_t h = ((uint64_t)(uint32_t)rm->peer << 32 | klen) * k;
+    h = (h ^ ((uint64_t)rm->rkey.region << 32 | rm->rkey.key_gen)) * k;
+    uint32_t i = 0;
+    for (; i + 8 <= klen; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * k;
+    }
+    if (i < klen) {
+        uint64_t w = 0;
+        memcpy(&w, p + i, klen - i);
+        h = (h ^ w) * k;
+    }
+    h = (h ^ h >> 33) * 0xff51afd7ed558ccdull;
+    h = (h ^ h >> 33) * 0xc4ceb9fe1a85ec53ull;
+    return (h ^ h >> 33) | 1;
 }
 
 /* Two-way: a tag's entry is one of the pair at its index (its own when
@@ -116,6 +129,15 @@ static struct loc *loc_of(const struct kv_reader *r, uint64_t tag)
     if (l[0].tag == tag || (l[1].tag != tag && (l[0].tag == 0 || (l[1].tag && tag & 2))))
         return &l[0];
     return &l[1];
+}
+
+void kv_reader_prefetch(const struct kv_reader *r, const struct kv_remote *remote,
+                        const void *key, uint32_t klen)
+{
+    if (!r || !r->locs || !remote || !key || klen > MAX_KEY)
+        return;
+    const uint64_t tag = loc_tag(remote, key, klen);
+    __builtin_prefetch(&r->locs[(tag ^ tag >> 32) & (r->nlocs - 2)]);
 }
 
 void kv_reader_get_stats(const struct kv_reader *r, struct kv_reader_stats *out)

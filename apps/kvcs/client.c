@@ -425,6 +425,8 @@ static int new_op(struct kvcs_client *c, enum kind kind, const void *key, uint32
     const uint32_t t = c->cfg.server_threads > 1 ? thread_of(key, klen, c->cfg.server_threads) : 0;
     for (uint32_t i = 0; i < op->nrep; i++)
         op->rep[i] = op->rep[i] * c->cfg.server_threads + t;
+    if (kind == GET && c->cfg.method == KVCS_READ && op->nrep)
+        kv_reader_prefetch(c->reader, &c->srv[op->rep[0]].remote, key, klen);
     for (uint32_t i = 0; i < MAX_R; i++)
         op->st[i] = KVCS_NOT_TRIED;
     memcpy(op->key, key, klen);

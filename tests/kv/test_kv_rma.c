@@ -291,6 +291,9 @@ static void start_read(struct world_ *w, struct op *o)
     key_of(k, key);
     *o = (struct op){w, k, false, one_sided, true, ++w->clock, o->req, o->resp};
     if (one_sided) {
+        kv_reader_prefetch(w->reader, &w->remote, key, 8); /* a hint: changes nothing */
+        kv_reader_prefetch(NULL, &w->remote, key, 8);
+        kv_reader_prefetch(w->reader, NULL, key, 8);
         assert_int_equal(kv_rget(w->reader, &w->remote, key, 8, on_rget, o), ERMA_OK);
     } else {
         assert_int_equal(kv_req_get(&o->req, key, 8), ERMA_OK);
