@@ -21,9 +21,22 @@ struct pending {
     enum kvcs_method meth; /* the phase's, when the GET began */
 };
 
+/* "key%08u" of k without snprintf, whose formatting was 1.8% of a loaded
+ * client's time (two keys a GET) in a bench that measures the library. */
 static void key_of(uint32_t k, char out[16])
 {
-    snprintf(out, 16, "key%08u", k);
+    char d[10];
+    int n = 0;
+    do
+        d[n++] = (char)('0' + k % 10);
+    while ((k /= 10) != 0);
+    memcpy(out, "key", 3);
+    int i = 3;
+    for (int pad = 8 - n; pad > 0; pad--)
+        out[i++] = '0';
+    while (n > 0)
+        out[i++] = d[--n];
+    out[i] = 0;
 }
 
 /* Key k's value: the key number in its first 4 bytes (fewer in a shorter
@@ -31,8 +44,11 @@ static void key_of(uint32_t k, char out[16])
  * pattern of k. */
 static void value_of(uint32_t k, uint32_t len, uint8_t *out)
 {
-    for (uint32_t i = 0; i < len; i++)
-        out[i] = i < 4 ? (uint8_t)(k >> 8 * i) : (uint8_t)(k * 31 + i);
+    uint32_t i = 0;
+    for (; i < 4 && i < len; i++)
+        out[i] = (uint8_t)(k >> 8 * i);
+    for (; i < len; i++) /* apart, so that the compiler vectorizes it */
+        out[i] = (uint8_t)(k * 31 + i);
 }
 
 /* Says what a wrong value was: whose key's bytes it holds, its length,
