@@ -191,7 +191,7 @@ int kv_reader_create(struct erma_rma *rma, uint32_t max_gets, uint32_t max_tries
                      struct kv_reader **out);
 void kv_reader_destroy(struct kv_reader *r);
 /* A location cache of `entries` entries (rounded up to a power of two, at
- * least 2, at most 2^24; 0: none, the default), two-way set-associative by
+ * least 4, at most 2^24; 0: none, the default), four-way set-associative by
  * a hash of the table (peer, region, key generation) and the key: a GET of a key found before
  * READs its item alone, one round trip instead of two. The item's checks
  * stand as ever (stamp, check, the key itself), and the owner marks an

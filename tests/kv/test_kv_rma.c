@@ -475,6 +475,26 @@ static void test_wrapping_log(void **state)
     world_down_kv(&w);
 }
 
+/* A location cache far smaller than the keys (two sets of four): entries
+ * are taken from one another all the time, and a GET whose entry went to
+ * another key, or whose item moved, still returns only the key's values. */
+static void test_small_cache(void **state)
+{
+    (void)state;
+    static struct world_ w;
+    world_up_kv(&w, 1 << 10, 1u << 20, 8);
+    workload(&w, 20000);
+    struct kv_reader_stats rs;
+    kv_reader_get_stats(w.reader, &rs);
+    print_message("  8-entry cache: GET ok by READ %lu, from cached locations %lu, stale %lu, "
+                  "failed %lu, inconsistent %lu\n",
+                  (unsigned long)w.ok_rma, (unsigned long)rs.cache_hits,
+                  (unsigned long)rs.cache_stale, (unsigned long)w.failed, (unsigned long)w.bad);
+    assert_int_equal(w.bad, 0);
+    assert_true(rs.cache_hits > 0 && rs.cache_hits < w.ok_rma / 2);
+    world_down_kv(&w);
+}
+
 /* ---- torn reads: the table changes while the target reads it ---- */
 
 #define TORN_KEYS 64
@@ -700,6 +720,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model),
         cmocka_unit_test(test_wrapping_log),
+        cmocka_unit_test(test_small_cache),
         cmocka_unit_test(test_torn),
         cmocka_unit_test(test_region_key_bound),
         cmocka_unit_test(test_items_to_the_end),
