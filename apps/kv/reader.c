@@ -249,6 +249,22 @@ static void finish(struct kv_reader *r, struct get *g, int status, const uint8_t
     g->cb(g->tag, status, val, vlen);
 }
 
+/* A short key as two overlapping words: the compiler made the memcpy a
+ * `rep movsq`, whose start-up was a third of kv_rget's time (perf). */
+static void copy_key(uint8_t *dst, const void *key, uint32_t klen)
+{
+    const uint8_t *s = key;
+    if (klen < 8 || klen > 16) {
+        memcpy(dst, s, klen);
+        return;
+    }
+    uint64_t a, b;
+    memcpy(&a, s, 8);
+    memcpy(&b, s + klen - 8, 8);
+    memcpy(dst, &a, 8);
+    memcpy(dst + klen - 8, &b, 8);
+}
+
 int kv_rget(struct kv_reader *r, const struct kv_remote *remote,
             const void *key, uint32_t klen, kv_get_fn cb, void *tag)
 {
@@ -262,7 +278,7 @@ int kv_rget(struct kv_reader *r, const struct kv_remote *remote,
     if (!g->item && !(g->item = malloc(KV_MAX_ITEM)))
         return ERMA_ENOMEM;
     g->remote = *remote;
-    memcpy(g->key, key, klen);
+    copy_key(g->key, key, klen);
     g->klen = klen;
     g->cb = cb;
     g->tag = tag;
