@@ -33,17 +33,31 @@ static bool tsc_invariant(void)
     return (d >> 8) & 1;
 }
 
+/* The TSC and CLOCK_MONOTONIC at one instant: a TSC reading between two
+ * monotonic ones under 10 us apart. A thread preempted between two
+ * readings (beside CPU hogs) would skew the rate by the time it was away,
+ * for the life of the process. */
+static bool tsc_at(uint64_t *ns, uint64_t *tsc)
+{
+    for (int i = 0; i < 1000; i++) {
+        const uint64_t a = erma_mono_ns(), t = __rdtsc(), b = erma_mono_ns();
+        if (b - a < 10000) {
+            *ns = a + (b - a) / 2;
+            *tsc = t;
+            return true;
+        }
+    }
+    return false;
+}
+
 static void calibrate(void)
 {
-    if (!tsc_invariant())
+    uint64_t ns0, tsc0, ns1, tsc1;
+    if (!tsc_invariant() || !tsc_at(&ns0, &tsc0))
         return;
-    const uint64_t ns0 = erma_mono_ns(), tsc0 = __rdtsc();
-    uint64_t ns1;
-    do
-        ns1 = erma_mono_ns();
-    while (ns1 - ns0 < 5000000);
-    const uint64_t tsc1 = __rdtsc();
-    if (tsc1 <= tsc0)
+    while (erma_mono_ns() - ns0 < 5000000)
+        ;
+    if (!tsc_at(&ns1, &tsc1) || tsc1 <= tsc0)
         return;
     cal.mult = (uint64_t)(((unsigned __int128)(ns1 - ns0) << 32) / (tsc1 - tsc0));
     cal.base_tsc = tsc1;
