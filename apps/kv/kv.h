@@ -198,13 +198,15 @@ void kv_reader_destroy(struct kv_reader *r);
  * item superseded when its slot changes (put again, deleted, dropped for
  * room), so an item that is not the key's live one is never returned from
  * a remembered location: the GET reads the bucket, as without a cache.
+ * The cache's memory (32 bytes an entry) is taken and zeroed at once.
  * ERMA_EAGAIN while GETs are in progress, ERMA_ENOMEM. */
 int kv_reader_cache(struct kv_reader *r, uint32_t entries);
 /* Starts loading the location cache's entry for key at remote, for a
  * kv_rget() of it soon after: the entry is a cache miss in most GETs of
- * a large key set (about 150 ns of a loaded client's time per GET), which
- * the caller's work between the two hides. Does nothing without a cache
- * or for a NULL argument. */
+ * a large key set (about 150 ns of a loaded client's time per GET), of
+ * which the caller's work between the two hides what it takes (the kvcs
+ * client's set-up of a GET: most). Does nothing without a cache, for a
+ * NULL argument or a key over 256 bytes. */
 void kv_reader_prefetch(const struct kv_reader *r, const struct kv_remote *remote,
                         const void *key, uint32_t klen);
 /* Starts a GET; ERMA_ENOSLOTS when max_gets are in progress or the engine

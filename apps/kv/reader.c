@@ -79,20 +79,21 @@ void kv_reader_destroy(struct kv_reader *r)
     free(r);
 }
 
-/* n zeroed entries; from 2 MiB on in huge pages where the kernel gives
- * them (transparent huge pages, "madvise" mode): an entry is a random
- * access, and with 4 KiB pages its TLB miss cost a loaded client about as
- * much as the cache miss its prefetch hides. */
+/* n zeroed entries, a set to two cache lines (aligned to a set); from 2
+ * MiB on in huge pages where the kernel gives them (transparent huge
+ * pages, "madvise" mode): an entry is a random access, and with 4 KiB
+ * pages its TLB miss cost a loaded client about as much as the cache miss
+ * its prefetch hides. */
 #define HUGE_PAGE (2u << 20)
 static struct loc *locs_alloc(uint32_t n)
 {
     const size_t bytes = (size_t)n * sizeof(struct loc);
-    if (bytes < HUGE_PAGE)
-        return calloc(n, sizeof(struct loc));
+    const bool huge = bytes >= HUGE_PAGE;
     void *p;
-    if (posix_memalign(&p, HUGE_PAGE, bytes) != 0)
+    if (posix_memalign(&p, huge ? HUGE_PAGE : LOC_WAYS * sizeof(struct loc), bytes) != 0)
         return NULL;
-    madvise(p, bytes, MADV_HUGEPAGE); /* a hint: refused, it stays 4 KiB pages */
+    if (huge)
+        madvise(p, bytes, MADV_HUGEPAGE); /* a hint: refused, it stays 4 KiB pages */
     memset(p, 0, bytes);
     return p;
 }
@@ -356,8 +357,8 @@ static void advance(struct kv_reader *r, struct get *g)
         g->cached = false;
         r->stats.cache_stale++;
         struct loc *l = loc_find(r, g->loc);
-        if (l) /* (not taken by another key since) */
-            l->tag = 0;
+        if (l && l->ref.off == g->refs[0].off && l->ref.stamp == g->refs[0].stamp)
+            l->tag = 0; /* (not since taken by another key, or this one's new place) */
         const int brc = read_bucket(r, g);
         if (brc != ERMA_OK)
             finish(r, g, brc, NULL, 0);
