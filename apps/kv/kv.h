@@ -203,10 +203,10 @@ void kv_reader_destroy(struct kv_reader *r);
 int kv_reader_cache(struct kv_reader *r, uint32_t entries);
 /* Starts loading the location cache's entry for key at remote, for a
  * kv_rget() of it soon after: the entry is a cache miss in most GETs of
- * a large key set (about 150 ns of a loaded client's time per GET), of
- * which the caller's work between the two hides what it takes (the kvcs
- * client's set-up of a GET: most). Does nothing without a cache, for a
- * NULL argument or a key over 256 bytes. */
+ * a large key set (about 150 ns of a loaded client's time per GET), and
+ * the caller's work between the two calls hides part of it (the kvcs
+ * client's set-up of a GET hides most). Does nothing without a cache, for
+ * a NULL argument or a key over 256 bytes. */
 void kv_reader_prefetch(const struct kv_reader *r, const struct kv_remote *remote,
                         const void *key, uint32_t klen);
 /* Starts a GET; ERMA_ENOSLOTS when max_gets are in progress or the engine

@@ -160,18 +160,18 @@ static struct loc *loc_find(const struct kv_reader *r, uint64_t tag)
     return NULL;
 }
 
-/* The entry to keep the tag in: its own, else an empty one, else one
- * chosen by tag bits. */
+/* The entry to keep the tag in: its own, else the first empty one, else
+ * one chosen by tag bits. */
 static struct loc *loc_slot(const struct kv_reader *r, uint64_t tag)
 {
-    struct loc *own = loc_find(r, tag);
-    if (own)
-        return own;
-    struct loc *l = loc_set(r, tag);
-    for (int i = 0; i < LOC_WAYS; i++)
-        if (l[i].tag == 0)
+    struct loc *l = loc_set(r, tag), *empty = NULL;
+    for (int i = 0; i < LOC_WAYS; i++) {
+        if (l[i].tag == tag)
             return &l[i];
-    return &l[tag >> 40 & (LOC_WAYS - 1)];
+        if (!empty && l[i].tag == 0)
+            empty = &l[i];
+    }
+    return empty ? empty : &l[tag >> 40 & (LOC_WAYS - 1)];
 }
 
 void kv_reader_prefetch(const struct kv_reader *r, const struct kv_remote *remote,
