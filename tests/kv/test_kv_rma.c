@@ -674,6 +674,21 @@ static void on_end_get(void *tag, int status, const uint8_t *val, uint32_t vlen)
         memcpy(g->val, val, vlen);
 }
 
+/* A GET of key (klen bytes) run to its end; its value must be want
+ * (wlen bytes). */
+static void rget_expect(struct world_ *w, const char *key, uint32_t klen, const void *want,
+                        uint32_t wlen)
+{
+    struct end_get g = {0};
+    assert_int_equal(kv_rget(w->reader, &w->remote, key, klen, on_end_get, &g), ERMA_OK);
+    for (const uint64_t end = erma_now_ns() + 10000000000ull; !g.done && erma_now_ns() < end;)
+        run_once(w);
+    assert_int_equal(g.done, 1);
+    assert_int_equal(g.status, ERMA_OK);
+    assert_int_equal(g.vlen, wlen);
+    assert_memory_equal(g.val, want, wlen);
+}
+
 /* A short item is READ with the table's bytes after it up to 128 bytes
  * (kv/reader.c): items of 64 bytes fill a 64 KiB log exactly, so the last
  * one ends at the table's end, where its READ must stay its own length.
@@ -696,36 +711,15 @@ static void test_items_to_the_end(void **state)
         for (uint32_t k = 0; k < N; k++) {
             if (k < N - 40 && k % 97)
                 continue;
-            struct end_get g = {0};
             key_of(k, key);
-            assert_int_equal(kv_rget(w.reader, &w.remote, key, 8, on_end_get, &g), ERMA_OK);
-            for (const uint64_t end = erma_now_ns() + 10000000000ull;
-                 !g.done && erma_now_ns() < end;)
-                run_once(&w);
-            assert_int_equal(g.done, 1);
-            assert_int_equal(g.status, ERMA_OK);
-            assert_int_equal(g.vlen, VLEN);
             memset(val, (int)(k & 0xff), VLEN);
             memcpy(val, &k, 4);
-            assert_memory_equal(g.val, val, VLEN);
+            rget_expect(&w, key, 8, val, VLEN);
         }
     struct kv_reader_stats rs;
     kv_reader_get_stats(w.reader, &rs);
     assert_true(rs.cache_hits > 0);
     world_down_kv(&w);
-}
-
-/* A GET of key (klen bytes) run to its end; its value must be want. */
-static void rget_expect(struct world_ *w, const char *key, uint32_t klen, const char *want)
-{
-    struct end_get g = {0};
-    assert_int_equal(kv_rget(w->reader, &w->remote, key, klen, on_end_get, &g), ERMA_OK);
-    for (const uint64_t end = erma_now_ns() + 10000000000ull; !g.done && erma_now_ns() < end;)
-        run_once(w);
-    assert_int_equal(g.done, 1);
-    assert_int_equal(g.status, ERMA_OK);
-    assert_int_equal(g.vlen, strlen(want));
-    assert_memory_equal(g.val, want, g.vlen);
 }
 
 static uint64_t hits_of(const struct world_ *w)
@@ -751,12 +745,12 @@ static void test_cache_set(void **state)
     }
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < 4; i++)
-            rget_expect(&w, keys[i], 13, keys[i]);
+            rget_expect(&w, keys[i], 13, keys[i], 13);
     assert_int_equal(hits_of(&w), 4); /* the second pass: four ways */
-    rget_expect(&w, keys[4], 13, keys[4]);
+    rget_expect(&w, keys[4], 13, keys[4], 13);
     uint64_t before = hits_of(&w);
     for (int i = 0; i < 4; i++)
-        rget_expect(&w, keys[i], 13, keys[i]);
+        rget_expect(&w, keys[i], 13, keys[i], 13);
     const uint64_t hit = hits_of(&w) - before;
     assert_true(hit >= 2 && hit <= 3); /* one was taken (and, read again, may take another) */
     assert_int_equal(kv_put(w.kv, keys[3], 13, "a new value", 11), ERMA_OK);
@@ -764,11 +758,11 @@ static void test_cache_set(void **state)
     kv_reader_get_stats(w.reader, &rs);
     const uint64_t stale = rs.cache_stale;
     before = rs.cache_hits;
-    rget_expect(&w, keys[3], 13, "a new value"); /* keys[3] was read last: in the set */
+    rget_expect(&w, keys[3], 13, "a new value", 11); /* keys[3] was read last: in the set */
     kv_reader_get_stats(w.reader, &rs);
     assert_int_equal(rs.cache_stale, stale + 1);
     assert_int_equal(rs.cache_hits, before);
-    rget_expect(&w, keys[3], 13, "a new value");
+    rget_expect(&w, keys[3], 13, "a new value", 11);
     assert_int_equal(hits_of(&w), before + 1);
     world_down_kv(&w);
 }
