@@ -383,7 +383,7 @@ static uint32_t check_tries(struct kvcs_client *c, uint64_t now)
             op->inflight--;
             try_done(c, op, t->pos, ERMA_ETIMEDOUT, NULL, 0);
         } else if (op->kind == GET && !t->hedged && now >= t->hedge_at && !c->cfg.no_hedge &&
-                   kvcs__silent(c, t, now)) {
+                   kvcs__may_hedge(c, t, now)) {
             t->hedged = true;
             const uint32_t before = op->inflight;
             get_next(c, op);
@@ -451,6 +451,7 @@ int kvcs_get(struct kvcs_client *c, const void *key, uint32_t klen, kvcs_fn cb,
     if (rc != ERMA_OK)
         return rc;
     c->stats.gets++;
+    kvcs__hedge_earn(c);
     if (op->method == KVCS_READ)
         c->stats.read_gets++;
     else

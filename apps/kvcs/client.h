@@ -104,6 +104,7 @@ struct kvcs_client {
     int completed;
     uint32_t nsess;                  /* per server */
     uint64_t next_check;             /* tries' hedge times and deadlines */
+    uint32_t hedge_credit;           /* GETs started, less HEDGE_COST a hedge */
     uint64_t next_probe, probe_tick; /* servers due a probe */
     struct kvcs_client_stats stats;
 };
@@ -122,6 +123,9 @@ void kvcs__try_free(struct kvcs_client *c, struct try *t);
 void kvcs__free_tries(struct kvcs_client *c);
 void kvcs__rtt_sample(struct rtt *e, uint64_t ns);
 uint64_t kvcs__hedge_ns(const struct kvcs_client *c, const struct server *s, bool read);
-bool kvcs__silent(const struct kvcs_client *c, const struct try *t, uint64_t now);
+/* A GET started: it earns hedges their budget. */
+void kvcs__hedge_earn(struct kvcs_client *c);
+/* May try t's GET ask the next replica too now? (Spends the budget.) */
+bool kvcs__may_hedge(struct kvcs_client *c, const struct try *t, uint64_t now);
 
 #endif

@@ -54,9 +54,14 @@
  *   that replica has answered nothing for as long (it stalls or died; one
  *   busy answering others is not hedged, which would only add load), the
  *   GET tries the next replica too, and the first answer wins
- *   (stats.hedges). So a replica that stalls (a descheduled or
- *   overloaded server) or dies makes a GET slower by about one round trip
- *   to it, not a failure, and it is not marked down for being slow: only a
+ *   (stats.hedges). Hedges are budgeted: one per 20 GETs started (5% more
+ *   tries at most, saved up to 64 over a quiet spell), except at a replica
+ *   silent for 1 ms or more, which is hedged always (where replicas share a
+ *   saturated core, each falls silent for a round trip now and then, and
+ *   unbudgeted hedges added 12% to that core's load). So a replica that
+ *   stalls (a descheduled or overloaded server) or dies makes a GET slower
+ *   by about one round trip to it (by 1 ms at most while the budget is
+ *   spent), not a failure, and it is not marked down for being slow: only a
  *   try's failure marks it down (below), also a try whose op had finished
  *   without it. A GET fails only when every replica's try failed. At most
  *   32 one-sided GET tries are in flight per replica (as RPC's 4 sessions

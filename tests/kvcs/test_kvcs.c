@@ -2,8 +2,8 @@
  * servers (forked processes, udp loopback) doing PUTs, GETs by RPC and by
  * one-sided READ, DELs and refused inputs; a mixed workload while one
  * replica is killed, every GET checked against the values its key had; the
- * error of a GET whose every replica is down; and GETs hedged past a
- * stalled replica. */
+ * error of a GET whose every replica is down; GETs hedged past a stalled
+ * replica; and the hedges' budget. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -18,6 +18,7 @@
 
 #include "erma/clock.h"
 #include "kv/kv.h"
+#include "kvcs/client.h" /* the hedges' budget, kvcs__may_hedge */
 #include "kvcs/kvcs.h"
 #include "erma/sdk/rand.h"
 #include "../apps/kvcs/value.h"
@@ -929,6 +930,45 @@ static void test_stalled_replica(void **state)
     kvcs_client_destroy(c);
 }
 
+/* The hedges' budget (kvcs__may_hedge, on a client of one server): no
+ * hedge before the replica has been silent for the try's hedge time; then
+ * one per 20 GETs started, at most 64 saved up; at a replica silent for
+ * 1 ms, a hedge whatever the budget, which it does not spend. */
+static uint32_t hedges_allowed(struct kvcs_client *c, const struct try *t, uint64_t now)
+{
+    uint32_t n = 0;
+    while (n < 10000 && kvcs__may_hedge(c, t, now))
+        n++;
+    return n;
+}
+
+static void test_hedge_budget(void **state)
+{
+    (void)state;
+    struct server srv = {.heard_ns = 10 * SEC};
+    struct kvcs_client c = {.srv = &srv, .nsrv = 1};
+    const struct try t = {.c = &c, .start = 10 * SEC, .hedge_at = 10 * SEC + 200000};
+    for (int i = 0; i < 100; i++)
+        kvcs__hedge_earn(&c);
+    assert_false(kvcs__may_hedge(&c, &t, t.hedge_at - 1)); /* heard too lately */
+    assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 5);
+    assert_int_equal(hedges_allowed(&c, &t, t.start + 999999), 0);
+    assert_true(kvcs__may_hedge(&c, &t, t.start + 1000000)); /* stalled: always */
+    assert_true(kvcs__may_hedge(&c, &t, t.start + 1000000));
+    for (int i = 0; i < 19; i++)
+        kvcs__hedge_earn(&c);
+    assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 0);
+    kvcs__hedge_earn(&c);
+    assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 1);
+    for (int i = 0; i < 100000; i++)
+        kvcs__hedge_earn(&c);
+    assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 64); /* saved up to 64 */
+    srv.heard_ns = t.hedge_at; /* it answered another try: busy, not silent */
+    for (int i = 0; i < 100; i++)
+        kvcs__hedge_earn(&c);
+    assert_int_equal(hedges_allowed(&c, &t, t.hedge_at + 100000), 0);
+}
+
 static void test_replica_failure(void **state)
 {
     (void)state;
@@ -941,6 +981,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring),
         cmocka_unit_test(test_ring_lists),
+        cmocka_unit_test(test_hedge_budget),
         cmocka_unit_test_teardown(test_methods, kill_servers),
         cmocka_unit_test_teardown(test_server_threads, kill_servers),
         cmocka_unit_test_teardown(test_replica_failure, kill_servers),
