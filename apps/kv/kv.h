@@ -209,6 +209,10 @@ int kv_reader_cache(struct kv_reader *r, uint32_t entries);
  * a NULL argument or a key over 256 bytes. */
 void kv_reader_prefetch(const struct kv_reader *r, const struct kv_remote *remote,
                         const void *key, uint32_t klen);
+/* Whether the location cache knows where key's item at remote was: a
+ * kv_rget() of it would take one READ, not two (false without a cache). */
+bool kv_reader_cached(const struct kv_reader *r, const struct kv_remote *remote,
+                      const void *key, uint32_t klen);
 /* Starts a GET; ERMA_ENOSLOTS when max_gets are in progress or the engine
  * has no free command slot; keys up to 256 bytes. */
 int kv_rget(struct kv_reader *r, const struct kv_remote *remote,

@@ -184,6 +184,14 @@ void kv_reader_prefetch(const struct kv_reader *r, const struct kv_remote *remot
     __builtin_prefetch(l + LOC_WAYS - 1);
 }
 
+bool kv_reader_cached(const struct kv_reader *r, const struct kv_remote *remote,
+                      const void *key, uint32_t klen)
+{
+    if (!r || !r->locs || !remote || !key || klen == 0 || klen > MAX_KEY)
+        return false;
+    return loc_find(r, loc_tag(remote, key, klen)) != NULL;
+}
+
 void kv_reader_get_stats(const struct kv_reader *r, struct kv_reader_stats *out)
 {
     *out = r->stats;

@@ -359,6 +359,17 @@ static void try_done(struct kvcs_client *c, struct op *op, uint32_t pos, int sta
     }
 }
 
+/* Would op's next try take one round trip? Not a one-sided GET at a
+ * replica whose location cache has no entry for the key: two READs,
+ * which seldom beat the try already in flight. */
+static bool hedge_is_cheap(struct kvcs_client *c, const struct op *op)
+{
+    bool passed;
+    const int pos = op->method == KVCS_READ ? pick(c, op, &passed) : -1;
+    return pos < 0 || kv_reader_cached(c->reader, &c->srv[op->rep[pos]].remote, op->key,
+                                       op->klen);
+}
+
 /* The timers of the tries in flight. A GET try slower than its replica's
  * round trips (hedge_at) at a replica silent as long is joined by a try at
  * the next replica; both stay in flight and the first answer wins, so a
@@ -383,7 +394,7 @@ static uint32_t check_tries(struct kvcs_client *c, uint64_t now)
             op->inflight--;
             try_done(c, op, t->pos, ERMA_ETIMEDOUT, NULL, 0);
         } else if (op->kind == GET && !t->hedged && now >= t->hedge_at && !c->cfg.no_hedge &&
-                   kvcs__may_hedge(c, t, now)) {
+                   kvcs__may_hedge(c, t, now, hedge_is_cheap(c, op))) {
             t->hedged = true;
             const uint32_t before = op->inflight;
             get_next(c, op);

@@ -125,7 +125,9 @@ void kvcs__rtt_sample(struct rtt *e, uint64_t ns);
 uint64_t kvcs__hedge_ns(const struct kvcs_client *c, const struct server *s, bool read);
 /* A GET started: it earns hedges their budget. */
 void kvcs__hedge_earn(struct kvcs_client *c);
-/* May try t's GET ask the next replica too now? (Spends the budget.) */
-bool kvcs__may_hedge(struct kvcs_client *c, const struct try *t, uint64_t now);
+/* May try t's GET ask the next replica too now? (Spends the budget.)
+ * cheap: that try would take one round trip (not a one-sided GET whose
+ * location is unknown there). */
+bool kvcs__may_hedge(struct kvcs_client *c, const struct try *t, uint64_t now, bool cheap);
 
 #endif

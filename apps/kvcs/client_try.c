@@ -108,14 +108,14 @@ void kvcs__hedge_earn(struct kvcs_client *c)
  * silent that long now and then, and unbudgeted hedges grew to 12% more
  * tries, on the busiest core. A replica silent for HEDGE_STALL_NS has
  * stalled beyond doubt (descheduled, stopped or dead): hedged always. */
-bool kvcs__may_hedge(struct kvcs_client *c, const struct try *t, uint64_t now)
+bool kvcs__may_hedge(struct kvcs_client *c, const struct try *t, uint64_t now, bool cheap)
 {
     const uint64_t silent = now - c->srv[t->server].heard_ns;
     if (silent < t->hedge_at - t->start)
         return false;
     if (silent >= HEDGE_STALL_NS)
         return true;
-    if (c->hedge_credit < HEDGE_COST)
+    if (!cheap || c->hedge_credit < HEDGE_COST)
         return false;
     c->hedge_credit -= HEDGE_COST;
     return true;

@@ -55,9 +55,11 @@
  *   busy answering others is not hedged, which would only add load), the
  *   GET tries the next replica too, and the first answer wins
  *   (stats.hedges). Hedges are budgeted: one per 20 GETs started (5% more
- *   tries at most, saved up to 64 over a quiet spell), except at a replica
- *   silent for 1 ms or more, which is hedged always (where replicas share a
- *   saturated core, each falls silent for a round trip now and then, and
+ *   tries at most, saved up to 64 over a quiet spell), and a one-sided GET
+ *   is hedged within the budget only to a replica where the location cache
+ *   knows the key's item (one READ; two seldom beat the try in flight). A
+ *   replica silent for 1 ms or more is hedged always (where replicas share
+ *   a saturated core, each falls silent for a round trip now and then, and
  *   unbudgeted hedges added 12% to that core's load). So a replica that
  *   stalls (a descheduled or overloaded server) or dies makes a GET slower
  *   by about one round trip to it (by 1 ms at most while the budget is

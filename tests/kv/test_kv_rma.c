@@ -743,10 +743,15 @@ static void test_cache_set(void **state)
         snprintf(keys[i], sizeof keys[i], "cachekey%05d", i);
         assert_int_equal(kv_put(w.kv, keys[i], 13, keys[i], 13), ERMA_OK);
     }
+    assert_false(kv_reader_cached(w.reader, &w.remote, keys[0], 13));
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < 4; i++)
             rget_expect(&w, keys[i], 13, keys[i], 13);
     assert_int_equal(hits_of(&w), 4); /* the second pass: four ways */
+    for (int i = 0; i < 4; i++)
+        assert_true(kv_reader_cached(w.reader, &w.remote, keys[i], 13));
+    assert_false(kv_reader_cached(w.reader, &w.remote, keys[4], 13));
+    assert_false(kv_reader_cached(w.reader, &w.remote, keys[0], 12)); /* another key */
     rget_expect(&w, keys[4], 13, keys[4], 13);
     uint64_t before = hits_of(&w);
     for (int i = 0; i < 4; i++)

@@ -932,12 +932,14 @@ static void test_stalled_replica(void **state)
 
 /* The hedges' budget (kvcs__may_hedge, on a client of one server): no
  * hedge before the replica has been silent for the try's hedge time; then
- * one per 20 GETs started, at most 64 saved up; at a replica silent for
- * 1 ms, a hedge whatever the budget, which it does not spend. */
+ * one per 20 GETs started, at most 64 saved up, and none that would take
+ * two round trips (a one-sided GET where the location is unknown); at a
+ * replica silent for 1 ms, a hedge whatever the budget or its cost, which
+ * spends no budget. */
 static uint32_t hedges_allowed(struct kvcs_client *c, const struct try *t, uint64_t now)
 {
     uint32_t n = 0;
-    while (n < 10000 && kvcs__may_hedge(c, t, now))
+    while (n < 10000 && kvcs__may_hedge(c, t, now, true))
         n++;
     return n;
 }
@@ -950,11 +952,12 @@ static void test_hedge_budget(void **state)
     const struct try t = {.c = &c, .start = 10 * SEC, .hedge_at = 10 * SEC + 200000};
     for (int i = 0; i < 100; i++)
         kvcs__hedge_earn(&c);
-    assert_false(kvcs__may_hedge(&c, &t, t.hedge_at - 1)); /* heard too lately */
+    assert_false(kvcs__may_hedge(&c, &t, t.hedge_at - 1, true)); /* heard too lately */
+    assert_false(kvcs__may_hedge(&c, &t, t.hedge_at, false)); /* two READs: not worth it */
     assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 5);
     assert_int_equal(hedges_allowed(&c, &t, t.start + 999999), 0);
-    assert_true(kvcs__may_hedge(&c, &t, t.start + 1000000)); /* stalled: always */
-    assert_true(kvcs__may_hedge(&c, &t, t.start + 1000000));
+    assert_true(kvcs__may_hedge(&c, &t, t.start + 1000000, false)); /* stalled: always */
+    assert_true(kvcs__may_hedge(&c, &t, t.start + 1000000, false));
     for (int i = 0; i < 19; i++)
         kvcs__hedge_earn(&c);
     assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 0);
