@@ -370,15 +370,37 @@ static bool hedge_is_cheap(struct kvcs_client *c, const struct op *op)
                                        op->klen);
 }
 
+/* t's GET asks its next replica too if t's replica has been silent for
+ * its hedge time and the budget allows (kvcs__hedge_kind), or it stalls;
+ * a budgeted one-sided hedge only where it takes one READ. */
+static void hedge(struct kvcs_client *c, struct try *t, struct op *op, uint64_t now)
+{
+    const enum hedge_kind h = kvcs__hedge_kind(c, t, now);
+    if (h == HEDGE_BUDGET && !t->costly)
+        t->costly = !hedge_is_cheap(c, op);
+    if (h == HEDGE_NOT || (h == HEDGE_BUDGET && t->costly))
+        return;
+    t->hedged = true;
+    const uint32_t before = op->inflight;
+    get_next(c, op);
+    if (!op->live || op->inflight <= before)
+        return; /* no replica left to ask, or none took the try */
+    c->stats.hedges++;
+    c->stats.stall_hedges += h == HEDGE_STALL;
+    if (h == HEDGE_BUDGET)
+        kvcs__hedge_spend(c);
+}
+
 /* The timers of the tries in flight. A GET try slower than its replica's
- * round trips (hedge_at) at a replica silent as long is joined by a try at
- * the next replica; both stay in flight and the first answer wins, so a
- * replica that stalls (a descheduled server) costs a GET about one round
- * trip more, not a failure, and a busy one gets no more load. An RPC try
- * past its deadline (it may wait behind others for one of its session's
- * slots, where the request timeout does not run yet) fails as timed out;
- * its request completes later, to no op. Tries started here are put at
- * the list's head, behind the walk. Returns the tries walked. */
+ * round trips (hedge_at) at a replica silent as long may be joined by a
+ * try at the next replica (hedge(): on a budget, beyond it past a stall);
+ * both stay in flight and the first answer wins, so a replica that stalls
+ * (a descheduled server) costs a GET about a round trip more, not a
+ * failure, and a busy one gets no more load. An RPC try past its
+ * deadline (it may wait behind others for one of its session's slots,
+ * where the request timeout does not run yet) fails as timed out; its
+ * request completes later, to no op. Tries started here are put at the
+ * list's head, behind the walk. Returns the tries walked. */
 static uint32_t check_tries(struct kvcs_client *c, uint64_t now)
 {
     struct try *next;
@@ -393,12 +415,8 @@ static uint32_t check_tries(struct kvcs_client *c, uint64_t now)
             op->tries[t->pos] = NULL;
             op->inflight--;
             try_done(c, op, t->pos, ERMA_ETIMEDOUT, NULL, 0);
-        } else if (op->kind == GET && !t->hedged && now >= t->hedge_at && !c->cfg.no_hedge &&
-                   kvcs__may_hedge(c, t, now, hedge_is_cheap(c, op))) {
-            t->hedged = true;
-            const uint32_t before = op->inflight;
-            get_next(c, op);
-            c->stats.hedges += op->live && op->inflight > before;
+        } else if (op->kind == GET && !t->hedged && now >= t->hedge_at && !c->cfg.no_hedge) {
+            hedge(c, t, op, now);
         }
     }
     return n;

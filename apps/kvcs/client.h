@@ -30,6 +30,7 @@ struct try {
     uint32_t pos, server; /* in op->rep; the server */
     bool read;            /* a one-sided GET: the RMA op timeout bounds it */
     bool hedged;          /* a GET try past hedge_at: the next replica was asked too */
+    bool costly;          /* a budgeted hedge of it would take two READs */
     struct try *wnext;    /* a read waiting for its server's READ_WINDOW */
     uint64_t start, hedge_at, deadline;
     struct erma_msgbuf req, resp;
@@ -104,7 +105,8 @@ struct kvcs_client {
     int completed;
     uint32_t nsess;                  /* per server */
     uint64_t next_check;             /* tries' hedge times and deadlines */
-    uint32_t hedge_credit;           /* GETs started, less HEDGE_COST a hedge */
+    uint32_t hedge_credit;           /* GETs started, less HEDGE_COST a budgeted hedge,
+                                        at most HEDGE_COST x HEDGE_BURST */
     uint64_t next_probe, probe_tick; /* servers due a probe */
     struct kvcs_client_stats stats;
 };
@@ -123,11 +125,14 @@ void kvcs__try_free(struct kvcs_client *c, struct try *t);
 void kvcs__free_tries(struct kvcs_client *c);
 void kvcs__rtt_sample(struct rtt *e, uint64_t ns);
 uint64_t kvcs__hedge_ns(const struct kvcs_client *c, const struct server *s, bool read);
-/* A GET started: it earns hedges their budget. */
+/* Hedges (client_try.c). A GET started earns them their budget. */
 void kvcs__hedge_earn(struct kvcs_client *c);
-/* May try t's GET ask the next replica too now? (Spends the budget.)
- * cheap: that try would take one round trip (not a one-sided GET whose
- * location is unknown there). */
-bool kvcs__may_hedge(struct kvcs_client *c, const struct try *t, uint64_t now, bool cheap);
+enum hedge_kind { HEDGE_NOT, HEDGE_STALL, HEDGE_BUDGET };
+/* May try t's GET ask the next replica too now: not (the replica was
+ * heard too lately, or the budget is spent), past a stall, or on the
+ * budget (kvcs__hedge_spend() once the hedge started a try). */
+enum hedge_kind kvcs__hedge_kind(const struct kvcs_client *c, const struct try *t,
+                                 uint64_t now);
+void kvcs__hedge_spend(struct kvcs_client *c);
 
 #endif

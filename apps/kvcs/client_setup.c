@@ -192,6 +192,8 @@ static void defaults(struct kvcs_client_cfg *cfg)
         cfg->max_ops = 256;
     if (!cfg->attempt_timeout_ns)
         cfg->attempt_timeout_ns = 100000000;
+    if (!cfg->hedge_stall_ns)
+        cfg->hedge_stall_ns = 1000000;
     if (!cfg->down_ns)
         cfg->down_ns = 200000000;
     if (!cfg->connect_timeout_ns)

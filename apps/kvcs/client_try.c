@@ -10,7 +10,6 @@
 #define HEDGE_FIRST_NS 1000000ull /* before a round trip was measured */
 #define HEDGE_COST 20             /* GETs that earn one hedge: at most 5% more tries */
 #define HEDGE_BURST 64            /* hedges that a quiet spell saves up */
-#define HEDGE_STALL_NS 1000000ull /* a replica silent this long: hedged beyond the budget */
 
 /* Freed tries wait in c->spare (linked by next) for the next op: no
  * allocation per try once the client has run its peak of tries. */
@@ -106,17 +105,21 @@ void kvcs__hedge_earn(struct kvcs_client *c)
  * GETs, as Dean and Barroso's hedging at the 95th percentile expects:
  * where the replicas share a saturated core, every one of them falls
  * silent that long now and then, and unbudgeted hedges grew to 12% more
- * tries, on the busiest core. A replica silent for HEDGE_STALL_NS has
+ * tries, on the busiest core. A replica silent for hedge_stall_ns has
  * stalled beyond doubt (descheduled, stopped or dead): hedged always. */
-bool kvcs__may_hedge(struct kvcs_client *c, const struct try *t, uint64_t now, bool cheap)
+enum hedge_kind kvcs__hedge_kind(const struct kvcs_client *c, const struct try *t,
+                                 uint64_t now)
 {
-    const uint64_t silent = now - c->srv[t->server].heard_ns;
+    const uint64_t heard = c->srv[t->server].heard_ns;
+    const uint64_t silent = now > heard ? now - heard : 0;
     if (silent < t->hedge_at - t->start)
-        return false;
-    if (silent >= HEDGE_STALL_NS)
-        return true;
-    if (!cheap || c->hedge_credit < HEDGE_COST)
-        return false;
+        return HEDGE_NOT;
+    if (silent >= c->cfg.hedge_stall_ns)
+        return HEDGE_STALL;
+    return c->hedge_credit >= HEDGE_COST ? HEDGE_BUDGET : HEDGE_NOT;
+}
+
+void kvcs__hedge_spend(struct kvcs_client *c)
+{
     c->hedge_credit -= HEDGE_COST;
-    return true;
 }

@@ -54,16 +54,22 @@
  *   that replica has answered nothing for as long (it stalls or died; one
  *   busy answering others is not hedged, which would only add load), the
  *   GET tries the next replica too, and the first answer wins
- *   (stats.hedges). Hedges are budgeted: one per 20 GETs started (5% more
- *   tries at most, saved up to 64 over a quiet spell), and a one-sided GET
- *   is hedged within the budget only to a replica where the location cache
- *   knows the key's item (one READ; two seldom beat the try in flight). A
- *   replica silent for 1 ms or more is hedged always (where replicas share
- *   a saturated core, each falls silent for a round trip now and then, and
- *   unbudgeted hedges added 12% to that core's load). So a replica that
- *   stalls (a descheduled or overloaded server) or dies makes a GET slower
- *   by about one round trip to it (by 1 ms at most while the budget is
- *   spent), not a failure, and it is not marked down for being slow: only a
+ *   (stats.hedges). Hedges are budgeted: one per 20 GETs started, saved
+ *   up to 64 over a quiet spell, a hedge that starts no try spending
+ *   nothing; a one-sided GET is hedged within the budget only to a replica
+ *   where the location cache knows the key's item (one READ; two seldom
+ *   beat the try in flight, and a key's later replicas are learned only
+ *   by hedges and failovers, so such GETs are seldom hedged before a
+ *   stall). A replica silent for hedge_stall_ns (1 ms) is hedged beyond
+ *   the budget and whatever the cost (stats.stall_hedges). Where replicas
+ *   share a saturated core, each falls silent for a round trip now and
+ *   then, and unbudgeted hedges added 12% to that core's load. So a
+ *   replica that stalls (a descheduled or overloaded server) or dies makes
+ *   a GET slower by about the hedge time and a round trip (about 1 ms
+ *   more while the budget is spent), not a failure; a try at a replica
+ *   that keeps answering others with gaps shorter than that, while the
+ *   budget is spent, waits for its answer or its full chance. A replica
+ *   is not marked down for being slow: only a
  *   try's failure marks it down (below), also a try whose op had finished
  *   without it. A GET fails only when every replica's try failed. At most
  *   32 one-sided GET tries are in flight per replica (as RPC's 4 sessions
@@ -233,6 +239,8 @@ struct kvcs_client_cfg {
                                         65536; with no_loc_cache, none */
     bool no_loc_cache;
     bool no_hedge;                   /* GET tries not hedged (for comparison) */
+    uint64_t hedge_stall_ns;         /* a replica silent this long is hedged beyond
+                                        the budget, default 1 ms */
     uint32_t server_threads;         /* every server's cfg.threads (Client); 0: 1 */
 };
 
@@ -258,12 +266,13 @@ void kvcs_client_set_method(struct kvcs_client *c, enum kvcs_method m);
  * because an earlier one failed in this GET or was passed over as marked
  * down; skipped: those that passed over a replica marked down; hedges: GET
  * tries on a later replica while an earlier one was still in flight,
- * slower than its replica's round trips; failed: ops completed with a
+ * slower than its replica's round trips, stall_hedges those of them past
+ * hedge_stall_ns of silence (beyond the budget); failed: ops completed with a
  * status other than ERMA_OK and ERMA_ENOENT; read_gets, rpc_gets: GETs
  * started by each method. */
 struct kvcs_client_stats {
     uint64_t gets, puts, dels, failovers, failed, read_gets, rpc_gets;
-    uint64_t skipped, hedges;
+    uint64_t skipped, hedges, stall_hedges;
     uint64_t read_waits; /* one-sided GET tries that waited for their replica's window */
     uint64_t one_read, stale_locs; /* one-sided GETs: kv_reader_stats cache_hits,
                                       cache_stale */

@@ -3,8 +3,9 @@
  * one-sided READ, DELs and refused inputs; a mixed workload while one
  * replica is killed, every GET checked against the values its key had; the
  * error of a GET whose every replica is down; GETs hedged past a stalled
- * replica; and the hedges' budget. */
+ * replica; and the hedges' budget, alone and in a live client. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -930,17 +931,17 @@ static void test_stalled_replica(void **state)
     kvcs_client_destroy(c);
 }
 
-/* The hedges' budget (kvcs__may_hedge, on a client of one server): no
+/* The hedges' budget (kvcs__hedge_kind, on a client of one server): no
  * hedge before the replica has been silent for the try's hedge time; then
- * one per 20 GETs started, at most 64 saved up, and none that would take
- * two round trips (a one-sided GET where the location is unknown); at a
- * replica silent for 1 ms, a hedge whatever the budget or its cost, which
- * spends no budget. */
+ * one per 20 GETs started, at most 64 saved up; at a replica silent for
+ * hedge_stall_ns, a hedge whatever the budget, which spends none of it. */
 static uint32_t hedges_allowed(struct kvcs_client *c, const struct try *t, uint64_t now)
 {
     uint32_t n = 0;
-    while (n < 10000 && kvcs__may_hedge(c, t, now, true))
+    while (n < 10000 && kvcs__hedge_kind(c, t, now) == HEDGE_BUDGET) {
+        kvcs__hedge_spend(c);
         n++;
+    }
     return n;
 }
 
@@ -948,28 +949,128 @@ static void test_hedge_budget(void **state)
 {
     (void)state;
     struct server srv = {.heard_ns = 10 * SEC};
-    struct kvcs_client c = {.srv = &srv, .nsrv = 1};
+    struct kvcs_client c = {.srv = &srv, .nsrv = 1, .cfg = {.hedge_stall_ns = 1000000}};
     const struct try t = {.c = &c, .start = 10 * SEC, .hedge_at = 10 * SEC + 200000};
+    const uint64_t stall = t.start + 1000000;
     for (int i = 0; i < 100; i++)
         kvcs__hedge_earn(&c);
-    assert_false(kvcs__may_hedge(&c, &t, t.hedge_at - 1, true)); /* heard too lately */
-    assert_false(kvcs__may_hedge(&c, &t, t.hedge_at, false)); /* two READs: not worth it */
+    assert_int_equal(kvcs__hedge_kind(&c, &t, t.hedge_at - 1), HEDGE_NOT); /* heard lately */
     assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 5);
-    assert_int_equal(hedges_allowed(&c, &t, t.start + 999999), 0);
-    assert_true(kvcs__may_hedge(&c, &t, t.start + 1000000, false)); /* stalled: always */
-    assert_true(kvcs__may_hedge(&c, &t, t.start + 1000000, false));
+    assert_int_equal(kvcs__hedge_kind(&c, &t, stall - 1), HEDGE_NOT);
+    assert_int_equal(kvcs__hedge_kind(&c, &t, stall), HEDGE_STALL); /* spent: still */
+    for (int i = 0; i < 20; i++)
+        kvcs__hedge_earn(&c);
+    assert_int_equal(kvcs__hedge_kind(&c, &t, stall), HEDGE_STALL); /* not on the budget */
+    assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 1);
     for (int i = 0; i < 19; i++)
         kvcs__hedge_earn(&c);
     assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 0);
-    kvcs__hedge_earn(&c);
-    assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 1);
     for (int i = 0; i < 100000; i++)
         kvcs__hedge_earn(&c);
     assert_int_equal(hedges_allowed(&c, &t, t.hedge_at), 64); /* saved up to 64 */
-    srv.heard_ns = t.hedge_at; /* it answered another try: busy, not silent */
     for (int i = 0; i < 100; i++)
         kvcs__hedge_earn(&c);
-    assert_int_equal(hedges_allowed(&c, &t, t.hedge_at + 100000), 0);
+    srv.heard_ns = t.hedge_at; /* it answered another try: busy, not silent */
+    assert_int_equal(kvcs__hedge_kind(&c, &t, t.hedge_at + 100000), HEDGE_NOT);
+    srv.heard_ns = t.hedge_at + 1000; /* heard after now (cannot happen): not silent */
+    assert_int_equal(kvcs__hedge_kind(&c, &t, t.hedge_at), HEDGE_NOT);
+}
+
+/* Whether process pid is stopped (state T in /proc/pid/stat). */
+static bool is_stopped(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] == 'T';
+}
+
+/* Stops server pid for ms milliseconds from a child process, so that the
+ * caller can go on meanwhile; returns the child once pid is stopped. */
+static pid_t stop_for(pid_t pid, unsigned ms)
+{
+    const pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        kill(pid, SIGSTOP);
+        usleep(ms * 1000);
+        kill(pid, SIGCONT);
+        _exit(0);
+    }
+    for (const uint64_t end = erma_now_ns() + 10 * SEC; !is_stopped(pid) && erma_now_ns() < end;)
+        usleep(100);
+    return child;
+}
+
+/* GETs of recs[0..1024) by the client's method, 64 at a time, while server 0
+ * is stopped for 200 ms; returns the GETs started. Every GET succeeds. */
+static uint32_t gets_while_stopped(struct servers *s, struct kvcs_client *c, struct rec *recs)
+{
+    const pid_t child = stop_for(s->pid[0], 200);
+    const uint64_t end = erma_now_ns() + 300000000ull;
+    uint32_t n = 0;
+    for (uint32_t i = 0; erma_now_ns() < end; i = (i + 64) % 1024, n += 64) {
+        for (uint32_t k = i; k < i + 64; k++)
+            recs[k].calls = 0;
+        batch(c, &recs[i], 64, 64, get_rec);
+        for (uint32_t k = i; k < i + 64; k++)
+            assert_int_equal(recs[k].status, ERMA_OK);
+    }
+    int st;
+    assert_int_equal(waitpid(child, &st, 0), child);
+    return n;
+}
+
+/* The budget in a live client, its stall threshold out of reach (60 s): a
+ * replica stopped for 200 ms gets RPC GETs hedged within the budget only
+ * (64 saved, one per 20 GETs), and one-sided GETs none at all, since no
+ * key's second replica was ever read by this client (a hedge there would
+ * take two READs). Every GET succeeds, the stopped replica's after it goes
+ * on. */
+static void test_hedge_budget_live(void **state)
+{
+    (void)state;
+    static struct servers s;
+    static struct rec recs[KEYS + 1];
+    servers_up(&s, 0);
+    const struct kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
+                                        .nservers = s.n, .replicas = 3,
+                                        .attempt_timeout_ns = 5 * SEC,
+                                        .failure_ns = 20 * SEC, .cc_off = true,
+                                        .hedge_stall_ns = 60 * SEC};
+    struct kvcs_client *c;
+    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
+    recs_reset(recs, 1024, c, 0);
+    batch(c, recs, 1024, 64, put_rec);
+    put_again(c, recs, 1024);
+    struct kvcs_client_stats a, b;
+    for (int m = 0; m < 2; m++) {
+        kvcs_client_set_method(c, m ? KVCS_READ : KVCS_RPC);
+        for (uint32_t k = 0; k < 1024; k++)
+            recs[k].calls = 0;
+        batch(c, recs, 1024, 64, get_rec); /* round trips measured, credit saved */
+        kvcs_client_get_stats(c, &a);
+        const uint32_t n = gets_while_stopped(&s, c, recs);
+        kvcs_client_get_stats(c, &b);
+        const uint64_t hedges = b.hedges - a.hedges;
+        print_message("  %s: %u GETs while server 0 was stopped, %lu hedged\n",
+                      m ? "READ" : "RPC", n, (unsigned long)hedges);
+        assert_int_equal(b.failed, 0);
+        assert_int_equal(b.stall_hedges, 0);
+        if (m == 0) {
+            assert_true(hedges >= 1);
+            assert_true(hedges <= 64 + n / 20);
+        } else {
+            assert_int_equal(hedges, 0);
+        }
+    }
+    kvcs_client_destroy(c);
 }
 
 static void test_replica_failure(void **state)
@@ -991,6 +1092,7 @@ int main(void)
         cmocka_unit_test_teardown(test_lone_replica_rejoins, kill_servers),
         cmocka_unit_test_teardown(test_all_replicas_down, kill_servers),
         cmocka_unit_test_teardown(test_stalled_replica, kill_servers),
+        cmocka_unit_test_teardown(test_hedge_budget_live, kill_servers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
