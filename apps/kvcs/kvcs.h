@@ -69,9 +69,9 @@
  *   more while the budget is spent), not a failure; a try at a replica
  *   that keeps answering others with gaps shorter than that, while the
  *   budget is spent, waits for its answer or its full chance. A replica
- *   is not marked down for being slow: only a
- *   try's failure marks it down (below), also a try whose op had finished
- *   without it. A GET fails only when every replica's try failed. At most
+ *   is not marked down for being slow: only a try's failure marks it down
+ *   (below), also a try whose op had finished without it. A GET fails
+ *   only when every replica's try failed. At most
  *   32 one-sided GET tries are in flight per replica (as RPC's 4 sessions
  *   of 8 slots); more wait for one of them to end.
  *
