@@ -577,28 +577,3 @@ int kvcs_client_run_once(struct kvcs_client *c)
     deliver_deferred(c);
     return c->completed;
 }
-
-void kvcs_client_set_method(struct kvcs_client *c, enum kvcs_method m)
-{
-    if (c)
-        c->cfg.method = m;
-}
-
-void kvcs_client_get_stats(const struct kvcs_client *c,
-                           struct kvcs_client_stats *out)
-{
-    struct kv_reader_stats rs;
-    kv_reader_get_stats(c->reader, &rs);
-    *out = c->stats;
-    out->one_read = rs.cache_hits;
-    out->stale_locs = rs.cache_stale;
-}
-
-int kvcs_op_info(const struct kvcs_client *c, struct kvcs_op_info *out)
-{
-    if (!c || !out || !c->in_cb)
-        return ERMA_EINVAL;
-    *out = c->info;
-    return ERMA_OK;
-}
-

@@ -1,6 +1,7 @@
 /* The kvcs client's inside (erma/kvcs.h): client.c runs ops and their
- * tries, client_setup.c sets the client up and keeps track of servers
- * (sessions, regions, down marks and probes). */
+ * tries, client_setup.c sets the client up, keeps track of servers
+ * (sessions, regions, down marks and probes) and answers the accessors,
+ * client_try.c keeps tries, round trips and the hedges' budget. */
 #ifndef KVCS_CLIENT_H
 #define KVCS_CLIENT_H
 

@@ -1,5 +1,6 @@
 /* Setting the kvcs client up (erma/kvcs.h): its endpoint, every server's
- * sessions, region and key; down marks and the probes that lift them. */
+ * sessions, region and key; down marks and the probes that lift them; the
+ * method, stats and op info accessors. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,3 +307,28 @@ void kvcs_client_destroy(struct kvcs_client *c)
     free(c->free_ops);
     free(c);
 }
+
+void kvcs_client_set_method(struct kvcs_client *c, enum kvcs_method m)
+{
+    if (c)
+        c->cfg.method = m;
+}
+
+void kvcs_client_get_stats(const struct kvcs_client *c,
+                           struct kvcs_client_stats *out)
+{
+    struct kv_reader_stats rs;
+    kv_reader_get_stats(c->reader, &rs);
+    *out = c->stats;
+    out->one_read = rs.cache_hits;
+    out->stale_locs = rs.cache_stale;
+}
+
+int kvcs_op_info(const struct kvcs_client *c, struct kvcs_op_info *out)
+{
+    if (!c || !out || !c->in_cb)
+        return ERMA_EINVAL;
+    *out = c->info;
+    return ERMA_OK;
+}
+

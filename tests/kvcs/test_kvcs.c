@@ -19,7 +19,7 @@
 
 #include "erma/clock.h"
 #include "kv/kv.h"
-#include "kvcs/client.h" /* the hedges' budget, kvcs__may_hedge */
+#include "kvcs/client.h" /* the hedges' budget, kvcs__hedge_kind */
 #include "kvcs/kvcs.h"
 #include "erma/sdk/rand.h"
 #include "../apps/kvcs/value.h"
@@ -892,6 +892,26 @@ static uint32_t gets_for(struct kvcs_client *c, struct rec *recs, uint32_t n, ui
     return done;
 }
 
+/* Three servers up and a client of them (tries' full chance attempt_ns,
+ * hedge_stall_ns stall_ns, 0: the default; failure after 20 s, unpaced),
+ * keys 0..1023 put in recs. */
+static struct kvcs_client *stall_client(struct servers *s, struct rec *recs,
+                                        uint64_t attempt_ns, uint64_t stall_ns)
+{
+    servers_up(s, 0);
+    const struct kvcs_client_cfg cfg = {.uri = s->client_uri, .servers = s->uris,
+                                        .nservers = s->n, .replicas = 3,
+                                        .attempt_timeout_ns = attempt_ns,
+                                        .failure_ns = 20 * SEC, .cc_off = true,
+                                        .hedge_stall_ns = stall_ns};
+    struct kvcs_client *c;
+    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
+    recs_reset(recs, 1024, c, 0);
+    batch(c, recs, 1024, 64, put_rec);
+    put_again(c, recs, 1024);
+    return c;
+}
+
 /* Server 0 stopped (SIGSTOP) for 50 ms at a time, ten times, while GETs by
  * both methods go on: the GETs whose primary it is are hedged to the next
  * replica after about a round trip, none fails or waits for the stall to
@@ -904,16 +924,7 @@ static void test_stalled_replica(void **state)
     (void)state;
     static struct servers s;
     static struct rec recs[KEYS + 1];
-    servers_up(&s, 0);
-    const struct kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
-                                        .nservers = s.n, .replicas = 3,
-                                        .attempt_timeout_ns = 2 * SEC,
-                                        .failure_ns = 20 * SEC, .cc_off = true};
-    struct kvcs_client *c;
-    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
-    recs_reset(recs, 1024, c, 0);
-    batch(c, recs, 1024, 64, put_rec);
-    put_again(c, recs, 1024);
+    struct kvcs_client *c = stall_client(&s, recs, 2 * SEC, 0);
     uint32_t gets = 0;
     for (int round = 0; round < 10; round++) {
         kvcs_client_set_method(c, round % 2 ? KVCS_READ : KVCS_RPC);
@@ -1008,20 +1019,13 @@ static pid_t stop_for(pid_t pid, unsigned ms)
     return child;
 }
 
-/* GETs of recs[0..1024) by the client's method, 64 at a time, while server 0
- * is stopped for 200 ms; returns the GETs started. Every GET succeeds. */
+/* GETs of recs[0..1024) by the client's method (gets_for: every one
+ * answered with its value, no replica marked down) while server 0 is
+ * stopped for 200 ms; returns the GETs started. */
 static uint32_t gets_while_stopped(struct servers *s, struct kvcs_client *c, struct rec *recs)
 {
     const pid_t child = stop_for(s->pid[0], 200);
-    const uint64_t end = erma_now_ns() + 300000000ull;
-    uint32_t n = 0;
-    for (uint32_t i = 0; erma_now_ns() < end; i = (i + 64) % 1024, n += 64) {
-        for (uint32_t k = i; k < i + 64; k++)
-            recs[k].calls = 0;
-        batch(c, &recs[i], 64, 64, get_rec);
-        for (uint32_t k = i; k < i + 64; k++)
-            assert_int_equal(recs[k].status, ERMA_OK);
-    }
+    const uint32_t n = gets_for(c, recs, 1024, 300000000ull);
     int st;
     assert_int_equal(waitpid(child, &st, 0), child);
     return n;
@@ -1038,17 +1042,7 @@ static void test_hedge_budget_live(void **state)
     (void)state;
     static struct servers s;
     static struct rec recs[KEYS + 1];
-    servers_up(&s, 0);
-    const struct kvcs_client_cfg cfg = {.uri = s.client_uri, .servers = s.uris,
-                                        .nservers = s.n, .replicas = 3,
-                                        .attempt_timeout_ns = 5 * SEC,
-                                        .failure_ns = 20 * SEC, .cc_off = true,
-                                        .hedge_stall_ns = 60 * SEC};
-    struct kvcs_client *c;
-    assert_int_equal(kvcs_client_create(&cfg, &c), ERMA_OK);
-    recs_reset(recs, 1024, c, 0);
-    batch(c, recs, 1024, 64, put_rec);
-    put_again(c, recs, 1024);
+    struct kvcs_client *c = stall_client(&s, recs, 5 * SEC, 60 * SEC);
     struct kvcs_client_stats a, b;
     for (int m = 0; m < 2; m++) {
         kvcs_client_set_method(c, m ? KVCS_READ : KVCS_RPC);
