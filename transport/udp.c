@@ -316,8 +316,8 @@ static unsigned build_msgs(struct udp *u, const struct erma_tx_pkt *pkts, unsign
 static int send_msgs(struct udp *u, unsigned from, unsigned count)
 {
     if (count > 1)
-        return sendmmsg(u->fd, u->tx_msg + from, count, 0);
-    return sendmsg(u->fd, &u->tx_msg[from].msg_hdr, 0) < 0 ? -1 : 1;
+        return udp_sendmmsg(u->fd, u->tx_msg + from, count);
+    return udp_sendmsg(u->fd, &u->tx_msg[from].msg_hdr) < 0 ? -1 : 1;
 }
 
 /* The send's errno says the kernel's queue is full (or it was
@@ -371,7 +371,7 @@ static unsigned send_lone(struct udp *u, const struct erma_tx_pkt *p)
         data = buf;
         len += p->data_len;
     }
-    if (sendto(u->fd, data, len, 0, (const struct sockaddr *)p->dst->raw, p->dst->len) >= 0)
+    if (udp_sendto(u->fd, data, len, p->dst->raw, p->dst->len) >= 0)
         return 1;
     if (queue_full(errno))
         return 0;

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "erma/sdk/bundle.h"
 #include "erma/sdk/transport_driver.h"
@@ -70,5 +72,43 @@ void erma__udp_stamps_on(struct udp *u);
 /* From now on the kernel hands up GSO runs whole (UDP_GRO). */
 void erma__udp_gro_on(struct udp *u);
 int erma__udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsigned max);
+
+/* The loop's sends and receives by syscall(2), not glibc's wrappers: those
+ * are cancellation points, and in a process of more than one thread each
+ * call turns asynchronous cancellation on and off around the system call
+ * (two atomic read-modify-writes a call; a READ's round trip in
+ * bench/rma_perf, whose target runs in a thread of its own, 3% shorter
+ * without them: docs/PERFORMANCE.md). No thread is ever cancelled inside
+ * erma's loop. */
+static inline ssize_t udp_sendto(int fd, const void *b, size_t n, const void *to, socklen_t tl)
+{
+    return syscall(SYS_sendto, fd, b, n, 0, to, tl);
+}
+
+static inline ssize_t udp_recvfrom(int fd, void *b, size_t n, int flags, void *from,
+                                   socklen_t *fl)
+{
+    return syscall(SYS_recvfrom, fd, b, n, flags, from, fl);
+}
+
+static inline ssize_t udp_sendmsg(int fd, const struct msghdr *m)
+{
+    return syscall(SYS_sendmsg, fd, m, 0);
+}
+
+static inline ssize_t udp_recvmsg(int fd, struct msghdr *m, int flags)
+{
+    return syscall(SYS_recvmsg, fd, m, flags);
+}
+
+static inline int udp_sendmmsg(int fd, struct mmsghdr *m, unsigned n)
+{
+    return (int)syscall(SYS_sendmmsg, fd, m, n, 0);
+}
+
+static inline int udp_recvmmsg(int fd, struct mmsghdr *m, unsigned n, int flags)
+{
+    return (int)syscall(SYS_recvmmsg, fd, m, n, flags, NULL);
+}
 
 #endif

@@ -62,8 +62,8 @@ static void stamps_to_erma(struct udp *u, const uint64_t *real, unsigned n)
 static int recv_msgs(struct udp *u, unsigned count)
 {
     if (count > 1)
-        return recvmmsg(u->fd, u->rx_msg, count, MSG_DONTWAIT, NULL);
-    const ssize_t r = recvmsg(u->fd, &u->rx_msg[0].msg_hdr, MSG_DONTWAIT);
+        return udp_recvmmsg(u->fd, u->rx_msg, count, MSG_DONTWAIT);
+    const ssize_t r = udp_recvmsg(u->fd, &u->rx_msg[0].msg_hdr, MSG_DONTWAIT);
     if (r < 0)
         return -1;
     u->rx_msg[0].msg_len = (unsigned)r;
@@ -256,8 +256,8 @@ static unsigned lone_rx(struct udp *u, struct erma_rx_pkt *pkts, unsigned max)
 {
     socklen_t alen = sizeof u->rx_src[0];
     u->rx_n = 0; /* the last receive's datagrams are all handed out: none is held */
-    const ssize_t r = recvfrom(u->fd, u->rx_iov[0].iov_base, u->rx_buf, MSG_DONTWAIT | MSG_TRUNC,
-                               (struct sockaddr *)&u->rx_src[0], &alen);
+    const ssize_t r = udp_recvfrom(u->fd, u->rx_iov[0].iov_base, u->rx_buf,
+                                   MSG_DONTWAIT | MSG_TRUNC, &u->rx_src[0], &alen);
     if (r < 0)
         return 0;
     if (r == 0 || (size_t)r > u->base.max_pkt) { /* empty, cut short or oversize: dropped */
