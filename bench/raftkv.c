@@ -3,7 +3,8 @@
  * plain RPC round trip to the same leader, in one run.
  *
  *   raftkv [--rounds R] [--iters N] [--seconds S] [--inflight W] [--size B]
- *          [--modes LIST] [--dir DIR] [--no-failover] [--poll] [--cpu LIST] [--csv]
+ *          [--modes LIST] [--groups G] [--dir DIR] [--no-failover] [--poll]
+ *          [--cpu LIST] [--csv]
  *
  * Every round starts, for each mode, a fresh cluster of 3 raftkv_server
  * replicas on udp loopback with their data in DIR (default /var/tmp: a
@@ -14,6 +15,10 @@
  *            polls their endpoints in turn (no wake-ups or process
  *            switches: what replicas with a polling core each would see,
  *            on a machine with too few cores for that; no failover);
+ *   groups   as nofsync, the keys split over G raft groups (--groups,
+ *            default 2), each replica's groups on threads of their own
+ *            (raftkv_server --threads G); the leader killed is group 0's,
+ *            and the end compares its PUTs/s with nofsync's, round by round.
  * then from this process (busy-polling):
  *   latency     N times in turn (default 5000): a PUT of B bytes (default
  *               32) to the leader, replicated and applied before it is
@@ -27,39 +32,38 @@
  *               acknowledged PUT from the kill until 0.2 s after the
  *               first PUT sent after it is acknowledged (--no-failover
  *               skips it).
- * In fsync rounds the same disk's cost of one sync alone is measured too
- * (the median of 200 appends to a file in DIR, each followed by
- * fdatasync), and the end compares the fsync PUT's median with the
- * no-fsync PUT's plus 1.5 syncs (one sync on the critical path, with
- * room for the replicas' syncs meeting on one disk).
- * The modes alternate in order from round to round (the machines are
- * noisy). Replicas sleep when idle, as servers do (--poll: they spin, a
- * core each). Output: a row per round and mode, then per mode the medians
- * over rounds (the ratio: the median of the per-round ratios). Exits 1
- * when the cluster cannot start or an op fails outside the failover.
+ * In fsync rounds one sync alone is measured on the same disk (raftkv_disk.c),
+ * and the end compares the fsync PUT's median with the no-fsync PUT's plus
+ * 1.5 syncs (one on the critical path, room for the replicas' syncs meeting
+ * on one disk). The modes alternate in order from round to round (the
+ * machines are noisy). Replicas sleep when idle, as servers do (--poll:
+ * they spin, a core each). Output: a row per round and mode, then per mode
+ * the medians over rounds (the ratio: the median of the per-round ratios).
+ * Exits 1 when the cluster cannot start or an op fails outside failover.
  */
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
 #include "erma/clock.h"
 #include "kv/kv.h"
 #include "raftkv/raftkv.h"
+#include "raftkv_disk.h"
 
 #define R 3
 #define BASE_PORT 42600
 #define LEADER_WAIT_NS 20000000000ull
 #define OP_WAIT_NS 30000000000ull
-#define MAX_MODES 3
+#define MAX_MODES 4
 
-enum mode { FSYNC, NOFSYNC, POLLED };
-static const char *const mode_names[] = {"fsync", "nofsync", "polled"};
+enum mode { FSYNC, NOFSYNC, POLLED, GROUPS };
+static const char *const mode_names[] = {"fsync", "nofsync", "polled", "groups"};
 
 static const char usage[] =
     "usage: raftkv [options]\n"
@@ -70,7 +74,8 @@ static const char usage[] =
     "  --seconds S     throughput phase, seconds (default 2)\n"
     "  --inflight W    PUTs in flight in the throughput phase (default 64)\n"
     "  --size B        value bytes (default 32)\n"
-    "  --modes LIST    of fsync, nofsync, polled (default all three)\n"
+    "  --modes LIST    of fsync, nofsync, polled, groups (default the first three)\n"
+    "  --groups G      groups mode: raft groups, 2..8 (default 2)\n"
     "  --dir DIR       the replicas' data (default /var/tmp)\n"
     "  --no-failover   skip the leader kill\n"
     "  --poll          fsync, nofsync: replicas spin instead of sleeping when idle\n"
@@ -79,7 +84,7 @@ static const char usage[] =
     "  -h, --help      this text\n";
 
 struct opts {
-    unsigned rounds, iters, inflight, nmodes;
+    unsigned rounds, iters, inflight, nmodes, groups;
     double seconds;
     uint32_t size;
     enum mode modes[MAX_MODES];
@@ -119,31 +124,33 @@ static bool server_stopped(void *ctx)
     return stop_server;
 }
 
-/* Replica i of the cluster, in a forked child (on failure the child exits 1). */
-static struct raftkv_server *replica(struct cluster *cl, unsigned i, bool fsync, bool poll)
+/* Replica i (of groups raft groups on threads of their own when groups >
+ * 1: *gs, else *s), in a forked child, which exits 1 when it cannot start. */
+static void replica(struct cluster *cl, unsigned i, bool fsync, bool poll, unsigned groups,
+                    struct raftkv_server **s, struct raftkv_groups **gs)
 {
-    const struct sigaction sa = {.sa_handler = on_term};
-    sigaction(SIGTERM, &sa, NULL);
     char dir[600];
     snprintf(dir, sizeof dir, "%s/r%u", cl->dir, i + 1);
     const struct erma_endpoint_cfg ep = {.busy_poll = poll};
     const struct raftkv_server_cfg cfg = {.id = i + 1, .peers = cl->uris, .npeers = R,
-                                          .data_dir = dir, .no_fsync = !fsync,
-                                          .ep_cfg = &ep};
-    struct raftkv_server *s;
-    if (raftkv_server_create(&cfg, &s) != ERMA_OK) {
-        fprintf(stderr, "raftkv: replica %u cannot start on %s\n", i + 1, cl->uri[i]);
-        _exit(1);
-    }
-    return s;
+                                          .data_dir = dir, .no_fsync = !fsync, .ep_cfg = &ep};
+    if ((groups > 1 ? raftkv_groups_start(&cfg, groups, gs) : raftkv_server_create(&cfg, s)) ==
+        ERMA_OK)
+        return;
+    fprintf(stderr, "raftkv: replica %u cannot start on %s\n", i + 1, cl->uri[i]);
+    _exit(1);
 }
 
-static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll)
+static void serve(struct cluster *cl, unsigned i, bool fsync, bool poll, unsigned groups)
 {
-    struct raftkv_server *s = replica(cl, i, fsync, poll);
+    struct raftkv_server *s = NULL;
+    struct raftkv_groups *gs = NULL;
+    replica(cl, i, fsync, poll, groups, &s, &gs);
+    const struct timespec tick = {0, 10000000};
     while (!stop_server)
-        raftkv_server_run(s, server_stopped, NULL, 100000000);
-    raftkv_server_destroy(s);
+        s ? (void)raftkv_server_run(s, server_stopped, NULL, 100000000)
+          : (void)nanosleep(&tick, NULL);
+    s ? raftkv_server_destroy(s) : raftkv_groups_stop(gs);
     _exit(0);
 }
 
@@ -153,21 +160,13 @@ static void serve_all(struct cluster *cl)
 {
     struct raftkv_server *s[R];
     for (unsigned i = 0; i < R; i++)
-        s[i] = replica(cl, i, false, true);
+        replica(cl, i, false, true, 1, &s[i], NULL);
     while (!stop_server)
         for (unsigned i = 0; i < R; i++)
             raftkv_server_run_once(s[i]);
     for (unsigned i = 0; i < R; i++)
         raftkv_server_destroy(s[i]);
     _exit(0);
-}
-
-static void remove_tree(const char *dir)
-{
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "raftkv: could not remove %s\n", dir);
 }
 
 /* ---- ops, one at a time ---- */
@@ -214,7 +213,8 @@ static int cluster_start(struct cluster *cl, const struct opts *o, enum mode m, 
         return ERMA_ESYS;
     }
     for (unsigned i = 0; i < R; i++) {
-        snprintf(cl->uri[i], sizeof cl->uri[i], "udp://127.0.0.1:%u", BASE_PORT + i);
+        snprintf(cl->uri[i], sizeof cl->uri[i], "udp://127.0.0.1:%u",
+                 BASE_PORT + i * RAFTKV_MAX_GROUPS); /* a group per port after */
         cl->uris[i] = cl->uri[i];
     }
     fflush(NULL);
@@ -222,21 +222,30 @@ static int cluster_start(struct cluster *cl, const struct opts *o, enum mode m, 
         cl->pid[i] = fork();
         if (cl->pid[i] == 0) {
             bench_pin(bench_cli_cpu(the_cli, i + 1));
+            const struct sigaction sa = {.sa_handler = on_term};
+            sigaction(SIGTERM, &sa, NULL);
             if (m == POLLED)
                 serve_all(cl);
-            serve(cl, i, m == FSYNC, o->poll);
+            serve(cl, i, m == FSYNC, o->poll, m == GROUPS ? o->groups : 1);
         }
     }
     const struct erma_endpoint_cfg ep = {.busy_poll = true};
+    const unsigned groups = m == GROUPS ? o->groups : 1;
     const struct raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = cl->uris,
                                          .nservers = R, .ep_cfg = &ep,
-                                         .op_timeout_ns = 10000000000ull};
+                                         .op_timeout_ns = 10000000000ull, .groups = groups};
     int rc = raftkv_client_create(&cc, &cl->c);
-    /* a leader: a PUT that succeeds */
+    /* a leader in every group: a PUT that succeeds, to a key of each */
     const uint64_t end = erma_now_ns() + LEADER_WAIT_NS;
-    while (rc == ERMA_OK && erma_now_ns() < end &&
-           op(cl->c, true, "bench:leader", (const uint8_t *)"1", 1) != ERMA_OK)
-        ;
+    for (unsigned g = 0, k = 0; rc == ERMA_OK && g < groups && erma_now_ns() < end; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "bench:leader:%u", k);
+        if (raftkv_group_of(key, (uint32_t)strlen(key), groups) != g)
+            continue;
+        while (erma_now_ns() < end && op(cl->c, true, key, (const uint8_t *)"1", 1) != ERMA_OK)
+            ;
+        g++;
+    }
     return rc == ERMA_OK && erma_now_ns() < end ? ERMA_OK : ERMA_ETIMEDOUT;
 }
 
@@ -249,7 +258,7 @@ static void cluster_stop(struct cluster *cl)
     for (unsigned i = 0; i < R; i++)
         if (cl->pid[i] > 0)
             waitpid(cl->pid[i], NULL, 0);
-    remove_tree(cl->dir);
+    raftkv_remove_tree(cl->dir);
 }
 
 /* ---- the phases ---- */
@@ -435,10 +444,10 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
                                         {"seconds", 1, 0, 't'},  {"inflight", 1, 0, 'w'},
                                         {"modes", 1, 0, 'm'},    {"dir", 1, 0, 'd'},
                                         {"no-failover", 0, 0, 'F'}, {"poll", 0, 0, 'P'},
-                                        {0, 0, 0, 0}};
+                                        {"groups", 1, 0, 'g'},   {0, 0, 0, 0}};
     *o = (struct opts){.rounds = 3, .iters = 5000, .inflight = 64, .seconds = 2, .size = 32,
                        .nmodes = 3, .modes = {FSYNC, NOFSYNC, POLLED}, .failover = true,
-                       .dir = "/var/tmp"};
+                       .dir = "/var/tmp", .groups = 2};
     bench_cli_init(cli, "raftkv", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -450,6 +459,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'd': o->dir = optarg; break;
         case 'F': o->failover = false; break;
         case 'P': o->poll = true; break;
+        case 'g': o->groups = (unsigned)bench_cli_u64(cli, optarg); break;
         default: bench_cli_fail(cli, NULL);
         }
     }
@@ -458,39 +468,10 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
     if (cli->nsizes == 1)
         o->size = cli->sizes[0];
     if (o->rounds == 0 || o->iters == 0 || o->inflight == 0 || o->inflight > 256 ||
-        o->seconds <= 0 || o->size == 0 || o->size > 4096)
+        o->seconds <= 0 || o->size == 0 || o->size > 4096 || o->groups < 2 ||
+        o->groups > RAFTKV_MAX_GROUPS)
         bench_cli_fail(cli, "--rounds, --iters, --inflight (<= 256), --seconds and --size"
-                            " (<= 4096) must be positive");
-}
-
-#define SYNC_PROBES 200
-
-/* The median of SYNC_PROBES appends of a log entry's size to a file in
- * dir, each made durable by fdatasync alone, as the replicas' log does
- * (O_APPEND): what one sync costs on this disk now. -1 when it fails. */
-static double fdatasync_alone(const struct opts *o)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/raftkv-bench-sync.%d", o->dir, (int)getpid());
-    const int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_APPEND | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -1;
-    uint64_t t[SYNC_PROBES];
-    uint8_t entry[4096 + 64] = {0};
-    unsigned n = 0;
-    for (; n < SYNC_PROBES; n++) {
-        const uint64_t t0 = erma_now_ns();
-        if (write(fd, entry, o->size + 64) != (ssize_t)(o->size + 64) || fdatasync(fd) != 0)
-            break;
-        t[n] = erma_now_ns() - t0;
-    }
-    close(fd);
-    unlink(path);
-    if (n < SYNC_PROBES)
-        return -1;
-    struct bench_lat lat;
-    bench_lat_from_ns(t, n, &lat);
-    return lat.median_us;
+                            " (<= 4096) must be positive, --groups 2..8");
 }
 
 static int run_round(const struct opts *o, unsigned round, enum mode m, struct result *r)
@@ -507,7 +488,7 @@ static int run_round(const struct opts *o, unsigned round, enum mode m, struct r
         fprintf(stderr, "raftkv: round %u: throughput phase: %llu PUTs failed\n", round,
                 (unsigned long long)r->failed);
     r->failover_ms = -1;
-    r->fdatasync_us = m == FSYNC ? fdatasync_alone(o) : -1;
+    r->fdatasync_us = m == FSYNC ? raftkv_fdatasync_us(o->dir, o->size + 64) : -1;
     if (rc == ERMA_OK && o->failover && m != POLLED && (rc = failover(&cl, o, r)) != ERMA_OK)
         fprintf(stderr, "raftkv: round %u: no PUT acknowledged within 15 s of the kill\n",
                 round);
@@ -515,16 +496,36 @@ static int run_round(const struct opts *o, unsigned round, enum mode m, struct r
     return rc;
 }
 
+/* The index in o->modes of mode `want` where it has results, else -1. */
+static int mode_at(const struct opts *o, const unsigned *n, enum mode want)
+{
+    for (unsigned m = 0; m < o->nmodes; m++)
+        if (o->modes[m] == want && n[m])
+            return (int)m;
+    return -1;
+}
+
+/* The groups mode's PUTs/s against nofsync's, the median of the per-round
+ * ratios, when both ran in every round. */
+static void note_groups(const struct bench_cli *cli, const struct opts *o, double tput[][64],
+                        const unsigned *n)
+{
+    const int g = mode_at(o, n, GROUPS), nf = mode_at(o, n, NOFSYNC);
+    if (g < 0 || nf < 0 || n[g] != n[nf])
+        return;
+    double r[64];
+    for (unsigned i = 0; i < n[g]; i++)
+        r[i] = tput[g][i] / tput[nf][i];
+    bench_note(cli->csv, "raftkv: %u groups / one, PUTs/s with %u in flight: %.2fx (the median"
+               " of %u rounds' ratios)", o->groups, o->inflight, bench_median(r, n[g]), n[g]);
+}
+
 /* The fsync PUT's median against the no-fsync PUT's plus 1.5 syncs
  * alone (medians over rounds), when both modes ran. */
 static void note_group_commit(const struct bench_cli *cli, const struct opts *o,
                               double p50[][64], const unsigned *n, double *sync, unsigned nsync)
 {
-    int f = -1, nf = -1;
-    for (unsigned m = 0; m < o->nmodes; m++) {
-        f = o->modes[m] == FSYNC && n[m] ? (int)m : f;
-        nf = o->modes[m] == NOFSYNC && n[m] ? (int)m : nf;
-    }
+    const int f = mode_at(o, n, FSYNC), nf = mode_at(o, n, NOFSYNC);
     if (f < 0 || nf < 0 || !nsync)
         return;
     const double put = bench_median(p50[f], n[f]), base = bench_median(p50[nf], n[nf]),
@@ -587,5 +588,6 @@ int main(int argc, char **argv)
                             nfo[m] ? bench_median(fo[m], nfo[m]) : -1.0,
                             o.modes[m] == FSYNC && nsync ? bench_median(sync, nsync) : -1.0);
     note_group_commit(&cli, &o, p50, n, sync, nsync);
+    note_groups(&cli, &o, tput, n);
     return status;
 }

@@ -81,7 +81,7 @@ static int start(struct raftkv_client *c, uint8_t type, const void *key, uint32_
     op->type = type;
     op->cb = cb;
     op->tag = tag;
-    op->server = c->leader;
+    op->server = c->leader[raftkv_group_of(key, klen, c->cfg.groups)];
     op->deadline = now + c->cfg.op_timeout_ns;
     c->pending++;
     c->stats.ops++;
@@ -155,7 +155,7 @@ uint64_t raftkv_client_next_timer(const struct raftkv_client *c)
         return 0;
     uint64_t t = UINT64_MAX;
     const uint64_t try_len = c->tries ? raftkv__try_ns(c) : 0;
-    for (unsigned i = 0; c->tries && i < c->cfg.nservers; i++)
+    for (unsigned i = 0; c->tries && i < c->nsrv; i++)
         if (c->srv[i].tries && c->srv[i].sess >= 0 && c->srv[i].heard_at + try_len < t)
             t = c->srv[i].heard_at + try_len; /* raftkv__drop_silent's */
     if (!c->waiting)
@@ -196,7 +196,7 @@ int raftkv_client_create(const struct raftkv_client_cfg *cfg,
                          struct raftkv_client **out)
 {
     if (!cfg || !out || !cfg->uri || !cfg->servers || cfg->nservers == 0 ||
-        cfg->nservers > RAFTKV_MAX_PEERS)
+        cfg->nservers > RAFTKV_MAX_PEERS || cfg->groups > RAFTKV_MAX_GROUPS)
         return ERMA_EINVAL;
     struct raftkv_client *c = calloc(1, sizeof *c);
     if (!c)
@@ -226,12 +226,19 @@ int raftkv_client_create(const struct raftkv_client_cfg *cfg,
     while (k->id == 0 && rc == ERMA_OK)
         if (getrandom(&k->id, sizeof k->id, 0) != sizeof k->id)
             rc = ERMA_ESYS;
-    for (unsigned i = 0; i < k->nservers; i++) {
-        c->srv[i].sess = -1;
-        if (!cfg->servers[i] ||
-            (size_t)snprintf(c->srv[i].uri, URI_MAX, "%s", cfg->servers[i]) >= URI_MAX)
+    if (!k->groups)
+        k->groups = 1;
+    c->nsrv = k->nservers * k->groups;
+    for (unsigned i = 0; i < c->nsrv; i++) {
+        const char *uri = cfg->servers[i % k->nservers];
+        struct server *s = &c->srv[i];
+        s->sess = -1;
+        if (i < k->nservers ? !uri || (size_t)snprintf(s->uri, URI_MAX, "%s", uri) >= URI_MAX
+                            : raftkv_group_uri(uri, i / k->nservers, s->uri, URI_MAX) != ERMA_OK)
             rc = ERMA_EADDR;
     }
+    for (unsigned g = 0; g < k->groups; g++)
+        c->leader[g] = g * k->nservers;
     c->ops = calloc(k->max_ops, sizeof *c->ops);
     if (rc == ERMA_OK && !c->ops)
         rc = ERMA_ENOMEM;
@@ -247,7 +254,7 @@ int raftkv_client_create(const struct raftkv_client_cfg *cfg,
                                           .sm_ctx = c};
         rc = erma_rpc_create(c->nx, c->ep, &rcfg, &c->rpc);
     }
-    for (unsigned i = 0; rc == ERMA_OK && i < k->nservers; i++) {
+    for (unsigned i = 0; rc == ERMA_OK && i < c->nsrv; i++) {
         c->srv[i].sess = erma_session_create(c->rpc, c->srv[i].uri, 0);
         if (c->srv[i].sess < 0)
             c->srv[i].sess = -1;
@@ -292,7 +299,7 @@ struct erma_endpoint *raftkv_client_endpoint(const struct raftkv_client *c)
 
 unsigned raftkv_client_leader(const struct raftkv_client *c)
 {
-    return c->leader;
+    return c->leader[0];
 }
 
 uint32_t raftkv_client_pending(const struct raftkv_client *c)

@@ -12,7 +12,7 @@ struct op {
     struct raftkv_client *c;
     bool busy, inflight, waiting, completed;
     uint8_t type;
-    unsigned server;
+    unsigned server; /* into srv: group g's replica r at g * cfg.nservers + r */
     uint64_t deadline, retry_at;
     uint64_t sent_at; /* the try in flight: when it started */
     struct erma_msgbuf req, resp;
@@ -40,8 +40,9 @@ struct raftkv_client {
     struct erma_nexus *nx;
     struct erma_endpoint *ep;
     struct erma_rpc *rpc;
-    struct server srv[RAFTKV_MAX_PEERS];
-    unsigned leader;
+    struct server srv[RAFTKV_MAX_PEERS * RAFTKV_MAX_GROUPS];
+    unsigned nsrv;                       /* cfg.nservers x cfg.groups */
+    unsigned leader[RAFTKV_MAX_GROUPS]; /* each group's, into srv */
     uint64_t next_seq;
     struct op *ops;
     uint32_t pending, completions;
@@ -54,6 +55,12 @@ struct raftkv_client {
 };
 
 /* ---- client.c ---- */
+
+/* The group of srv[i]. */
+static inline unsigned raftkv__group(const struct raftkv_client *c, unsigned i)
+{
+    return i / c->cfg.nservers;
+}
 
 /* op waits (or no longer) to be tried at op->server. */
 void raftkv__op_wait(struct op *op, bool waiting);

@@ -45,7 +45,7 @@ void raftkv__client_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev,
     (void)err;
     struct raftkv_client *c = ctx;
     const uint64_t now = erma_now_ns();
-    for (unsigned i = 0; i < c->cfg.nservers; i++) {
+    for (unsigned i = 0; i < c->nsrv; i++) {
         if (c->srv[i].sess != session)
             continue;
         if (ev == ERMA_SM_CONNECTED) { /* it answered: the tries' wait starts over */
@@ -57,13 +57,14 @@ void raftkv__client_sm(struct erma_rpc *rpc, int session, enum erma_sm_event ev,
     }
 }
 
-/* The first replica after `from` that has not failed, else the first that
- * failed down_ns ago or more, else the next. */
+/* The first replica of from's group after `from` that has not failed,
+ * else the first that failed down_ns ago or more, else the next. */
 static unsigned next_server(struct raftkv_client *c, unsigned from, uint64_t now)
 {
-    unsigned best = (from + 1) % c->cfg.nservers, best_rank = 0;
-    for (unsigned i = 1; i <= c->cfg.nservers; i++) {
-        const unsigned j = (from + i) % c->cfg.nservers;
+    const unsigned n = c->cfg.nservers, base = raftkv__group(c, from) * n;
+    unsigned best = base + (from - base + 1) % n, best_rank = 0;
+    for (unsigned i = 1; i <= n; i++) {
+        const unsigned j = base + (from - base + i) % n;
         const struct server *s = &c->srv[j];
         const unsigned rank = !s->failed ? 2 : now - s->failed_at >= c->cfg.down_ns;
         if (rank > best_rank) {
@@ -113,7 +114,7 @@ static void follow(struct op *op, unsigned i, uint64_t now)
         return;
     }
     if (!s->failed)
-        c->leader = i;
+        c->leader[raftkv__group(c, i)] = i;
     retry(op, i, now);
 }
 
@@ -138,8 +139,9 @@ static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
         if (!s->failed || s->failed_at < op->sent_at)
             mark_failed(c, op->server, now);
         const unsigned next = next_server(c, op->server, now);
-        if (c->leader == op->server)
-            c->leader = next;
+        unsigned *leader = &c->leader[raftkv__group(c, op->server)];
+        if (*leader == op->server)
+            *leader = next;
         retry(op, next, now);
         return;
     }
@@ -152,7 +154,8 @@ static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
     const uint8_t *bytes = resp->data + 8;
     if (st == RAFTKV_REDIRECT) {
         c->stats.redirects++;
-        for (unsigned i = 0; len && i < c->cfg.nservers; i++)
+        const unsigned base = raftkv__group(c, op->server) * c->cfg.nservers;
+        for (unsigned i = base; len && i < base + c->cfg.nservers; i++)
             if (strlen(c->srv[i].uri) == len && memcmp(c->srv[i].uri, bytes, len) == 0 &&
                 i != op->server) {
                 follow(op, i, now);
@@ -166,7 +169,11 @@ static void on_resp(struct erma_rpc *rpc, void *tag, int status, struct erma_msg
         retry(op, op->server, now + c->cfg.retry_ns);
         return;
     }
-    c->leader = op->server;
+    if (st == RAFTKV_WRONG_GROUP) { /* the servers split the keys otherwise */
+        raftkv__op_complete(op, ERMA_EINVAL, NULL, 0);
+        return;
+    }
+    c->leader[raftkv__group(c, op->server)] = op->server;
     raftkv__op_complete(op, st, st == ERMA_OK ? bytes : NULL, st == ERMA_OK ? len : 0);
 }
 
@@ -220,7 +227,7 @@ int raftkv__drop_silent(struct raftkv_client *c, uint64_t now)
 {
     const uint64_t t = raftkv__try_ns(c);
     int dropped = 0;
-    for (unsigned i = 0; i < c->cfg.nservers; i++) {
+    for (unsigned i = 0; i < c->nsrv; i++) {
         struct server *s = &c->srv[i];
         if (!s->tries || s->sess < 0 || now - s->heard_at < t)
             continue;

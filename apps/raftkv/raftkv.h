@@ -163,6 +163,8 @@
 #define RAFTKV_TYPE_BASE 96 /* default request type base */
 #define RAFTKV_MAX_PEERS 16
 #define RAFTKV_REDIRECT 1 /* answer status: not the leader (positive: not an erma_err) */
+#define RAFTKV_WRONG_GROUP 2 /* answer status: the key is another group's */
+#define RAFTKV_MAX_GROUPS 8
 
 /* Client request types, from type_base (raft's messages use type_base + 1..6). */
 enum raftkv_op {
@@ -272,10 +274,13 @@ struct raftkv_server_cfg {
     uint64_t failure_ns;           /* rpc cfg.failure_ns and connect_timeout_ns: a
                                       silent peer's sends fail after this; 0: 200 ms */
     uint64_t rto_ns;               /* rpc cfg.rto_ns; 0: erma's default */
+    unsigned group, groups;        /* this replica's raft group of groups (below);
+                                      0, 0: the only one */
 };
 
 struct raftkv_server_stats {
     uint64_t puts, dels, gets, local_gets, redirects, failed;
+    uint64_t wrong_group; /* requests for another group's key */
 };
 
 struct raftkv_server;
@@ -329,6 +334,8 @@ struct raftkv_client_cfg {
     uint64_t id;                   /* the client's id for at-most-once writes; 0:
                                       random (getrandom). Two clients with one id
                                       lose writes. */
+    unsigned groups;               /* raft groups (below): servers are group 0's
+                                      URIs; 0: 1 */
 };
 
 struct raftkv_client_stats {
@@ -339,7 +346,8 @@ struct raftkv_client_stats {
 /* cb(tag, status, val, vlen) runs once per started op, from
  * raftkv_client_poll(), never from the call that started it: ERMA_OK
  * (GET: the value, valid during the call), ERMA_ENOENT (GET, DEL of a
- * missing key), ERMA_ETIMEDOUT, ERMA_E2BIG. */
+ * missing key), ERMA_ETIMEDOUT, ERMA_E2BIG, ERMA_EINVAL (the servers put
+ * the key in another raft group: their groups differ from cfg.groups). */
 typedef void (*raftkv_fn)(void *tag, int status, const uint8_t *val, uint32_t vlen);
 
 struct raftkv_client;
@@ -357,7 +365,8 @@ int raftkv_del(struct raftkv_client *c, const void *key, uint32_t klen,
 /* stale: GET_LOCAL at the replica thought to lead (may be stale). */
 int raftkv_get(struct raftkv_client *c, const void *key, uint32_t klen, bool stale,
                raftkv_fn cb, void *tag);
-/* The index (into cfg.servers) of the replica the client sends to next. */
+/* The index (into cfg.servers) of the replica the client sends group 0's
+ * next op to. */
 unsigned raftkv_client_leader(const struct raftkv_client *c);
 uint32_t raftkv_client_pending(const struct raftkv_client *c);
 void raftkv_client_get_stats(const struct raftkv_client *c,
@@ -372,6 +381,36 @@ int raftkv_client_run_once(struct raftkv_client *c);
  * endpoint sleeps when idle unless its cfg says busy_poll. */
 int raftkv_client_run(struct raftkv_client *c, bool (*stop)(void *ctx), void *ctx,
                       uint64_t timeout_ns);
+
+/* ---- raft groups: the key space over endpoint threads (groups.c) ----
+ *
+ * A cluster may run G independent raft groups (multi-raft), each with its
+ * own leader, log and table, so that G endpoint threads of every replica
+ * share the work: raftkv_group_of() puts a key in one group (FNV-1a over
+ * its bytes, modulo G: every client and server of the cluster must use the
+ * same G), and group g of a replica listens at its group 0 URI's port plus
+ * g (raftkv_group_uri), its data in DIR/g. A server of group g answers a
+ * request for a key of another group RAFTKV_WRONG_GROUP, which the client
+ * reports as ERMA_EINVAL (its cfg.groups is not the servers'). A client
+ * with cfg.groups G keeps a leader per group and sends each op to its
+ * key's group, all over its one endpoint, as eRPC's clients pick a server
+ * thread by key. */
+
+unsigned raftkv_group_of(const void *key, uint32_t klen, unsigned groups);
+/* uri (scheme://host:port) with its port plus g into out; ERMA_EADDR when
+ * it has no port, the port would pass 65535 or out is too small. */
+int raftkv_group_uri(const char *uri, unsigned g, char *out, size_t size);
+
+struct raftkv_groups;
+/* Replica cfg->id of groups groups (1..RAFTKV_MAX_GROUPS), each a
+ * raftkv_server whose cfg is *cfg with group g, the peers' URIs of group
+ * g and data_dir/g (made when missing; cfg->data_dir is needed), run by a
+ * thread of its own until raftkv_groups_stop(). Returns once every group
+ * runs, or the first group's error (none is left running). */
+int raftkv_groups_start(const struct raftkv_server_cfg *cfg, unsigned groups,
+                        struct raftkv_groups **out);
+/* Stops the threads and destroys the servers. */
+void raftkv_groups_stop(struct raftkv_groups *gs);
 
 /* Splits a comma-separated list of URIs in place into out[0..max); returns
  * how many (max + 1 when there were more). For command lines. */

@@ -1,11 +1,12 @@
 /*
  * raftkv_client - talks to a raftkv cluster (raftkv/raftkv.h).
  *
- *   raftkv_client --servers URI,URI,... [--uri URI] [--stale] [--op-timeout-ms T] COMMAND
+ *   raftkv_client --servers URI,URI,... [--uri URI] [--stale] [--op-timeout-ms T]
+ *                 [--groups G] COMMAND
  *     put KEY VALUE   prints "ok"
  *     get KEY         prints the value, or "(none)" with exit 3 when absent
  *     del KEY         prints "ok", or "(none)" with exit 3 when absent
- *     leader          prints the number (1..) of the replica that leads
+ *     leader          prints the number (1..) of the replica that leads (group 0)
  *     load [--seconds S] [--keys K] [--inflight W] [--history FILE]
  *
  * load writes for S seconds (default 5), W writes in flight (default 8),
@@ -46,7 +47,7 @@
 
 static const char usage_text[] =
     "usage: raftkv_client --servers URI,URI,... [--uri URI] [--stale] [--op-timeout-ms T]"
-    " COMMAND\n"
+    " [--groups G] COMMAND\n"
     "  put KEY VALUE | get KEY | del KEY | leader\n"
     "  load [--seconds S] [--keys K] [--inflight W] [--history FILE]\n"
     "  --servers LIST  the replicas' URIs, as given to raftkv_server --peers\n"
@@ -56,7 +57,8 @@ static const char usage_text[] =
     "  --keys K        load: keys written (default 1000)\n"
     "  --inflight W    load: writes in flight (default 8)\n"
     "  --history FILE  load: also W reads in flight; every op's times to FILE\n"
-    "  --op-timeout-ms T  an op fails after T ms (1..10000, default 10000)\n";
+    "  --op-timeout-ms T  an op fails after T ms (1..10000, default 10000)\n"
+    "  --groups G      the cluster's raft groups (raftkv_server --threads G; 1..8)\n";
 
 static int usage(FILE *f, int rc)
 {
@@ -89,9 +91,21 @@ static bool one_finished(void *ctx)
     return ((struct one *)ctx)->done;
 }
 
-static int one(struct raftkv_client *c, int argc, char **argv, bool stale)
+/* A key of raft group 0, which raftkv_client_leader() names the leader of. */
+static void leader_key(unsigned groups, char key[32])
+{
+    for (unsigned k = 0; k < 1000; k++) {
+        snprintf(key, 32, "raftkv_client:leader:%u", k);
+        if (raftkv_group_of(key, (uint32_t)strlen(key), groups) == 0)
+            return;
+    }
+}
+
+static int one(struct raftkv_client *c, int argc, char **argv, bool stale, unsigned groups)
 {
     const char *cmd = argv[0];
+    char key[32];
+    leader_key(groups, key);
     struct one o = {0};
     int rc = ERMA_EINVAL;
     if (strcmp(cmd, "put") == 0 && argc == 3)
@@ -102,7 +116,7 @@ static int one(struct raftkv_client *c, int argc, char **argv, bool stale)
     else if (strcmp(cmd, "del") == 0 && argc == 2)
         rc = raftkv_del(c, argv[1], (uint32_t)strlen(argv[1]), one_done, &o);
     else if (strcmp(cmd, "leader") == 0 && argc == 1)
-        rc = raftkv_get(c, "raftkv_client:leader", 20, false, one_done, &o);
+        rc = raftkv_get(c, key, (uint32_t)strlen(key), false, one_done, &o);
     else
         return usage(stderr, 2);
     if (rc == ERMA_OK)
@@ -113,8 +127,9 @@ static int one(struct raftkv_client *c, int argc, char **argv, bool stale)
         return 3;
     }
     if (rc != ERMA_OK && rc != ERMA_ENOENT) {
-        fprintf(stderr, "raftkv_client: %s %s: %s\n", cmd, argc > 1 ? argv[1] : "",
-                erma_strerror(rc));
+        fprintf(stderr, "raftkv_client: %s %s: %s%s\n", cmd, argc > 1 ? argv[1] : "",
+                erma_strerror(rc), rc == ERMA_EINVAL ? " (the servers split the keys into"
+                " another number of raft groups: give their --threads as --groups)" : "");
         return 1;
     }
     if (strcmp(cmd, "leader") == 0)
@@ -145,6 +160,7 @@ int main(int argc, char **argv)
                                          {"stale", no_argument, NULL, 'S'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"op-timeout-ms", required_argument, NULL, 'T'},
+                                         {"groups", required_argument, NULL, 'g'},
                                          {NULL, 0, NULL, 0}};
     const char *servers[RAFTKV_MAX_PEERS];
     struct raftkv_client_cfg cfg = {.uri = "udp://127.0.0.1:0", .servers = servers,
@@ -158,6 +174,8 @@ int main(int argc, char **argv)
             cfg.uri = optarg;
         else if (o == 'S')
             stale = true;
+        else if (o == 'g')
+            cfg.groups = (unsigned)strtoul(optarg, NULL, 0);
         else if (o == 'h')
             return usage(stdout, 0);
         else if (o == 'T' && op_timeout_ms(optarg, &cfg.op_timeout_ns) == 0)
@@ -165,7 +183,8 @@ int main(int argc, char **argv)
         else
             return usage(stderr, 2);
     }
-    if (optind >= argc || cfg.nservers == 0 || cfg.nservers > RAFTKV_MAX_PEERS)
+    if (optind >= argc || cfg.nservers == 0 || cfg.nservers > RAFTKV_MAX_PEERS ||
+        cfg.groups > RAFTKV_MAX_GROUPS)
         return usage(stderr, 2);
     struct raftkv_client *c;
     int rc = raftkv_client_create(&cfg, &c);
@@ -180,7 +199,7 @@ int main(int argc, char **argv)
         if (rc == 2)
             usage(stderr, 2);
     } else {
-        rc = one(c, argc, argv, stale);
+        rc = one(c, argc, argv, stale, cfg.groups);
     }
     raftkv_client_destroy(c);
     return rc;

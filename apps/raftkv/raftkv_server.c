@@ -3,6 +3,7 @@
  *
  *   raftkv_server --id N --peers URI,URI,... --dir DIR [--no-fsync]
  *                 [--heartbeat-ms H] [--election-ms E] [--seconds S] [--poll]
+ *                 [--threads G]
  *
  * Replica N of the cluster whose endpoints are --peers (N counts from 1;
  * the N-th URI is where this one listens). Its term, vote, log and
@@ -10,7 +11,10 @@
  * DIR it carries on from them. Serves until SIGTERM or SIGINT, or for S
  * seconds. Idle, it sleeps in the socket (well under 1% of a core);
  * --poll never sleeps. --no-fsync is for benchmarks only (a crash may lose
- * acknowledged writes). Exits 0, 1 when it cannot start, 2 on bad
+ * acknowledged writes). --threads G runs G raft groups (raftkv.h, "raft
+ * groups"), each on an endpoint thread of its own at the URI's port plus
+ * its number, its data in DIR/g; every replica and client of the cluster
+ * must be given the same G. Exits 0, 1 when it cannot start, 2 on bad
  * arguments.
  */
 #include <getopt.h>
@@ -18,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "erma/clock.h"
 #include "raftkv/raftkv.h"
@@ -39,6 +44,7 @@ static bool stopped(void *ctx)
 static const char usage_text[] =
     "usage: raftkv_server --id N --peers URI,URI,... --dir DIR [--no-fsync]\n"
     "                     [--heartbeat-ms H] [--election-ms E] [--seconds S] [--poll]\n"
+    "                     [--threads G]\n"
     "  --id N            this replica's number, 1..peers (its URI is the N-th)\n"
     "  --peers LIST      every replica's URI, e.g. udp://127.0.0.1:31971,...\n"
     "  --dir DIR         term, vote, log and snapshots (made when missing)\n"
@@ -46,12 +52,37 @@ static const char usage_text[] =
     "  --heartbeat-ms H  raft's heartbeat (default 50)\n"
     "  --election-ms E   raft's election timeout (default 500)\n"
     "  --seconds S       exit after S seconds (default: at SIGTERM or SIGINT)\n"
-    "  --poll            never sleep (a whole core, the lowest latency)\n";
+    "  --poll            never sleep (a whole core, the lowest latency)\n"
+    "  --threads G       G raft groups, the keys split among them, each on a thread\n"
+    "                    at the URI's port plus its number, data in DIR/0.. (1..8)\n";
 
 static int usage(FILE *f, int rc)
 {
     fputs(usage_text, f);
     return rc;
+}
+
+/* --threads: the groups run on threads of their own; this one waits. */
+static int serve_groups(const struct raftkv_server_cfg *cfg, unsigned groups, double seconds)
+{
+    struct raftkv_groups *gs;
+    const int rc = raftkv_groups_start(cfg, groups, &gs);
+    if (rc != ERMA_OK) {
+        fprintf(stderr, "raftkv_server %llu: cannot start %u groups on %s with %s: %s\n",
+                (unsigned long long)cfg->id, groups, cfg->peers[cfg->id - 1], cfg->data_dir,
+                erma_strerror(rc));
+        return 1;
+    }
+    printf("raftkv_server %llu: %u groups serving on %s and the %u ports after, data in %s/0..\n",
+           (unsigned long long)cfg->id, groups, cfg->peers[cfg->id - 1], groups - 1,
+           cfg->data_dir);
+    fflush(stdout);
+    const uint64_t end = seconds > 0 ? erma_now_ns() + (uint64_t)(seconds * 1e9) : UINT64_MAX;
+    const struct timespec tick = {0, 10000000};
+    while (!stop && erma_now_ns() < end)
+        nanosleep(&tick, NULL);
+    raftkv_groups_stop(gs);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -64,12 +95,14 @@ int main(int argc, char **argv)
                                          {"election-ms", required_argument, NULL, 'e'},
                                          {"seconds", required_argument, NULL, 's'},
                                          {"poll", no_argument, NULL, 'P'},
+                                         {"threads", required_argument, NULL, 't'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *peers[RAFTKV_MAX_PEERS];
     struct raftkv_server_cfg cfg = {.peers = peers};
     struct erma_endpoint_cfg ep = {0}; /* zero: the defaults */
     double seconds = 0;
+    unsigned groups = 0;
     for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         if (o == 'i')
             cfg.id = strtoull(optarg, NULL, 0);
@@ -87,6 +120,8 @@ int main(int argc, char **argv)
             seconds = strtod(optarg, NULL);
         else if (o == 'P')
             ep.busy_poll = true;
+        else if (o == 't')
+            groups = (unsigned)strtoul(optarg, NULL, 0);
         else if (o == 'h')
             return usage(stdout, 0);
         else
@@ -94,15 +129,17 @@ int main(int argc, char **argv)
     }
     if (optind != argc || !cfg.data_dir || cfg.npeers == 0 ||
         cfg.npeers > RAFTKV_MAX_PEERS || cfg.id == 0 || cfg.id > cfg.npeers ||
-        seconds < 0) {
-        fprintf(stderr, "raftkv_server: --id 1..%u, --peers (at most %d) and --dir are needed\n",
-                cfg.npeers, RAFTKV_MAX_PEERS);
+        seconds < 0 || groups > RAFTKV_MAX_GROUPS) {
+        fprintf(stderr, "raftkv_server: --id 1..%u, --peers (at most %d) and --dir are needed; "
+                "--threads 1..%d\n", cfg.npeers, RAFTKV_MAX_PEERS, RAFTKV_MAX_GROUPS);
         return usage(stderr, 2);
     }
     cfg.ep_cfg = &ep;
     const struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    if (groups > 0)
+        return serve_groups(&cfg, groups, seconds);
     struct raftkv_server *s;
     const int rc = raftkv_server_create(&cfg, &s);
     if (rc != ERMA_OK) {

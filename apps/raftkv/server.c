@@ -112,7 +112,8 @@ int raftkv_server_create(const struct raftkv_server_cfg *cfg,
                          struct raftkv_server **out)
 {
     if (!cfg || !out || !cfg->peers || cfg->npeers == 0 ||
-        cfg->npeers > RAFTKV_MAX_PEERS || cfg->id == 0 || cfg->id > cfg->npeers)
+        cfg->npeers > RAFTKV_MAX_PEERS || cfg->id == 0 || cfg->id > cfg->npeers ||
+        cfg->groups > RAFTKV_MAX_GROUPS || cfg->group >= (cfg->groups ? cfg->groups : 1))
         return ERMA_EINVAL;
     struct raftkv_server *s = calloc(1, sizeof *s);
     if (!s)

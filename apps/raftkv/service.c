@@ -78,8 +78,20 @@ static int parse(struct erma_req *req, size_t skip, bool with_value, const uint8
     return ERMA_OK;
 }
 
+/* Answers RAFTKV_WRONG_GROUP, and true, when key is another group's. */
+static bool other_group(struct raftkv_server *s, struct erma_req *req, const uint8_t *key,
+                        uint32_t klen)
+{
+    if (s->cfg.groups <= 1 || raftkv_group_of(key, klen, s->cfg.groups) == s->cfg.group)
+        return false;
+    s->stats.wrong_group++;
+    answer(req, RAFTKV_WRONG_GROUP, NULL, 0);
+    return true;
+}
+
 /* Parses req and checks that this replica, as the leader, takes it; false
- * when it has answered already (malformed, shutting down, or a redirect). */
+ * when it has answered already (malformed, another group's key, shutting
+ * down, or a redirect). */
 static bool admit(struct raftkv_server *s, struct erma_req *req, size_t skip,
                   bool with_value, const uint8_t **key, uint32_t *klen, const uint8_t **val,
                   uint32_t *vlen)
@@ -89,6 +101,8 @@ static bool admit(struct raftkv_server *s, struct erma_req *req, size_t skip,
         answer(req, rc, NULL, 0);
         return false;
     }
+    if (other_group(s, req, *key, *klen))
+        return false;
     if (s->closed) {
         answer(req, ERMA_EAGAIN, NULL, 0);
         return false;
@@ -242,6 +256,8 @@ static void on_get_local(struct erma_req *req, void *ctx)
         answer(req, rc, NULL, 0);
         return;
     }
+    if (other_group(s, req, key, klen))
+        return;
     s->stats.local_gets++;
     read_local(s, req, key, klen);
 }

@@ -1,0 +1,135 @@
+/* raftkv's raft groups (raftkv.h, "raft groups"): a key's group, a
+ * group's URI, and one replica's groups on threads of their own. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "erma/errors.h"
+#include "raftkv/raftkv.h"
+
+unsigned raftkv_group_of(const void *key, uint32_t klen, unsigned groups)
+{
+    if (groups <= 1)
+        return 0;
+    const uint8_t *p = key;
+    uint64_t h = 14695981039346656037ull; /* FNV-1a */
+    for (uint32_t i = 0; i < klen; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return (unsigned)(h % groups);
+}
+
+int raftkv_group_uri(const char *uri, unsigned g, char *out, size_t size)
+{
+    const char *colon = uri ? strrchr(uri, ':') : NULL;
+    if (!colon || !out || !size)
+        return ERMA_EADDR;
+    char *end;
+    errno = 0;
+    const unsigned long port = strtoul(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || errno || port > 65535 || port + g > 65535 ||
+        (port == 0 && g > 0))
+        return ERMA_EADDR;
+    const int n = snprintf(out, size, "%.*s:%lu", (int)(colon - uri), uri, port + g);
+    return n > 0 && (size_t)n < size ? ERMA_OK : ERMA_EADDR;
+}
+
+struct group {
+    struct raftkv_groups *gs;
+    struct raftkv_server *s;
+    pthread_t thread;
+    bool started;
+};
+
+struct raftkv_groups {
+    atomic_bool stop;
+    unsigned n; /* servers created */
+    struct group g[RAFTKV_MAX_GROUPS];
+};
+
+static bool stopped(void *ctx)
+{
+    return atomic_load_explicit(&((struct raftkv_groups *)ctx)->stop, memory_order_relaxed);
+}
+
+static void *group_main(void *arg)
+{
+    struct group *g = arg;
+    while (!stopped(g->gs))
+        raftkv_server_run(g->s, stopped, g->gs, 100000000);
+    return NULL;
+}
+
+/* Group g's replica: cfg with group g's peers, directory and seed. */
+static int group_create(const struct raftkv_server_cfg *cfg, unsigned g, unsigned groups,
+                        struct raftkv_server **out)
+{
+    char uri[RAFTKV_MAX_PEERS][128], dir[PATH_MAX];
+    const char *peers[RAFTKV_MAX_PEERS];
+    for (unsigned i = 0; i < cfg->npeers; i++) {
+        const int rc = raftkv_group_uri(cfg->peers[i], g, uri[i], sizeof uri[i]);
+        if (rc != ERMA_OK)
+            return rc;
+        peers[i] = uri[i];
+    }
+    if ((size_t)snprintf(dir, sizeof dir, "%s/%u", cfg->data_dir, g) >= sizeof dir)
+        return ERMA_EINVAL;
+    if (mkdir(cfg->data_dir, 0700) != 0 && errno != EEXIST)
+        return ERMA_ESYS;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return ERMA_ESYS;
+    struct raftkv_server_cfg c = *cfg;
+    c.peers = peers;
+    c.data_dir = dir;
+    c.group = g;
+    c.groups = groups;
+    c.seed = (cfg->seed ? cfg->seed : cfg->id) * RAFTKV_MAX_GROUPS + g; /* timers apart */
+    return raftkv_server_create(&c, out);
+}
+
+int raftkv_groups_start(const struct raftkv_server_cfg *cfg, unsigned groups,
+                        struct raftkv_groups **out)
+{
+    if (!cfg || !out || !cfg->peers || !cfg->data_dir || cfg->npeers == 0 ||
+        cfg->npeers > RAFTKV_MAX_PEERS || groups == 0 || groups > RAFTKV_MAX_GROUPS)
+        return ERMA_EINVAL;
+    struct raftkv_groups *gs = calloc(1, sizeof *gs);
+    if (!gs)
+        return ERMA_ENOMEM;
+    atomic_init(&gs->stop, false);
+    int rc = ERMA_OK;
+    for (unsigned g = 0; g < groups && rc == ERMA_OK; g++) {
+        gs->g[g].gs = gs;
+        if ((rc = group_create(cfg, g, groups, &gs->g[g].s)) == ERMA_OK)
+            gs->n++;
+    }
+    for (unsigned g = 0; g < gs->n && rc == ERMA_OK; g++) {
+        if (pthread_create(&gs->g[g].thread, NULL, group_main, &gs->g[g]) != 0)
+            rc = ERMA_ESYS;
+        else
+            gs->g[g].started = true;
+    }
+    if (rc != ERMA_OK) {
+        raftkv_groups_stop(gs);
+        return rc;
+    }
+    *out = gs;
+    return ERMA_OK;
+}
+
+void raftkv_groups_stop(struct raftkv_groups *gs)
+{
+    if (!gs)
+        return;
+    atomic_store(&gs->stop, true);
+    for (unsigned g = 0; g < gs->n; g++)
+        if (gs->g[g].started)
+            pthread_join(gs->g[g].thread, NULL);
+    for (unsigned g = 0; g < gs->n; g++)
+        raftkv_server_destroy(gs->g[g].s);
+    free(gs);
+}

@@ -1,0 +1,244 @@
+/* raftkv's raft groups (apps/raftkv/raftkv.h, "raft groups"): a key's
+ * group spreads keys evenly and never moves; a group's URI is its port
+ * plus the group's number, refused where that cannot be; three replicas of
+ * two groups each, every group on a thread of its own, on udp loopback:
+ * every write of a client of both groups is read back from its key's
+ * group, and a client of one group only is told ERMA_EINVAL for a key of
+ * the other; bad configurations fail with their codes. Loops are bounded
+ * in count and time. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "erma/clock.h"
+#include "raftkv/raftkv.h"
+
+#define R 3
+#define G 2
+#define KEYS 200
+#define WAIT_NS 60000000000ull /* 10x what a run takes beside two CPU hogs */
+
+static void test_group_of(void **state)
+{
+    (void)state;
+    assert_int_equal(raftkv_group_of("a", 1, 0), 0);
+    assert_int_equal(raftkv_group_of("a", 1, 1), 0);
+    unsigned count[4] = {0};
+    char key[32];
+    for (unsigned k = 0; k < 4000; k++) {
+        const int n = snprintf(key, sizeof key, "key-%u", k);
+        const unsigned g = raftkv_group_of(key, (uint32_t)n, 4);
+        assert_true(g < 4);
+        assert_int_equal(raftkv_group_of(key, (uint32_t)n, 4), g);
+        count[g]++;
+    }
+    for (unsigned g = 0; g < 4; g++)
+        assert_in_range(count[g], 800, 1200);
+}
+
+static void test_group_uri(void **state)
+{
+    (void)state;
+    char out[64];
+    assert_int_equal(raftkv_group_uri("udp://127.0.0.1:40000", 3, out, sizeof out), ERMA_OK);
+    assert_string_equal(out, "udp://127.0.0.1:40003");
+    assert_int_equal(raftkv_group_uri("udp://[::1]:5", 2, out, sizeof out), ERMA_OK);
+    assert_string_equal(out, "udp://[::1]:7");
+    assert_int_equal(raftkv_group_uri("udp://h:0", 0, out, sizeof out), ERMA_OK);
+    assert_string_equal(out, "udp://h:0");
+    assert_int_equal(raftkv_group_uri("udp://h:0", 1, out, sizeof out), ERMA_EADDR);
+    assert_int_equal(raftkv_group_uri("udp://h:65535", 1, out, sizeof out), ERMA_EADDR);
+    assert_int_equal(raftkv_group_uri("udp://h:70000", 0, out, sizeof out), ERMA_EADDR);
+    assert_int_equal(raftkv_group_uri("udp://h", 1, out, sizeof out), ERMA_EADDR);
+    assert_int_equal(raftkv_group_uri("udp://h:12x", 1, out, sizeof out), ERMA_EADDR);
+    assert_int_equal(raftkv_group_uri("udp://h:1000", 1, out, 8), ERMA_EADDR);
+    assert_int_equal(raftkv_group_uri(NULL, 1, out, sizeof out), ERMA_EADDR);
+}
+
+/* Ports apart from other tests' and from other runs of this one. */
+static unsigned base_port(void)
+{
+    return 20000u + (unsigned)(getpid() % 400) * 16u;
+}
+
+static void uris_of(unsigned base, unsigned g, char uri[R][64], const char *uris[R])
+{
+    for (unsigned i = 0; i < R; i++) {
+        snprintf(uri[i], sizeof uri[i], "udp://127.0.0.1:%u", base + 4 * i + g);
+        uris[i] = uri[i];
+    }
+}
+
+static void test_bad_cfg(void **state)
+{
+    (void)state;
+    char uri[R][64];
+    const char *uris[R];
+    uris_of(base_port(), 0, uri, uris);
+    struct raftkv_server_cfg cfg = {.id = 1, .peers = uris, .npeers = R, .data_dir = "/nonexistent"};
+    struct raftkv_groups *gs;
+    assert_int_equal(raftkv_groups_start(&cfg, 0, &gs), ERMA_EINVAL);
+    assert_int_equal(raftkv_groups_start(&cfg, RAFTKV_MAX_GROUPS + 1, &gs), ERMA_EINVAL);
+    cfg.data_dir = NULL;
+    assert_int_equal(raftkv_groups_start(&cfg, 2, &gs), ERMA_EINVAL);
+    const char *portless[R] = {"udp://127.0.0.1", uris[1], uris[2]};
+    cfg.peers = portless;
+    cfg.data_dir = "/nonexistent";
+    assert_int_equal(raftkv_groups_start(&cfg, 2, &gs), ERMA_EADDR);
+    cfg.peers = uris;
+    cfg.group = 2;
+    cfg.groups = 2;
+    struct raftkv_server *s;
+    assert_int_equal(raftkv_server_create(&cfg, &s), ERMA_EINVAL);
+    const struct raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = uris,
+                                         .nservers = R, .groups = RAFTKV_MAX_GROUPS + 1};
+    struct raftkv_client *c;
+    assert_int_equal(raftkv_client_create(&cc, &c), ERMA_EINVAL);
+}
+
+/* ---- three replicas of two groups on udp loopback ---- */
+
+struct tag {
+    bool done;
+    int status;
+    char val[32];
+};
+
+struct batch {
+    struct tag tag[KEYS];
+    unsigned done;
+};
+
+static struct batch batch;
+
+static void op_done(void *p, int status, const uint8_t *val, uint32_t vlen)
+{
+    struct tag *t = p;
+    t->done = true;
+    t->status = status;
+    if (status == ERMA_OK && val && vlen < sizeof t->val) {
+        memcpy(t->val, val, vlen);
+        t->val[vlen] = '\0';
+    }
+    batch.done++;
+}
+
+static bool batch_done(void *ctx)
+{
+    (void)ctx;
+    return batch.done == KEYS;
+}
+
+static void key_of(unsigned k, char key[16])
+{
+    snprintf(key, 16, "g-key-%u", k);
+}
+
+/* put: PUT key k with "v-k"; else a linearizable GET of each key; every
+ * op of the batch in flight at once. */
+static void run_batch(struct raftkv_client *c, bool put)
+{
+    memset(&batch, 0, sizeof batch);
+    for (unsigned k = 0; k < KEYS; k++) {
+        char key[16], val[16];
+        key_of(k, key);
+        const int n = snprintf(val, sizeof val, "v-%u", k);
+        const int rc = put ? raftkv_put(c, key, (uint32_t)strlen(key), val, (uint32_t)n, op_done,
+                                        &batch.tag[k])
+                           : raftkv_get(c, key, (uint32_t)strlen(key), false, op_done,
+                                        &batch.tag[k]);
+        assert_int_equal(rc, ERMA_OK);
+    }
+    raftkv_client_run(c, batch_done, NULL, WAIT_NS);
+    assert_int_equal(batch.done, KEYS);
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void test_groups_udp(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/raftkv-groups-XXXXXX", rdir[R][PATH_MAX];
+    assert_non_null(mkdtemp(dir));
+    char uri[G][R][64];
+    const char *uris[G][R];
+    const unsigned base = base_port();
+    for (unsigned g = 0; g < G; g++)
+        uris_of(base, g, uri[g], uris[g]);
+    struct raftkv_groups *gs[R];
+    for (unsigned i = 0; i < R; i++) {
+        snprintf(rdir[i], sizeof rdir[i], "%s/r%u", dir, i + 1);
+        const struct raftkv_server_cfg cfg = {.id = i + 1, .peers = uris[0], .npeers = R,
+                                              .data_dir = rdir[i], .no_fsync = true};
+        assert_int_equal(raftkv_groups_start(&cfg, G, &gs[i]), ERMA_OK);
+    }
+    /* a client of both groups: every write, then every read */
+    struct raftkv_client *both;
+    struct raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = uris[0], .nservers = R,
+                                   .groups = G, .max_ops = KEYS};
+    assert_int_equal(raftkv_client_create(&cc, &both), ERMA_OK);
+    run_batch(both, true);
+    unsigned in_group[G] = {0};
+    for (unsigned k = 0; k < KEYS; k++) {
+        assert_int_equal(batch.tag[k].status, ERMA_OK);
+        char key[16];
+        key_of(k, key);
+        in_group[raftkv_group_of(key, (uint32_t)strlen(key), G)]++;
+    }
+    assert_true(in_group[0] > 0 && in_group[1] > 0);
+    run_batch(both, false);
+    for (unsigned k = 0; k < KEYS; k++) {
+        char want[16];
+        snprintf(want, sizeof want, "v-%u", k);
+        assert_int_equal(batch.tag[k].status, ERMA_OK);
+        assert_string_equal(batch.tag[k].val, want);
+    }
+    raftkv_client_destroy(both);
+    /* a client of group g alone: its keys' values, the others' refused */
+    for (unsigned g = 0; g < G; g++) {
+        struct raftkv_client *one;
+        cc.servers = uris[g];
+        cc.groups = 1;
+        assert_int_equal(raftkv_client_create(&cc, &one), ERMA_OK);
+        run_batch(one, false);
+        for (unsigned k = 0; k < KEYS; k++) {
+            char key[16], want[16];
+            key_of(k, key);
+            snprintf(want, sizeof want, "v-%u", k);
+            if (raftkv_group_of(key, (uint32_t)strlen(key), G) == g) {
+                assert_int_equal(batch.tag[k].status, ERMA_OK);
+                assert_string_equal(batch.tag[k].val, want);
+            } else {
+                assert_int_equal(batch.tag[k].status, ERMA_EINVAL);
+            }
+        }
+        raftkv_client_destroy(one);
+    }
+    for (unsigned i = 0; i < R; i++)
+        raftkv_groups_stop(gs[i]);
+    assert_int_equal(nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_group_of),
+        cmocka_unit_test(test_group_uri),
+        cmocka_unit_test(test_bad_cfg),
+        cmocka_unit_test(test_groups_udp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
