@@ -178,6 +178,9 @@ struct bench_rpc_opts {
 /* Authenticated, encrypted sessions (erma_nexus_cfg.psk) for the RPC
  * servers and clients created from now on (NULL: plaintext). */
 void bench_rpc_set_psk(const uint8_t *psk);
+/* The echo servers started from now on run their handler on n worker
+ * threads (erma_nexus_cfg.workers, ERMA_WORKER); 0: in the loop. */
+void bench_rpc_set_workers(unsigned n);
 
 /* A nexus (with that psk) whose BENCH_ECHO handler is the echo below. */
 struct erma_nexus;

@@ -37,10 +37,16 @@ static void echo(struct erma_req *req, void *ctx)
 }
 
 static const uint8_t *bench_psk;
+static unsigned bench_workers;
 
 void bench_rpc_set_psk(const uint8_t *psk)
 {
     bench_psk = psk;
+}
+
+void bench_rpc_set_workers(unsigned n)
+{
+    bench_workers = n;
 }
 
 static int nexus_create(struct erma_nexus **out)
@@ -51,9 +57,11 @@ static int nexus_create(struct erma_nexus **out)
 
 int bench_rpc_echo_nexus(struct erma_nexus **out)
 {
-    int rc = nexus_create(out);
-    if (rc == ERMA_OK && (rc = erma_handler_register(*out, BENCH_ECHO, echo, ERMA_DISPATCH,
-                                                     NULL)) != ERMA_OK)
+    const struct erma_nexus_cfg cfg = {.psk = bench_psk, .workers = bench_workers};
+    int rc = erma_nexus_create(&cfg, out);
+    if (rc == ERMA_OK &&
+        (rc = erma_handler_register(*out, BENCH_ECHO, echo,
+                                    bench_workers ? ERMA_WORKER : ERMA_DISPATCH, NULL)) != ERMA_OK)
         erma_nexus_destroy(*out);
     return rc;
 }

@@ -43,6 +43,10 @@
  * the ratio of those lines is against erma with everything on. --secure:
  * also erma with authenticated, encrypted sessions (erma_nexus_cfg.psk) in
  * the same rounds; the ratio of that line is against plaintext erma.
+ * --workers N: erma's servers run the echo handler on N worker threads
+ * (ERMA_WORKER, as eRPC's long handlers) rather than in the event loop;
+ * the raw baseline is unchanged, so the ratio says what the hand-off to a
+ * worker and back costs.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +91,7 @@ static const char usage[] =
     "  --mtu M           erma endpoints' Ethernet MTU, 576..9000 (default 1500;\n"
     "                    the raw baseline keeps 1500)\n"
     "  --cc-off          erma clients without congestion control\n"
+    "  --workers N       erma servers answer on N worker threads, not in the loop\n"
     "  --go-back-n       erma clients and servers with eRPC's go-back-N recovery\n"
     "  --cpu LIST        CPUs: this process, then its servers (default: no pinning;\n"
     "                    docs/PERFORMANCE.md uses --cpu 0,1); with --threads N, F\n"
@@ -301,7 +306,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         {"no-poll", 0, 0, 'P'},  {"secure", 0, 0, 'S'},  {"paths", 1, 0, 'k'},
         {"mtu", 1, 0, 'M'},
         {"cc-off", 0, 0, 'C'},   {"go-back-n", 0, 0, 'G'}, {"threads", 1, 0, 'T'},
-        {"scale", 0, 0, 'x'},    {0, 0, 0, 0}};
+        {"scale", 0, 0, 'x'},    {"workers", 1, 0, 'K'},  {0, 0, 0, 0}};
     bench_cli_init(cli, "rpc_perf", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -331,6 +336,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'G': o->cfg.go_back_n = true; break;
         case 'T': o->threads = bench_cli_threads(cli, "--threads", optarg); break;
         case 'x': o->scale = true; break;
+        case 'K': bench_rpc_set_workers(bench_cli_threads(cli, "--workers", optarg)); break;
         default: bench_cli_fail(cli, NULL);
         }
     }

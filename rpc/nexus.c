@@ -1,5 +1,6 @@
 /* The nexus: handler registry, worker threads. */
 #include <sched.h>
+#include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,12 +85,13 @@ int erma_nexus_create(const struct erma_nexus_cfg *cfg, struct erma_nexus **out)
         memcpy(nx->psk, cfg->psk, ERMA_PSK_BYTES);
     }
     const unsigned n = cfg ? cfg->workers : 0;
-    if (n) {
-        nx->workers = calloc(n, sizeof *nx->workers);
+    if (n) { /* a worker's queue is cache-line aligned (common/ring.h): so must it be */
+        nx->workers = aligned_alloc(alignof(struct worker), n * sizeof *nx->workers);
         if (!nx->workers) {
             free(nx);
             return ERMA_ENOMEM;
         }
+        memset(nx->workers, 0, n * sizeof *nx->workers);
     }
     for (unsigned i = 0; i < n; i++) {
         struct worker *w = &nx->workers[i];
