@@ -396,6 +396,7 @@ int raftkv_client_run(struct raftkv_client *c, bool (*stop)(void *ctx), void *ct
  * key's group, all over its one endpoint, as eRPC's clients pick a server
  * thread by key. */
 
+/* Returns key's group, 0..groups - 1 (0 when groups <= 1). */
 unsigned raftkv_group_of(const void *key, uint32_t klen, unsigned groups);
 /* uri (scheme://host:port) with its port plus g into out; ERMA_EADDR when
  * it has no port, the port would pass 65535 or out is too small. */
@@ -406,10 +407,14 @@ struct raftkv_groups;
  * raftkv_server whose cfg is *cfg with group g, the peers' URIs of group
  * g and data_dir/g (made when missing; cfg->data_dir is needed), run by a
  * thread of its own until raftkv_groups_stop(). Returns once every group
- * runs, or the first group's error (none is left running). */
+ * runs: ERMA_OK, or the first group's error (none is left running):
+ * ERMA_EINVAL (no data_dir, groups out of range, a bad cfg), ERMA_EADDR
+ * (a peer URI without a port, or past 65535 with g added), ERMA_ESYS (a
+ * directory or thread not made), ERMA_ENOMEM. */
 int raftkv_groups_start(const struct raftkv_server_cfg *cfg, unsigned groups,
                         struct raftkv_groups **out);
-/* Stops the threads and destroys the servers. */
+/* Stops the threads and destroys the servers (gs may be NULL); returns
+ * nothing. */
 void raftkv_groups_stop(struct raftkv_groups *gs);
 
 /* Splits a comma-separated list of URIs in place into out[0..max); returns
