@@ -79,7 +79,8 @@ static const char usage[] =
     "  --dir DIR       the replicas' data (default /var/tmp)\n"
     "  --no-failover   skip the leader kill\n"
     "  --poll          fsync, nofsync: replicas spin instead of sleeping when idle\n"
-    "  --cpu LIST      CPUs: this process, then the replicas (default: none)\n"
+    "  --cpu LIST      CPUs: this process, then the replicas (default: none; one\n"
+    "                  CPU: the replicas unpinned)\n"
     "  --csv           CSV instead of the table\n"
     "  -h, --help      this text\n";
 
@@ -221,7 +222,7 @@ static int cluster_start(struct cluster *cl, const struct opts *o, enum mode m, 
     for (unsigned i = 0; i < (m == POLLED ? 1u : R); i++) {
         cl->pid[i] = fork();
         if (cl->pid[i] == 0) {
-            bench_pin(bench_cli_cpu(the_cli, i + 1));
+            bench_pin_or_free(bench_cli_cpu(the_cli, i + 1)); /* --cpu C alone: free */
             const struct sigaction sa = {.sa_handler = on_term};
             sigaction(SIGTERM, &sa, NULL);
             if (m == POLLED)

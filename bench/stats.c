@@ -46,6 +46,20 @@ void bench_pin(int cpu)
         fprintf(stderr, "bench: cannot pin to CPU %d: %s; running unpinned\n", cpu, strerror(err));
 }
 
+void bench_pin_or_free(int cpu)
+{
+    if (cpu >= 0) {
+        bench_pin(cpu);
+        return;
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long i = 0; i < n && i < CPU_SETSIZE; i++)
+        CPU_SET((int)i, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 int bench_both_sides(int (*side)(void *ctx, bool peer, struct bench_raw_rate *out), void *ctx,
                      double seconds, int peer_cpu, struct bench_raw_rate *out)
 {
