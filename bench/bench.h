@@ -94,8 +94,9 @@ double bench_median(double *v, unsigned n);
 /* Pins the calling thread to cpu (nothing when cpu < 0; a warning when
  * not possible). */
 void bench_pin(int cpu);
-/* Pins the calling thread to cpu, or with cpu < 0 lets it run on every
- * online CPU (a child forked by a pinned process would stay on its CPU). */
+/* Pins the calling thread to cpu, or with cpu < 0 lets it run on the CPUs
+ * the process was started with (a child forked by a pinned process would
+ * stay on its CPU). */
 void bench_pin_or_free(int cpu);
 
 /* Raw baseline: an echo server and clients over any transport URI. Packets

@@ -17,8 +17,9 @@
  *            on a machine with too few cores for that; no failover);
  *   groups   as nofsync, the keys split over G raft groups (--groups,
  *            default 2), each replica's groups on threads of their own
- *            (raftkv_server --threads G); the leader killed is group 0's,
- *            and the end compares its PUTs/s with nofsync's, round by round.
+ *            (raftkv_server --threads G); the leader killed is group 0's
+ *            (the failover gap: no group acknowledging), and the end
+ *            compares its PUTs/s with nofsync's, round by round.
  * then from this process (busy-polling):
  *   latency     N times in turn (default 5000): a PUT of B bytes (default
  *               32) to the leader, replicated and applied before it is
@@ -431,11 +432,11 @@ static void parse_modes(const struct bench_cli *cli, struct opts *o, char *list)
         while (m < MAX_MODES && strcmp(t, mode_names[m]) != 0)
             m++;
         if (o->nmodes == MAX_MODES || m == MAX_MODES)
-            bench_cli_fail(cli, "--modes: fsync, nofsync, polled, not %s", t);
+            bench_cli_fail(cli, "--modes: fsync, nofsync, polled, groups, not %s", t);
         o->modes[o->nmodes++] = (enum mode)m;
     }
     if (o->nmodes == 0)
-        bench_cli_fail(cli, "--modes: fsync, nofsync, polled");
+        bench_cli_fail(cli, "--modes: fsync, nofsync, polled, groups");
 }
 
 static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)

@@ -1,5 +1,6 @@
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,18 +47,23 @@ void bench_pin(int cpu)
         fprintf(stderr, "bench: cannot pin to CPU %d: %s; running unpinned\n", cpu, strerror(err));
 }
 
+/* The CPUs the process was given (taskset, a cgroup), before any pinning. */
+static cpu_set_t given;
+static bool given_known;
+
+__attribute__((constructor)) static void save_given(void)
+{
+    given_known = sched_getaffinity(0, sizeof given, &given) == 0;
+}
+
 void bench_pin_or_free(int cpu)
 {
     if (cpu >= 0) {
         bench_pin(cpu);
         return;
     }
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const long n = sysconf(_SC_NPROCESSORS_ONLN);
-    for (long i = 0; i < n && i < CPU_SETSIZE; i++)
-        CPU_SET((int)i, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    if (given_known && pthread_setaffinity_np(pthread_self(), sizeof given, &given) != 0)
+        fprintf(stderr, "bench: cannot run on the process's CPUs again; staying pinned\n");
 }
 
 int bench_both_sides(int (*side)(void *ctx, bool peer, struct bench_raw_rate *out), void *ctx,

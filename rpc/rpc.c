@@ -1,6 +1,7 @@
 /* The RPC protocol on an endpoint: creation, destruction, its hooks in the
  * endpoint's loop. */
 #include <sched.h>
+#include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,9 +198,12 @@ int erma_rpc_create(struct erma_nexus *nx, struct erma_endpoint *ep,
 {
     if (!nx || !ep || !out || !erma__crypto_init())
         return ERMA_EINVAL;
-    struct erma_rpc *rpc = calloc(1, sizeof *rpc);
+    /* aligned: its worker_done queue's indices have cache lines of their own
+     * (a size is a multiple of its type's alignment) */
+    struct erma_rpc *rpc = aligned_alloc(alignof(struct erma_rpc), sizeof *rpc);
     if (!rpc)
         return ERMA_ENOMEM;
+    memset(rpc, 0, sizeof *rpc);
     rpc->nx = nx;
     rpc->ep = ep;
     if (cfg)

@@ -79,7 +79,11 @@ int erma__udp_rx_burst(struct erma_transport *tr, struct erma_rx_pkt *pkts, unsi
  * (two atomic read-modify-writes a call; a READ's round trip in
  * bench/rma_perf, whose target runs in a thread of its own, 3% shorter
  * without them: docs/PERFORMANCE.md). No thread is ever cancelled inside
- * erma's loop. */
+ * erma's loop. A library preloaded to take over glibc's socket calls
+ * (LD_PRELOAD) no longer sees these. Only on 64-bit Linux, where these
+ * system calls and their structures are the C library's own; elsewhere
+ * glibc's wrappers. */
+#if defined(__linux__) && defined(__LP64__) && defined(SYS_recvmmsg) && defined(SYS_sendmmsg)
 static inline ssize_t udp_sendto(int fd, const void *b, size_t n, const void *to, socklen_t tl)
 {
     return syscall(SYS_sendto, fd, b, n, 0, to, tl);
@@ -110,5 +114,14 @@ static inline int udp_recvmmsg(int fd, struct mmsghdr *m, unsigned n, int flags)
 {
     return (int)syscall(SYS_recvmmsg, fd, m, n, flags, NULL);
 }
+#else
+#define udp_sendto(fd, b, n, to, tl) sendto(fd, b, n, 0, (const struct sockaddr *)(to), tl)
+#define udp_recvfrom(fd, b, n, flags, from, fl) \
+    recvfrom(fd, b, n, flags, (struct sockaddr *)(from), fl)
+#define udp_sendmsg(fd, m) sendmsg(fd, m, 0)
+#define udp_recvmsg(fd, m, flags) recvmsg(fd, m, flags)
+#define udp_sendmmsg(fd, m, n) sendmmsg(fd, m, n, 0)
+#define udp_recvmmsg(fd, m, n, flags) recvmmsg(fd, m, n, flags, NULL)
+#endif
 
 #endif

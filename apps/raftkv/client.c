@@ -233,8 +233,9 @@ int raftkv_client_create(const struct raftkv_client_cfg *cfg,
         const char *uri = cfg->servers[i % k->nservers];
         struct server *s = &c->srv[i];
         s->sess = -1;
-        if (i < k->nservers ? !uri || (size_t)snprintf(s->uri, URI_MAX, "%s", uri) >= URI_MAX
-                            : raftkv_group_uri(uri, i / k->nservers, s->uri, URI_MAX) != ERMA_OK)
+        /* with groups, every group's URI as the servers make theirs */
+        if (k->groups == 1 ? !uri || (size_t)snprintf(s->uri, URI_MAX, "%s", uri) >= URI_MAX
+                           : raftkv_group_uri(uri, i / k->nservers, s->uri, URI_MAX) != ERMA_OK)
             rc = ERMA_EADDR;
     }
     for (unsigned g = 0; g < k->groups; g++)

@@ -115,6 +115,7 @@ static void follow(struct op *op, unsigned i, uint64_t now)
     }
     if (!s->failed)
         c->leader[raftkv__group(c, i)] = i;
+    c->stats.followed++;
     retry(op, i, now);
 }
 

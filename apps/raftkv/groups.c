@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "erma/errors.h"
-#include "raftkv/raftkv.h"
+#include "erma/log.h"
+#include "raftkv/server_impl.h"
 
 unsigned raftkv_group_of(const void *key, uint32_t klen, unsigned groups)
 {
@@ -20,7 +22,26 @@ unsigned raftkv_group_of(const void *key, uint32_t klen, unsigned groups)
     uint64_t h = 14695981039346656037ull; /* FNV-1a */
     for (uint32_t i = 0; i < klen; i++)
         h = (h ^ p[i]) * 1099511628211ull;
-    return (unsigned)(h % groups);
+    /* FNV's low k bits depend on the bytes' low k bits only, its high bits
+     * little on the last bytes: mixed (MurmurHash3's finalizer), then the
+     * high bits scaled to groups */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return (unsigned)(((h >> 32) * groups) >> 32);
+}
+
+bool raftkv_groups_arg(const char *arg, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    const unsigned long v = strtoul(arg, &end, 10);
+    if (end == arg || *end || errno || v == 0 || v > RAFTKV_MAX_GROUPS)
+        return false;
+    *out = (unsigned)v;
+    return true;
 }
 
 int raftkv_group_uri(const char *uri, unsigned g, char *out, size_t size)
@@ -64,6 +85,49 @@ static void *group_main(void *arg)
     return NULL;
 }
 
+#define GROUPS_FILE "groups"
+
+int raftkv__dir_groups(const char *dir)
+{
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/" GROUPS_FILE, dir) >= sizeof path)
+        return -1;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT ? 0 : -1;
+    unsigned g = 0;
+    const int n = fscanf(f, "%u", &g);
+    fclose(f);
+    return n == 1 && g >= 1 && g <= RAFTKV_MAX_GROUPS ? (int)g : -1;
+}
+
+/* dir holds `groups` groups from now on: its file says so, made durable
+ * the first time; ERMA_EINVAL when it holds one group's state (a log or
+ * term there) or another number of groups, whose keys would move. */
+static int mark_dir(const char *dir, unsigned groups)
+{
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return ERMA_ESYS;
+    const int had = raftkv__dir_groups(dir);
+    char path[PATH_MAX], log[PATH_MAX];
+    snprintf(path, sizeof path, "%s/meta", dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    const bool one = access(path, F_OK) == 0 || access(log, F_OK) == 0;
+    if (had < 0 || (had > 0 && (unsigned)had != groups) || (had == 0 && one)) {
+        ERMA_ERROR("raftkv: %s holds %s, not %u raft groups", dir,
+                   had > 0 ? "another number of groups" : "one replica's state", groups);
+        return ERMA_EINVAL;
+    }
+    if (had > 0)
+        return ERMA_OK;
+    snprintf(path, sizeof path, "%s/" GROUPS_FILE, dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return ERMA_ESYS;
+    const bool ok = fprintf(f, "%u\n", groups) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    return fclose(f) == 0 && ok ? ERMA_OK : ERMA_ESYS;
+}
+
 /* Group g's replica: cfg with group g's peers, directory and seed. */
 static int group_create(const struct raftkv_server_cfg *cfg, unsigned g, unsigned groups,
                         struct raftkv_server **out)
@@ -78,8 +142,6 @@ static int group_create(const struct raftkv_server_cfg *cfg, unsigned g, unsigne
     }
     if ((size_t)snprintf(dir, sizeof dir, "%s/%u", cfg->data_dir, g) >= sizeof dir)
         return ERMA_EINVAL;
-    if (mkdir(cfg->data_dir, 0700) != 0 && errno != EEXIST)
-        return ERMA_ESYS;
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return ERMA_ESYS;
     struct raftkv_server_cfg c = *cfg;
@@ -101,7 +163,7 @@ int raftkv_groups_start(const struct raftkv_server_cfg *cfg, unsigned groups,
     if (!gs)
         return ERMA_ENOMEM;
     atomic_init(&gs->stop, false);
-    int rc = ERMA_OK;
+    int rc = mark_dir(cfg->data_dir, groups);
     for (unsigned g = 0; g < groups && rc == ERMA_OK; g++) {
         gs->g[g].gs = gs;
         if ((rc = group_create(cfg, g, groups, &gs->g[g].s)) == ERMA_OK)

@@ -340,6 +340,7 @@ struct raftkv_client_cfg {
 
 struct raftkv_client_stats {
     uint64_t ops, done, failed, redirects, retries, tries_failed;
+    uint64_t followed; /* redirects whose named leader the op went to at once */
     uint64_t silent; /* replicas given up on after a try's length of silence */
 };
 
@@ -387,8 +388,8 @@ int raftkv_client_run(struct raftkv_client *c, bool (*stop)(void *ctx), void *ct
  * A cluster may run G independent raft groups (multi-raft), each with its
  * own leader, log and table, so that G endpoint threads of every replica
  * share the work: raftkv_group_of() puts a key in one group (FNV-1a over
- * its bytes, modulo G: every client and server of the cluster must use the
- * same G), and group g of a replica listens at its group 0 URI's port plus
+ * its bytes, mixed, scaled to G: every client and server of the cluster
+ * must use the same G), and group g of a replica listens at its group 0 URI's port plus
  * g (raftkv_group_uri), its data in DIR/g. A server of group g answers a
  * request for a key of another group RAFTKV_WRONG_GROUP, which the client
  * reports as ERMA_EINVAL (its cfg.groups is not the servers'). A client
@@ -416,6 +417,10 @@ int raftkv_groups_start(const struct raftkv_server_cfg *cfg, unsigned groups,
 /* Stops the threads and destroys the servers (gs may be NULL); returns
  * nothing. */
 void raftkv_groups_stop(struct raftkv_groups *gs);
+
+/* A number of raft groups, 1..RAFTKV_MAX_GROUPS, from arg into *out (for
+ * command lines); returns false, *out untouched, when arg is none. */
+bool raftkv_groups_arg(const char *arg, unsigned *out);
 
 /* Splits a comma-separated list of URIs in place into out[0..max); returns
  * how many (max + 1 when there were more). For command lines. */

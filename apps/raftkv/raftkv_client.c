@@ -119,7 +119,8 @@ static int one(struct raftkv_client *c, int argc, char **argv, bool stale, unsig
         rc = raftkv_get(c, key, (uint32_t)strlen(key), false, one_done, &o);
     else
         return usage(stderr, 2);
-    if (rc == ERMA_OK)
+    const bool started = rc == ERMA_OK;
+    if (started)
         raftkv_client_run(c, one_finished, &o, OP_TIMEOUT_NS + 1000000000ull);
     rc = rc != ERMA_OK ? rc : o.done ? o.status : ERMA_ETIMEDOUT;
     if (rc == ERMA_ENOENT && strcmp(cmd, "leader") != 0) {
@@ -128,8 +129,8 @@ static int one(struct raftkv_client *c, int argc, char **argv, bool stale, unsig
     }
     if (rc != ERMA_OK && rc != ERMA_ENOENT) {
         fprintf(stderr, "raftkv_client: %s %s: %s%s\n", cmd, argc > 1 ? argv[1] : "",
-                erma_strerror(rc), rc == ERMA_EINVAL ? " (the servers split the keys into"
-                " another number of raft groups: give their --threads as --groups)" : "");
+                erma_strerror(rc), started && rc == ERMA_EINVAL ? " (the servers split the keys"
+                " into another number of raft groups: give their --threads as --groups)" : "");
         return 1;
     }
     if (strcmp(cmd, "leader") == 0)
@@ -174,8 +175,8 @@ int main(int argc, char **argv)
             cfg.uri = optarg;
         else if (o == 'S')
             stale = true;
-        else if (o == 'g')
-            cfg.groups = (unsigned)strtoul(optarg, NULL, 0);
+        else if (o == 'g' && raftkv_groups_arg(optarg, &cfg.groups))
+            continue;
         else if (o == 'h')
             return usage(stdout, 0);
         else if (o == 'T' && op_timeout_ms(optarg, &cfg.op_timeout_ns) == 0)

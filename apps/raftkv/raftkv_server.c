@@ -14,7 +14,8 @@
  * acknowledged writes). --threads G runs G raft groups (raftkv.h, "raft
  * groups"), each on an endpoint thread of its own at the URI's port plus
  * its number, its data in DIR/g; every replica and client of the cluster
- * must be given the same G. Exits 0, 1 when it cannot start, 2 on bad
+ * must be given the same G, and DIR is then G groups' for good (its file
+ * `groups` says so: another G, or none, refuses to start on it). Exits 0, 1 when it cannot start, 2 on bad
  * arguments.
  */
 #include <getopt.h>
@@ -120,8 +121,8 @@ int main(int argc, char **argv)
             seconds = strtod(optarg, NULL);
         else if (o == 'P')
             ep.busy_poll = true;
-        else if (o == 't')
-            groups = (unsigned)strtoul(optarg, NULL, 0);
+        else if (o == 't' && raftkv_groups_arg(optarg, &groups))
+            continue;
         else if (o == 'h')
             return usage(stdout, 0);
         else
@@ -138,7 +139,7 @@ int main(int argc, char **argv)
     const struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    if (groups > 0)
+    if (groups > 1)
         return serve_groups(&cfg, groups, seconds);
     struct raftkv_server *s;
     const int rc = raftkv_server_create(&cfg, &s);

@@ -43,6 +43,11 @@ static int make_dir(struct raftkv_server *s)
             ERMA_ERROR("raftkv: mkdir %s: %s", s->dir, strerror(errno));
             return ERMA_ESYS;
         }
+        if (raftkv__dir_groups(s->dir) != 0) { /* not one replica's state */
+            ERMA_ERROR("raftkv: %s holds raft groups (its file 'groups'): start them with "
+                       "raftkv_groups_start()", s->dir);
+            return ERMA_EINVAL;
+        }
         return ERMA_OK;
     }
     const char *tmp = getenv("TMPDIR");

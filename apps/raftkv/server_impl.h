@@ -31,6 +31,11 @@ struct raftkv_server {
     struct raftkv_server_stats stats;
 };
 
+/* The groups a replica's directory holds, from its file `groups` written
+ * by raftkv_groups_start() (groups.c): 0 when it has none (one group's
+ * state, or nothing yet), -1 when the file cannot be read. */
+int raftkv__dir_groups(const char *dir);
+
 /* Registers the client requests' handlers on s->nx. */
 int raftkv__service_init(struct raftkv_server *s);
 /* The requests still waiting for raft are answered ERMA_EAGAIN. */

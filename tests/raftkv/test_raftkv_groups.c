@@ -168,6 +168,66 @@ static int remove_one(const char *path, const struct stat *sb, int flag, struct 
     return remove(path);
 }
 
+/* A client of group g alone, of replica order `order` (indices into
+ * uris), groups 1. */
+static struct raftkv_client *group_client(char uris[G][R][64], unsigned g,
+                                          const unsigned order[R])
+{
+    const char *list[R];
+    for (unsigned i = 0; i < R; i++)
+        list[i] = uris[g][order[i]];
+    const struct raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = list,
+                                         .nservers = R, .max_ops = KEYS};
+    struct raftkv_client *c;
+    assert_int_equal(raftkv_client_create(&cc, &c), ERMA_OK);
+    return c;
+}
+
+/* A client of both groups, replicas in that order. */
+static struct raftkv_client *both_client(char uris[G][R][64], const unsigned order[R])
+{
+    const char *list[R];
+    for (unsigned i = 0; i < R; i++)
+        list[i] = uris[0][order[i]];
+    const struct raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = list,
+                                         .nservers = R, .groups = G, .max_ops = KEYS};
+    struct raftkv_client *c;
+    assert_int_equal(raftkv_client_create(&cc, &c), ERMA_OK);
+    return c;
+}
+
+static bool first_done(void *ctx)
+{
+    (void)ctx;
+    return batch.tag[0].done;
+}
+
+/* Replica r0 has applied key k's write in k's group (its own copy). */
+static bool applied_at(char uris[G][R][64], unsigned r0, unsigned k)
+{
+    char key[16], want[16];
+    key_of(k, key);
+    snprintf(want, sizeof want, "v-%u", k);
+    const unsigned g = raftkv_group_of(key, (uint32_t)strlen(key), G);
+    const char *one[1] = {uris[g][r0]};
+    const struct raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = one,
+                                         .nservers = 1};
+    struct raftkv_client *c;
+    assert_int_equal(raftkv_client_create(&cc, &c), ERMA_OK);
+    memset(&batch, 0, sizeof batch);
+    assert_int_equal(raftkv_get(c, key, (uint32_t)strlen(key), true, op_done, &batch.tag[0]),
+                     ERMA_OK);
+    raftkv_client_run(c, first_done, NULL, 200000000);
+    raftkv_client_destroy(c);
+    return batch.tag[0].done && batch.tag[0].status == ERMA_OK &&
+           strcmp(batch.tag[0].val, want) == 0;
+}
+
+/* Replicas 2 and 3 elect each group's leader and take every write, then
+ * replica 1 starts and catches up: a client that asks replica 1 first is
+ * redirected in both groups, and follows every redirect to the leader it
+ * names. Every value reads back; a client of one group is refused the
+ * other's keys. */
 static void test_groups_udp(void **state)
 {
     (void)state;
@@ -179,18 +239,17 @@ static void test_groups_udp(void **state)
     for (unsigned g = 0; g < G; g++)
         uris_of(base, g, uri[g], uris[g]);
     struct raftkv_groups *gs[R];
+    struct raftkv_server_cfg cfg[R];
     for (unsigned i = 0; i < R; i++) {
         snprintf(rdir[i], sizeof rdir[i], "%s/r%u", dir, i + 1);
-        const struct raftkv_server_cfg cfg = {.id = i + 1, .peers = uris[0], .npeers = R,
-                                              .data_dir = rdir[i], .no_fsync = true};
-        assert_int_equal(raftkv_groups_start(&cfg, G, &gs[i]), ERMA_OK);
+        cfg[i] = (struct raftkv_server_cfg){.id = i + 1, .peers = uris[0], .npeers = R,
+                                            .data_dir = rdir[i], .no_fsync = true};
     }
-    /* a client of both groups: every write, then every read */
-    struct raftkv_client *both;
-    struct raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = uris[0], .nservers = R,
-                                   .groups = G, .max_ops = KEYS};
-    assert_int_equal(raftkv_client_create(&cc, &both), ERMA_OK);
-    run_batch(both, true);
+    for (unsigned i = 1; i < R; i++)
+        assert_int_equal(raftkv_groups_start(&cfg[i], G, &gs[i]), ERMA_OK);
+    static const unsigned late[R] = {1, 2, 0}, first[R] = {0, 1, 2};
+    struct raftkv_client *c = both_client(uri, late);
+    run_batch(c, true);
     unsigned in_group[G] = {0};
     for (unsigned k = 0; k < KEYS; k++) {
         assert_int_equal(batch.tag[k].status, ERMA_OK);
@@ -199,21 +258,30 @@ static void test_groups_udp(void **state)
         in_group[raftkv_group_of(key, (uint32_t)strlen(key), G)]++;
     }
     assert_true(in_group[0] > 0 && in_group[1] > 0);
-    run_batch(both, false);
+    raftkv_client_destroy(c);
+    assert_int_equal(raftkv_groups_start(&cfg[0], G, &gs[0]), ERMA_OK);
+    const uint64_t end = erma_now_ns() + WAIT_NS;
+    unsigned caught = 0; /* keys whose write replica 1 holds, in order */
+    while (caught < KEYS && erma_now_ns() < end)
+        caught += applied_at(uri, 0, caught) ? 1 : 0;
+    assert_int_equal(caught, KEYS);
+    c = both_client(uri, first);
+    run_batch(c, false);
     for (unsigned k = 0; k < KEYS; k++) {
         char want[16];
         snprintf(want, sizeof want, "v-%u", k);
         assert_int_equal(batch.tag[k].status, ERMA_OK);
         assert_string_equal(batch.tag[k].val, want);
     }
-    raftkv_client_destroy(both);
+    struct raftkv_client_stats st;
+    raftkv_client_get_stats(c, &st);
+    assert_true(st.redirects >= G); /* replica 1 leads neither group */
+    assert_int_equal(st.followed, st.redirects);
+    raftkv_client_destroy(c);
     /* a client of group g alone: its keys' values, the others' refused */
     for (unsigned g = 0; g < G; g++) {
-        struct raftkv_client *one;
-        cc.servers = uris[g];
-        cc.groups = 1;
-        assert_int_equal(raftkv_client_create(&cc, &one), ERMA_OK);
-        run_batch(one, false);
+        c = group_client(uri, g, first);
+        run_batch(c, false);
         for (unsigned k = 0; k < KEYS; k++) {
             char key[16], want[16];
             key_of(k, key);
@@ -225,10 +293,15 @@ static void test_groups_udp(void **state)
                 assert_int_equal(batch.tag[k].status, ERMA_EINVAL);
             }
         }
-        raftkv_client_destroy(one);
+        raftkv_client_destroy(c);
     }
     for (unsigned i = 0; i < R; i++)
         raftkv_groups_stop(gs[i]);
+    /* the directories are two groups' for good: one group, or three, refused */
+    struct raftkv_groups *other;
+    assert_int_equal(raftkv_groups_start(&cfg[0], 3, &other), ERMA_EINVAL);
+    struct raftkv_server *one;
+    assert_int_equal(raftkv_server_create(&cfg[0], &one), ERMA_EINVAL);
     assert_int_equal(nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS), 0);
 }
 

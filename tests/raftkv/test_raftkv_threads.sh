@@ -1,8 +1,9 @@
 #!/bin/bash
 # test_raftkv_threads - three raftkv_server processes on udp loopback, each
 # running GROUPS raft groups on threads of their own (--threads); a client
-# of all the groups (--groups) writes for SECONDS while replica 1, with
-# every group's copy on it, is killed (SIGKILL) a quarter of the way in.
+# of all the groups (--groups) writes for SECONDS while the replica that
+# leads group 0, with a copy of every group, is killed (SIGKILL) a quarter
+# of the way in.
 # Passes when every key holds its last acknowledged write and writes are
 # acknowledged in the run's last quarter (raftkv_client load checks both),
 # and a client of one group alone is refused another group's key.
@@ -16,14 +17,17 @@ cli leader >/dev/null || fail "no leader elected in group 0"
 cli load --seconds "$seconds" --keys 500 --inflight 16 >"$dir/load.log" 2>&1 &
 load=$!
 sleep $((seconds / 4))
-kill -9 "${pids[1]}"
-echo "killed replica 1 (pid ${pids[1]}, $groups groups) a quarter into the load"
+leader=$(cli leader) || fail "no leader of group 0 before the kill"
+kill -9 "${pids[$leader]}"
+echo "killed replica $leader (group 0's leader, $groups groups) a quarter into the load"
 wait $load
 rc=$?
 cat "$dir/load.log"
 [ $rc -eq 0 ] || fail "the load failed (exit $rc)"
-# group 1's replicas alone, as a cluster of one group: its keys only
-one=udp://127.0.0.1:$((base + 2 * step + 1)),udp://127.0.0.1:$((base + 3 * step + 1))
+# group 1's replicas alone (the killed one among them), as a cluster of one
+# group: its keys only
+one=udp://127.0.0.1:$((base + step + 1)),udp://127.0.0.1:$((base + 2 * step + 1))
+one=$one,udp://127.0.0.1:$((base + 3 * step + 1))
 refused=0
 for k in a b c d e f g h; do
   out=$(timeout 60 "$client" --servers "$one" put "key-$k" v 2>&1)
