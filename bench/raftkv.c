@@ -219,6 +219,7 @@ static int cluster_start(struct cluster *cl, const struct opts *o, enum mode m, 
                  BASE_PORT + i * RAFTKV_MAX_GROUPS); /* a group per port after */
         cl->uris[i] = cl->uri[i];
     }
+    const unsigned groups = m == GROUPS ? o->groups : 1;
     fflush(NULL);
     for (unsigned i = 0; i < (m == POLLED ? 1u : R); i++) {
         cl->pid[i] = fork();
@@ -228,11 +229,10 @@ static int cluster_start(struct cluster *cl, const struct opts *o, enum mode m, 
             sigaction(SIGTERM, &sa, NULL);
             if (m == POLLED)
                 serve_all(cl);
-            serve(cl, i, m == FSYNC, o->poll, m == GROUPS ? o->groups : 1);
+            serve(cl, i, m == FSYNC, o->poll, groups);
         }
     }
     const struct erma_endpoint_cfg ep = {.busy_poll = true};
-    const unsigned groups = m == GROUPS ? o->groups : 1;
     const struct raftkv_client_cfg cc = {.uri = "udp://127.0.0.1:0", .servers = cl->uris,
                                          .nservers = R, .ep_cfg = &ep,
                                          .op_timeout_ns = 10000000000ull, .groups = groups};

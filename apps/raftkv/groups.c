@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "erma/endpoint.h"
 #include "erma/errors.h"
 #include "erma/log.h"
 #include "raftkv/server_impl.h"
@@ -46,17 +47,14 @@ bool raftkv_groups_arg(const char *arg, unsigned *out)
 
 int raftkv_group_uri(const char *uri, unsigned g, char *out, size_t size)
 {
-    const char *colon = uri ? strrchr(uri, ':') : NULL;
-    if (!colon || !out || !size)
+    char first[256];
+    if (g >= RAFTKV_MAX_GROUPS || erma_uri_for_thread(uri, (uint8_t)g, out, size) != ERMA_OK)
         return ERMA_EADDR;
-    char *end;
-    errno = 0;
-    const unsigned long port = strtoul(colon + 1, &end, 10);
-    if (end == colon + 1 || *end || errno || port > 65535 || port + g > 65535 ||
-        (port == 0 && g > 0))
+    /* port 0 stays 0 for every thread: a group needs a port of its own */
+    if (g > 0 && (erma_uri_for_thread(uri, 0, first, sizeof first) != ERMA_OK ||
+                  strcmp(first, out) == 0))
         return ERMA_EADDR;
-    const int n = snprintf(out, size, "%.*s:%lu", (int)(colon - uri), uri, port + g);
-    return n > 0 && (size_t)n < size ? ERMA_OK : ERMA_EADDR;
+    return ERMA_OK;
 }
 
 struct group {

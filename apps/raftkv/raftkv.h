@@ -389,18 +389,20 @@ int raftkv_client_run(struct raftkv_client *c, bool (*stop)(void *ctx), void *ct
  * own leader, log and table, so that G endpoint threads of every replica
  * share the work: raftkv_group_of() puts a key in one group (FNV-1a over
  * its bytes, mixed, scaled to G: every client and server of the cluster
- * must use the same G), and group g of a replica listens at its group 0 URI's port plus
- * g (raftkv_group_uri), its data in DIR/g. A server of group g answers a
- * request for a key of another group RAFTKV_WRONG_GROUP, which the client
- * reports as ERMA_EINVAL (its cfg.groups is not the servers'). A client
- * with cfg.groups G keeps a leader per group and sends each op to its
- * key's group, all over its one endpoint, as eRPC's clients pick a server
- * thread by key. */
+ * must use the same G), and group g of a replica listens at its URI's
+ * port plus g (raftkv_group_uri), its data in DIR/g. A server of group g
+ * answers a request for a key of another group RAFTKV_WRONG_GROUP, which
+ * the client reports as ERMA_EINVAL (its cfg.groups is not the servers').
+ * A client with cfg.groups G keeps a leader per group and sends each op to
+ * its key's group, all over its one endpoint, as eRPC's clients pick a
+ * server thread by key. */
 
 /* Returns key's group, 0..groups - 1 (0 when groups <= 1). */
 unsigned raftkv_group_of(const void *key, uint32_t klen, unsigned groups);
-/* uri (scheme://host:port) with its port plus g into out; ERMA_EADDR when
- * it has no port, the port would pass 65535 or out is too small. */
+/* Where group g of the replica at uri listens (erma_uri_for_thread: its
+ * port plus g) into out; ERMA_EADDR when uri is malformed or has no port,
+ * its port is 0 and g is not, the port would pass 65535, g is past
+ * RAFTKV_MAX_GROUPS or out is too small. */
 int raftkv_group_uri(const char *uri, unsigned g, char *out, size_t size);
 
 struct raftkv_groups;

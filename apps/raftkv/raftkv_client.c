@@ -91,21 +91,22 @@ static bool one_finished(void *ctx)
     return ((struct one *)ctx)->done;
 }
 
-/* A key of raft group 0, which raftkv_client_leader() names the leader of. */
-static void leader_key(unsigned groups, char key[32])
+/* A linearizable GET of a key of raft group 0, whose leader
+ * raftkv_client_leader() then names. */
+static int get_leader(struct raftkv_client *c, unsigned groups, struct one *o)
 {
+    char key[32];
     for (unsigned k = 0; k < 1000; k++) {
-        snprintf(key, 32, "raftkv_client:leader:%u", k);
+        snprintf(key, sizeof key, "raftkv_client:leader:%u", k);
         if (raftkv_group_of(key, (uint32_t)strlen(key), groups) == 0)
-            return;
+            break;
     }
+    return raftkv_get(c, key, (uint32_t)strlen(key), false, one_done, o);
 }
 
 static int one(struct raftkv_client *c, int argc, char **argv, bool stale, unsigned groups)
 {
     const char *cmd = argv[0];
-    char key[32];
-    leader_key(groups, key);
     struct one o = {0};
     int rc = ERMA_EINVAL;
     if (strcmp(cmd, "put") == 0 && argc == 3)
@@ -116,7 +117,7 @@ static int one(struct raftkv_client *c, int argc, char **argv, bool stale, unsig
     else if (strcmp(cmd, "del") == 0 && argc == 2)
         rc = raftkv_del(c, argv[1], (uint32_t)strlen(argv[1]), one_done, &o);
     else if (strcmp(cmd, "leader") == 0 && argc == 1)
-        rc = raftkv_get(c, key, (uint32_t)strlen(key), false, one_done, &o);
+        rc = get_leader(c, groups, &o);
     else
         return usage(stderr, 2);
     const bool started = rc == ERMA_OK;
@@ -184,8 +185,7 @@ int main(int argc, char **argv)
         else
             return usage(stderr, 2);
     }
-    if (optind >= argc || cfg.nservers == 0 || cfg.nservers > RAFTKV_MAX_PEERS ||
-        cfg.groups > RAFTKV_MAX_GROUPS)
+    if (optind >= argc || cfg.nservers == 0 || cfg.nservers > RAFTKV_MAX_PEERS)
         return usage(stderr, 2);
     struct raftkv_client *c;
     int rc = raftkv_client_create(&cfg, &c);
