@@ -130,6 +130,10 @@ void bench_raw_server_stop(const char *uri, const char *peer, pid_t child);
  * to ERMA_MAX_MSG_SIZE. */
 int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint32_t resp_size,
                        uint64_t iters, struct bench_lat *out);
+/* bench_raw_pingpong with gap_ns of polling before each request: a lone
+ * round trip after an idle spell, as a lightly loaded service sees it. */
+int bench_raw_pingpong_gap(const char *uri, const char *peer, uint32_t size, uint32_t resp_size,
+                           uint64_t iters, uint64_t gap_ns, struct bench_lat *out);
 /* Keeps `window` packets in flight, sent in batches of `batch`, for seconds. */
 int bench_raw_rate(const char *uri, const char *peer, uint32_t size, uint32_t window,
                    uint32_t batch, double seconds, struct bench_raw_rate *out);

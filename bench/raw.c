@@ -36,6 +36,8 @@ static const char usage[] =
     "  --window W       rate: packets in flight (default 60)\n"
     "  --batch B        rate: packets per send call (default 3)\n"
     "  --seconds S      rate: seconds per size (default 2)\n"
+    "  --gap-us G       ping-pong: poll G us before each request (default 0): lone\n"
+    "                   round trips after an idle spell\n"
     "  --threads N      the echo rate from N client threads against N server\n"
     "                   threads (ports of --server plus t), 1..32\n"
     "  --cpu LIST       CPUs: this process, then the forked server (default: none);\n"
@@ -56,6 +58,7 @@ struct opts {
     uint64_t iters;
     bool iters_set;
     double seconds;
+    double gap_us;
     unsigned threads;               /* --threads; 0: one client */
     int cpus[2][BENCH_MAX_THREADS]; /* --threads: [client, server][t] */
     bool pinned;
@@ -88,7 +91,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         BENCH_COMMON_OPTIONS,   {"uri", 1, 0, 'u'},    {"server", 1, 0, 's'},
         {"role", 1, 0, 'r'},    {"iters", 1, 0, 'i'},  {"window", 1, 0, 'w'},
         {"batch", 1, 0, 'b'},   {"seconds", 1, 0, 't'}, {"threads", 1, 0, 'T'},
-        {0, 0, 0, 0}};
+        {"gap-us", 1, 0, 'g'},  {0, 0, 0, 0}};
     bench_cli_init(cli, "raw", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -100,6 +103,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 'b': o->batch = (uint32_t)bench_cli_u64(cli, optarg); break;
         case 't': o->seconds = bench_cli_real(cli, optarg); break;
         case 'T': o->threads = (unsigned)bench_cli_u64(cli, optarg); break;
+        case 'g': o->gap_us = bench_cli_real(cli, optarg); break;
         default: bench_cli_fail(cli, NULL);
         }
     }
@@ -108,6 +112,8 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         bench_cli_fail(cli, "unknown role '%s'", o->role);
     if (o->iters == 0 || o->window == 0 || o->batch == 0 || o->batch > 32 || o->seconds <= 0)
         bench_cli_fail(cli, "--iters, --window, --batch (<= 32) and --seconds must be above 0");
+    if (o->gap_us < 0 || o->gap_us > 1e6 || (o->gap_us > 0 && o->threads))
+        bench_cli_fail(cli, "--gap-us must be 0..1000000, and goes without --threads");
     if (cli->nsizes == 0)
         cli->sizes[cli->nsizes++] = 32;
 }
@@ -118,7 +124,8 @@ static int run_size(const struct opts *o, const struct bench_table *t, uint32_t 
     struct bench_lat lat;
     struct bench_raw_rate rate = {0};
     const uint64_t iters = o->iters_set ? o->iters : bench_iters_for(o->iters, size);
-    int rc = bench_raw_pingpong(o->uri, o->server, size, size, iters, &lat);
+    int rc = bench_raw_pingpong_gap(o->uri, o->server, size, size, iters,
+                                    (uint64_t)(o->gap_us * 1000), &lat);
     const char *phase = "ping-pong";
     if (rc == ERMA_OK && size <= ONE_PACKET) {
         phase = "echo rate";
@@ -214,7 +221,8 @@ int main(int argc, char **argv)
                             ? bench_raw_server_fork(o.server, bench_cli_cpu(&cli, 1),
                                                     (uint64_t)(longest * 60e9))
                             : 0;
-    bench_note(cli.csv, "raw: %s -> %s, both sides busy-poll the transport", o.uri, o.server);
+    bench_note(cli.csv, "raw: %s -> %s, both sides busy-poll the transport; %.0f us of polling "
+               "before each ping", o.uri, o.server, o.gap_us);
     struct bench_table t;
     bench_table_start(&t, cli.csv, "bench,transport:9,size,samples,median_us,p99_us,p999_us,"
                                    "window,batch,mpps,lost");

@@ -345,6 +345,12 @@ static int pingpong_open(struct client *c, const char *uri, const char *peer, ui
 int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint32_t resp_size,
                        uint64_t iters, struct bench_lat *out)
 {
+    return bench_raw_pingpong_gap(uri, peer, size, resp_size, iters, 0, out);
+}
+
+int bench_raw_pingpong_gap(const char *uri, const char *peer, uint32_t size, uint32_t resp_size,
+                           uint64_t iters, uint64_t gap_ns, struct bench_lat *out)
+{
     struct client *c = calloc(1, sizeof *c);
     int rc = c ? pingpong_open(c, uri, peer, size, resp_size) : ERMA_ENOMEM;
     if (rc != ERMA_OK) {
@@ -366,6 +372,8 @@ int bench_raw_pingpong(const char *uri, const char *peer, uint32_t size, uint32_
             rc = ERMA_ETIMEDOUT;
     }
     for (uint64_t i = 0; rc == ERMA_OK && i < iters + warmup && lost < 100; i++) {
+        if (gap_ns) /* polls, as an idle polling client does; no echo has seq 0 */
+            await_echo(c, 0, erma_now_ns(), gap_ns);
         const uint64_t d = exchange(c, ++seq, 100000000);
         if (d == 0)
             lost++;
