@@ -168,6 +168,25 @@ static int remove_one(const char *path, const struct stat *sb, int flag, struct 
     return remove(path);
 }
 
+/* What test_groups_udp has running, for live_teardown to stop when an
+ * assertion ends the test early. */
+static struct {
+    char dir[32];
+    struct raftkv_groups *gs[R];
+} live;
+
+static int live_teardown(void **state)
+{
+    (void)state;
+    for (unsigned i = 0; i < R; i++)
+        if (live.gs[i])
+            raftkv_groups_stop(live.gs[i]);
+    if (live.dir[0])
+        nftw(live.dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    memset(&live, 0, sizeof live);
+    return 0;
+}
+
 /* A client of group g alone, of replica order `order` (indices into
  * uris), groups 1. */
 static struct raftkv_client *group_client(char uris[G][R][64], unsigned g,
@@ -231,14 +250,15 @@ static bool applied_at(char uris[G][R][64], unsigned r0, unsigned k)
 static void test_groups_udp(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/raftkv-groups-XXXXXX", rdir[R][PATH_MAX];
+    char *dir = live.dir, rdir[R][PATH_MAX];
+    strcpy(dir, "/tmp/raftkv-groups-XXXXXX");
     assert_non_null(mkdtemp(dir));
     char uri[G][R][64];
     const char *uris[G][R];
     const unsigned base = base_port();
     for (unsigned g = 0; g < G; g++)
         uris_of(base, g, uri[g], uris[g]);
-    struct raftkv_groups *gs[R];
+    struct raftkv_groups **gs = live.gs;
     struct raftkv_server_cfg cfg[R];
     for (unsigned i = 0; i < R; i++) {
         snprintf(rdir[i], sizeof rdir[i], "%s/r%u", dir, i + 1);
@@ -295,14 +315,17 @@ static void test_groups_udp(void **state)
         }
         raftkv_client_destroy(c);
     }
-    for (unsigned i = 0; i < R; i++)
+    for (unsigned i = 0; i < R; i++) {
         raftkv_groups_stop(gs[i]);
+        gs[i] = NULL;
+    }
     /* the directories are two groups' for good: one group, or three, refused */
     struct raftkv_groups *other;
     assert_int_equal(raftkv_groups_start(&cfg[0], 3, &other), ERMA_EINVAL);
     struct raftkv_server *one;
     assert_int_equal(raftkv_server_create(&cfg[0], &one), ERMA_EINVAL);
     assert_int_equal(nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+    live.dir[0] = '\0';
 }
 
 int main(void)
@@ -311,7 +334,7 @@ int main(void)
         cmocka_unit_test(test_group_of),
         cmocka_unit_test(test_group_uri),
         cmocka_unit_test(test_bad_cfg),
-        cmocka_unit_test(test_groups_udp),
+        cmocka_unit_test_teardown(test_groups_udp, live_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
