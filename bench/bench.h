@@ -114,10 +114,12 @@ struct bench_raw_rate {
 int bench_both_sides(int (*side)(void *ctx, bool peer, struct bench_raw_rate *out), void *ctx,
                      double seconds, int peer_cpu, struct bench_raw_rate *out);
 
-/* Echoes every packet to its sender until a stop packet or max_ns passes. */
-int bench_raw_server(const char *uri, uint64_t max_ns);
+/* Echoes every packet to its sender until a stop packet or max_ns passes,
+ * busy-polling; with sleeps, it sleeps in the transport whenever a receive
+ * finds nothing (an erma endpoint with no idle spin). */
+int bench_raw_server(const char *uri, uint64_t max_ns, bool sleeps);
 /* Starts bench_raw_server(uri) in a child process pinned to cpu. */
-pid_t bench_raw_server_fork(const char *uri, int cpu, uint64_t max_ns);
+pid_t bench_raw_server_fork(const char *uri, int cpu, uint64_t max_ns, bool sleeps);
 /* Tells the server at peer to exit and reaps child (if > 0). */
 void bench_raw_server_stop(const char *uri, const char *peer, pid_t child);
 

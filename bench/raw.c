@@ -18,6 +18,11 @@
  * port) against N server threads in the forked server (ports of --server
  * plus t), as rpc_perf --threads measures it beside erma; a row per size
  * with the total and each thread's rate.
+ *
+ * --gap-us G polls G us before each ping, and --server-sleeps has the
+ * server sleep in the transport whenever it finds no packet: together they
+ * measure a lone round trip to a sleeping host, as a lightly loaded
+ * service sees it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +43,8 @@ static const char usage[] =
     "  --seconds S      rate: seconds per size (default 2)\n"
     "  --gap-us G       ping-pong: poll G us before each request (default 0): lone\n"
     "                   round trips after an idle spell\n"
+    "  --server-sleeps  the server sleeps in the transport whenever it finds no\n"
+    "                   packet, instead of busy-polling (as an idle erma endpoint)\n"
     "  --threads N      the echo rate from N client threads against N server\n"
     "                   threads (ports of --server plus t), 1..32\n"
     "  --cpu LIST       CPUs: this process, then the forked server (default: none);\n"
@@ -59,6 +66,7 @@ struct opts {
     bool iters_set;
     double seconds;
     double gap_us;
+    bool server_sleeps;
     unsigned threads;               /* --threads; 0: one client */
     int cpus[2][BENCH_MAX_THREADS]; /* --threads: [client, server][t] */
     bool pinned;
@@ -91,7 +99,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         BENCH_COMMON_OPTIONS,   {"uri", 1, 0, 'u'},    {"server", 1, 0, 's'},
         {"role", 1, 0, 'r'},    {"iters", 1, 0, 'i'},  {"window", 1, 0, 'w'},
         {"batch", 1, 0, 'b'},   {"seconds", 1, 0, 't'}, {"threads", 1, 0, 'T'},
-        {"gap-us", 1, 0, 'g'},  {0, 0, 0, 0}};
+        {"gap-us", 1, 0, 'g'},  {"server-sleeps", 0, 0, 'S'}, {0, 0, 0, 0}};
     bench_cli_init(cli, "raw", usage, lo);
     for (int c; (c = bench_cli_next(cli, argc, argv)) != -1;) {
         switch (c) {
@@ -104,6 +112,7 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         case 't': o->seconds = bench_cli_real(cli, optarg); break;
         case 'T': o->threads = (unsigned)bench_cli_u64(cli, optarg); break;
         case 'g': o->gap_us = bench_cli_real(cli, optarg); break;
+        case 'S': o->server_sleeps = true; break;
         default: bench_cli_fail(cli, NULL);
         }
     }
@@ -112,8 +121,9 @@ static void parse(struct bench_cli *cli, struct opts *o, int argc, char **argv)
         bench_cli_fail(cli, "unknown role '%s'", o->role);
     if (o->iters == 0 || o->window == 0 || o->batch == 0 || o->batch > 32 || o->seconds <= 0)
         bench_cli_fail(cli, "--iters, --window, --batch (<= 32) and --seconds must be above 0");
-    if (o->gap_us < 0 || o->gap_us > 1e6 || (o->gap_us > 0 && o->threads))
-        bench_cli_fail(cli, "--gap-us must be 0..1000000, and goes without --threads");
+    if (o->gap_us < 0 || o->gap_us > 1e6 || ((o->gap_us > 0 || o->server_sleeps) && o->threads))
+        bench_cli_fail(cli, "--gap-us must be 0..1000000; it and --server-sleeps go without "
+                       "--threads");
     if (cli->nsizes == 0)
         cli->sizes[cli->nsizes++] = 32;
 }
@@ -215,14 +225,16 @@ int main(int argc, char **argv)
         return main_threads(&cli, &o);
     bench_pin(bench_cli_cpu(&cli, 0));
     if (strcmp(o.role, "server") == 0)
-        return bench_raw_server(o.server, 100ull * 24 * 3600 * 1000000000ull) == ERMA_OK ? 0 : 1;
+        return bench_raw_server(o.server, 100ull * 24 * 3600 * 1000000000ull, o.server_sleeps) ==
+                       ERMA_OK ? 0 : 1;
     const double longest = o.seconds * cli.nsizes * 2 + 60;
     const pid_t child = strcmp(o.role, "both") == 0
                             ? bench_raw_server_fork(o.server, bench_cli_cpu(&cli, 1),
-                                                    (uint64_t)(longest * 60e9))
+                                                    (uint64_t)(longest * 60e9), o.server_sleeps)
                             : 0;
-    bench_note(cli.csv, "raw: %s -> %s, both sides busy-poll the transport; %.0f us of polling "
-               "before each ping", o.uri, o.server, o.gap_us);
+    bench_note(cli.csv, "raw: %s -> %s, the client busy-polls, the server %s; %.0f us of "
+               "polling before each ping", o.uri, o.server,
+               o.server_sleeps ? "sleeps when idle" : "busy-polls", o.gap_us);
     struct bench_table t;
     bench_table_start(&t, cli.csv, "bench,transport:9,size,samples,median_us,p99_us,p999_us,"
                                    "window,batch,mpps,lost");

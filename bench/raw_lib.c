@@ -113,7 +113,7 @@ static bool serve_one(struct server *s, const struct erma_rx_pkt *pkt)
     return true;
 }
 
-int bench_raw_server(const char *uri, uint64_t max_ns)
+int bench_raw_server(const char *uri, uint64_t max_ns, bool sleeps)
 {
     struct server *s = calloc(1, sizeof *s);
     if (!s)
@@ -134,7 +134,9 @@ int bench_raw_server(const char *uri, uint64_t max_ns)
         for (int i = 0; i < n && run; i++)
             run = serve_one(s, &rx[i]);
         server_flush(s);
-        if ((iter & 1023) == 0 && erma_now_ns() > end)
+        if (n == 0 && sleeps)
+            erma_transport_wait(s->tr, 100000000);
+        if ((sleeps || (iter & 1023) == 0) && erma_now_ns() > end)
             break;
     }
     erma_transport_close(s->tr);
@@ -142,13 +144,13 @@ int bench_raw_server(const char *uri, uint64_t max_ns)
     return ERMA_OK;
 }
 
-pid_t bench_raw_server_fork(const char *uri, int cpu, uint64_t max_ns)
+pid_t bench_raw_server_fork(const char *uri, int cpu, uint64_t max_ns, bool sleeps)
 {
     const pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
         bench_pin(cpu);
-        _exit(bench_raw_server(uri, max_ns) == ERMA_OK ? 0 : 1);
+        _exit(bench_raw_server(uri, max_ns, sleeps) == ERMA_OK ? 0 : 1);
     }
     return pid;
 }

@@ -189,7 +189,7 @@ static pid_t server_start(const struct opts *o, bool rpc, uint64_t max_ns)
         return spawn_server(o, rpc ? "rpc-server" : "raw-server",
                             rpc ? o->listen_server : o->listen_raw);
     return rpc ? bench_rpc_server_fork(r->server, &o->cfg, &o->ep, o->server_cpu, max_ns)
-               : bench_raw_server_fork(o->raw_server, o->server_cpu, max_ns);
+               : bench_raw_server_fork(o->raw_server, o->server_cpu, max_ns, false);
 }
 
 static void server_stop(const struct opts *o, bool rpc, pid_t child)
@@ -465,10 +465,10 @@ static int serve(const struct bench_cli *cli, struct opts *o)
         return serve_threads(cli, o, forever);
     bench_pin(bench_cli_cpu(cli, 0));
     if (strcmp(o->role, "raw-server") == 0)
-        return bench_raw_server(o->rpc.server, forever) == ERMA_OK ? 0 : 1;
+        return bench_raw_server(o->rpc.server, forever, false) == ERMA_OK ? 0 : 1;
     if (strcmp(o->role, "rpc-server") == 0)
         return bench_rpc_server(o->rpc.server, &o->cfg, &o->ep, forever) == ERMA_OK ? 0 : 1;
-    const pid_t raw = bench_raw_server_fork(o->raw_server, bench_cli_cpu(cli, 1), forever);
+    const pid_t raw = bench_raw_server_fork(o->raw_server, bench_cli_cpu(cli, 1), forever, false);
     bench_note(cli->csv, "rpc_perf server: erma RPCs on %s, raw packets on %s, %s; Ctrl-C ends",
                o->rpc.server, o->raw_server, o->ep.busy_poll ? "busy-polling" : "sleeping when idle");
     const int rc = bench_rpc_server(o->rpc.server, &o->cfg, &o->ep, forever);

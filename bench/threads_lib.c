@@ -334,7 +334,7 @@ static void *raw_server_main(void *arg)
 {
     struct raw_server_thread *r = arg;
     bench_pin(r->cpu);
-    bench_raw_server(r->uri, r->max_ns);
+    bench_raw_server(r->uri, r->max_ns, false);
     return NULL;
 }
 
