@@ -239,14 +239,11 @@ static int cluster_start(struct cluster *cl, const struct opts *o, enum mode m, 
     int rc = raftkv_client_create(&cc, &cl->c);
     /* a leader in every group: a PUT that succeeds, to a key of each */
     const uint64_t end = erma_now_ns() + LEADER_WAIT_NS;
-    for (unsigned g = 0, k = 0; rc == ERMA_OK && g < groups && erma_now_ns() < end; k++) {
+    for (unsigned g = 0; rc == ERMA_OK && g < groups && erma_now_ns() < end; g++) {
         char key[32];
-        snprintf(key, sizeof key, "bench:leader:%u", k);
-        if (raftkv_group_of(key, (uint32_t)strlen(key), groups) != g)
-            continue;
+        raftkv_group_key("bench:leader:", g, groups, key, sizeof key);
         while (erma_now_ns() < end && op(cl->c, true, key, (const uint8_t *)"1", 1) != ERMA_OK)
             ;
-        g++;
     }
     return rc == ERMA_OK && erma_now_ns() < end ? ERMA_OK : ERMA_ETIMEDOUT;
 }

@@ -34,6 +34,22 @@ unsigned raftkv_group_of(const void *key, uint32_t klen, unsigned groups)
     return (unsigned)(((h >> 32) * groups) >> 32);
 }
 
+uint32_t raftkv_group_key(const char *prefix, unsigned g, unsigned groups, char *out,
+                          size_t size)
+{
+    if (g >= (groups ? groups : 1))
+        return 0;
+    /* a key falls in g with odds 1 / groups: 2^20 tries miss for good */
+    for (unsigned k = 0; k < 1u << 20; k++) {
+        const int n = snprintf(out, size, "%s%u", prefix, k);
+        if (n <= 0 || (size_t)n >= size)
+            return 0;
+        if (raftkv_group_of(out, (uint32_t)n, groups) == g)
+            return (uint32_t)n;
+    }
+    return 0;
+}
+
 bool raftkv_groups_arg(const char *arg, unsigned *out)
 {
     char *end;

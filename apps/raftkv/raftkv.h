@@ -399,6 +399,12 @@ int raftkv_client_run(struct raftkv_client *c, bool (*stop)(void *ctx), void *ct
 
 /* Returns key's group, 0..groups - 1 (0 when groups <= 1). */
 unsigned raftkv_group_of(const void *key, uint32_t klen, unsigned groups);
+/* Writes into out a key of group g (of groups), prefix followed by the
+ * first number that puts it there (to reach one group alone: its leader,
+ * a probe). Returns its length, or 0 when g >= groups (groups >= 1) or
+ * out is too small. */
+uint32_t raftkv_group_key(const char *prefix, unsigned g, unsigned groups, char *out,
+                          size_t size);
 /* Where group g of the replica at uri listens (erma_uri_for_thread: its
  * port plus g) into out; ERMA_EADDR when uri is malformed or has no port,
  * its port is 0 and g is not, the port would pass 65535, g is past

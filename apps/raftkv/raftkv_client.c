@@ -96,12 +96,8 @@ static bool one_finished(void *ctx)
 static int get_leader(struct raftkv_client *c, unsigned groups, struct one *o)
 {
     char key[32];
-    for (unsigned k = 0; k < 1000; k++) {
-        snprintf(key, sizeof key, "raftkv_client:leader:%u", k);
-        if (raftkv_group_of(key, (uint32_t)strlen(key), groups) == 0)
-            break;
-    }
-    return raftkv_get(c, key, (uint32_t)strlen(key), false, one_done, o);
+    const uint32_t klen = raftkv_group_key("raftkv_client:leader:", 0, groups, key, sizeof key);
+    return raftkv_get(c, key, klen, false, one_done, o);
 }
 
 static int one(struct raftkv_client *c, int argc, char **argv, bool stale, unsigned groups)

@@ -41,6 +41,20 @@ static void test_group_of(void **state)
     }
     for (unsigned g = 0; g < 4; g++)
         assert_in_range(count[g], 800, 1200);
+    /* a key of each group, found by raftkv_group_key */
+    for (unsigned g = 0; g < 4; g++) {
+        const uint32_t n = raftkv_group_key("probe:", g, 4, key, sizeof key);
+        assert_true(n > 6);
+        assert_int_equal(strlen(key), n);
+        assert_memory_equal(key, "probe:", 6);
+        assert_int_equal(raftkv_group_of(key, n, 4), g);
+    }
+    assert_int_equal(raftkv_group_key("probe:", 0, 1, key, sizeof key), 7);
+    assert_string_equal(key, "probe:0");
+    assert_int_equal(raftkv_group_key("probe:", 0, 0, key, sizeof key), 7);
+    assert_int_equal(raftkv_group_key("probe:", 4, 4, key, sizeof key), 0);
+    assert_int_equal(raftkv_group_key("probe:", 1, 0, key, sizeof key), 0);
+    assert_int_equal(raftkv_group_key("probe:", 0, 4, key, 7), 0); /* no room for a digit */
 }
 
 static void test_group_uri(void **state)
