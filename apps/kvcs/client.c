@@ -439,16 +439,6 @@ static uint32_t thread_of(const void *key, uint32_t klen, uint32_t threads)
     return (uint32_t)(((h >> 32) * threads) >> 32);
 }
 
-/* The replica a GET tries first (as pick() does): the first not marked
- * down, else the first. */
-static uint32_t first_up(const struct kvcs_client *c, const struct op *op)
-{
-    for (uint32_t i = 0; i < op->nrep; i++)
-        if (!c->srv[op->rep[i]].down)
-            return i;
-    return 0;
-}
-
 static int new_op(struct kvcs_client *c, enum kind kind, const void *key, uint32_t klen,
                   uint32_t vlen, kvcs_fn cb, void *tag, struct op **out)
 {
@@ -464,10 +454,14 @@ static int new_op(struct kvcs_client *c, enum kind kind, const void *key, uint32
     const uint32_t t = c->cfg.server_threads > 1 ? thread_of(key, klen, c->cfg.server_threads) : 0;
     for (uint32_t i = 0; i < op->nrep; i++)
         op->rep[i] = op->rep[i] * c->cfg.server_threads + t;
-    if (kind == GET && c->cfg.method == KVCS_READ && op->nrep)
-        kv_reader_prefetch(c->reader, &c->srv[op->rep[first_up(c, op)]].remote, key, klen);
     for (uint32_t i = 0; i < MAX_R; i++)
         op->st[i] = KVCS_NOT_TRIED;
+    if (kind == GET && c->cfg.method == KVCS_READ) { /* where its first try goes */
+        bool passed;
+        const int first = pick(c, op, &passed);
+        if (first >= 0)
+            kv_reader_prefetch(c->reader, &c->srv[op->rep[first]].remote, key, klen);
+    }
     memcpy(op->key, key, klen);
     op->klen = klen;
     op->kind = kind;
