@@ -49,16 +49,16 @@ void bench_rpc_set_workers(unsigned n)
     bench_workers = n;
 }
 
-static int nexus_create(struct erma_nexus **out)
+/* A nexus with the psk set, and `workers` worker threads. */
+static int nexus_create(struct erma_nexus **out, unsigned workers)
 {
-    const struct erma_nexus_cfg cfg = {.psk = bench_psk};
+    const struct erma_nexus_cfg cfg = {.psk = bench_psk, .workers = workers};
     return erma_nexus_create(&cfg, out);
 }
 
 int bench_rpc_echo_nexus(struct erma_nexus **out)
 {
-    const struct erma_nexus_cfg cfg = {.psk = bench_psk, .workers = bench_workers};
-    int rc = erma_nexus_create(&cfg, out);
+    int rc = nexus_create(out, bench_workers);
     if (rc == ERMA_OK &&
         (rc = erma_handler_register(*out, BENCH_ECHO, echo,
                                     bench_workers ? ERMA_WORKER : ERMA_DISPATCH, NULL)) != ERMA_OK)
@@ -171,7 +171,7 @@ static void client_close(struct client *c)
 static int client_open(struct client *c, const struct bench_rpc_opts *o)
 {
     memset(c, 0, sizeof *c);
-    int rc = nexus_create(&c->nx);
+    int rc = nexus_create(&c->nx, 0);
     if (rc == ERMA_OK && o->symmetric) /* this side serves the peer's load too */
         rc = erma_handler_register(c->nx, BENCH_ECHO, echo, ERMA_DISPATCH, NULL);
     if (rc == ERMA_OK)
