@@ -156,9 +156,7 @@ static int group_create(const struct raftkv_server_cfg *cfg, unsigned g, unsigne
     }
     if ((size_t)snprintf(dir, sizeof dir, "%s/%u", cfg->data_dir, g) >= sizeof dir)
         return ERMA_EINVAL;
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return ERMA_ESYS;
-    struct raftkv_server_cfg c = *cfg;
+    struct raftkv_server_cfg c = *cfg; /* raftkv_server_create makes dir */
     c.peers = peers;
     c.data_dir = dir;
     c.group = g;
